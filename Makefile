@@ -1,0 +1,49 @@
+# gemma.c — the two commands of the README, and the rest.
+#   make run    install what is missing (Debian packages, the default model), build, generate text
+#   make test   install what is missing, build, run the test suite (release build)
+# Others: make build | test-sanitize | fuzz | bench | model | deps | clean
+
+JOBS      ?= $(shell nproc)
+BUILD     ?= build
+ASAN      ?= build-asan
+FUZZB     ?= build-fuzz
+MODEL     := models/gemma-3-270m-q4_k_m.gguf
+PROMPT    ?= The capital of France is
+N         ?= 64
+FUZZ_SECONDS ?= 60
+
+.PHONY: run test build deps model test-sanitize fuzz bench clean
+
+run: deps model build
+	$(BUILD)/gemma run -m $(MODEL) -p "$(PROMPT)" -n $(N)
+
+test: deps model build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+
+deps:
+	@scripts/install-deps.sh
+
+model: deps
+	@scripts/fetch-model.sh
+
+test-sanitize: deps model
+	cmake -S . -B $(ASAN) -DCMAKE_BUILD_TYPE=Debug -DGM_SANITIZE=ON -DCMAKE_C_COMPILER=gcc >/dev/null
+	cmake --build $(ASAN) -j $(JOBS)
+	cd $(ASAN) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 GM_SANITIZER_BUILD=1 \
+	  ctest --output-on-failure -j $(JOBS)
+
+fuzz: deps
+	cmake -S . -B $(FUZZB) -DCMAKE_BUILD_TYPE=Debug -DGM_FUZZ=ON -DCMAKE_C_COMPILER=clang \
+	  -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all" >/dev/null
+	cmake --build $(FUZZB) -j $(JOBS) --target $$(cd fuzz && ls fuzz_*.c | sed 's/\.c$$//' | tr '\n' ' ')
+	scripts/run-fuzzers.sh $(FUZZB) $(FUZZ_SECONDS)
+
+bench: build model
+	$(BUILD)/gemma bench -m $(MODEL)
+
+clean:
+	rm -rf $(BUILD) $(ASAN) $(FUZZB)

@@ -1,0 +1,47 @@
+/* core/error.c — building error values. */
+#include "core/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+gm_status gm_fail(gm_error *err, gm_status code, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        err->code = code;
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+gm_status gm_fail_prefix(gm_error *err, const char *fmt, ...) {
+    if (!err) return GM_ERR_INTERNAL;
+    char prefix[sizeof err->msg];
+    char old[sizeof err->msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, err->msg, sizeof old);
+    snprintf(err->msg, sizeof err->msg, "%s%s", prefix, old);
+    return err->code;
+}
+
+const char *gm_status_name(gm_status s) {
+    switch (s) {
+    case GM_OK: return "ok";
+    case GM_ERR_IO: return "i/o error";
+    case GM_ERR_FORMAT: return "malformed file";
+    case GM_ERR_UNSUPPORTED: return "unsupported";
+    case GM_ERR_ARG: return "invalid argument";
+    case GM_ERR_NOMEM: return "out of memory";
+    case GM_ERR_STATE: return "invalid state";
+    case GM_ERR_CONTEXT: return "context limit exceeded";
+    case GM_ERR_NOT_FOUND: return "not found";
+    case GM_ERR_TYPE: return "wrong type";
+    case GM_ERR_INTERNAL: return "internal error";
+    }
+    return "unknown status";
+}

@@ -1,0 +1,35 @@
+/* kernels/matmul.h — y = x W^T for a weight matrix of any supported type, read in place from the
+ * (memory-mapped) file. W has `rows` output rows of `cols` elements (GGUF ne[1] x ne[0]).
+ * Activations are quantized on the fly to the weight type's vec_dot_type (as llama.cpp does),
+ * then each output is a dot product; work is split by output rows across the pool. */
+#ifndef GM_KERNELS_MATMUL_H
+#define GM_KERNELS_MATMUL_H
+
+#include <stdint.h>
+
+#include "kernels/threadpool.h"
+
+typedef struct gm_matrix {
+    int type;          /* gm_type */
+    int64_t rows;      /* output features (GGUF ne[1]) */
+    int64_t cols;      /* input features  (GGUF ne[0]), contiguous */
+    const void *data;  /* rows * gm_row_bytes(type, cols) bytes */
+} gm_matrix;
+
+/* x: n_tok rows of cols floats; y: n_tok rows of rows floats. scratch is grown as needed
+ * (pass the same gm_matmul_scratch across calls: no allocation per token in steady state). */
+typedef struct gm_matmul_scratch {
+    void *buf;
+    size_t cap;
+} gm_matmul_scratch;
+
+void gm_matmul(const gm_matrix *W, const float *x, int64_t n_tok, float *y, gm_pool *pool,
+               gm_matmul_scratch *scratch);
+/* Reference: dequantize each row to f32 and accumulate in double. For tests. */
+void gm_matmul_ref(const gm_matrix *W, const float *x, int64_t n_tok, float *y);
+void gm_matmul_scratch_free(gm_matmul_scratch *s);
+
+/* Row r of W dequantized to f32 (embedding lookup). */
+void gm_matrix_row(const gm_matrix *W, int64_t r, float *out);
+
+#endif

@@ -1,0 +1,25 @@
+/* kernels/threadpool.h — a persistent pool of worker threads. parallel_for splits [0, n) into
+ * chunks of at least `grain` items and runs fn on them; the calling thread works too, and the
+ * call returns when every chunk is done. Workers spin briefly then sleep between calls, so a
+ * decode step pays little synchronisation per op. */
+#ifndef GM_KERNELS_THREADPOOL_H
+#define GM_KERNELS_THREADPOOL_H
+
+#include <stdint.h>
+
+typedef struct gm_pool gm_pool;
+
+/* fn processes items [begin, end); thread is in [0, gm_pool_size). */
+typedef void (*gm_task_fn)(void *ctx, int64_t begin, int64_t end, int thread);
+
+/* n_threads <= 0: the number of physical cores. Returns NULL on failure. */
+gm_pool *gm_pool_new(int n_threads);
+void gm_pool_free(gm_pool *p);
+int gm_pool_size(const gm_pool *p);
+/* p may be NULL: then fn runs on the calling thread over [0, n). */
+void gm_pool_parallel_for(gm_pool *p, int64_t n, int64_t grain, gm_task_fn fn, void *ctx);
+
+/* Physical cores of this machine (falls back to online CPUs). */
+int gm_physical_cores(void);
+
+#endif

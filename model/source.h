@@ -1,0 +1,49 @@
+/* model/source.h — one view of a model's tensors and metadata, whether it comes from a GGUF file
+ * or a Hugging Face folder (config.json + *.safetensors, sharded or not).
+ *
+ * Tensors are named and shaped the GGUF way whatever the source: "blk.3.attn_q.weight",
+ * ne[0] the contiguous dimension. HF names are mapped (model.layers.3.self_attn.q_proj.weight ->
+ * blk.3.attn_q.weight; the `language_model.` prefix of multimodal checkpoints is dropped) and
+ * shapes reversed. Data stays in the mapped file. */
+#ifndef GM_MODEL_SOURCE_H
+#define GM_MODEL_SOURCE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "formats/gguf.h"
+#include "gemma.h"
+
+typedef struct gm_tensor {
+    const char *name;  /* GGUF-style name */
+    const char *orig_name; /* name in the file (same as name for GGUF) */
+    int type;          /* gm_type */
+    int n_dims;
+    int64_t ne[4];     /* ne[0] contiguous; unused dims 1 */
+    const void *data;
+    uint64_t nbytes;
+} gm_tensor;
+
+typedef struct gm_source gm_source;
+
+/* path: a .gguf file, a .safetensors file beside a config.json, or a folder holding config.json. */
+gm_status gm_source_open(const char *path, bool keep_mtp, gm_source **out, gm_error *err);
+void gm_source_close(gm_source *s);
+
+const char *gm_source_path(const gm_source *s);
+bool gm_source_is_gguf(const gm_source *s);
+const gguf_file *gm_source_gguf(const gm_source *s);   /* NULL for HF folders */
+const char *gm_source_hf_dir(const gm_source *s);      /* NULL for GGUF */
+/* The parsed config.json (a cJSON*), NULL for GGUF. */
+const void *gm_source_hf_config(const gm_source *s);
+
+int64_t gm_source_n_tensors(const gm_source *s);       /* visible tensors */
+const gm_tensor *gm_source_tensor_at(const gm_source *s, int64_t i);
+const gm_tensor *gm_source_tensor(const gm_source *s, const char *name); /* NULL if absent */
+
+/* model/config.c: every architectural fact from the source's metadata or config.json plus the
+ * documented per-generation rules. Unknown / unsupported architectures get GM_ERR_UNSUPPORTED
+ * with a message naming what is missing. */
+gm_status gm_config_load(const gm_source *s, gm_config *out, gm_error *err);
+
+#endif

@@ -1,0 +1,32 @@
+/* tests/support/test.c — harness state and small file helpers. */
+#include "support/test.h"
+
+#include <string.h>
+
+int gm_test_failures = 0;
+int gm_test_checks = 0;
+
+int test_summary(void) {
+    fprintf(stderr, "%d checks, %d failed\n", gm_test_checks, gm_test_failures);
+    return gm_test_failures ? 1 : 0;
+}
+
+const char *test_data_path(const char *rel) {
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "%s/%s", GM_TEST_DATA, rel);
+    return buf;
+}
+
+unsigned char *test_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    if (fseek(f, 0, SEEK_END) != 0) { fclose(f); return NULL; }
+    long n = ftell(f);
+    if (n < 0) { fclose(f); return NULL; }
+    rewind(f);
+    unsigned char *buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
+    fclose(f);
+    if (buf) { buf[n] = 0; if (len) *len = (size_t)n; }
+    return buf;
+}

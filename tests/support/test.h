@@ -1,0 +1,68 @@
+/* tests/support/test.h — a tiny test harness shared by every tests/test_*.c.
+ *   TEST(name) { CHECK(cond); CHECK_EQ_INT(a, b); CHECK_NEAR(a, b, tol); }
+ *   int main(void) { RUN(name); ...; return test_summary(); }
+ * A test binary exits 0 when all checks pass, 1 otherwise, 77 to report "skipped". */
+#ifndef GM_TEST_H
+#define GM_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+extern int gm_test_failures;
+extern int gm_test_checks;
+
+#define TEST(name) static void name(void)
+#define RUN(name)                                                                   \
+    do {                                                                            \
+        int before_ = gm_test_failures;                                             \
+        name();                                                                     \
+        fprintf(stderr, "%s %s\n", gm_test_failures == before_ ? "ok  " : "FAIL", #name); \
+    } while (0)
+
+#define CHECK(cond)                                                                 \
+    do {                                                                            \
+        gm_test_checks++;                                                           \
+        if (!(cond)) {                                                              \
+            gm_test_failures++;                                                     \
+            fprintf(stderr, "  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
+        }                                                                           \
+    } while (0)
+
+#define CHECK_MSG(cond, ...)                                                        \
+    do {                                                                            \
+        gm_test_checks++;                                                           \
+        if (!(cond)) {                                                              \
+            gm_test_failures++;                                                     \
+            fprintf(stderr, "  %s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                           \
+            fputc('\n', stderr);                                                    \
+        }                                                                           \
+    } while (0)
+
+#define CHECK_EQ_INT(a, b)                                                          \
+    do {                                                                            \
+        long long a_ = (long long)(a), b_ = (long long)(b);                         \
+        CHECK_MSG(a_ == b_, "%s = %lld, %s = %lld", #a, a_, #b, b_);                \
+    } while (0)
+
+#define CHECK_NEAR(a, b, tol)                                                       \
+    do {                                                                            \
+        double a_ = (double)(a), b_ = (double)(b);                                  \
+        CHECK_MSG(fabs(a_ - b_) <= (tol), "%s = %.9g, %s = %.9g (tol %g)", #a, a_, #b, b_, (double)(tol)); \
+    } while (0)
+
+/* A gm_status call that must succeed; prints the error message otherwise. */
+#define CHECK_OK(call, errp)                                                        \
+    do {                                                                            \
+        int st_ = (int)(call);                                                      \
+        CHECK_MSG(st_ == 0, "%s -> status %d: %s", #call, st_, (errp)->msg);        \
+    } while (0)
+
+int test_summary(void);
+/* Path of a file under tests/data (static buffer, valid until the next call). */
+const char *test_data_path(const char *rel);
+/* Reads a whole file; NULL on failure. Caller frees. */
+unsigned char *test_read_file(const char *path, size_t *len);
+
+#endif

@@ -1,0 +1,50 @@
+/* tools/main.c — the `gemma` command: dispatch to a subcommand. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/commands.h"
+
+#ifndef GM_DEFAULT_MODEL
+#define GM_DEFAULT_MODEL "models/gemma-3-270m-q4_k_m.gguf"
+#endif
+
+const char *gm_cli_default_model(void) {
+    const char *env = getenv("GEMMA_MODEL");
+    return (env && *env) ? env : GM_DEFAULT_MODEL;
+}
+
+typedef struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} command;
+
+/* Subcommands not built yet are left out of the table rather than stubbed. */
+static const command COMMANDS[] = {
+    {"inspect", cmd_inspect, "describe a model file or folder (architecture, config, tensors)"},
+};
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: gemma <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
+        fprintf(out, "  %-12s %s\n", COMMANDS[i].name, COMMANDS[i].help);
+    fprintf(out, "\n`gemma <command> --help` for a command's options. Default model: %s\n",
+            gm_cli_default_model());
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
+        if (!strcmp(argv[1], COMMANDS[i].name)) return COMMANDS[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "gemma: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
