@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "gemma.h"
 #include "kernels/threadpool.h"
 
 typedef struct gm_matrix {
@@ -23,13 +24,17 @@ typedef struct gm_matmul_scratch {
     size_t cap;
 } gm_matmul_scratch;
 
-void gm_matmul(const gm_matrix *W, const float *x, int64_t n_tok, float *y, gm_pool *pool,
-               gm_matmul_scratch *scratch);
+/* Returns GM_ERR_UNSUPPORTED for a type without kernels, GM_ERR_ARG for cols that are not a
+ * multiple of the block size, GM_ERR_NOMEM if the scratch cannot grow (y untouched then).
+ * Each output is computed by the same code whatever the pool size: results do not depend on
+ * the number of threads. */
+gm_status gm_matmul(const gm_matrix *W, const float *x, int64_t n_tok, float *y, gm_pool *pool,
+                    gm_matmul_scratch *scratch);
 /* Reference: dequantize each row to f32 and accumulate in double. For tests. */
-void gm_matmul_ref(const gm_matrix *W, const float *x, int64_t n_tok, float *y);
+gm_status gm_matmul_ref(const gm_matrix *W, const float *x, int64_t n_tok, float *y);
 void gm_matmul_scratch_free(gm_matmul_scratch *s);
 
-/* Row r of W dequantized to f32 (embedding lookup). */
-void gm_matrix_row(const gm_matrix *W, int64_t r, float *out);
+/* Row r of W dequantized to f32 (embedding lookup). GM_ERR_ARG if r is out of range. */
+gm_status gm_matrix_row(const gm_matrix *W, int64_t r, float *out);
 
 #endif

@@ -1,0 +1,111 @@
+/* kernels/matmul.c — y = x W^T over weights of any supported type, read in place. Activations are
+ * quantized once per call to the weight type's vec_dot_type, then output rows are split across
+ * the pool; every (row, token) output is one vec_dot, so the result does not depend on how rows
+ * were split. */
+#include "kernels/matmul.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/quant.h"
+
+typedef struct {
+    const gm_matrix *W;
+    const gm_type_traits *wt;
+    size_t w_stride;
+    const char *act; /* n_tok activation rows in vec_dot_type */
+    size_t a_stride;
+    int64_t n_tok;
+    float *y;
+    const float *x; /* for the quantize task */
+    const gm_type_traits *at;
+} mm_job;
+
+/* rows [r0, r1) x every token; the weight row stays hot in L1 while the tokens stream by */
+static void mm_rows_task(void *ctx, int64_t r0, int64_t r1, int thread) {
+    (void)thread;
+    const mm_job *j = ctx;
+    const char *w = (const char *)j->W->data;
+    for (int64_t r = r0; r < r1; r++) {
+        const void *wr = w + (size_t)r * j->w_stride;
+        for (int64_t t = 0; t < j->n_tok; t++)
+            j->wt->vec_dot(j->W->cols, &j->y[t * j->W->rows + r], wr, j->act + (size_t)t * j->a_stride);
+    }
+}
+
+static void mm_quant_task(void *ctx, int64_t t0, int64_t t1, int thread) {
+    (void)thread;
+    const mm_job *j = ctx;
+    for (int64_t t = t0; t < t1; t++)
+        j->at->quant_row(j->x + t * j->W->cols, (char *)j->act + (size_t)t * j->a_stride, j->W->cols);
+}
+
+static gm_status scratch_reserve(gm_matmul_scratch *s, size_t bytes) {
+    if (s->cap >= bytes) return GM_OK;
+    void *p = NULL;
+    size_t cap = bytes < 4096 ? 4096 : bytes;
+    cap = (cap + 63) / 64 * 64;
+    if (posix_memalign(&p, 64, cap) != 0) return GM_ERR_NOMEM;
+    free(s->buf);
+    s->buf = p;
+    s->cap = cap;
+    return GM_OK;
+}
+
+gm_status gm_matmul(const gm_matrix *W, const float *x, int64_t n_tok, float *y, gm_pool *pool,
+                    gm_matmul_scratch *scratch) {
+    const gm_type_traits *wt = gm_type_traits_of(W->type);
+    if (!wt || !wt->vec_dot) return GM_ERR_UNSUPPORTED;
+    const gm_type_traits *at = gm_type_traits_of(wt->vec_dot_type);
+    if (!at || !at->quant_row) return GM_ERR_UNSUPPORTED;
+    const size_t w_stride = gm_row_bytes(W->type, W->cols);
+    const size_t a_stride = gm_row_bytes(at->type, W->cols);
+    if (w_stride == 0 || a_stride == 0 || n_tok < 0) return GM_ERR_ARG;
+    if (n_tok == 0 || W->rows == 0) return GM_OK;
+    mm_job j = {W, wt, w_stride, (const char *)x, a_stride, n_tok, y, x, at};
+    if (at->type != GM_TYPE_F32) {
+        if ((uint64_t)n_tok > SIZE_MAX / a_stride) return GM_ERR_NOMEM;
+        gm_status st = scratch_reserve(scratch, (size_t)n_tok * a_stride);
+        if (st != GM_OK) return st;
+        j.act = scratch->buf;
+        gm_pool_parallel_for(pool, n_tok, 1, mm_quant_task, &j);
+    }
+    gm_pool_parallel_for(pool, W->rows, 4, mm_rows_task, &j);
+    return GM_OK;
+}
+
+gm_status gm_matmul_ref(const gm_matrix *W, const float *x, int64_t n_tok, float *y) {
+    const gm_type_traits *wt = gm_type_traits_of(W->type);
+    if (!wt) return GM_ERR_UNSUPPORTED;
+    const size_t w_stride = gm_row_bytes(W->type, W->cols);
+    if (w_stride == 0) return GM_ERR_ARG;
+    float *row = malloc((size_t)W->cols * sizeof *row + 1);
+    if (!row) return GM_ERR_NOMEM;
+    for (int64_t r = 0; r < W->rows; r++) {
+        wt->dequant_row((const char *)W->data + (size_t)r * w_stride, row, W->cols);
+        for (int64_t t = 0; t < n_tok; t++) {
+            const float *xt = x + t * W->cols;
+            double acc = 0.0;
+            for (int64_t i = 0; i < W->cols; i++) acc += (double)row[i] * (double)xt[i];
+            y[t * W->rows + r] = (float)acc;
+        }
+    }
+    free(row);
+    return GM_OK;
+}
+
+void gm_matmul_scratch_free(gm_matmul_scratch *s) {
+    if (!s) return;
+    free(s->buf);
+    s->buf = NULL;
+    s->cap = 0;
+}
+
+gm_status gm_matrix_row(const gm_matrix *W, int64_t r, float *out) {
+    const gm_type_traits *wt = gm_type_traits_of(W->type);
+    if (!wt) return GM_ERR_UNSUPPORTED;
+    const size_t w_stride = gm_row_bytes(W->type, W->cols);
+    if (w_stride == 0 || r < 0 || r >= W->rows) return GM_ERR_ARG;
+    wt->dequant_row((const char *)W->data + (size_t)r * w_stride, out, W->cols);
+    return GM_OK;
+}
