@@ -1,0 +1,255 @@
+/* tools/cmd_bench.c — `gemma bench`: llama-bench's measurements for gemma.c.
+ *
+ *   pp<N>: prompt processing — one batched pass over N tokens from an empty cache.
+ *   tg<N>: text generation — N single-token passes from an empty cache (the first is the
+ *          prompt's only token), as llama-bench's tg does.
+ * Each test is repeated (-r) per thread count (-t 1,2); mean and standard deviation of tokens/s.
+ * Also: model open time, time to the first generated token of a short prompt, peak RSS. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "gemma.h"
+#include "kernels/threadpool.h"
+#include "tools/commands.h"
+
+#define MAX_THREAD_COUNTS 16
+#define MAX_REPS 100
+
+typedef struct {
+    const char *model;
+    int pp, tg, reps;
+    int threads[MAX_THREAD_COUNTS];
+    int n_threads;
+    bool json;
+} bench_args;
+
+typedef struct {
+    const char *test;
+    int n, threads;
+    double mean, sd;
+} bench_row;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double peak_rss_mib(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0; /* Linux: KiB */
+}
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: gemma bench [-m MODEL] [-p N] [-n N] [-t LIST] [-r REPS] [--json]\n"
+            "  -p N      prompt-processing test of N tokens (default 512; 0 = skip)\n"
+            "  -n N      generation test of N tokens (default 128; 0 = skip)\n"
+            "  -t LIST   thread counts, comma-separated (default: physical cores)\n"
+            "  -r REPS   repetitions per test (default 3)\n"
+            "  --json    machine-readable output\n");
+}
+
+static bool parse_int(const char *s, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return false;
+    *out = (int)v;
+    return true;
+}
+
+static int parse_args(int argc, char **argv, bench_args *a) {
+    *a = (bench_args){.model = gm_cli_default_model(), .pp = 512, .tg = 128, .reps = 3};
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true;
+        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(o, "--json")) {
+            a->json = true;
+            continue;
+        } else if (!v) {
+            fprintf(stderr, "gemma bench: option %s needs a value\n", o);
+            return 2;
+        } else if (!strcmp(o, "-m")) {
+            a->model = v;
+        } else if (!strcmp(o, "-p")) {
+            ok = parse_int(v, 0, 1 << 20, &a->pp);
+        } else if (!strcmp(o, "-n")) {
+            ok = parse_int(v, 0, 1 << 20, &a->tg);
+        } else if (!strcmp(o, "-r")) {
+            ok = parse_int(v, 1, MAX_REPS, &a->reps);
+        } else if (!strcmp(o, "-t")) {
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", v);
+            a->n_threads = 0;
+            for (char *tok = strtok(buf, ","); tok && ok; tok = strtok(NULL, ",")) {
+                ok = a->n_threads < MAX_THREAD_COUNTS && parse_int(tok, 1, 1024, &a->threads[a->n_threads]);
+                a->n_threads++;
+            }
+        } else {
+            fprintf(stderr, "gemma bench: unknown option %s\n", o);
+            usage(stderr);
+            return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "gemma bench: invalid value '%s' for %s\n", v, o);
+            return 2;
+        }
+        i++;
+    }
+    if (a->n_threads == 0) a->threads[a->n_threads++] = gm_physical_cores();
+    return -1;
+}
+
+/* Ordinary (non-control) token ids drawn from a fixed seed, so every run scores the same input. */
+static void bench_tokens(const gm_model *m, int32_t *ids, int n) {
+    const gm_tokenizer *tok = gm_model_tokenizer(m);
+    int32_t n_vocab = gm_model_config(m)->n_vocab;
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < n; i++) {
+        int32_t id;
+        do {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            id = (int32_t)(x % (uint64_t)n_vocab);
+        } while (tok && gm_token_get_type(tok, id) != GM_TOKEN_NORMAL);
+        ids[i] = id;
+    }
+    if (n > 0) ids[0] = gm_model_config(m)->bos_id;
+}
+
+static gm_status run_pp(gm_generator *g, const int32_t *ids, int n, double *secs, gm_error *err) {
+    const float *logits;
+    gm_generator_reset(g);
+    double t0 = now_s();
+    gm_status st = gm_generator_prefill_get_last_logits(g, ids, n, &logits, err);
+    *secs = now_s() - t0;
+    return st;
+}
+
+static gm_status run_tg(gm_generator *g, const int32_t *ids, int n, double *secs, gm_error *err) {
+    const float *logits;
+    gm_generator_reset(g);
+    double t0 = now_s();
+    gm_status st = gm_generator_prefill_get_last_logits(g, ids, 1, &logits, err);
+    for (int i = 1; i < n && st == GM_OK; i++) st = gm_generator_decode_get_logits(g, ids[i], &logits, err);
+    *secs = now_s() - t0;
+    return st;
+}
+
+typedef gm_status (*bench_fn)(gm_generator *, const int32_t *, int, double *, gm_error *);
+
+/* One warm-up pass (page faults, caches), then reps timed passes. */
+static gm_status measure(gm_generator *g, bench_fn fn, const int32_t *ids, int n, int reps, bench_row *row,
+                         gm_error *err) {
+    double secs, tps[MAX_REPS], sum = 0, sq = 0;
+    gm_status st = fn(g, ids, n, &secs, err);
+    for (int r = 0; r < reps && st == GM_OK; r++) {
+        st = fn(g, ids, n, &secs, err);
+        tps[r] = n / secs;
+        sum += tps[r];
+    }
+    if (st != GM_OK) return st;
+    row->mean = sum / reps;
+    for (int r = 0; r < reps; r++) sq += (tps[r] - row->mean) * (tps[r] - row->mean);
+    row->sd = reps > 1 ? sqrt(sq / (reps - 1)) : 0.0;
+    return GM_OK;
+}
+
+/* Start to first generated token: open the model, prefill a short prompt, sample one token. */
+static gm_status first_token_ms(const bench_args *a, double *open_ms, double *ttft_ms, gm_error *err) {
+    double t0 = now_s();
+    gm_model *m = NULL;
+    gm_generator *g = NULL;
+    gm_status st = gm_model_open(a->model, NULL, &m, err);
+    *open_ms = 1e3 * (now_s() - t0);
+    gm_generator_options o = {.n_threads = a->threads[a->n_threads - 1], .n_ctx = 64};
+    if (st == GM_OK) st = gm_generator_new(m, &o, &g, err);
+    int32_t ids[8];
+    if (st == GM_OK) {
+        bench_tokens(m, ids, 8);
+        st = gm_generator_prefill(g, ids, 8, err);
+    }
+    int32_t tok;
+    gm_sampling s = gm_sampling_default();
+    if (st == GM_OK) st = gm_generator_step_cached(g, &s, &tok, err);
+    *ttft_ms = 1e3 * (now_s() - t0);
+    gm_generator_free(g);
+    gm_model_free(m);
+    return st;
+}
+
+static void print_rows(const bench_args *a, const gm_model *m, const bench_row *rows, int n_rows, double open_ms,
+                       double ttft_ms) {
+    const gm_config *c = gm_model_config(m);
+    if (a->json) {
+        printf("{\"model\": \"%s\", \"arch\": \"%s\", \"open_ms\": %.2f, \"first_token_ms\": %.2f, "
+               "\"peak_rss_mib\": %.1f, \"results\": [",
+               a->model, c->arch, open_ms, ttft_ms, peak_rss_mib());
+        for (int i = 0; i < n_rows; i++)
+            printf("%s{\"test\": \"%s%d\", \"threads\": %d, \"tokens_per_s\": %.3f, \"stddev\": %.3f}",
+                   i ? ", " : "", rows[i].test, rows[i].n, rows[i].threads, rows[i].mean, rows[i].sd);
+        printf("]}\n");
+        return;
+    }
+    printf("| model | threads | test | t/s |\n|---|---:|---:|---:|\n");
+    for (int i = 0; i < n_rows; i++)
+        printf("| %s %d layers | %d | %s%d | %.2f ± %.2f |\n", c->arch, c->n_layers, rows[i].threads, rows[i].test,
+               rows[i].n, rows[i].mean, rows[i].sd);
+    printf("\nmodel open %.1f ms; start to first token (8-token prompt) %.1f ms; peak RSS %.1f MiB\n", open_ms,
+           ttft_ms, peak_rss_mib());
+}
+
+int cmd_bench(int argc, char **argv) {
+    bench_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0) return rc;
+    gm_error err = {0};
+    double open_ms = 0, ttft_ms = 0;
+    if (first_token_ms(&a, &open_ms, &ttft_ms, &err) != GM_OK) {
+        fprintf(stderr, "gemma bench: %s\n", err.msg);
+        return 1;
+    }
+    gm_model *m = NULL;
+    if (gm_model_open(a.model, NULL, &m, &err) != GM_OK) {
+        fprintf(stderr, "gemma bench: %s\n", err.msg);
+        return 1;
+    }
+    int n_ids = a.pp > a.tg ? a.pp : a.tg;
+    int32_t *ids = malloc(sizeof *ids * (size_t)(n_ids > 0 ? n_ids : 1));
+    bench_row rows[2 * MAX_THREAD_COUNTS];
+    int n_rows = 0;
+    gm_status st = ids ? GM_OK : GM_ERR_NOMEM;
+    if (ids) bench_tokens(m, ids, n_ids);
+    for (int t = 0; t < a.n_threads && st == GM_OK; t++) {
+        gm_generator *g = NULL;
+        gm_generator_options o = {.n_threads = a.threads[t], .n_ctx = n_ids + 1, .kv_full = true};
+        st = gm_generator_new(m, &o, &g, &err);
+        int threads = a.threads[t];
+        if (st == GM_OK && a.pp > 0) {
+            rows[n_rows] = (bench_row){"pp", a.pp, threads, 0, 0};
+            st = measure(g, run_pp, ids, a.pp, a.reps, &rows[n_rows], &err);
+            n_rows += st == GM_OK;
+        }
+        if (st == GM_OK && a.tg > 0) {
+            rows[n_rows] = (bench_row){"tg", a.tg, threads, 0, 0};
+            st = measure(g, run_tg, ids, a.tg, a.reps, &rows[n_rows], &err);
+            n_rows += st == GM_OK;
+        }
+        gm_generator_free(g);
+    }
+    if (st == GM_OK) print_rows(&a, m, rows, n_rows, open_ms, ttft_ms);
+    else fprintf(stderr, "gemma bench: %s\n", err.msg);
+    free(ids);
+    gm_model_free(m);
+    return st == GM_OK ? 0 : 1;
+}
