@@ -18,14 +18,19 @@ gm_status gm_fail(gm_error *err, gm_status code, const char *fmt, ...) {
 
 gm_status gm_fail_prefix(gm_error *err, const char *fmt, ...) {
     if (!err) return GM_ERR_INTERNAL;
-    char prefix[sizeof err->msg];
     char old[sizeof err->msg];
+    memcpy(old, err->msg, sizeof old);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    int n = vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     va_end(ap);
-    memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s%s", prefix, old);
+    /* Append the old message after the prefix, truncating at the buffer's end. */
+    size_t used = n < 0 ? 0 : (size_t)n < sizeof err->msg ? (size_t)n : sizeof err->msg - 1;
+    size_t room = sizeof err->msg - 1 - used;
+    size_t len = strnlen(old, sizeof old - 1);
+    if (len > room) len = room;
+    memcpy(err->msg + used, old, len);
+    err->msg[used + len] = 0;
     return err->code;
 }
 
