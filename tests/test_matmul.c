@@ -1,0 +1,126 @@
+/* tests/test_matmul.c — gm_matmul against gm_matmul_ref (f32 weights dequantized, double sums) for
+ * every supported weight type, odd row counts, 1 and 7 tokens, serial / 1-thread / 2-thread pools.
+ * Outputs must be bit-identical across pool sizes (every output is one vec_dot whoever runs it).
+ *
+ * Tolerance vs the reference: gm_matmul quantizes the activations, gm_matmul_ref does not. With
+ * xq the dequantized activations, |y - y_ref| <= sum_i |w_i| |x_i - xq_i|   (activation rounding)
+ *                                          + 1e-5 sum_i |w_i x_i|           (f32 accumulation)
+ *                                          + Q8_1 offset term (f16 block sums, see test_quant.c). */
+#include <string.h>
+
+#include "kernels/matmul.h"
+#include "quant/blocks.h"
+#include "support/test.h"
+
+static uint64_t rng_state = 88172645463325252ull;
+static float frand(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+
+static const int k_types[] = {GM_TYPE_F32, GM_TYPE_F16, GM_TYPE_BF16, GM_TYPE_Q4_0, GM_TYPE_Q4_1,
+                              GM_TYPE_Q5_0, GM_TYPE_Q5_1, GM_TYPE_Q8_0, GM_TYPE_Q8_1, GM_TYPE_Q4_K,
+                              GM_TYPE_Q5_K, GM_TYPE_Q6_K, GM_TYPE_Q8_K};
+
+/* Error bound for output (r, t), computed from the operands in double. */
+static double bound(const gm_type_traits *wt, const float *wrow, const void *wq, const float *x, int64_t cols) {
+    const gm_type_traits *at = gm_type_traits_of(wt->vec_dot_type);
+    float *xq = malloc(cols * sizeof *xq);
+    void *aq = malloc(gm_row_bytes(at->type, cols));
+    at->quant_row(x, aq, cols);
+    at->dequant_row(aq, xq, cols);
+    double b = 0, mag = 0;
+    for (int64_t i = 0; i < cols; i++) {
+        b += fabs((double)wrow[i]) * fabs((double)x[i] - xq[i]);
+        mag += fabs((double)wrow[i] * x[i]);
+    }
+    if (at->type == GM_TYPE_Q8_1)
+        for (int64_t k = 0; k < cols / 32; k++) {
+            uint16_t mh;
+            memcpy(&mh, (const char *)wq + k * wt->block_bytes + 2, 2);
+            b += fabs(gm_fp16_to_fp32(mh)) * fabs(gm_fp16_to_fp32(((gm_block_q8_1 *)aq)[k].s)) / 1024;
+        }
+    free(xq);
+    free(aq);
+    return b + 1e-5 * mag + 1e-6;
+}
+
+static void check_type(int type, int64_t rows, int64_t cols, int64_t n_tok, gm_pool *p1, gm_pool *p2) {
+    const gm_type_traits *wt = gm_type_traits_of(type);
+    const size_t rb = gm_row_bytes(type, cols);
+    unsigned char *W = malloc(rows * rb);
+    float *wf = malloc(rows * cols * sizeof *wf), *x = malloc(n_tok * cols * sizeof *x);
+    float *y0 = malloc(n_tok * rows * 4), *y1 = malloc(n_tok * rows * 4), *y2 = malloc(n_tok * rows * 4);
+    float *yr = malloc(n_tok * rows * 4);
+    float *tmp = malloc(cols * sizeof *tmp);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < cols; i++) tmp[i] = frand() * (1 + (r % 5));
+        wt->quant_row(tmp, W + r * rb, cols);
+        wt->dequant_row(W + r * rb, wf + r * cols, cols);
+    }
+    for (int64_t i = 0; i < n_tok * cols; i++) x[i] = frand() * 4;
+    gm_matrix M = {type, rows, cols, W};
+    gm_matmul_scratch s = {0};
+    CHECK_EQ_INT(gm_matmul(&M, x, n_tok, y0, NULL, &s), GM_OK);
+    CHECK_EQ_INT(gm_matmul(&M, x, n_tok, y1, p1, &s), GM_OK);
+    CHECK_EQ_INT(gm_matmul(&M, x, n_tok, y2, p2, &s), GM_OK);
+    CHECK_EQ_INT(gm_matmul_ref(&M, x, n_tok, yr), GM_OK);
+    CHECK_MSG(memcmp(y0, y1, n_tok * rows * 4) == 0, "%s: serial vs 1-thread pool differ", wt->name);
+    CHECK_MSG(memcmp(y0, y2, n_tok * rows * 4) == 0, "%s: serial vs 2-thread pool differ", wt->name);
+    int bad = 0;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t r = 0; r < rows; r++) {
+            double tol = bound(wt, wf + r * cols, W + r * rb, x + t * cols, cols);
+            double d = fabs((double)y0[t * rows + r] - yr[t * rows + r]);
+            if (!(d <= tol) && bad++ == 0)
+                fprintf(stderr, "  %s rows %lld tok %lld: y[%lld,%lld] = %.7g, ref %.7g, tol %.3g\n", wt->name,
+                        (long long)rows, (long long)n_tok, (long long)t, (long long)r, y0[t * rows + r],
+                        yr[t * rows + r], tol);
+        }
+    CHECK_MSG(bad == 0, "%s rows=%lld cols=%lld n_tok=%lld: %d outputs out of bound", wt->name, (long long)rows,
+              (long long)cols, (long long)n_tok, bad);
+    /* embedding lookup: row r dequantized */
+    CHECK_EQ_INT(gm_matrix_row(&M, rows - 1, tmp), GM_OK);
+    CHECK(memcmp(tmp, wf + (rows - 1) * cols, cols * sizeof *tmp) == 0);
+    CHECK_EQ_INT(gm_matrix_row(&M, rows, tmp), GM_ERR_ARG);
+    CHECK_EQ_INT(gm_matrix_row(&M, -1, tmp), GM_ERR_ARG);
+    gm_matmul_scratch_free(&s);
+    free(W); free(wf); free(x); free(y0); free(y1); free(y2); free(yr); free(tmp);
+}
+
+TEST(matmul_every_type) {
+    gm_pool *p1 = gm_pool_new(1), *p2 = gm_pool_new(2);
+    CHECK(p1 && p2);
+    for (size_t k = 0; k < sizeof k_types / sizeof k_types[0]; k++) {
+        const gm_type_traits *wt = gm_type_traits_of(k_types[k]);
+        const int64_t cols = wt->block_elems == 256 ? 512 : 640; /* 640 = Gemma 3 270M's d_model */
+        check_type(k_types[k], 37, cols, 1, p1, p2);
+        check_type(k_types[k], 37, cols, 7, p1, p2);
+        check_type(k_types[k], 1, cols, 7, p1, p2);
+        check_type(k_types[k], 131, wt->block_elems == 256 ? 256 : 96, 3, p1, p2);
+    }
+    gm_pool_free(p1);
+    gm_pool_free(p2);
+}
+
+TEST(matmul_bad_args) {
+    float x[64] = {0}, y[64];
+    unsigned char w[64 * 40] = {0};
+    gm_matmul_scratch s = {0};
+    gm_matrix bad_type = {GM_TYPE_Q2_K, 1, 256, w};
+    CHECK_EQ_INT(gm_matmul(&bad_type, x, 1, y, NULL, &s), GM_ERR_UNSUPPORTED);
+    gm_matrix bad_cols = {GM_TYPE_Q8_0, 1, 33, w};
+    CHECK_EQ_INT(gm_matmul(&bad_cols, x, 1, y, NULL, &s), GM_ERR_ARG);
+    gm_matrix ok = {GM_TYPE_Q8_0, 1, 32, w};
+    CHECK_EQ_INT(gm_matmul(&ok, x, 0, y, NULL, &s), GM_OK);
+    gm_matmul_scratch_free(&s);
+    gm_matmul_scratch_free(NULL);
+}
+
+int main(void) {
+    RUN(matmul_every_type);
+    RUN(matmul_bad_args);
+    return test_summary();
+}
