@@ -1,0 +1,241 @@
+/* generate/sampler.c — see sampler.h. */
+#include "generate/sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+gm_sampling gm_sampling_default(void) {
+    return (gm_sampling){.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f,
+                         .repeat_penalty = 1.0f, .repeat_last_n = 64, .frequency_penalty = 0.0f,
+                         .presence_penalty = 0.0f, .seed = 0};
+}
+
+gm_status gm_sampling_validate(const gm_sampling *s, gm_error *err) {
+    if (!s) return gm_fail(err, GM_ERR_ARG, "sampling: options are NULL");
+    if (!(s->temperature >= 0.0f) || !isfinite(s->temperature))
+        return gm_fail(err, GM_ERR_ARG, "sampling: temperature %g must be a finite number >= 0", (double)s->temperature);
+    if (s->top_k < 0) return gm_fail(err, GM_ERR_ARG, "sampling: top_k %d must be >= 0 (0 = off)", s->top_k);
+    if (!(s->top_p > 0.0f && s->top_p <= 1.0f))
+        return gm_fail(err, GM_ERR_ARG, "sampling: top_p %g must be in (0, 1] (1 = off)", (double)s->top_p);
+    if (!(s->min_p >= 0.0f && s->min_p <= 1.0f))
+        return gm_fail(err, GM_ERR_ARG, "sampling: min_p %g must be in [0, 1]", (double)s->min_p);
+    if (!(s->repeat_penalty > 0.0f) || !isfinite(s->repeat_penalty))
+        return gm_fail(err, GM_ERR_ARG, "sampling: repeat_penalty %g must be > 0 (1 = off)", (double)s->repeat_penalty);
+    if (s->repeat_last_n < -1)
+        return gm_fail(err, GM_ERR_ARG, "sampling: repeat_last_n %d must be >= -1 (-1 = whole history)", s->repeat_last_n);
+    if (!isfinite(s->frequency_penalty) || !isfinite(s->presence_penalty))
+        return gm_fail(err, GM_ERR_ARG, "sampling: frequency/presence penalties must be finite");
+    return GM_OK;
+}
+
+/* ---------------------------------------------------------------- PRNG: splitmix64 + xoshiro256** */
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t next_u64(gm_sampler *s) {
+    uint64_t *r = s->rng;
+    const uint64_t out = rotl(r[1] * 5, 7) * 9, t = r[1] << 17;
+    r[2] ^= r[0];
+    r[3] ^= r[1];
+    r[1] ^= r[2];
+    r[0] ^= r[3];
+    r[2] ^= t;
+    r[3] = rotl(r[3], 45);
+    return out;
+}
+
+void gm_sampler_seed(gm_sampler *s, uint64_t seed) {
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+}
+
+double gm_sampler_uniform(gm_sampler *s) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
+
+gm_status gm_sampler_init(gm_sampler *s, int n_vocab, gm_error *err) {
+    memset(s, 0, sizeof *s);
+    if (n_vocab <= 0) return gm_fail(err, GM_ERR_ARG, "sampler: vocabulary size %d", n_vocab);
+    s->n_vocab = n_vocab;
+    s->work = malloc((size_t)n_vocab * sizeof *s->work);
+    s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
+    if (!s->work || !s->cand) {
+        gm_sampler_free(s);
+        return gm_fail(err, GM_ERR_NOMEM, "sampler: out of memory for %d candidates", n_vocab);
+    }
+    gm_sampler_seed(s, 0);
+    return GM_OK;
+}
+
+void gm_sampler_free(gm_sampler *s) {
+    if (!s) return;
+    free(s->work);
+    free(s->cand);
+    free(s->win);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---------------------------------------------------------------- penalties */
+
+static int cmp_i32(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static gm_status apply_penalties(gm_sampler *s, const gm_sampling *o, const int32_t *hist, int n_hist,
+                                 gm_error *err) {
+    const bool rep = o->repeat_penalty != 1.0f;
+    if (!rep && o->frequency_penalty == 0.0f && o->presence_penalty == 0.0f) return GM_OK;
+    int n = o->repeat_last_n < 0 ? n_hist : o->repeat_last_n;
+    if (n > n_hist) n = n_hist;
+    if (n <= 0) return GM_OK;
+    if (n > s->win_cap) {
+        int32_t *w = realloc(s->win, (size_t)n * sizeof *w);
+        if (!w) return gm_fail(err, GM_ERR_NOMEM, "sampler: out of memory for a penalty window of %d", n);
+        s->win = w;
+        s->win_cap = n;
+    }
+    memcpy(s->win, hist + (n_hist - n), (size_t)n * sizeof *s->win);
+    qsort(s->win, (size_t)n, sizeof *s->win, cmp_i32);
+    for (int i = 0; i < n;) {
+        int j = i;
+        while (j < n && s->win[j] == s->win[i]) j++;
+        const int32_t id = s->win[i];
+        const int count = j - i;
+        i = j;
+        if (id < 0 || id >= s->n_vocab) continue;
+        float *l = &s->work[id];
+        if (rep) *l = *l > 0.0f ? *l / o->repeat_penalty : *l * o->repeat_penalty;
+        *l -= (float)count * o->frequency_penalty + o->presence_penalty;
+    }
+    return GM_OK;
+}
+
+/* ---------------------------------------------------------------- candidate selection */
+
+/* Order: larger logit first; ties by smaller id, so results never depend on the input order. */
+static int before(const gm_cand *a, const gm_cand *b) {
+    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+
+static int cmp_cand(const void *pa, const void *pb) {
+    const gm_cand *a = pa, *b = pb;
+    return before(a, b) ? -1 : (before(b, a) ? 1 : 0);
+}
+
+static void swap_c(gm_cand *a, gm_cand *b) {
+    gm_cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Quickselect (median of three): afterwards c[0..k) holds the k first in `before` order. */
+static void select_k(gm_cand *c, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (before(&c[mid], &c[lo])) swap_c(&c[mid], &c[lo]);
+        if (before(&c[hi], &c[lo])) swap_c(&c[hi], &c[lo]);
+        if (before(&c[hi], &c[mid])) swap_c(&c[hi], &c[mid]);
+        const gm_cand pivot = c[mid];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (before(&c[i], &pivot)) i++;
+            while (before(&pivot, &c[j])) j--;
+            if (i <= j) swap_c(&c[i++], &c[j--]);
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
+}
+
+void gm_cand_top_k(gm_cand *c, int n, int k) {
+    if (k <= 0) return;
+    if (k < n) select_k(c, n, k);
+    else k = n;
+    qsort(c, (size_t)k, sizeof *c, cmp_cand);
+}
+
+static int32_t argmax(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* Keeps the smallest sorted prefix whose probability mass reaches top_p, growing the sorted prefix
+ * geometrically so a flat distribution never forces a full sort up front. c holds n candidates. */
+static int top_p_prefix(gm_cand *c, int n, float top_p) {
+    const float mx = c[0].logit; /* the caller sorted at least c[0] */
+    double z = 0.0;
+    for (int i = 0; i < n; i++) z += exp((double)c[i].logit - mx);
+    const double target = (double)top_p * z;
+    int sorted = 0;
+    for (int m = 64;; m *= 4) {
+        if (m > n) m = n;
+        if (m > sorted) gm_cand_top_k(c, n, m);
+        sorted = m;
+        double cum = 0.0;
+        for (int i = 0; i < m; i++) {
+            cum += exp((double)c[i].logit - mx);
+            if (cum >= target) return i + 1;
+        }
+        if (m == n) return n;
+    }
+}
+
+gm_status gm_sampler_sample(gm_sampler *s, const gm_sampling *o, const float *logits, const int32_t *hist,
+                            int n_hist, int32_t *out, gm_error *err) {
+    gm_status st = gm_sampling_validate(o, err);
+    if (st) return st;
+    const int V = s->n_vocab;
+    memcpy(s->work, logits, (size_t)V * sizeof *s->work);
+    if ((st = apply_penalties(s, o, hist, n_hist, err))) return st;
+    if (o->temperature == 0.0f) {
+        *out = argmax(s->work, V);
+        return GM_OK;
+    }
+    const float inv_t = 1.0f / o->temperature;
+    int n = 0;
+    for (int i = 0; i < V; i++)
+        if (!isnan(s->work[i]) && s->work[i] != -INFINITY) s->cand[n++] = (gm_cand){s->work[i] * inv_t, i};
+    if (n == 0) return gm_fail(err, GM_ERR_ARG, "sampling: every logit is -inf or NaN");
+    gm_cand *c = s->cand;
+    if (o->top_k > 0 && o->top_k < n) {
+        gm_cand_top_k(c, n, o->top_k);
+        n = o->top_k;
+    } else {
+        gm_cand_top_k(c, n, 1); /* the best first: the reference for top-p / min-p / the draw */
+    }
+    if (o->top_p < 1.0f) n = top_p_prefix(c, n, o->top_p);
+    const float mx = c[0].logit;
+    if (o->min_p > 0.0f) {
+        const float floor_l = mx + logf(o->min_p);
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (c[i].logit >= floor_l) c[m++] = c[i];
+        n = m; /* c[0] (the best) always survives */
+    }
+    double z = 0.0;
+    for (int i = 0; i < n; i++) z += exp((double)c[i].logit - mx);
+    const double u = gm_sampler_uniform(s) * z;
+    double cum = 0.0;
+    for (int i = 0; i < n; i++) {
+        cum += exp((double)c[i].logit - mx);
+        if (u < cum) {
+            *out = c[i].id;
+            return GM_OK;
+        }
+    }
+    *out = c[n - 1].id;
+    return GM_OK;
+}

@@ -1,0 +1,42 @@
+/* generate/sampler.h — turning logits into a token: penalties, temperature, top-k, top-p, min-p,
+ * and a seeded draw (xoshiro256**, no rand()). Buffers are sized once for the vocabulary; nothing
+ * is allocated per token once the penalty window has reached its size.
+ *
+ * Order: repetition / frequency / presence penalties on the raw logits (llama.cpp semantics), then
+ * greedy argmax when temperature == 0; otherwise logits / temperature (as HF transformers), top-k,
+ * top-p over the renormalised survivors, min-p relative to the best survivor, then the draw. */
+#ifndef GM_GENERATE_SAMPLER_H
+#define GM_GENERATE_SAMPLER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gemma.h"
+
+typedef struct gm_cand {
+    float logit;
+    int32_t id;
+} gm_cand;
+
+typedef struct gm_sampler {
+    int n_vocab;
+    uint64_t rng[4];
+    float *work;     /* n_vocab: logits after penalties */
+    gm_cand *cand;   /* n_vocab */
+    int32_t *win;    /* penalty window (sorted copy) */
+    int win_cap;
+} gm_sampler;
+
+gm_status gm_sampler_init(gm_sampler *s, int n_vocab, gm_error *err);
+void gm_sampler_free(gm_sampler *s);
+void gm_sampler_seed(gm_sampler *s, uint64_t seed);
+/* A uniform double in [0, 1) from the sampler's stream. */
+double gm_sampler_uniform(gm_sampler *s);
+/* hist: the token history (penalty window taken from its end). */
+gm_status gm_sampler_sample(gm_sampler *s, const gm_sampling *opt, const float *logits, const int32_t *hist,
+                            int n_hist, int32_t *out, gm_error *err);
+
+/* Exposed for tests: moves the k largest (logit desc, id asc) of c[0..n) to c[0..k), sorted. */
+void gm_cand_top_k(gm_cand *c, int n, int k);
+
+#endif

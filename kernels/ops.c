@@ -1,0 +1,96 @@
+/* kernels/ops.c — scalar f32 operators (see ops.h). */
+#include "kernels/ops.h"
+
+#include <math.h>
+#include <string.h>
+
+void gm_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    const float r = (float)(1.0 / sqrt(ss / n + (double)eps));
+    for (int i = 0; i < n; i++) y[i] = x[i] * r * w[i];
+}
+
+void gm_rope_inv_freq(float *inv_freq, int hd, double base, double freq_scale) {
+    for (int i = 0; i < hd / 2; i++) inv_freq[i] = (float)(freq_scale * pow(base, -2.0 * i / hd));
+}
+
+void gm_rope_cos_sin(float *cs, float *sn, const float *inv_freq, int hd, int pos) {
+    for (int i = 0; i < hd / 2; i++) {
+        const double th = (double)pos * (double)inv_freq[i];
+        cs[i] = (float)cos(th);
+        sn[i] = (float)sin(th);
+    }
+}
+
+void gm_rope_neox(float *x, int n_heads, int hd, const float *cs, const float *sn) {
+    const int half = hd / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *a = x + (size_t)h * hd, *b = a + half;
+        for (int i = 0; i < half; i++) {
+            const float x0 = a[i], x1 = b[i];
+            a[i] = x0 * cs[i] - x1 * sn[i];
+            b[i] = x0 * sn[i] + x1 * cs[i];
+        }
+    }
+}
+
+void gm_softmax(float *x, int n) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    if (mx == -INFINITY) { /* every key masked: attend to nothing rather than produce NaN */
+        memset(x, 0, (size_t)n * sizeof *x);
+        return;
+    }
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+void gm_softcap(float *x, int n, float cap) {
+    const float inv = 1.0f / cap;
+    for (int i = 0; i < n; i++) x[i] = cap * tanhf(x[i] * inv);
+}
+
+float gm_gelu_tanh(float x) {
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+}
+
+void gm_geglu(float *gate, const float *up, int n) {
+    for (int i = 0; i < n; i++) gate[i] = gm_gelu_tanh(gate[i]) * up[i];
+}
+
+void gm_scale(float *x, int n, float s) {
+    for (int i = 0; i < n; i++) x[i] *= s;
+}
+
+void gm_add(float *y, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] += x[i];
+}
+
+static float dot_f32(const float *a, const float *b, int n) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+void gm_attend(float *out, const float *q, const float *k, const float *v, size_t kv_stride,
+               int n_keys, int hd, float softcap, const float *bias, int bias_from, float *scores) {
+    for (int j = 0; j < n_keys; j++) scores[j] = dot_f32(q, k + (size_t)j * kv_stride, hd);
+    if (softcap > 0.0f) gm_softcap(scores, n_keys, softcap);
+    if (bias)
+        for (int j = bias_from < 0 ? 0 : bias_from; j < n_keys; j++) scores[j] += bias[j - bias_from];
+    gm_softmax(scores, n_keys);
+    memset(out, 0, (size_t)hd * sizeof *out);
+    for (int j = 0; j < n_keys; j++) {
+        const float p = scores[j];
+        if (p == 0.0f) continue;
+        const float *vj = v + (size_t)j * kv_stride;
+        for (int i = 0; i < hd; i++) out[i] += p * vj[i];
+    }
+}

@@ -1,0 +1,40 @@
+/* kernels/ops.h — the small f32 operators of the Gemma forward pass: RMSNorm, RoPE (NEOX),
+ * softmax, GeGLU, soft-capping and attention of one query over a range of cached keys.
+ * Scalar and plain: simple loops over contiguous arrays that compilers vectorise. */
+#ifndef GM_KERNELS_OPS_H
+#define GM_KERNELS_OPS_H
+
+#include <stddef.h>
+
+/* y = x * rsqrt(mean(x^2) + eps) * w over n elements (w already holds 1 + w for Gemma).
+ * The sum of squares is accumulated in double, as ggml does. y may alias x. */
+void gm_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
+
+/* inv_freq[i] = freq_scale * base^(-2i/hd), i < hd/2 (computed in double). */
+void gm_rope_inv_freq(float *inv_freq, int hd, double base, double freq_scale);
+/* cos/sin tables of one position: theta_i = pos * inv_freq[i], i < hd/2. */
+void gm_rope_cos_sin(float *cs, float *sn, const float *inv_freq, int hd, int pos);
+/* Rotate-half (NEOX) RoPE on n_heads heads of hd contiguous floats each. */
+void gm_rope_neox(float *x, int n_heads, int hd, const float *cs, const float *sn);
+
+/* In-place softmax over n floats; a row that is all -inf becomes all zeros. */
+void gm_softmax(float *x, int n);
+/* x = cap * tanh(x / cap) (cap > 0). */
+void gm_softcap(float *x, int n, float cap);
+float gm_gelu_tanh(float x);
+/* gate[i] = gelu_tanh(gate[i]) * up[i]. */
+void gm_geglu(float *gate, const float *up, int n);
+void gm_scale(float *x, int n, float s);
+void gm_add(float *y, const float *x, int n); /* y += x */
+
+/* One query head attending over n_keys consecutive cached positions.
+ *   q: hd floats (RoPE and query scale already applied)
+ *   k, v: the first key/value of the range; consecutive positions are kv_stride floats apart
+ *   softcap: 0 = none, else scores are capped (Gemma 2) before the bias / mask
+ *   bias: NULL, or additive bias for keys j >= bias_from (bias[j - bias_from]); -inf masks
+ *   scores: scratch of n_keys floats
+ *   out: hd floats */
+void gm_attend(float *out, const float *q, const float *k, const float *v, size_t kv_stride,
+               int n_keys, int hd, float softcap, const float *bias, int bias_from, float *scores);
+
+#endif

@@ -1,0 +1,202 @@
+/* model/model.c — open a model: source + config + tokenizer + per-layer weight views. */
+#include "model/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+#include "quant/quant.h"
+#include "text/tokenizer.h"
+
+bool gm_layer_is_sliding(const gm_config *c, int il) {
+    if (c->sliding_window <= 0 || c->sliding_pattern <= 0) return false;
+    return (il + 1) % c->sliding_pattern != 0;
+}
+
+/* The config must describe something this forward pass can run; refuse clearly otherwise. */
+static gm_status check_config(const gm_config *c, const char *path, gm_error *err) {
+#define NEED(cond, what)                                                                      \
+    if (!(cond)) return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: cannot run this model: %s", path, what)
+    NEED(c->generation >= 1 && c->generation <= 3, "only Gemma 1, 2 and 3 text decoders are supported");
+    NEED(c->d_model > 0 && c->d_model <= 65536, "hidden size out of range");
+    NEED(c->n_layers > 0 && c->n_layers <= 1024, "layer count out of range");
+    NEED(c->n_heads > 0 && c->n_kv_heads > 0 && c->n_heads % c->n_kv_heads == 0,
+         "head counts must be positive and query heads a multiple of KV heads");
+    NEED(c->head_dim > 0 && c->head_dim % 2 == 0 && c->head_dim <= 4096, "head_dim must be even and positive");
+    NEED(c->d_ff > 0, "feed-forward size must be positive");
+    NEED(c->n_vocab > 0, "vocabulary size must be positive");
+    NEED(c->context_length > 0, "context length must be positive");
+    NEED(c->sliding_window >= 0 && c->sliding_pattern >= 0, "negative sliding window or pattern");
+    NEED(c->norm_eps > 0.0f && isfinite(c->norm_eps), "RMSNorm epsilon must be positive");
+    NEED(c->rope_base_global > 0.0f && c->rope_base_local > 0.0f, "RoPE bases must be positive");
+    NEED(c->rope_scale_global > 0.0f, "RoPE scale factor must be positive");
+    NEED(isfinite(c->query_scale) && c->query_scale > 0.0f, "query scale must be positive");
+    NEED(c->attn_softcap >= 0.0f && c->final_softcap >= 0.0f, "negative soft-cap");
+    NEED(isfinite(c->embed_scale) && c->embed_scale > 0.0f, "embedding scale must be positive");
+#undef NEED
+    return GM_OK;
+}
+
+static gm_status find(const gm_model *m, const char *name, bool required, const gm_tensor **out,
+                      gm_error *err) {
+    *out = gm_source_tensor(m->src, name);
+    if (!*out && required)
+        return gm_fail(err, GM_ERR_NOT_FOUND, "%s: tensor %s is missing", gm_source_path(m->src), name);
+    return GM_OK;
+}
+
+/* A 2-D weight of shape ne = [cols, rows] as a matrix view, with its size checked. */
+static gm_status load_matrix(gm_model *m, const char *name, int64_t cols, int64_t rows, gm_matrix *out,
+                             gm_error *err) {
+    const gm_tensor *t;
+    gm_status st = find(m, name, true, &t, err);
+    if (st) return st;
+    const char *path = gm_source_path(m->src);
+    if (t->n_dims > 2 || t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1)
+        return gm_fail(err, GM_ERR_FORMAT, "%s: tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
+                       path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                       (long long)t->ne[3], (long long)cols, (long long)rows);
+    const size_t rb = gm_row_bytes(t->type, cols);
+    if (rb == 0 || !gm_type_traits_of(t->type))
+        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: tensor %s: type %s (%d) with rows of %lld is not supported",
+                       path, name, gm_type_name(t->type) ? gm_type_name(t->type) : "?", t->type, (long long)cols);
+    if (t->nbytes < (uint64_t)rb * (uint64_t)rows)
+        return gm_fail(err, GM_ERR_FORMAT, "%s: tensor %s holds %llu bytes, needs %llu", path, name,
+                       (unsigned long long)t->nbytes, (unsigned long long)rb * (unsigned long long)rows);
+    *out = (gm_matrix){.type = t->type, .rows = rows, .cols = cols, .data = t->data};
+    return GM_OK;
+}
+
+/* A 1-D norm weight of n elements converted to f32 into dst, with +1 added when the file stores the
+ * raw (zero-centred) w. Absent optional norms leave *out NULL. */
+static gm_status load_norm(gm_model *m, const char *name, int n, bool required, float *dst,
+                           const float **out, gm_error *err) {
+    const gm_tensor *t;
+    *out = NULL;
+    gm_status st = find(m, name, required, &t, err);
+    if (st || !t) return st;
+    const char *path = gm_source_path(m->src);
+    if (t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return gm_fail(err, GM_ERR_FORMAT, "%s: norm %s has %lld x %lld elements, expected %d", path, name,
+                       (long long)t->ne[0], (long long)t->ne[1], n);
+    const gm_type_traits *tr = gm_type_traits_of(t->type);
+    const size_t rb = gm_row_bytes(t->type, n);
+    if (!tr || !tr->dequant_row || rb == 0)
+        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: norm %s has unsupported type %d", path, name, t->type);
+    if (t->nbytes < rb) return gm_fail(err, GM_ERR_FORMAT, "%s: norm %s is truncated", path, name);
+    tr->dequant_row(t->data, dst, n);
+    if (!m->cfg.norm_weights_plus_one)
+        for (int i = 0; i < n; i++) dst[i] += 1.0f;
+    for (int i = 0; i < n; i++)
+        if (!isfinite(dst[i])) return gm_fail(err, GM_ERR_FORMAT, "%s: norm %s holds a non-finite value", path, name);
+    *out = dst;
+    return GM_OK;
+}
+
+static gm_status load_layer(gm_model *m, int il, float **store, gm_error *err) {
+    const gm_config *c = &m->cfg;
+    gm_layer *L = &m->layers[il];
+    const int64_t d = c->d_model, qd = (int64_t)c->n_heads * c->head_dim,
+                  kvd = (int64_t)c->n_kv_heads * c->head_dim, ff = c->d_ff;
+    char name[96];
+    gm_status st;
+#define MAT(field, suffix, cols, rows)                                             \
+    snprintf(name, sizeof name, "blk.%d." suffix ".weight", il);                   \
+    if ((st = load_matrix(m, name, cols, rows, &L->field, err))) return st;
+#define NORM(field, suffix, n, req)                                                \
+    snprintf(name, sizeof name, "blk.%d." suffix ".weight", il);                   \
+    if ((st = load_norm(m, name, n, req, *store, &L->field, err))) return st;      \
+    if (L->field) *store += (n);
+    MAT(wq, "attn_q", d, qd)
+    MAT(wk, "attn_k", d, kvd)
+    MAT(wv, "attn_v", d, kvd)
+    MAT(wo, "attn_output", qd, d)
+    MAT(gate, "ffn_gate", d, ff)
+    MAT(up, "ffn_up", d, ff)
+    MAT(down, "ffn_down", ff, d)
+    NORM(attn_norm, "attn_norm", (int)d, true)
+    NORM(ffn_norm, "ffn_norm", (int)d, true)
+    NORM(post_attn_norm, "post_attention_norm", (int)d, c->has_post_norms)
+    NORM(post_ffn_norm, "post_ffw_norm", (int)d, c->has_post_norms)
+    NORM(q_norm, "attn_q_norm", c->head_dim, c->has_qk_norm)
+    NORM(k_norm, "attn_k_norm", c->head_dim, c->has_qk_norm)
+#undef MAT
+#undef NORM
+    if (!c->has_post_norms) L->post_attn_norm = L->post_ffn_norm = NULL;
+    if (!c->has_qk_norm) L->q_norm = L->k_norm = NULL;
+    L->sliding = gm_layer_is_sliding(c, il);
+    L->window = L->sliding ? c->sliding_window : 0;
+    /* Gemma 3: local layers use the local base unscaled; global layers the global base with
+     * linear scaling. Gemma 1/2 have one base (config sets both). */
+    float *inv = *store;
+    if (L->sliding) gm_rope_inv_freq(inv, c->head_dim, c->rope_base_local, 1.0);
+    else gm_rope_inv_freq(inv, c->head_dim, c->rope_base_global, 1.0 / c->rope_scale_global);
+    L->inv_freq = inv;
+    *store += c->head_dim / 2;
+    return GM_OK;
+}
+
+static gm_status load_weights(gm_model *m, gm_error *err) {
+    const gm_config *c = &m->cfg;
+    const size_t per_layer = 4 * (size_t)c->d_model + 2 * (size_t)c->head_dim + (size_t)c->head_dim / 2;
+    m->f32_store = malloc(((size_t)c->n_layers * per_layer + (size_t)c->d_model) * sizeof(float));
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->f32_store || !m->layers) return gm_fail(err, GM_ERR_NOMEM, "model: out of memory for weights");
+    gm_status st = load_matrix(m, "token_embd.weight", c->d_model, c->n_vocab, &m->embd, err);
+    if (st) return st;
+    m->output = m->embd;
+    if (gm_source_tensor(m->src, "output.weight") && !c->tied_embeddings) {
+        st = load_matrix(m, "output.weight", c->d_model, c->n_vocab, &m->output, err);
+        if (st) return st;
+    }
+    float *store = m->f32_store;
+    st = load_norm(m, "output_norm.weight", c->d_model, true, store, &m->output_norm, err);
+    if (st) return st;
+    store += c->d_model;
+    for (int il = 0; il < c->n_layers; il++)
+        if ((st = load_layer(m, il, &store, err))) return st;
+    return GM_OK;
+}
+
+/* The vocabulary travels with the weights: GGUF metadata, or the HF folder's tokenizer files. */
+static gm_status load_tokenizer(gm_model *m, gm_error *err) {
+    gm_status st = gm_source_is_gguf(m->src) ? gm_tokenizer_from_gguf(gm_source_gguf(m->src), &m->tok, err)
+                                             : gm_tokenizer_from_hf_dir(gm_source_hf_dir(m->src), &m->tok, err);
+    if (st) return gm_fail_prefix(err, "%s: tokenizer: ", gm_source_path(m->src));
+    return GM_OK;
+}
+
+void gm_model_free(gm_model *m) {
+    if (!m) return;
+    gm_tokenizer_free(m->tok);
+    gm_source_close(m->src);
+    free(m->layers);
+    free(m->f32_store);
+    free(m);
+}
+
+const gm_tokenizer *gm_model_tokenizer(const gm_model *m) { return m ? m->tok : NULL; }
+
+gm_status gm_model_open(const char *path, const gm_model_options *opt, gm_model **out, gm_error *err) {
+    if (!out) return gm_fail(err, GM_ERR_ARG, "gm_model_open: out is NULL");
+    *out = NULL;
+    if (!path || !*path) return gm_fail(err, GM_ERR_ARG, "gm_model_open: empty model path");
+    gm_model *m = calloc(1, sizeof *m);
+    if (!m) return gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", path);
+    gm_status st = gm_source_open(path, opt ? opt->keep_mtp : false, &m->src, err);
+    if (!st) st = gm_config_load(m->src, &m->cfg, err);
+    if (!st) st = check_config(&m->cfg, path, err);
+    if (!st) st = load_weights(m, err);
+    if (!st) st = load_tokenizer(m, err);
+    if (st) {
+        gm_model_free(m);
+        return st;
+    }
+    *out = m;
+    return GM_OK;
+}
+
+const gm_config *gm_model_config(const gm_model *m) { return m ? &m->cfg : NULL; }

@@ -1,0 +1,40 @@
+/* model/model.h — an opened Gemma model: the tensor source, its config, the tokenizer, and per-layer
+ * weight references. Matrices are views into the mapped file (no copies); norm weights are
+ * converted to f32 once, with the Gemma "+1" folded in when the file stores the raw w (HF). */
+#ifndef GM_MODEL_MODEL_H
+#define GM_MODEL_MODEL_H
+
+#include <stdbool.h>
+
+#include "gemma.h"
+#include "kernels/matmul.h"
+#include "model/source.h"
+
+typedef struct gm_layer {
+    gm_matrix wq, wk, wv, wo;       /* [H*hd x d], [Hkv*hd x d] x2, [d x H*hd] */
+    gm_matrix gate, up, down;       /* [ff x d] x2, [d x ff] */
+    const float *attn_norm;         /* d, always present */
+    const float *post_attn_norm;    /* d, NULL without post norms (Gemma 1) */
+    const float *ffn_norm;          /* d, pre-FFN norm */
+    const float *post_ffn_norm;     /* d, NULL without post norms */
+    const float *q_norm, *k_norm;   /* hd, NULL without q/k norm (Gemma 1/2) */
+    bool sliding;                   /* attends to the last `window` positions only */
+    int window;                     /* 0 when global */
+    const float *inv_freq;          /* hd/2 RoPE inverse frequencies (base, linear scale folded) */
+} gm_layer;
+
+struct gm_model {
+    gm_source *src;
+    gm_config cfg;
+    gm_tokenizer *tok;              /* owned */
+    gm_matrix embd;                 /* [vocab x d] token embeddings */
+    gm_matrix output;               /* LM head: == embd when tied */
+    const float *output_norm;       /* d */
+    gm_layer *layers;
+    float *f32_store;               /* backing store of every f32 vector above */
+};
+
+/* True when layer il attends through a sliding window (the config's pattern rule). */
+bool gm_layer_is_sliding(const gm_config *c, int il);
+
+#endif

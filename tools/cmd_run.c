@@ -1,0 +1,500 @@
+/* tools/cmd_run.c — `gemma run` (one prompt, streamed continuation) and `gemma chat` (interactive
+ * multi-turn chat over stdin, the KV cache reused across turns). */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gemma.h"
+#include "kernels/threadpool.h"
+#include "tools/commands.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---------------------------------------------------------------- options */
+
+typedef struct run_args {
+    const char *model, *prompt, *file, *system;
+    int n_predict, n_threads, n_ctx;
+    gm_sampling s;
+    bool naive, no_bos, chat, truncate, ignore_eos, verbose;
+} run_args;
+
+static bool parse_int(const char *flag, const char *v, long lo, long hi, int *out) {
+    char *end;
+    errno = 0;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "gemma: %s expects an integer in [%ld, %ld], got '%s'\n", flag, lo, hi, v ? v : "");
+        return false;
+    }
+    *out = (int)x;
+    return true;
+}
+
+static bool parse_float(const char *flag, const char *v, float *out) {
+    char *end;
+    errno = 0;
+    float x = v ? strtof(v, &end) : 0;
+    if (!v || errno || end == v || *end || !isfinite(x)) {
+        fprintf(stderr, "gemma: %s expects a number, got '%s'\n", flag, v ? v : "");
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+static bool parse_u64(const char *flag, const char *v, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long x = v ? strtoull(v, &end, 10) : 0;
+    if (!v || errno || end == v || *end || v[0] == '-') {
+        fprintf(stderr, "gemma: %s expects a non-negative integer, got '%s'\n", flag, v ? v : "");
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+static void usage(FILE *out, bool chat) {
+    if (chat)
+        fprintf(out, "usage: gemma chat [-m MODEL] [-s SYSTEM] [-n N] [-t THREADS] [-c CTX] [sampling options]\n"
+                     "  reads user turns from stdin, one per line; /reset clears the conversation, /exit quits\n"
+                     "  -s TEXT   system prompt (folded into the first user turn)\n"
+                     "  -n N      at most N tokens per reply (default 512)\n");
+    else
+        fprintf(out, "usage: gemma run [-m MODEL] -p PROMPT | -f FILE [-n N] [-t THREADS] [-c CTX] [sampling options]\n"
+                     "                 [--naive] [--no-bos] [--chat] [--truncate] [--ignore-eos] [-v]\n"
+                     "  -p TEXT   prompt (special tokens such as <start_of_turn> are parsed)\n"
+                     "  -f FILE   read the prompt from FILE\n"
+                     "  -n N      tokens to generate (default 64)\n"
+                     "  --chat    wrap the prompt in the model's chat template (one user turn)\n"
+                     "  --naive   recompute the whole history for every token (reference path; slow)\n"
+                     "  --no-bos  do not prepend <bos>\n"
+                     "  --truncate keep the last tokens of a prompt longer than the context (default: refuse)\n"
+                     "  --ignore-eos keep generating past <eos> / <end_of_turn>\n");
+    fprintf(out, "common:\n"
+                 "  -m PATH   model (.gguf or HF folder; default %s)\n"
+                 "  -t N      threads (default: physical cores, %d)\n"
+                 "  -c N      context size (default: the model's, capped at %d)\n"
+                 "  --temp T --top-k K --top-p P --min-p M --repeat-penalty R --repeat-last-n N\n"
+                 "  --frequency-penalty F --presence-penalty P --seed S   (default: greedy, temperature 0)\n"
+                 "  -v        verbose\n",
+            gm_cli_default_model(), gm_physical_cores(), GM_DEFAULT_MAX_CTX);
+}
+
+/* Returns 0 to go on, 1 after --help (exit 0), 2 on a bad option. */
+static int parse_args(int argc, char **argv, bool chat, run_args *a) {
+    memset(a, 0, sizeof *a);
+    a->model = gm_cli_default_model();
+    a->n_predict = chat ? 512 : 64;
+    a->s = gm_sampling_default();
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool used = true, ok = true;
+#define IS(x) (!strcmp(o, x))
+        if (IS("-h") || IS("--help")) { usage(stdout, chat); return 1; }
+        else if (IS("-m") || IS("--model")) { a->model = v; ok = v != NULL; }
+        else if (!chat && (IS("-p") || IS("--prompt"))) { a->prompt = v; ok = v != NULL; }
+        else if (!chat && (IS("-f") || IS("--file"))) { a->file = v; ok = v != NULL; }
+        else if (chat && (IS("-s") || IS("--system"))) { a->system = v; ok = v != NULL; }
+        else if (IS("-n") || IS("--n-predict")) ok = parse_int(o, v, 0, INT_MAX, &a->n_predict);
+        else if (IS("-t") || IS("--threads")) ok = parse_int(o, v, 1, 1024, &a->n_threads);
+        else if (IS("-c") || IS("--ctx-size")) ok = parse_int(o, v, 0, INT_MAX, &a->n_ctx);
+        else if (IS("--temp")) ok = parse_float(o, v, &a->s.temperature);
+        else if (IS("--top-k")) ok = parse_int(o, v, INT_MIN, INT_MAX, &a->s.top_k);
+        else if (IS("--top-p")) ok = parse_float(o, v, &a->s.top_p);
+        else if (IS("--min-p")) ok = parse_float(o, v, &a->s.min_p);
+        else if (IS("--repeat-penalty")) ok = parse_float(o, v, &a->s.repeat_penalty);
+        else if (IS("--repeat-last-n")) ok = parse_int(o, v, INT_MIN, INT_MAX, &a->s.repeat_last_n);
+        else if (IS("--frequency-penalty")) ok = parse_float(o, v, &a->s.frequency_penalty);
+        else if (IS("--presence-penalty")) ok = parse_float(o, v, &a->s.presence_penalty);
+        else if (IS("--seed")) ok = parse_u64(o, v, &a->s.seed);
+        else {
+            used = false;
+            if (!chat && IS("--naive")) a->naive = true;
+            else if (!chat && IS("--no-bos")) a->no_bos = true;
+            else if (!chat && IS("--chat")) a->chat = true;
+            else if (!chat && IS("--truncate")) a->truncate = true;
+            else if (IS("--ignore-eos")) a->ignore_eos = true;
+            else if (IS("-v") || IS("--verbose")) a->verbose = true;
+            else {
+                fprintf(stderr, "gemma %s: unknown option '%s' (see --help)\n", chat ? "chat" : "run", o);
+                return 2;
+            }
+        }
+#undef IS
+        if (!ok) {
+            if (!v) fprintf(stderr, "gemma %s: %s needs a value\n", chat ? "chat" : "run", o);
+            return 2;
+        }
+        if (used) i++;
+    }
+    gm_error err = {0};
+    if (gm_sampling_validate(&a->s, &err) != GM_OK) {
+        fprintf(stderr, "gemma %s: %s\n", chat ? "chat" : "run", err.msg);
+        return 2;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- shared set-up */
+
+typedef struct session {
+    gm_model *m;
+    gm_generator *g;
+    const gm_tokenizer *tok;
+    double load_s;
+} session;
+
+static int open_session(const run_args *a, const char *cmd, session *s) {
+    gm_error err = {0};
+    memset(s, 0, sizeof *s);
+    const double t0 = now_s();
+    if (gm_model_open(a->model, NULL, &s->m, &err) != GM_OK) {
+        fprintf(stderr, "gemma %s: %s\n", cmd, err.msg);
+        return 1;
+    }
+    gm_generator_options go = {.n_threads = a->n_threads, .n_ctx = a->n_ctx, .ignore_stop = a->ignore_eos};
+    if (gm_generator_new(s->m, &go, &s->g, &err) != GM_OK) {
+        fprintf(stderr, "gemma %s: %s\n", cmd, err.msg);
+        gm_model_free(s->m);
+        return 1;
+    }
+    s->tok = gm_model_tokenizer(s->m);
+    s->load_s = now_s() - t0;
+    if (a->verbose)
+        fprintf(stderr, "gemma %s: %s: %s, %d layers, d=%d, context %d, %d threads\n", cmd, a->model,
+                gm_model_config(s->m)->arch, gm_model_config(s->m)->n_layers, gm_model_config(s->m)->d_model,
+                gm_generator_n_ctx(s->g), a->n_threads > 0 ? a->n_threads : gm_physical_cores());
+    return 0;
+}
+
+static void close_session(session *s) {
+    gm_generator_free(s->g);
+    gm_model_free(s->m);
+}
+
+/* Streams each token's text to stdout as it is generated. */
+typedef struct streamer {
+    gm_detok_stream *ds;
+    int n;
+    double t_first;
+    char *reply;     /* chat: the reply text (stop tokens excluded) */
+    size_t len, cap;
+    bool failed;
+} streamer;
+
+static void stream_text(streamer *st, const char *text, size_t len) {
+    if (!len) return;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    if (st->len + len + 1 > st->cap) {
+        size_t cap = (st->len + len + 1) * 2;
+        char *r = realloc(st->reply, cap);
+        if (!r) { st->failed = true; return; }
+        st->reply = r;
+        st->cap = cap;
+    }
+    memcpy(st->reply + st->len, text, len);
+    st->len += len;
+    st->reply[st->len] = 0;
+}
+
+static bool on_token(int32_t tok, void *user) {
+    streamer *st = user;
+    if (st->n++ == 0) st->t_first = now_s();
+    const char *text;
+    size_t len;
+    gm_error err = {0};
+    if (gm_detok_stream_push(st->ds, tok, &text, &len, &err) != GM_OK) {
+        fprintf(stderr, "\ngemma: %s\n", err.msg);
+        st->failed = true;
+        return false;
+    }
+    stream_text(st, text, len);
+    return true;
+}
+
+static void stream_flush(streamer *st) {
+    const char *text;
+    size_t len;
+    gm_detok_stream_flush(st->ds, &text, &len);
+    stream_text(st, text, len);
+}
+
+/* Generates up to n tokens after the history, streaming them. The first token's time (prefill +
+ * first sample) is reported separately from the rest. */
+static gm_status generate_stream(session *s, const run_args *a, int n, streamer *st, double *t_prefill,
+                                 double *t_gen, int *n_gen, gm_error *err) {
+    *n_gen = 0;
+    *t_prefill = *t_gen = 0;
+    if (n <= 0) return GM_OK;
+    const double t0 = now_s();
+    int32_t t;
+    gm_status rc = a->naive ? gm_generator_step(s->g, &a->s, &t, err) : gm_generator_step_cached(s->g, &a->s, &t, err);
+    if (rc) return rc;
+    *t_prefill = now_s() - t0;
+    *n_gen = 1;
+    bool go = on_token(t, st) && (a->ignore_eos || !gm_generator_is_stop(s->g, t));
+    const double t1 = now_s();
+    for (int i = 1; go && i < n; i++) {
+        int ctx_used;
+        gm_generator_tokens(s->g, &ctx_used);
+        if (ctx_used >= gm_generator_n_ctx(s->g)) {
+            fprintf(stderr, "\ngemma: the context is full (%d tokens); stopping\n", ctx_used);
+            break;
+        }
+        rc = a->naive ? gm_generator_step(s->g, &a->s, &t, err) : gm_generator_step_cached(s->g, &a->s, &t, err);
+        if (rc) return rc;
+        (*n_gen)++;
+        go = on_token(t, st) && (a->ignore_eos || !gm_generator_is_stop(s->g, t));
+    }
+    *t_gen = now_s() - t1;
+    return GM_OK;
+}
+
+/* ---------------------------------------------------------------- gemma run */
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    for (size_t r; buf && (r = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
+        n += r;
+        if (n + 1 == cap) {
+            char *b = realloc(buf, cap *= 2);
+            if (!b) { free(buf); buf = NULL; }
+            buf = b;
+        }
+    }
+    fclose(f);
+    if (buf) { buf[n] = 0; *len = n; }
+    return buf;
+}
+
+/* The prompt's token ids: raw text, or one chat turn rendered by the model's template. */
+static gm_status prompt_ids(const session *s, const run_args *a, const char *text, size_t len, int32_t **ids,
+                            size_t *n, gm_error *err) {
+    if (!a->chat)
+        return gm_tokenize(s->tok, text, len, !a->no_bos && gm_tokenizer_add_bos(s->tok), true, ids, n, err);
+    char *copy = strndup(text, len);
+    if (!copy) return GM_ERR_NOMEM;
+    gm_chat_message msg = {"user", copy};
+    char *rendered = NULL;
+    gm_status st = gm_chat_render(s->tok, &msg, 1, true, &rendered, err);
+    free(copy);
+    if (st) return st;
+    st = gm_tokenize(s->tok, rendered, strlen(rendered), false, true, ids, n, err);
+    free(rendered);
+    return st;
+}
+
+int cmd_run(int argc, char **argv) {
+    run_args a;
+    int rc = parse_args(argc, argv, false, &a);
+    if (rc) return rc == 1 ? 0 : 2;
+    if ((a.prompt != NULL) == (a.file != NULL)) {
+        fprintf(stderr, "gemma run: give exactly one of -p PROMPT or -f FILE (see --help)\n");
+        return 2;
+    }
+    size_t plen = 0;
+    char *ptext = a.file ? read_file(a.file, &plen) : strdup(a.prompt);
+    if (!ptext) {
+        fprintf(stderr, "gemma run: cannot read the prompt file %s: %s\n", a.file ? a.file : "-", strerror(errno));
+        return 1;
+    }
+    if (!a.file) plen = strlen(ptext);
+    if (plen == 0) {
+        fprintf(stderr, "gemma run: the prompt is empty\n");
+        free(ptext);
+        return 2;
+    }
+    session s;
+    if (open_session(&a, "run", &s)) { free(ptext); return 1; }
+    gm_error err = {0};
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    int status = 1;
+    streamer st = {0};
+    if (prompt_ids(&s, &a, ptext, plen, &ids, &n_ids, &err) != GM_OK) {
+        fprintf(stderr, "gemma run: %s\n", err.msg);
+        goto done;
+    }
+    const int n_ctx = gm_generator_n_ctx(s.g);
+    const int32_t *use = ids;
+    size_t n_use = n_ids;
+    if (n_ids >= (size_t)n_ctx) {
+        if (!a.truncate) {
+            fprintf(stderr, "gemma run: the prompt has %zu tokens but the context holds %d (with room for one more "
+                            "to generate); use -c to enlarge it or --truncate to keep the last tokens\n", n_ids, n_ctx);
+            goto done;
+        }
+        /* keep the last tokens, leaving room for the generation (at least one token) */
+        int room = a.n_predict < n_ctx / 2 ? a.n_predict : n_ctx / 2;
+        if (room < 1) room = 1;
+        n_use = (size_t)(n_ctx - room);
+        use = ids + (n_ids - n_use);
+        fprintf(stderr, "gemma run: prompt truncated from %zu to its last %zu tokens\n", n_ids, n_use);
+    }
+    if (gm_generator_prefill(s.g, use, (int)n_use, &err) != GM_OK ||
+        gm_detok_stream_new(s.tok, false, &st.ds, &err) != GM_OK) {
+        fprintf(stderr, "gemma run: %s\n", err.msg);
+        goto done;
+    }
+    double t_pp, t_tg;
+    int n_gen;
+    if (generate_stream(&s, &a, a.n_predict, &st, &t_pp, &t_tg, &n_gen, &err) != GM_OK) {
+        fprintf(stderr, "\ngemma run: %s\n", err.msg);
+        goto done;
+    }
+    stream_flush(&st);
+    fputc('\n', stdout);
+    fflush(stdout);
+    fprintf(stderr, "\nload: %.0f ms | prompt: %zu tokens, %.1f tokens/s | generation: %d tokens, %.1f tokens/s%s\n",
+            s.load_s * 1e3, n_use, t_pp > 0 ? (double)n_use / t_pp : 0.0, n_gen,
+            (n_gen > 1 && t_tg > 0) ? (n_gen - 1) / t_tg : 0.0, a.naive ? " (naive)" : "");
+    status = st.failed ? 1 : 0;
+done:
+    gm_detok_stream_free(st.ds);
+    free(st.reply);
+    free(ids);
+    free(ptext);
+    close_session(&s);
+    return status;
+}
+
+/* ---------------------------------------------------------------- gemma chat */
+
+typedef struct convo {
+    gm_chat_message *msgs;
+    char **owned;
+    size_t n, cap;
+} convo;
+
+static bool convo_add(convo *c, const char *role, const char *content) {
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 8;
+        gm_chat_message *m = realloc(c->msgs, cap * sizeof *m);
+        if (!m) return false;
+        c->msgs = m;
+        char **o = realloc(c->owned, cap * sizeof *o);
+        if (!o) return false;
+        c->owned = o;
+        c->cap = cap;
+    }
+    char *copy = strdup(content);
+    if (!copy) return false;
+    c->owned[c->n] = copy;
+    c->msgs[c->n++] = (gm_chat_message){role, copy};
+    return true;
+}
+
+static void convo_clear(convo *c, const char *system) {
+    for (size_t i = 0; i < c->n; i++) free(c->owned[i]);
+    c->n = 0;
+    if (system && *system) convo_add(c, "system", system);
+}
+
+static void convo_free(convo *c) {
+    convo_clear(c, NULL);
+    free(c->msgs);
+    free(c->owned);
+}
+
+/* One turn: render the whole conversation, prefill it (only the part the cache lacks is computed),
+ * stream the reply and record it. */
+static int chat_turn(session *s, const run_args *a, convo *c, const char *user) {
+    gm_error err = {0};
+    if (!convo_add(c, "user", user)) return 1;
+    char *text = NULL;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    streamer st = {0};
+    int rc = 1;
+    if (gm_chat_render(s->tok, c->msgs, c->n, true, &text, &err) != GM_OK ||
+        gm_tokenize(s->tok, text, strlen(text), false, true, &ids, &n, &err) != GM_OK) {
+        fprintf(stderr, "gemma chat: %s\n", err.msg);
+        c->n--, free(c->owned[c->n]);
+        goto out;
+    }
+    if (n >= (size_t)gm_generator_n_ctx(s->g)) {
+        fprintf(stderr, "gemma chat: the conversation (%zu tokens) no longer fits the context (%d); /reset to start over\n",
+                n, gm_generator_n_ctx(s->g));
+        c->n--, free(c->owned[c->n]);
+        rc = 0;
+        goto out;
+    }
+    if (gm_generator_prefill(s->g, ids, (int)n, &err) != GM_OK ||
+        gm_detok_stream_new(s->tok, false, &st.ds, &err) != GM_OK) {
+        fprintf(stderr, "gemma chat: %s\n", err.msg);
+        goto out;
+    }
+    double t_pp, t_tg;
+    int n_gen;
+    run_args ra = *a;
+    ra.ignore_eos = false;
+    if (generate_stream(s, &ra, a->n_predict, &st, &t_pp, &t_tg, &n_gen, &err) != GM_OK) {
+        fprintf(stderr, "\ngemma chat: %s\n", err.msg);
+        goto out;
+    }
+    stream_flush(&st);
+    fputc('\n', stdout);
+    fflush(stdout);
+    if (a->verbose)
+        fprintf(stderr, "[%zu prompt tokens in %.0f ms, %d generated, %.1f tokens/s]\n", n, t_pp * 1e3, n_gen,
+                (n_gen > 1 && t_tg > 0) ? (n_gen - 1) / t_tg : 0.0);
+    rc = convo_add(c, "model", st.reply ? st.reply : "") ? 0 : 1;
+out:
+    gm_detok_stream_free(st.ds);
+    free(st.reply);
+    free(ids);
+    free(text);
+    return rc;
+}
+
+int cmd_chat(int argc, char **argv) {
+    run_args a;
+    int rc = parse_args(argc, argv, true, &a);
+    if (rc) return rc == 1 ? 0 : 2;
+    session s;
+    if (open_session(&a, "chat", &s)) return 1;
+    convo c = {0};
+    convo_clear(&c, a.system);
+    const bool tty = isatty(0);
+    char *line = NULL;
+    size_t cap = 0;
+    int status = 0;
+    for (;;) {
+        if (tty) fprintf(stderr, "> ");
+        ssize_t len = getline(&line, &cap, stdin);
+        if (len < 0) break;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (len == 0) continue;
+        if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
+        if (!strcmp(line, "/reset")) {
+            convo_clear(&c, a.system);
+            gm_generator_reset(s.g);
+            fprintf(stderr, "[conversation cleared]\n");
+            continue;
+        }
+        if (chat_turn(&s, &a, &c, line)) {
+            status = 1;
+            break;
+        }
+    }
+    free(line);
+    convo_free(&c);
+    close_session(&s);
+    return status;
+}
