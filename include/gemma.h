@@ -115,6 +115,101 @@ gm_status gm_model_describe(const gm_model *m, bool json, void *FILE_stream, gm_
 
 /* ------------------------------------------------------------------ generator (generate/) */
 /* @section generator: owned by model/ and generate/ */
+
+/* The model's tokenizer (owned by the model). */
+const gm_tokenizer *gm_model_tokenizer(const gm_model *m);
+
+/* Sampling. Start from gm_sampling_default() (greedy, every filter and penalty off). Invalid values
+ * (temperature < 0, top_p outside (0,1], min_p outside [0,1], top_k < 0, repeat_penalty <= 0,
+ * repeat_last_n < -1) -> GM_ERR_ARG with a message. */
+typedef struct gm_sampling {
+    float temperature;       /* 0 = greedy (argmax) */
+    int top_k;               /* 0 = off */
+    float top_p;             /* nucleus; 1 = off */
+    float min_p;             /* relative to the best token's probability; 0 = off */
+    float repeat_penalty;    /* llama.cpp: logit / r if > 0 else logit * r; 1 = off */
+    int repeat_last_n;       /* window of recent tokens for the penalties; 0 = none, -1 = whole history */
+    float frequency_penalty; /* logit -= f * count */
+    float presence_penalty;  /* logit -= p if count > 0 */
+    uint64_t seed;           /* same seed + options + history -> same tokens */
+} gm_sampling;
+
+gm_sampling gm_sampling_default(void);
+gm_status gm_sampling_validate(const gm_sampling *s, gm_error *err);
+
+typedef struct gm_generator gm_generator;
+
+typedef struct gm_generator_options {
+    int n_threads;    /* <= 0: physical cores */
+    int n_ctx;        /* 0: the model's context_length, capped at GM_DEFAULT_MAX_CTX */
+    int n_batch;      /* prefill chunk (positions per batched pass); 0: 512 */
+    bool ignore_stop; /* generate*: do not stop at <eos> / <end_of_turn> */
+    bool kv_full;     /* allocate the whole KV cache up front instead of growing it in buckets */
+} gm_generator_options;
+
+#define GM_DEFAULT_MAX_CTX 8192
+
+/* The generator keeps a token history and a KV cache. Invariant after a cached step: the cache holds
+ * every token of the history but the last sampled one, which is the input of the next decode.
+ * Pointers returned (logits, tokens, taps) stay valid until the next call on the generator. */
+gm_status gm_generator_new(gm_model *m, const gm_generator_options *opt, gm_generator **out, gm_error *err);
+void gm_generator_free(gm_generator *g);
+void gm_generator_reset(gm_generator *g);          /* empty history and cache */
+const gm_config *gm_generator_config(const gm_generator *g);
+gm_model *gm_generator_model(const gm_generator *g);
+int gm_generator_n_ctx(const gm_generator *g);
+const int32_t *gm_generator_tokens(const gm_generator *g, int *n);
+/* true for <eos> and <end_of_turn>. */
+bool gm_generator_is_stop(const gm_generator *g, int32_t tok);
+
+/* Replaces the history with ids (no compute). The cached prefix shared with the old history is kept,
+ * so only the new suffix is computed by the next cached call (multi-turn chat, prompt reuse). */
+gm_status gm_generator_prefill(gm_generator *g, const int32_t *ids, int n, gm_error *err);
+/* Appends ids to the history (no compute). */
+gm_status gm_generator_append(gm_generator *g, const int32_t *ids, int n, gm_error *err);
+
+/* Naive reference: recomputes the whole history from an empty cache, samples one token, appends it. */
+gm_status gm_generator_step(gm_generator *g, const gm_sampling *s, int32_t *tok, gm_error *err);
+/* n naive steps; stops after a stop token unless ignore_stop. *n_out = tokens written to out. */
+gm_status gm_generator_generate(gm_generator *g, int n, const gm_sampling *s, int32_t *out, int *n_out,
+                                gm_error *err);
+
+/* Cached: computes whatever of the history the cache lacks (all of it after prefill: one batched
+ * pass; one token later), samples, appends. */
+gm_status gm_generator_step_cached(gm_generator *g, const gm_sampling *s, int32_t *tok, gm_error *err);
+gm_status gm_generator_generate_cached(gm_generator *g, int n, const gm_sampling *s, int32_t *out, int *n_out,
+                                       gm_error *err);
+/* Streaming: on_token is called after each token (stop tokens included); returning false stops. */
+typedef bool (*gm_token_fn)(int32_t tok, void *user);
+gm_status gm_generator_generate_cached_with(gm_generator *g, int n, const gm_sampling *s, gm_token_fn on_token,
+                                            void *user, int *n_out, gm_error *err);
+
+/* Logits without sampling (n_vocab floats, owned by the generator). */
+gm_status gm_generator_prefill_get_last_logits(gm_generator *g, const int32_t *ids, int n, const float **logits,
+                                               gm_error *err);
+/* Appends id and returns the logits after it. */
+gm_status gm_generator_decode_get_logits(gm_generator *g, int32_t id, const float **logits, gm_error *err);
+/* Logits of every position of the history (n x n_vocab into out, caller-sized), from an empty cache;
+ * afterwards the cache holds the whole history. For scoring / perplexity. */
+gm_status gm_generator_score(gm_generator *g, float *out, gm_error *err);
+
+/* Multimodal prefill: replaces the history with ids and runs one pass whose layer-0 inputs are
+ * embeds (n x d floats, used as given: the caller applies any embedding scale, e.g. E[tok] *
+ * config.embed_scale for text positions). attn_bias: NULL or n x n floats added to the attention
+ * score of query i on key j (after soft-capping); the causal and sliding-window masks still apply,
+ * -INFINITY masks a pair. logits (may be NULL) receives the last position's logits. A following
+ * step_cached samples from those logits. */
+gm_status gm_generator_prefill_from_embeds(gm_generator *g, const int32_t *ids, int n, const float *embeds,
+                                           const float *attn_bias, const float **logits, gm_error *err);
+
+/* Hidden-state taps: each later cached step (decode or prefill pass) records the INPUT hidden state
+ * of these layers at the last computed position. Ids outside [0, n_layers) are dropped, duplicates
+ * merged, the list sorted. n = 0 turns taps off. */
+gm_status gm_generator_set_aux_hidden_layers(gm_generator *g, const int *layer_ids, int n, gm_error *err);
+/* The taps of the last cached step: *n_rows rows of d floats, in the sorted layer order given by
+ * *layers (may be NULL). Taking clears them (*n_rows = 0 until the next step). */
+void gm_generator_take_last_aux(gm_generator *g, const float **rows, const int **layers, int *n_rows);
+
 /* @end generator */
 
 #ifdef __cplusplus

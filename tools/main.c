@@ -23,6 +23,8 @@ typedef struct {
 /* Subcommands not built yet are left out of the table rather than stubbed. */
 static const command COMMANDS[] = {
     {"inspect", cmd_inspect, "describe a model file or folder (architecture, config, tensors)"},
+    {"run", cmd_run, "generate a continuation of a prompt, streamed to stdout"},
+    {"chat", cmd_chat, "interactive multi-turn chat over stdin (KV cache reused across turns)"},
 };
 
 static void usage(FILE *out) {
