@@ -111,6 +111,98 @@ gm_status gm_model_describe(const gm_model *m, bool json, void *FILE_stream, gm_
 
 /* ------------------------------------------------------------------ tokenizer (text/) */
 /* @section tokenizer: owned by text/ */
+
+/* Gemma's SentencePiece vocabulary with llama.cpp's SPM encoding (id for id) and the Gemma chat
+ * turn format. Thread-safety: a gm_tokenizer is immutable after open; any number of threads may
+ * encode / decode with it at once. Returned id arrays and strings are malloc'd: free() them. */
+typedef struct gm_tokenizer gm_tokenizer;
+
+/* GGUF tokenizer.ggml.token_type values. */
+typedef enum gm_token_type {
+    GM_TOKEN_UNDEFINED = 0,
+    GM_TOKEN_NORMAL = 1,
+    GM_TOKEN_UNKNOWN = 2,
+    GM_TOKEN_CONTROL = 3,
+    GM_TOKEN_USER_DEFINED = 4,
+    GM_TOKEN_UNUSED = 5,
+    GM_TOKEN_BYTE = 6,
+} gm_token_type;
+
+/* path: a .gguf file (only its tokenizer.* metadata is read) or a Hugging Face folder with
+ * tokenizer.model and/or tokenizer.json. */
+gm_status gm_tokenizer_open(const char *path, gm_tokenizer **out, gm_error *err);
+void gm_tokenizer_free(gm_tokenizer *tok);
+
+int32_t gm_tokenizer_n_vocab(const gm_tokenizer *tok);
+int32_t gm_tokenizer_bos(const gm_tokenizer *tok);  /* -1 if none */
+int32_t gm_tokenizer_eos(const gm_tokenizer *tok);  /* -1 if none */
+int32_t gm_tokenizer_eot(const gm_tokenizer *tok);  /* <end_of_turn>; -1 if none */
+int32_t gm_tokenizer_unk(const gm_tokenizer *tok);  /* -1 if none */
+int32_t gm_tokenizer_pad(const gm_tokenizer *tok);  /* -1 if none */
+bool gm_tokenizer_add_bos(const gm_tokenizer *tok); /* the file's add_bos_token */
+/* GM_TOKEN_UNDEFINED for an id out of range. */
+gm_token_type gm_token_get_type(const gm_tokenizer *tok, int32_t id);
+bool gm_token_is_control(const gm_tokenizer *tok, int32_t id);
+/* End of generation: <eos> or <end_of_turn>. */
+bool gm_token_is_eog(const gm_tokenizer *tok, int32_t id);
+/* The stop ids a generator should use (<eos>, <end_of_turn>); returns how many (<= 4). */
+size_t gm_tokenizer_stop_ids(const gm_tokenizer *tok, int32_t out[4]);
+/* The id whose vocabulary piece is exactly text[0..len) (e.g. "<start_of_turn>"); -1 if none. */
+int32_t gm_token_id(const gm_tokenizer *tok, const char *text, size_t len);
+/* The raw vocabulary piece (with U+2581 for spaces, "<0x41>" for bytes); NULL if out of range. */
+const char *gm_token_text(const gm_tokenizer *tok, int32_t id, size_t *len);
+
+/* Encodes text[0..len) (any bytes; invalid UTF-8 becomes byte tokens) into *ids (malloc'd, free()
+ * it) and *n. add_bos: prepend BOS, unless the parsed text already starts with BOS (never two).
+ * parse_special: control-token texts such as "<start_of_turn>" become their ids; otherwise they
+ * are ordinary text (user-defined tokens, e.g. "\n" runs and HTML tags, are always atomic). */
+gm_status gm_tokenize(const gm_tokenizer *tok, const char *text, size_t len, bool add_bos,
+                      bool parse_special, int32_t **ids, size_t *n, gm_error *err);
+
+/* The bytes a token decodes to: U+2581 -> ' ', <0xXX> -> that byte, control / unknown tokens ->
+ * nothing (their text when render_special). The view stays valid while tok lives.
+ * An id out of range -> GM_ERR_ARG. */
+gm_status gm_token_to_piece(const gm_tokenizer *tok, int32_t id, bool render_special,
+                            const char **piece, size_t *len, gm_error *err);
+/* Concatenated pieces of ids[0..n), NUL-terminated (*len excludes the NUL; the text may hold
+ * NULs and invalid UTF-8 exactly as encoded). Any id out of range -> GM_ERR_ARG, nothing out. */
+gm_status gm_detokenize(const gm_tokenizer *tok, const int32_t *ids, size_t n, bool render_special,
+                        char **out, size_t *len, gm_error *err);
+
+/* Streaming decoder: push ids one by one and get the bytes that now end on a complete UTF-8
+ * character; an incomplete multi-byte sequence is held back until it completes (or until a byte
+ * proves it invalid, then it goes out as is). The concatenation of every push and the final flush
+ * equals gm_detokenize of the same ids. Returned views are valid until the next call. */
+typedef struct gm_detok_stream gm_detok_stream;
+gm_status gm_detok_stream_new(const gm_tokenizer *tok, bool render_special, gm_detok_stream **out,
+                              gm_error *err);
+gm_status gm_detok_stream_push(gm_detok_stream *s, int32_t id, const char **text, size_t *len,
+                               gm_error *err);
+/* Emits whatever is held back (possibly an incomplete sequence) and resets the stream. */
+void gm_detok_stream_flush(gm_detok_stream *s, const char **text, size_t *len);
+void gm_detok_stream_free(gm_detok_stream *s);
+
+/* Chat. role: "system" (only as the first message), "user", "assistant" (rendered "model") or
+ * "model"; user and model turns must alternate, starting with user (GM_ERR_ARG otherwise).
+ * Renders Gemma's turn format, content trimmed like the official template's `| trim`:
+ *   <bos><start_of_turn>user\n{system}\n\n{user}<end_of_turn>\n<start_of_turn>model\n{reply}
+ *   <end_of_turn>\n ... [<start_of_turn>model\n when add_generation_prompt]
+ * The format comes from the file's chat template when it is Gemma's (recognised by its
+ * <start_of_turn> / <end_of_turn> markers); a file without a template, or with one we do not
+ * recognise, falls back to the Gemma format when the vocabulary has <start_of_turn> and
+ * <end_of_turn> (GM_ERR_UNSUPPORTED otherwise). The text starts with the BOS piece: tokenize it
+ * with add_bos=false (or true: gm_tokenize never doubles BOS) and parse_special=true. */
+typedef struct gm_chat_message {
+    const char *role;
+    const char *content;
+} gm_chat_message;
+
+gm_status gm_chat_render(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n,
+                         bool add_generation_prompt, char **out, gm_error *err);
+/* "gemma" (from the template), "gemma-default" (no template), "gemma-fallback" (a template we did
+ * not recognise) or "none" (no Gemma turn tokens: gm_chat_render fails). */
+const char *gm_tokenizer_chat_format(const gm_tokenizer *tok);
+
 /* @end tokenizer */
 
 /* ------------------------------------------------------------------ generator (generate/) */

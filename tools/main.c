@@ -25,6 +25,8 @@ static const command COMMANDS[] = {
     {"inspect", cmd_inspect, "describe a model file or folder (architecture, config, tensors)"},
     {"run", cmd_run, "generate a continuation of a prompt, streamed to stdout"},
     {"chat", cmd_chat, "interactive multi-turn chat over stdin (KV cache reused across turns)"},
+    {"tokenize", cmd_tokenize, "text (argument or stdin) -> token ids or pieces"},
+    {"detokenize", cmd_detokenize, "token ids (arguments or stdin) -> text"},
 };
 
 static void usage(FILE *out) {
