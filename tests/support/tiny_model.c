@@ -460,7 +460,7 @@ static bool write_configs(const tm_options *o, const tm_hf_options *h, const cha
 
 /* Fills e with one HF tensor: name mapped, shape reversed, norms without the +1. */
 static void hf_entry(const tm_options *o, const tm_hf_options *h, const tinfo *t, st_entry *e) {
-    char nm[160];
+    char nm[128];
     hf_name(o, t->name, nm, sizeof nm);
     snprintf(e->name, sizeof e->name, "%s%s", h->multimodal ? "language_model." : "", nm);
     e->n_dims = t->n_dims;

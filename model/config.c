@@ -1,0 +1,447 @@
+/* model/config.c — gm_config from GGUF metadata or config.json, plus the per-generation rules.
+ *
+ * The rule table (facts the files do not carry):
+ *   gemma  (1): no post norms, no q/k norms, query scale 1/sqrt(head_dim), no soft-caps,
+ *               every layer global.
+ *   gemma2 (2): post-attention and post-FFN norms; attention soft-cap (GGUF default 50) and
+ *               final soft-cap (default 30); sliding window on even layers (pattern 2, window
+ *               default 4096).
+ *   gemma3 (3): adds q/k norms; no attention soft-cap; final soft-cap only when the file gives a
+ *               nonzero value; pattern 6 (layers 5, 11, ... global); sliding layers use RoPE base
+ *               10000 unscaled, global layers the file's freq_base with its linear scaling.
+ * Query scale: HF config.json gives query_pre_attn_scalar (scale = scalar^-0.5). GGUF files do not
+ * carry it; llama.cpp uses 1/sqrt(key_length), except for the 27B models (gemma2 with 46 layers,
+ * gemma3 with 62) where it uses 1/sqrt(d_model / n_heads); we follow it for GGUF files.
+ * Embedding scale: sqrtf(d_model) unrounded, llama.cpp's convention (HF rounds it to bf16:
+ * sqrt(640) = 25.298 vs 25.25); parity tests against HF must allow for that.
+ * Norm weights: llama.cpp's converter stores 1 + w in Gemma 1/2/3 GGUFs; HF stores w.
+ */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "model/source.h"
+
+enum { MAX_LAYERS = 4096, MAX_DIM = 1 << 20, MAX_MISSING_LISTED = 6 };
+
+static int generation_of(const char *arch) {
+    if (!strcmp(arch, "gemma")) return 1;
+    if (!strcmp(arch, "gemma2")) return 2;
+    if (!strcmp(arch, "gemma3") || !strcmp(arch, "gemma3_text")) return 3;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ GGUF */
+
+typedef struct gguf_ctx {
+    const gguf_file *f;
+    const char *arch;
+    gm_error *err;
+} gguf_ctx;
+
+/* <arch>.<suffix> as an int; def < 0 means required. */
+static gm_status g_int(const gguf_ctx *c, const char *suffix, int64_t def, int *out) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", c->arch, suffix);
+    if (!gguf_find(c->f, key)) {
+        if (def < 0) return gm_fail(c->err, GM_ERR_NOT_FOUND, "%s: metadata key '%s' is missing", c->f->path, key);
+        *out = (int)def;
+        return GM_OK;
+    }
+    int32_t v;
+    gm_status st = gguf_get_i32(c->f, key, &v, c->err);
+    if (st) return st;
+    if (v < 0) return gm_fail(c->err, GM_ERR_FORMAT, "%s: metadata key '%s' is negative (%d)", c->f->path, key, v);
+    *out = v;
+    return GM_OK;
+}
+
+static gm_status g_float(const gguf_ctx *c, const char *suffix, float def, float *out) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", c->arch, suffix);
+    if (!gguf_find(c->f, key)) {
+        *out = def;
+        return GM_OK;
+    }
+    return gguf_get_f32(c->f, key, out, c->err);
+}
+
+static int token_id(const gguf_file *f, const char *key, int def) {
+    int32_t v;
+    return gguf_get_i32(f, key, &v, NULL) == GM_OK ? v : def;
+}
+
+/* Id of a token by its text in tokenizer.ggml.tokens, -1 if absent. */
+static int find_token(const gguf_file *f, const char *text) {
+    const gguf_value *arr;
+    if (gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_VT_STRING, &arr, NULL)) return -1;
+    size_t n = strlen(text);
+    gguf_arr_iter it;
+    gguf_value v;
+    gguf_arr_iter_init(&it, arr);
+    for (int64_t i = 0; gguf_arr_iter_next(&it, &v); i++)
+        if (v.v.str.len == n && !memcmp(v.v.str.ptr, text, n)) return i > INT32_MAX ? -1 : (int)i;
+    return -1;
+}
+
+static gm_status arch_from_gguf(const gguf_file *f, gm_config *c, gm_error *err) {
+    gguf_str a;
+    gm_status st = gguf_get_str(f, "general.architecture", &a, err);
+    if (st) return st;
+    if (a.len == 0 || a.len >= sizeof c->arch || memchr(a.ptr, 0, (size_t)a.len))
+        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: architecture '%.*s' is not supported yet", f->path,
+                       (int)(a.len > 64 ? 64 : a.len), a.ptr);
+    memcpy(c->arch, a.ptr, (size_t)a.len);
+    c->arch[a.len] = 0;
+    c->generation = generation_of(c->arch);
+    if (!c->generation || !strcmp(c->arch, "gemma3_text"))
+        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: architecture %s is not supported yet (gemma, gemma2, gemma3 are)",
+                       f->path, c->arch);
+    return GM_OK;
+}
+
+static gm_status config_from_gguf(const gm_source *s, gm_config *c, gm_error *err) {
+    const gguf_file *f = gm_source_gguf(s);
+    gm_status st = arch_from_gguf(f, c, err);
+    if (st) return st;
+    gguf_ctx g = {f, c->arch, err};
+    int kl = 0, vl = 0, window = 0;
+    if ((st = g_int(&g, "embedding_length", -1, &c->d_model)) || (st = g_int(&g, "block_count", -1, &c->n_layers)) ||
+        (st = g_int(&g, "feed_forward_length", -1, &c->d_ff)) ||
+        (st = g_int(&g, "attention.head_count", -1, &c->n_heads)) ||
+        (st = g_int(&g, "attention.head_count_kv", c->n_heads, &c->n_kv_heads)) ||
+        (st = g_int(&g, "context_length", 8192, &c->context_length)))
+        return st;
+    int def_hd = c->n_heads > 0 ? c->d_model / c->n_heads : 0;
+    if ((st = g_int(&g, "attention.key_length", def_hd, &kl)) || (st = g_int(&g, "attention.value_length", kl, &vl)))
+        return st;
+    if (kl != vl)
+        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: key_length %d differs from value_length %d", f->path, kl, vl);
+    c->head_dim = kl;
+    if ((st = g_float(&g, "attention.layer_norm_rms_epsilon", 1e-6f, &c->norm_eps)) ||
+        (st = g_float(&g, "rope.freq_base", 10000.0f, &c->rope_base_global)))
+        return st;
+    c->rope_base_local = c->rope_base_global;
+    c->rope_scale_global = 1.0f;
+    if (c->generation == 2) {
+        if ((st = g_int(&g, "attention.sliding_window", 4096, &window)) ||
+            (st = g_float(&g, "attn_logit_softcapping", 50.0f, &c->attn_softcap)) ||
+            (st = g_float(&g, "final_logit_softcapping", 30.0f, &c->final_softcap)))
+            return st;
+        c->sliding_window = window;
+        c->sliding_pattern = window > 0 ? 2 : 0;
+    } else if (c->generation == 3) {
+        if ((st = g_int(&g, "attention.sliding_window", 0, &window)) ||
+            (st = g_float(&g, "final_logit_softcapping", 0.0f, &c->final_softcap)))
+            return st;
+        c->sliding_window = window;
+        c->sliding_pattern = window > 0 ? 6 : 0;
+        c->rope_base_local = 10000.0f;
+        char key[160];
+        gguf_str type;
+        snprintf(key, sizeof key, "%s.rope.scaling.type", c->arch);
+        if (gguf_get_str(f, key, &type, NULL) == GM_OK && type.len == 6 && !memcmp(type.ptr, "linear", 6)) {
+            float factor = 1.0f;
+            if ((st = g_float(&g, "rope.scaling.factor", 1.0f, &factor))) return st;
+            c->rope_scale_global = factor;
+        } else if (gguf_get_str(f, key, &type, NULL) == GM_OK && !(type.len == 4 && !memcmp(type.ptr, "none", 4))) {
+            return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: %s = '%.*s' is not supported (linear is)", f->path, key,
+                           (int)(type.len > 32 ? 32 : type.len), type.ptr);
+        }
+    }
+    bool is27b = (c->generation == 2 && c->n_layers == 46) || (c->generation == 3 && c->n_layers == 62);
+    int scale_dim = is27b && c->n_heads > 0 ? c->d_model / c->n_heads : c->head_dim;
+    c->query_scale = scale_dim > 0 ? 1.0f / sqrtf((float)scale_dim) : 0.0f;
+    c->norm_weights_plus_one = true;
+    c->bos_id = token_id(f, "tokenizer.ggml.bos_token_id", 2);
+    c->eos_id = token_id(f, "tokenizer.ggml.eos_token_id", 1);
+    c->pad_id = token_id(f, "tokenizer.ggml.padding_token_id", 0);
+    c->eot_id = find_token(f, "<end_of_turn>");
+    return GM_OK;
+}
+
+/* ------------------------------------------------------------------ config.json */
+
+typedef struct hf_ctx {
+    const cJSON *cfg; /* the text config */
+    const char *file;
+    gm_error *err;
+} hf_ctx;
+
+/* An integer field; def < 0 means required. */
+static gm_status j_int(const hf_ctx *h, const char *key, int64_t def, int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(h->cfg, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (def < 0) return gm_fail(h->err, GM_ERR_NOT_FOUND, "%s: \"%s\" is missing", h->file, key);
+        *out = (int)def;
+        return GM_OK;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > INT32_MAX || floor(v->valuedouble) != v->valuedouble)
+        return gm_fail(h->err, GM_ERR_TYPE, "%s: \"%s\" is not a non-negative integer", h->file, key);
+    *out = (int)v->valuedouble;
+    return GM_OK;
+}
+
+/* A number field; absent -> def; JSON null -> null_value. */
+static gm_status j_float(const hf_ctx *h, const char *key, float def, float null_value, float *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(h->cfg, key);
+    if (!v) *out = def;
+    else if (cJSON_IsNull(v)) *out = null_value;
+    else if (cJSON_IsNumber(v)) *out = (float)v->valuedouble;
+    else return gm_fail(h->err, GM_ERR_TYPE, "%s: \"%s\" is not a number", h->file, key);
+    return GM_OK;
+}
+
+/* Token id that may be an integer or a list (the first element is the main one). */
+static int j_token(const cJSON *cfg, const char *key, int def) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    if (cJSON_IsArray(v)) v = v->child;
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= INT32_MAX ? (int)v->valuedouble : def;
+}
+
+/* <end_of_turn> from tokenizer_config.json's added_tokens_decoder, -1 if unknown. */
+static int hf_find_token(const char *dir, const char *text) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    enum { MAX = 64 << 20 };
+    char *buf = malloc(MAX + 1);
+    size_t n = buf ? fread(buf, 1, MAX + 1, f) : 0;
+    fclose(f);
+    int id = -1;
+    cJSON *root = buf && n <= MAX ? cJSON_ParseWithLength(buf, n) : NULL;
+    free(buf);
+    const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "added_tokens_decoder");
+    for (const cJSON *e = dec ? dec->child : NULL; e && id < 0; e = e->next) {
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(e, "content");
+        char *end;
+        long v = e->string ? strtol(e->string, &end, 10) : -1;
+        if (cJSON_IsString(content) && !strcmp(content->valuestring, text) && e->string && !*end && v >= 0 &&
+            v <= INT32_MAX)
+            id = (int)v;
+    }
+    cJSON_Delete(root);
+    return id;
+}
+
+/* Gemma 3's layer pattern: sliding_window_pattern, or derived from layer_types. */
+static gm_status hf_pattern(const hf_ctx *h, int n_layers, int *pattern) {
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(h->cfg, "layer_types");
+    if (!cJSON_IsArray(lt)) return j_int(h, "sliding_window_pattern", 6, pattern);
+    int p = 0, i = 0;
+    for (const cJSON *e = lt->child; e; e = e->next, i++)
+        if (cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention")) {
+            p = i + 1;
+            break;
+        }
+    if (p == 0) p = n_layers + 1; /* every listed layer sliding */
+    i = 0;
+    for (const cJSON *e = lt->child; e; e = e->next, i++) {
+        bool global = cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention");
+        bool sliding = cJSON_IsString(e) && !strcmp(e->valuestring, "sliding_attention");
+        if ((!global && !sliding) || global != ((i + 1) % p == 0))
+            return gm_fail(h->err, GM_ERR_UNSUPPORTED, "%s: layer_types is not a repeating sliding/full pattern "
+                           "(layer %d)", h->file, i);
+    }
+    *pattern = p;
+    return GM_OK;
+}
+
+static gm_status hf_rope_scaling(const hf_ctx *h, float *scale) {
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(h->cfg, "rope_scaling");
+    *scale = 1.0f;
+    if (!rs || cJSON_IsNull(rs)) return GM_OK;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+    if (!type) type = cJSON_GetObjectItemCaseSensitive(rs, "type");
+    const cJSON *factor = cJSON_GetObjectItemCaseSensitive(rs, "factor");
+    if (!cJSON_IsString(type) || strcmp(type->valuestring, "linear") != 0 || !cJSON_IsNumber(factor))
+        return gm_fail(h->err, GM_ERR_UNSUPPORTED, "%s: rope_scaling other than {\"rope_type\": \"linear\", "
+                       "\"factor\": x} is not supported", h->file);
+    *scale = (float)factor->valuedouble;
+    return GM_OK;
+}
+
+static gm_status hf_arch(const cJSON *root, const cJSON **cfg, gm_config *c, const char *file, gm_error *err) {
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+    *cfg = cJSON_IsObject(tc) ? tc : root;
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(*cfg, "model_type");
+    if (!cJSON_IsString(mt) && *cfg != root) mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (!cJSON_IsString(mt)) return gm_fail(err, GM_ERR_FORMAT, "%s: \"model_type\" is missing", file);
+    c->generation = generation_of(mt->valuestring);
+    if (!c->generation)
+        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: architecture %.40s is not supported yet (gemma, gemma2, gemma3 are)",
+                       file, mt->valuestring);
+    snprintf(c->arch, sizeof c->arch, "%s", c->generation == 1 ? "gemma" : c->generation == 2 ? "gemma2" : "gemma3");
+    return GM_OK;
+}
+
+static gm_status config_from_hf(const gm_source *s, gm_config *c, gm_error *err) {
+    char file[4096];
+    snprintf(file, sizeof file, "%s/config.json", gm_source_hf_dir(s));
+    const cJSON *cfg;
+    gm_status st = hf_arch(gm_source_hf_config(s), &cfg, c, file, err);
+    if (st) return st;
+    hf_ctx h = {cfg, file, err};
+    if ((st = j_int(&h, "hidden_size", -1, &c->d_model)) || (st = j_int(&h, "num_hidden_layers", -1, &c->n_layers)) ||
+        (st = j_int(&h, "intermediate_size", -1, &c->d_ff)) ||
+        (st = j_int(&h, "num_attention_heads", -1, &c->n_heads)) ||
+        (st = j_int(&h, "num_key_value_heads", c->n_heads, &c->n_kv_heads)) ||
+        (st = j_int(&h, "head_dim", c->n_heads > 0 ? c->d_model / c->n_heads : 0, &c->head_dim)) ||
+        (st = j_int(&h, "max_position_embeddings", 8192, &c->context_length)) ||
+        (st = j_float(&h, "rms_norm_eps", 1e-6f, 1e-6f, &c->norm_eps)) ||
+        (st = j_float(&h, "rope_theta", 10000.0f, 10000.0f, &c->rope_base_global)))
+        return st;
+    c->rope_base_local = c->rope_base_global;
+    c->rope_scale_global = 1.0f;
+    float qpas = (float)c->head_dim;
+    if (c->generation >= 2 && (st = j_float(&h, "query_pre_attn_scalar", qpas, qpas, &qpas))) return st;
+    c->query_scale = qpas > 0 ? 1.0f / sqrtf(qpas) : 0.0f;
+    if (c->generation == 2) {
+        if ((st = j_int(&h, "sliding_window", 4096, &c->sliding_window)) ||
+            (st = j_float(&h, "attn_logit_softcapping", 50.0f, 0.0f, &c->attn_softcap)) ||
+            (st = j_float(&h, "final_logit_softcapping", 30.0f, 0.0f, &c->final_softcap)))
+            return st;
+        c->sliding_pattern = c->sliding_window > 0 ? 2 : 0;
+    } else if (c->generation == 3) {
+        if ((st = j_int(&h, "sliding_window", 0, &c->sliding_window)) ||
+            (st = j_float(&h, "final_logit_softcapping", 0.0f, 0.0f, &c->final_softcap)) ||
+            (st = j_float(&h, "attn_logit_softcapping", 0.0f, 0.0f, &c->attn_softcap)) ||
+            (st = j_float(&h, "rope_local_base_freq", 10000.0f, 10000.0f, &c->rope_base_local)) ||
+            (st = hf_rope_scaling(&h, &c->rope_scale_global)) || (st = hf_pattern(&h, c->n_layers, &c->sliding_pattern)))
+            return st;
+        if (c->sliding_window <= 0) c->sliding_pattern = 0;
+    }
+    c->norm_weights_plus_one = false;
+    c->bos_id = j_token(cfg, "bos_token_id", j_token(gm_source_hf_config(s), "bos_token_id", 2));
+    c->eos_id = j_token(cfg, "eos_token_id", j_token(gm_source_hf_config(s), "eos_token_id", 1));
+    c->pad_id = j_token(cfg, "pad_token_id", j_token(gm_source_hf_config(s), "pad_token_id", 0));
+    c->eot_id = hf_find_token(gm_source_hf_dir(s), "<end_of_turn>");
+    return GM_OK;
+}
+
+/* ------------------------------------------------------------------ checks */
+
+static gm_status check_values(const char *path, gm_config *c, gm_error *err) {
+#define BAD(...) return gm_fail(err, GM_ERR_FORMAT, __VA_ARGS__)
+    if (c->d_model <= 0 || c->d_model > MAX_DIM) BAD("%s: embedding length %d out of range", path, c->d_model);
+    if (c->n_layers <= 0 || c->n_layers > MAX_LAYERS) BAD("%s: layer count %d out of range", path, c->n_layers);
+    if (c->n_heads <= 0 || c->n_heads > 4096) BAD("%s: head count %d out of range", path, c->n_heads);
+    if (c->n_kv_heads <= 0 || c->n_heads % c->n_kv_heads != 0)
+        BAD("%s: kv head count %d does not divide the head count %d", path, c->n_kv_heads, c->n_heads);
+    if (c->head_dim <= 0 || c->head_dim > 65536 || c->head_dim % 2 != 0)
+        BAD("%s: head dimension %d is not a positive even number", path, c->head_dim);
+    if (c->d_ff <= 0 || c->d_ff > MAX_DIM) BAD("%s: feed-forward length %d out of range", path, c->d_ff);
+    if (c->context_length <= 0) BAD("%s: context length %d must be positive", path, c->context_length);
+    if (!(c->norm_eps > 0.0f) || !isfinite(c->norm_eps)) BAD("%s: norm epsilon %g is not positive", path, (double)c->norm_eps);
+    if (!(c->rope_base_global > 0.0f) || !(c->rope_base_local > 0.0f) || !(c->rope_scale_global > 0.0f))
+        BAD("%s: RoPE base / scaling must be positive", path);
+    if (!(c->attn_softcap >= 0.0f) || !(c->final_softcap >= 0.0f)) BAD("%s: soft-cap values must be >= 0", path);
+    if (c->sliding_window < 0) BAD("%s: sliding window %d is negative", path, c->sliding_window);
+    if (c->bos_id >= c->n_vocab || c->eos_id >= c->n_vocab || c->pad_id >= c->n_vocab || c->eot_id >= c->n_vocab)
+        BAD("%s: a special token id is outside the vocabulary of %d", path, c->n_vocab);
+#undef BAD
+    return GM_OK;
+}
+
+typedef struct want {
+    char name[96];
+    int n_dims;
+    int64_t ne[2];
+} want;
+
+static bool shape_is(const gm_tensor *t, const want *w) {
+    int nd = t->n_dims;
+    while (nd > 1 && t->ne[nd - 1] == 1) nd--; /* [d, 1] is [d] */
+    int wd = w->n_dims == 2 && w->ne[1] == 1 ? 1 : w->n_dims;
+    return nd == wd && t->ne[0] == w->ne[0] && (wd == 1 || t->ne[1] == w->ne[1]);
+}
+
+/* Appends a name to the "missing" list, counting the ones left out. */
+static void note_missing(char *list, size_t cap, int *n, const char *name) {
+    if (*n < MAX_MISSING_LISTED) {
+        size_t len = strlen(list);
+        snprintf(list + len, cap - len, "%s%s", len ? ", " : "", name);
+    }
+    (*n)++;
+}
+
+static gm_status check_one(const gm_source *s, const want *w, char *missing, size_t cap, int *n_missing,
+                           gm_error *err) {
+    const gm_tensor *t = gm_source_tensor(s, w->name);
+    if (!t) {
+        note_missing(missing, cap, n_missing, w->name);
+        return GM_OK;
+    }
+    if (!shape_is(t, w))
+        return gm_fail(err, GM_ERR_FORMAT, "%s: tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld%s%lld]",
+                       gm_source_path(s), w->name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                       (long long)t->ne[3], (long long)w->ne[0], w->n_dims == 2 ? ", " : "",
+                       w->n_dims == 2 ? (long long)w->ne[1] : 0LL);
+    return GM_OK;
+}
+
+static gm_status check_tensors(const gm_source *s, const gm_config *c, gm_error *err) {
+    int64_t d = c->d_model, q = (int64_t)c->n_heads * c->head_dim, kv = (int64_t)c->n_kv_heads * c->head_dim;
+    int64_t ff = c->d_ff, hd = c->head_dim, V = c->n_vocab;
+    char missing[512] = "";
+    int n_missing = 0;
+    gm_status st;
+    want top[] = {{"token_embd.weight", 2, {d, V}}, {"output_norm.weight", 1, {d, 1}}, {"output.weight", 2, {d, V}}};
+    for (int i = 0; i < 3; i++) {
+        if (i == 2 && c->tied_embeddings) continue;
+        if ((st = check_one(s, &top[i], missing, sizeof missing, &n_missing, err))) return st;
+    }
+    static const struct { const char *name; int nd; int a, b; } layer[] = {
+        /* dims: 0 d, 1 q, 2 kv, 3 ff, 4 hd; min generation in the last column via the table below */
+        {"attn_norm", 1, 0, 0},   {"attn_q", 2, 0, 1},   {"attn_k", 2, 0, 2},
+        {"attn_v", 2, 0, 2},      {"attn_output", 2, 1, 0}, {"ffn_norm", 1, 0, 0},
+        {"ffn_gate", 2, 0, 3},    {"ffn_up", 2, 0, 3},   {"ffn_down", 2, 3, 0},
+        {"post_attention_norm", 1, 0, 0}, {"post_ffw_norm", 1, 0, 0},
+        {"attn_q_norm", 1, 4, 0}, {"attn_k_norm", 1, 4, 0},
+    };
+    int n_kinds = c->generation == 1 ? 9 : c->generation == 2 ? 11 : 13;
+    int64_t dims[5] = {d, q, kv, ff, hd};
+    for (int l = 0; l < c->n_layers; l++) {
+        for (int k = 0; k < n_kinds; k++) {
+            want w = {"", layer[k].nd, {dims[layer[k].a], layer[k].nd == 2 ? dims[layer[k].b] : 1}};
+            snprintf(w.name, sizeof w.name, "blk.%d.%s.weight", l, layer[k].name);
+            if ((st = check_one(s, &w, missing, sizeof missing, &n_missing, err))) return st;
+        }
+    }
+    if (n_missing)
+        return gm_fail(err, GM_ERR_NOT_FOUND, "%s: %d required tensor%s missing: %s%s", gm_source_path(s), n_missing,
+                       n_missing == 1 ? " is" : "s are", missing, n_missing > MAX_MISSING_LISTED ? ", ..." : "");
+    return GM_OK;
+}
+
+/* ------------------------------------------------------------------ entry point */
+
+gm_status gm_config_load(const gm_source *s, gm_config *out, gm_error *err) {
+    if (!s || !out) return gm_fail(err, GM_ERR_ARG, "gm_config_load: NULL argument");
+    gm_config c;
+    memset(&c, 0, sizeof c);
+    gm_status st = gm_source_is_gguf(s) ? config_from_gguf(s, &c, err) : config_from_hf(s, &c, err);
+    if (st) return st;
+    const gm_tensor *embd = gm_source_tensor(s, "token_embd.weight");
+    if (!embd)
+        return gm_fail(err, GM_ERR_NOT_FOUND, "%s: tensor token_embd.weight (the embedding) is missing", gm_source_path(s));
+    if (embd->ne[1] <= 0 || embd->ne[1] > INT32_MAX)
+        return gm_fail(err, GM_ERR_FORMAT, "%s: token_embd.weight has %lld rows", gm_source_path(s), (long long)embd->ne[1]);
+    c.n_vocab = (int)embd->ne[1];
+    c.embed_scale = sqrtf((float)c.d_model);
+    c.has_post_norms = c.generation >= 2;
+    c.has_qk_norm = c.generation >= 3;
+    if (c.generation == 1) { /* no soft-caps, no sliding window, no post norms */
+        c.attn_softcap = c.final_softcap = 0.0f;
+        c.sliding_window = c.sliding_pattern = 0;
+    }
+    if (c.generation == 3) c.attn_softcap = 0.0f;
+    c.tied_embeddings = gm_source_tensor(s, "output.weight") == NULL;
+    if ((st = check_values(gm_source_path(s), &c, err)) || (st = check_tensors(s, &c, err))) return st;
+    *out = c;
+    return GM_OK;
+}
