@@ -228,25 +228,30 @@ static int hf_find_token(const char *dir, const char *text) {
     return id;
 }
 
-/* Gemma 3's layer pattern: sliding_window_pattern, or derived from layer_types. */
+static bool pattern_fits(const cJSON *lt, int p) {
+    int i = 0;
+    for (const cJSON *e = lt->child; e; e = e->next, i++) {
+        bool global = cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention");
+        bool sliding = cJSON_IsString(e) && !strcmp(e->valuestring, "sliding_attention");
+        if ((!global && !sliding) || global != ((i + 1) % p == 0)) return false;
+    }
+    return true;
+}
+
+/* Gemma 3's layer pattern: sliding_window_pattern (default 6), checked against layer_types when
+ * present; otherwise derived from layer_types. Only repeating patterns are supported. */
 static gm_status hf_pattern(const hf_ctx *h, int n_layers, int *pattern) {
+    gm_status st = j_int(h, "sliding_window_pattern", 6, pattern);
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(h->cfg, "layer_types");
-    if (!cJSON_IsArray(lt)) return j_int(h, "sliding_window_pattern", 6, pattern);
-    int p = 0, i = 0;
+    if (st || !cJSON_IsArray(lt) || (*pattern > 0 && pattern_fits(lt, *pattern))) return st;
+    int p = n_layers + 1, i = 0; /* no full_attention layer: every layer slides */
     for (const cJSON *e = lt->child; e; e = e->next, i++)
         if (cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention")) {
             p = i + 1;
             break;
         }
-    if (p == 0) p = n_layers + 1; /* every listed layer sliding */
-    i = 0;
-    for (const cJSON *e = lt->child; e; e = e->next, i++) {
-        bool global = cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention");
-        bool sliding = cJSON_IsString(e) && !strcmp(e->valuestring, "sliding_attention");
-        if ((!global && !sliding) || global != ((i + 1) % p == 0))
-            return gm_fail(h->err, GM_ERR_UNSUPPORTED, "%s: layer_types is not a repeating sliding/full pattern "
-                           "(layer %d)", h->file, i);
-    }
+    if (!pattern_fits(lt, p))
+        return gm_fail(h->err, GM_ERR_UNSUPPORTED, "%s: layer_types is not a repeating sliding/full pattern", h->file);
     *pattern = p;
     return GM_OK;
 }

@@ -1,0 +1,336 @@
+/* tests/test_config.c — gm_source (GGUF and HF folders, name mapping) and gm_config_load (rules per
+ * generation), on tiny synthetic models and the real default model. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model/source.h"
+#include "quant/quant.h"
+#include "support/gguf_writer.h"
+#include "support/test.h"
+#include "support/tiny_model.h"
+
+static char *tmp_path(const char *name) {
+    static char buf[8][512];
+    static int k;
+    char *p = buf[k++ % 8];
+    snprintf(p, sizeof buf[0], "%s/h1_cfg_%d_%s", GM_BUILD_DIR, (int)getpid(), name);
+    return p;
+}
+
+static void rm_folder(const char *dir) {
+    const char *files[] = {"config.json", "tokenizer_config.json", "model.safetensors", "model.safetensors.index.json",
+                           "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+    char p[4096];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        remove(p);
+    }
+    rmdir(dir);
+}
+
+static bool load(const char *path, gm_source **s, gm_config *c, gm_error *err) {
+    *s = NULL;
+    if (gm_source_open(path, false, s, err) != GM_OK) return false;
+    if (gm_config_load(*s, c, err) != GM_OK) {
+        gm_source_close(*s);
+        *s = NULL;
+        return false;
+    }
+    return true;
+}
+
+/* Rules that depend only on the generation, with the tiny model's dimensions. */
+static void check_rules(const gm_config *c, const tm_options *o, int gen) {
+    CHECK_EQ_INT(c->generation, gen);
+    CHECK(!strcmp(c->arch, o->arch));
+    CHECK_EQ_INT(c->n_vocab, tm_vocab_size());
+    CHECK_EQ_INT(c->d_model, o->d_model);
+    CHECK_EQ_INT(c->n_layers, o->n_layers);
+    CHECK_EQ_INT(c->n_heads, o->n_heads);
+    CHECK_EQ_INT(c->n_kv_heads, o->n_kv_heads);
+    CHECK_EQ_INT(c->head_dim, o->head_dim);
+    CHECK_EQ_INT(c->d_ff, o->d_ff);
+    CHECK_EQ_INT(c->context_length, o->context_length);
+    CHECK_NEAR(c->norm_eps, 1e-6, 1e-12);
+    CHECK_NEAR(c->embed_scale, 8.0, 1e-6); /* sqrt(64) */
+    CHECK_NEAR(c->query_scale, 0.25, 1e-7); /* 1/sqrt(16) */
+    CHECK_EQ_INT(c->bos_id, TM_BOS);
+    CHECK_EQ_INT(c->eos_id, TM_EOS);
+    CHECK_EQ_INT(c->pad_id, TM_PAD);
+    CHECK_EQ_INT(c->eot_id, TM_EOT);
+    CHECK(c->tied_embeddings == !o->untied);
+    CHECK(c->has_post_norms == (gen >= 2));
+    CHECK(c->has_qk_norm == (gen == 3));
+    if (gen == 1) {
+        CHECK(c->sliding_window == 0 && c->sliding_pattern == 0);
+        CHECK(c->attn_softcap == 0 && c->final_softcap == 0);
+        CHECK_NEAR(c->rope_base_global, 10000, 0);
+    } else if (gen == 2) {
+        CHECK(c->sliding_window == o->sliding_window && c->sliding_pattern == 2);
+        CHECK(c->attn_softcap == 50 && c->final_softcap == 30);
+        CHECK_NEAR(c->rope_base_local, 10000, 0);
+    } else {
+        CHECK(c->sliding_window == o->sliding_window && c->sliding_pattern == 6);
+        CHECK(c->attn_softcap == 0 && c->final_softcap == o->final_softcap);
+        CHECK_NEAR(c->rope_base_global, 1e6, 0);
+        CHECK_NEAR(c->rope_base_local, 10000, 0);
+        CHECK_NEAR(c->rope_scale_global, o->rope_scale_global, 0);
+    }
+}
+
+/* The GGUF and HF forms of a model expose the same tensor names, shapes and values. */
+static void compare_sources(const gm_source *g, const gm_source *h, const tm_options *o) {
+    CHECK_EQ_INT(gm_source_n_tensors(h), gm_source_n_tensors(g));
+    int bad_shape = 0, bad_value = 0;
+    for (int64_t i = 0; i < gm_source_n_tensors(g); i++) {
+        const gm_tensor *a = gm_source_tensor_at(g, i), *b = gm_source_tensor(h, a->name);
+        if (!b) {
+            CHECK_MSG(b != NULL, "HF source lacks %s", a->name);
+            continue;
+        }
+        bad_shape += memcmp(a->ne, b->ne, sizeof a->ne) != 0;
+        int64_t n = b->ne[0] * b->ne[1] * b->ne[2] * b->ne[3];
+        float *want = malloc((size_t)n * sizeof *want), *got = malloc((size_t)n * sizeof *got);
+        CHECK(tm_weight_values(o, a->name, want, n));
+        const gm_type_traits *tr = gm_type_traits_of(b->type);
+        tr->dequant_row(b->data, got, n);
+        for (int64_t k = 0; k < n; k++) bad_value += got[k] != want[k];
+        free(want);
+        free(got);
+    }
+    CHECK_EQ_INT(bad_shape, 0);
+    CHECK_EQ_INT(bad_value, 0);
+}
+
+TEST(gguf_and_hf_agree) {
+    const char *archs[3] = {"gemma", "gemma2", "gemma3"};
+    for (int gi = 0; gi < 3; gi++) {
+        tm_options o;
+        tm_options_default(&o, archs[gi]);
+        if (gi == 2) o.untied = true;
+        char e[256];
+        char *gpath = tmp_path("m.gguf");
+        CHECK(tm_write_gguf(&o, gpath, e, sizeof e));
+        gm_error err = {0};
+        gm_source *g = NULL, *h = NULL;
+        gm_config cg, ch;
+        CHECK_MSG(load(gpath, &g, &cg, &err), "%s: %s", archs[gi], err.msg);
+        if (g) {
+            check_rules(&cg, &o, gi + 1);
+            CHECK(cg.norm_weights_plus_one);
+            CHECK(gm_source_is_gguf(g) && gm_source_gguf(g) && !gm_source_hf_dir(g));
+            const gm_tensor *n = gm_source_tensor(g, "blk.0.attn_norm.weight");
+            float w[64];
+            CHECK(tm_weight_values(&o, "blk.0.attn_norm.weight", w, 64));
+            CHECK(n && n->type == GM_TYPE_F32 && ((const float *)n->data)[3] == 1.0f + w[3]);
+        }
+        for (int variant = 0; variant < 3; variant++) {
+            if (variant == 2 && gi != 2) continue;
+            tm_hf_options ho = {variant == 1 ? GM_TYPE_BF16 : GM_TYPE_F32, variant == 1 ? 2 : 1, variant == 2};
+            char *dir = tmp_path("hf");
+            CHECK(tm_write_hf(&o, &ho, dir, e, sizeof e));
+            CHECK_MSG(load(dir, &h, &ch, &err), "%s variant %d: %s", archs[gi], variant, err.msg);
+            if (h) {
+                check_rules(&ch, &o, gi + 1);
+                CHECK(!ch.norm_weights_plus_one);
+                CHECK(!gm_source_is_gguf(h) && gm_source_hf_config(h) && gm_source_hf_dir(h));
+                if (g) compare_sources(g, h, &o);
+                gm_source_close(h);
+            }
+            /* a .safetensors file inside the folder opens the whole model */
+            char file[600];
+            snprintf(file, sizeof file, "%s/%s", dir, variant == 1 ? "model-00001-of-00002.safetensors" : "model.safetensors");
+            CHECK_MSG(load(file, &h, &ch, &err), "%s: %s", file, err.msg);
+            gm_source_close(h);
+            rm_folder(dir);
+        }
+        gm_source_close(g);
+        remove(gpath);
+    }
+}
+
+/* Gemma 1's HF post_attention_layernorm is the pre-FFN norm (GGUF ffn_norm). */
+TEST(gemma1_norm_naming) {
+    tm_options o;
+    tm_options_default(&o, "gemma");
+    char e[256], *dir = tmp_path("g1");
+    tm_hf_options ho = {GM_TYPE_F32, 1, false};
+    CHECK(tm_write_hf(&o, &ho, dir, e, sizeof e));
+    gm_source *s = NULL;
+    gm_error err;
+    CHECK_OK(gm_source_open(dir, false, &s, &err), &err);
+    if (s) {
+        const gm_tensor *t = gm_source_tensor(s, "blk.1.ffn_norm.weight");
+        CHECK(t && !strcmp(t->orig_name, "model.layers.1.post_attention_layernorm.weight"));
+        CHECK(gm_source_tensor(s, "blk.1.post_attention_norm.weight") == NULL);
+        gm_source_close(s);
+    }
+    rm_folder(dir);
+}
+
+TEST(gemma3_options) {
+    tm_options o;
+    tm_options_default(&o, "gemma3");
+    o.rope_scale_global = 8.0f;
+    o.final_softcap = 25.0f;
+    o.query_pre_attn_scalar = 64.0f; /* HF only: scale 1/8 */
+    char e[256], *path = tmp_path("g3.gguf"), *dir = tmp_path("g3hf");
+    CHECK(tm_write_gguf(&o, path, e, sizeof e));
+    tm_hf_options ho = {GM_TYPE_F32, 1, true};
+    CHECK(tm_write_hf(&o, &ho, dir, e, sizeof e));
+    gm_source *s;
+    gm_config c;
+    gm_error err;
+    CHECK_MSG(load(path, &s, &c, &err), "%s", err.msg);
+    if (s) {
+        CHECK_NEAR(c.rope_scale_global, 8.0, 0);
+        CHECK_NEAR(c.final_softcap, 25.0, 0);
+        CHECK_NEAR(c.query_scale, 0.25, 0); /* GGUF: 1/sqrt(key_length) */
+        gm_source_close(s);
+    }
+    CHECK_MSG(load(dir, &s, &c, &err), "%s", err.msg);
+    if (s) {
+        CHECK_NEAR(c.rope_scale_global, 8.0, 0);
+        CHECK_NEAR(c.final_softcap, 25.0, 0);
+        CHECK_NEAR(c.query_scale, 0.125, 0); /* HF: query_pre_attn_scalar^-0.5 */
+        CHECK(gm_source_tensor(s, "token_embd.weight") != NULL);
+        for (int64_t i = 0; i < gm_source_n_tensors(s); i++) /* the vision tower is skipped */
+            CHECK(strstr(gm_source_tensor_at(s, i)->orig_name, "vision") == NULL);
+        gm_source_close(s);
+    }
+    remove(path);
+    rm_folder(dir);
+}
+
+/* llama.cpp's 27B rule: gemma3 with 62 layers scales queries by 1/sqrt(d_model / n_heads). */
+TEST(gemma3_27b_query_scale) {
+    tm_options o;
+    tm_options_default(&o, "gemma3");
+    o.n_layers = 62;
+    o.head_dim = 32; /* d/H = 16 differs from head_dim */
+    o.d_ff = 32;
+    char e[256], *path = tmp_path("g27.gguf");
+    CHECK(tm_write_gguf(&o, path, e, sizeof e));
+    gm_source *s;
+    gm_config c;
+    gm_error err;
+    CHECK_MSG(load(path, &s, &c, &err), "%s", err.msg);
+    if (s) {
+        CHECK_NEAR(c.query_scale, 0.25, 0);
+        gm_source_close(s);
+    }
+    o.n_layers = 61;
+    CHECK(tm_write_gguf(&o, path, e, sizeof e));
+    CHECK_MSG(load(path, &s, &c, &err), "%s", err.msg);
+    if (s) {
+        CHECK_NEAR(c.query_scale, 1.0 / sqrt(32.0), 1e-7);
+        gm_source_close(s);
+    }
+    remove(path);
+}
+
+static void write_meta_only(const char *path, const char *arch, bool with_layer0) {
+    gw_writer *w = gw_new();
+    gw_add_str(w, "general.architecture", arch);
+    char k[128];
+    const char *keys[] = {"embedding_length", "block_count", "feed_forward_length", "attention.head_count"};
+    uint32_t vals[] = {64, 2, 128, 4};
+    for (int i = 0; i < 4; i++) {
+        snprintf(k, sizeof k, "%s.%s", arch, keys[i]);
+        gw_add_u32(w, k, vals[i]);
+    }
+    float *v = calloc(64 * 300, sizeof *v);
+    int64_t ne[2] = {64, 300};
+    gw_add_tensor_f32(w, "token_embd.weight", GM_TYPE_F32, 2, ne, v);
+    gw_add_tensor_f32(w, "output_norm.weight", GM_TYPE_F32, 1, ne, v);
+    if (with_layer0) {
+        int64_t bad[2] = {32, 64};
+        gw_add_tensor_f32(w, "blk.0.attn_q.weight", GM_TYPE_F32, 2, bad, v);
+    }
+    gw_write_file(w, path);
+    gw_free(w);
+    free(v);
+}
+
+TEST(errors) {
+    char *path = tmp_path("bad.gguf");
+    gm_source *s = NULL;
+    gm_config c;
+    gm_error err;
+    const char *unsupported[] = {"gemma3n", "gemma4", "llama"};
+    for (int i = 0; i < 3; i++) {
+        write_meta_only(path, unsupported[i], false);
+        CHECK_OK(gm_source_open(path, false, &s, &err), &err);
+        if (!s) continue;
+        CHECK_EQ_INT(gm_config_load(s, &c, &err), GM_ERR_UNSUPPORTED);
+        char want[128];
+        snprintf(want, sizeof want, "architecture %s is not supported yet", unsupported[i]);
+        CHECK_MSG(strstr(err.msg, want) != NULL, "%s", err.msg);
+        gm_source_close(s);
+    }
+    write_meta_only(path, "gemma3", false);
+    CHECK_OK(gm_source_open(path, false, &s, &err), &err);
+    if (s) {
+        CHECK_EQ_INT(gm_config_load(s, &c, &err), GM_ERR_NOT_FOUND);
+        CHECK_MSG(strstr(err.msg, "blk.0.attn_norm.weight") && strstr(err.msg, "missing"), "%s", err.msg);
+        gm_source_close(s);
+    }
+    write_meta_only(path, "gemma3", true); /* blk.0.attn_q has the wrong shape */
+    CHECK_OK(gm_source_open(path, false, &s, &err), &err);
+    if (s) {
+        CHECK_EQ_INT(gm_config_load(s, &c, &err), GM_ERR_FORMAT);
+        CHECK_MSG(strstr(err.msg, "blk.0.attn_q.weight") && strstr(err.msg, "shape"), "%s", err.msg);
+        gm_source_close(s);
+    }
+    remove(path);
+    CHECK(gm_source_open("/nonexistent/model.gguf", false, &s, &err) != GM_OK);
+    CHECK(strstr(err.msg, "/nonexistent/model.gguf") != NULL);
+    CHECK_EQ_INT(gm_source_open(GM_BUILD_DIR, false, &s, &err), GM_ERR_NOT_FOUND); /* folder, no config.json */
+    CHECK(strstr(err.msg, "config.json") != NULL);
+}
+
+TEST(default_model) {
+    gm_source *s = NULL;
+    gm_config c;
+    gm_error err;
+    if (gm_source_open(GM_DEFAULT_MODEL, false, &s, &err) == GM_ERR_IO) {
+        fprintf(stderr, "  (default model not installed)\n");
+        return;
+    }
+    CHECK_MSG(s != NULL, "%s", err.msg);
+    if (!s) return;
+    CHECK_OK(gm_config_load(s, &c, &err), &err);
+    CHECK(!strcmp(c.arch, "gemma3") && c.generation == 3);
+    CHECK_EQ_INT(c.n_layers, 18);
+    CHECK_EQ_INT(c.d_model, 640);
+    CHECK_EQ_INT(c.n_heads, 4);
+    CHECK_EQ_INT(c.n_kv_heads, 1);
+    CHECK_EQ_INT(c.head_dim, 256);
+    CHECK_EQ_INT(c.d_ff, 2048);
+    CHECK_EQ_INT(c.n_vocab, 262144);
+    CHECK_EQ_INT(c.context_length, 32768);
+    CHECK_EQ_INT(c.sliding_window, 512);
+    CHECK_EQ_INT(c.sliding_pattern, 6);
+    CHECK_NEAR(c.rope_base_global, 1e6, 0);
+    CHECK_NEAR(c.rope_base_local, 1e4, 0);
+    CHECK_NEAR(c.rope_scale_global, 1, 0);
+    CHECK_NEAR(c.query_scale, 1.0 / 16.0, 0);
+    CHECK_NEAR(c.embed_scale, sqrt(640.0), 1e-5);
+    CHECK(c.attn_softcap == 0 && c.final_softcap == 0);
+    CHECK(c.tied_embeddings && c.has_qk_norm && c.has_post_norms && c.norm_weights_plus_one);
+    CHECK(c.bos_id == 2 && c.eos_id == 1 && c.pad_id == 0 && c.eot_id == 106);
+    CHECK_EQ_INT(gm_source_n_tensors(s), 236);
+    gm_source_close(s);
+}
+
+int main(void) {
+    RUN(gguf_and_hf_agree);
+    RUN(gemma1_norm_naming);
+    RUN(gemma3_options);
+    RUN(gemma3_27b_query_scale);
+    RUN(errors);
+    RUN(default_model);
+    return test_summary();
+}
