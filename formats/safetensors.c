@@ -362,9 +362,10 @@ static gm_status open_index(st_set *s, const char *index_path, cJSON **wm_out, g
     }
     for (const cJSON *e = wm->child; e; e = e->next) {
         if (!cJSON_IsString(e) || !safe_shard_name(e->valuestring)) {
+            st = gm_fail(err, GM_ERR_FORMAT, "%s: weight_map entry '%s' is not a plain file name", index_path,
+                         e->string ? e->string : "");
             cJSON_Delete(root);
-            return gm_fail(err, GM_ERR_FORMAT, "%s: weight_map entry '%s' is not a plain file name", index_path,
-                           e->string ? e->string : "");
+            return st;
         }
         if ((st = add_file(s, e->valuestring, err))) {
             cJSON_Delete(root);

@@ -346,9 +346,17 @@ static gm_status check_values(const char *path, gm_config *c, gm_error *err) {
         BAD("%s: RoPE base / scaling must be positive", path);
     if (!(c->attn_softcap >= 0.0f) || !(c->final_softcap >= 0.0f)) BAD("%s: soft-cap values must be >= 0", path);
     if (c->sliding_window < 0) BAD("%s: sliding window %d is negative", path, c->sliding_window);
-    if (c->bos_id >= c->n_vocab || c->eos_id >= c->n_vocab || c->pad_id >= c->n_vocab || c->eot_id >= c->n_vocab)
-        BAD("%s: a special token id is outside the vocabulary of %d", path, c->n_vocab);
 #undef BAD
+    return GM_OK;
+}
+
+static gm_status check_ids(const char *path, const gm_config *c, gm_error *err) {
+    const int ids[4] = {c->bos_id, c->eos_id, c->pad_id, c->eot_id};
+    const char *names[4] = {"bos", "eos", "pad", "end_of_turn"};
+    for (int i = 0; i < 4; i++)
+        if (ids[i] >= c->n_vocab)
+            return gm_fail(err, GM_ERR_FORMAT, "%s: %s token id %d is outside the vocabulary of %d", path, names[i],
+                           ids[i], c->n_vocab);
     return GM_OK;
 }
 
@@ -446,7 +454,9 @@ gm_status gm_config_load(const gm_source *s, gm_config *out, gm_error *err) {
     }
     if (c.generation == 3) c.attn_softcap = 0.0f;
     c.tied_embeddings = gm_source_tensor(s, "output.weight") == NULL;
-    if ((st = check_values(gm_source_path(s), &c, err)) || (st = check_tensors(s, &c, err))) return st;
+    if ((st = check_values(gm_source_path(s), &c, err)) || (st = check_tensors(s, &c, err)) ||
+        (st = check_ids(gm_source_path(s), &c, err)))
+        return st;
     *out = c;
     return GM_OK;
 }
