@@ -275,6 +275,35 @@ static gm_status build_specials(gm_tokenizer *t, gm_error *err) {
     return GM_OK;
 }
 
+/* llama.cpp recognises end-of-generation and fill-in-the-middle tokens by their text and forces
+ * them to CONTROL whatever the file says (Gemma 3 has one such: the HTML tag "</s>", id 212, which
+ * the file calls user-defined). The type decides how text is split and decoded, so we do the same;
+ * unlike llama.cpp we do not stop generation on them (gm_token_is_eog: <eos>, <end_of_turn>). */
+static const char *const FORCED_CONTROL[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "[e~[",
+    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<PRE>", "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>",
+    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<SUF>", "\xe2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>",
+    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<MID>", "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>",
+    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
+    "<REPO>", "<reponame>", "<|file_sep|>",
+};
+/* ... and these are always user-defined (gpt-oss). */
+static const char *const FORCED_USER[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"};
+
+static void force_types(gm_tokenizer *t) {
+    for (size_t i = 0; i < sizeof FORCED_CONTROL / sizeof *FORCED_CONTROL; i++) {
+        int32_t id = lookup(t, FORCED_CONTROL[i], strlen(FORCED_CONTROL[i]));
+        if (id >= 0) t->types[id] = GM_TOKEN_CONTROL;
+    }
+    for (size_t i = 0; i < sizeof FORCED_USER / sizeof *FORCED_USER; i++) {
+        int32_t id = lookup(t, FORCED_USER[i], strlen(FORCED_USER[i]));
+        if (id >= 0) t->types[id] = GM_TOKEN_USER_DEFINED;
+    }
+}
+
 static int32_t valid_id(const gm_tokenizer *t, int32_t id) {
     return (id >= 0 && id < t->n_vocab) ? id : -1;
 }
@@ -316,6 +345,7 @@ gm_status gm_tokenizer_build(const gm_vocab_spec *s, const char *name, gm_tokeni
     t->eot = s->eot_id >= 0 ? valid_id(t, s->eot_id) : lookup(t, "<end_of_turn>", 13);
     /* like llama.cpp: an end-of-turn token is a control token whatever the file says */
     if (t->eot >= 0) t->types[t->eot] = GM_TOKEN_CONTROL;
+    force_types(t);
     t->add_bos = s->add_bos;
     t->add_space_prefix = s->add_space_prefix;
     if (t->add_bos && t->bos < 0) {
