@@ -1,0 +1,135 @@
+/* tests/test_chat.c — gm_chat_render against the official Gemma 3 chat template rendered by jinja2
+ * (tests/data/tokenizer/chat.json, made by tests/gen/gen_tokenizer_fixture.py), the ids of the
+ * rendered text against llama.cpp's, exactly one BOS, and the format-selection rule. */
+#include <cjson/cJSON.h>
+#include <string.h>
+
+#include "support/test.h"
+#include "text/tokenizer.h"
+
+static gm_tokenizer *g_tok;
+
+static int count_bos(const int32_t *ids, size_t n, int32_t bos) {
+    int c = 0;
+    for (size_t i = 0; i < n; i++) c += ids[i] == bos;
+    return c;
+}
+
+TEST(rendered_like_the_official_template) {
+    size_t len = 0;
+    char *buf = (char *)test_read_file(test_data_path("tokenizer/chat.json"), &len);
+    CHECK(buf != NULL);
+    if (!buf) return;
+    cJSON *root = cJSON_ParseWithLength(buf, len);
+    CHECK(root != NULL);
+    const cJSON *cases = cJSON_GetObjectItemCaseSensitive(root, "cases");
+    int n_cases = 0, n_errors = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cases) {
+        const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(c, "messages");
+        int n = cJSON_GetArraySize(msgs);
+        gm_chat_message m[16];
+        CHECK(n <= 16);
+        for (int i = 0; i < n && i < 16; i++) {
+            const cJSON *e = cJSON_GetArrayItem(msgs, i);
+            m[i].role = cJSON_GetObjectItemCaseSensitive(e, "role")->valuestring;
+            m[i].content = cJSON_GetObjectItemCaseSensitive(e, "content")->valuestring;
+        }
+        bool gen = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "add_generation_prompt"));
+        char *out = NULL;
+        gm_error err = {0};
+        gm_status st = gm_chat_render(g_tok, m, (size_t)n, gen, &out, &err);
+        n_cases++;
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "error"))) {
+            n_errors++;
+            CHECK_EQ_INT(st, GM_ERR_ARG);
+            CHECK(out == NULL);
+            continue;
+        }
+        const char *want = cJSON_GetObjectItemCaseSensitive(c, "rendered")->valuestring;
+        CHECK_OK(st, &err);
+        CHECK_MSG(out && !strcmp(out, want), "case %d:\n got  '%s'\n want '%s'", n_cases - 1, out ? out : "(null)", want);
+        if (!out) continue;
+        /* ids: exactly llama.cpp's for the rendered text, one BOS whether or not add_bos is asked */
+        const cJSON *ref = cJSON_GetObjectItemCaseSensitive(c, "ids");
+        for (int add_bos = 0; add_bos < 2; add_bos++) {
+            int32_t *ids = NULL;
+            size_t nid = 0;
+            CHECK_OK(gm_tokenize(g_tok, out, strlen(out), add_bos, true, &ids, &nid, &err), &err);
+            CHECK_EQ_INT(nid, cJSON_GetArraySize(ref));
+            bool same = nid == (size_t)cJSON_GetArraySize(ref);
+            for (size_t k = 0; same && k < nid; k++) same = ids[k] == cJSON_GetArrayItem(ref, (int)k)->valueint;
+            CHECK_MSG(same, "case %d: ids differ from llama.cpp", n_cases - 1);
+            CHECK_EQ_INT(count_bos(ids, nid, gm_tokenizer_bos(g_tok)), 1);
+            CHECK(nid > 0 && ids[0] == gm_tokenizer_bos(g_tok));
+            free(ids);
+        }
+        free(out);
+    }
+    CHECK(n_cases >= 15 && n_errors >= 2);
+    cJSON_Delete(root);
+    free(buf);
+}
+
+TEST(format_selection) {
+    /* the default model has no chat template: the Gemma format by default */
+    CHECK(!strcmp(gm_tokenizer_chat_format(g_tok), "gemma-default"));
+    gm_tokenizer *t = NULL;
+    gm_error err = {0};
+    char path[4096];
+    snprintf(path, sizeof path, "%s", test_data_path("tokenizer/tiny/tiny.gguf"));
+    CHECK_OK(gm_tokenizer_open(path, &t, &err), &err);
+    CHECK(t && !strcmp(gm_tokenizer_chat_format(t), "gemma"));
+    gm_tokenizer_free(t);
+    /* a template we do not recognise falls back; a vocabulary without turn tokens cannot chat */
+    const char *pieces[] = {"<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>", "a"};
+    uint32_t lens[6];
+    for (int i = 0; i < 6; i++) lens[i] = (uint32_t)strlen(pieces[i]);
+    const int32_t types[] = {3, 3, 3, 3, 3, 1};
+    const char *tmpl = "{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}";
+    gm_vocab_spec s = {.n = 6, .pieces = pieces, .piece_lens = lens, .types = types, .bos_id = 2, .eos_id = 1,
+                       .unk_id = -1, .pad_id = 0, .eot_id = -1, .add_bos = true,
+                       .chat_template = tmpl, .chat_template_len = strlen(tmpl)};
+    CHECK_OK(gm_tokenizer_build(&s, "fallback", &t, &err), &err);
+    CHECK(!strcmp(gm_tokenizer_chat_format(t), "gemma-fallback"));
+    gm_chat_message m = {"user", "a"};
+    char *out = NULL;
+    CHECK_OK(gm_chat_render(t, &m, 1, true, &out, &err), &err);
+    CHECK(out && !strcmp(out, "<bos><start_of_turn>user\na<end_of_turn>\n<start_of_turn>model\n"));
+    free(out);
+    int32_t stop[4];
+    CHECK_EQ_INT(gm_tokenizer_stop_ids(t, stop), 2);
+    CHECK(stop[0] == 1 && stop[1] == 4);
+    gm_tokenizer_free(t);
+    s.n = 3;
+    CHECK_OK(gm_tokenizer_build(&s, "no turns", &t, &err), &err);
+    CHECK(!strcmp(gm_tokenizer_chat_format(t), "none"));
+    CHECK_EQ_INT(gm_chat_render(t, &m, 1, true, &out, &err), GM_ERR_UNSUPPORTED);
+    gm_tokenizer_free(t);
+}
+
+TEST(bad_arguments) {
+    char *out = (char *)1;
+    gm_error err = {0};
+    CHECK_EQ_INT(gm_chat_render(g_tok, NULL, 0, true, &out, &err), GM_ERR_ARG);
+    CHECK(out == NULL);
+    gm_chat_message m[2] = {{"user", NULL}, {"assistant", "x"}};
+    CHECK_EQ_INT(gm_chat_render(g_tok, m, 2, true, &out, &err), GM_ERR_ARG);
+    m[0].content = "hi";
+    m[1].role = "user";
+    CHECK_EQ_INT(gm_chat_render(g_tok, m, 2, true, &out, &err), GM_ERR_ARG);
+    CHECK(strstr(err.msg, "alternate") != NULL);
+}
+
+int main(void) {
+    gm_error err = {0};
+    if (gm_tokenizer_open(GM_DEFAULT_MODEL, &g_tok, &err) != GM_OK) {
+        fprintf(stderr, "skip: %s\n", err.msg);
+        return 77;
+    }
+    RUN(rendered_like_the_official_template);
+    RUN(format_selection);
+    RUN(bad_arguments);
+    gm_tokenizer_free(g_tok);
+    return test_summary();
+}
