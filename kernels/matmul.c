@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu.h"
+#include "kernels/gemm.h"
 #include "quant/quant.h"
 
 typedef struct {
@@ -19,7 +21,14 @@ typedef struct {
     float *y;
     const float *x; /* for the quantize task */
     const gm_type_traits *at;
+    gm_vec_dot_fn vec_dot;    /* the ISA's kernel for W's type */
+    gm_quant_row_fn quant;    /* the ISA's quantizer for the activation type */
+    /* AVX-512 path */
+    size_t tok_bytes, rows_bytes;
+    char *rows_scratch; /* rows_bytes per pool thread */
 } mm_job;
+
+static gm_status scratch_reserve(gm_matmul_scratch *s, size_t bytes);
 
 /* rows [r0, r1) x every token; the weight row stays hot in L1 while the tokens stream by */
 static void mm_rows_task(void *ctx, int64_t r0, int64_t r1, int thread) {
@@ -29,7 +38,7 @@ static void mm_rows_task(void *ctx, int64_t r0, int64_t r1, int thread) {
     for (int64_t r = r0; r < r1; r++) {
         const void *wr = w + (size_t)r * j->w_stride;
         for (int64_t t = 0; t < j->n_tok; t++)
-            j->wt->vec_dot(j->W->cols, &j->y[t * j->W->rows + r], wr, j->act + (size_t)t * j->a_stride);
+            j->vec_dot(j->W->cols, &j->y[t * j->W->rows + r], wr, j->act + (size_t)t * j->a_stride);
     }
 }
 
@@ -37,7 +46,38 @@ static void mm_quant_task(void *ctx, int64_t t0, int64_t t1, int thread) {
     (void)thread;
     const mm_job *j = ctx;
     for (int64_t t = t0; t < t1; t++)
-        j->at->quant_row(j->x + t * j->W->cols, (char *)j->act + (size_t)t * j->a_stride, j->W->cols);
+        j->quant(j->x + t * j->W->cols, (char *)j->act + (size_t)t * j->a_stride, j->W->cols);
+}
+
+/* AVX-512: tokens are prepared into the unpacked layout of kernels/gemm.h */
+static void avx512_prep_task(void *ctx, int64_t t0, int64_t t1, int thread) {
+    (void)thread;
+    const mm_job *j = ctx;
+    for (int64_t t = t0; t < t1; t++)
+        gm_avx512_prep(j->W->type, j->x + t * j->W->cols, j->W->cols, (char *)j->act + (size_t)t * j->tok_bytes);
+}
+
+/* items are groups of 4 rows, the tile height */
+static void avx512_rows_task(void *ctx, int64_t q0, int64_t q1, int thread) {
+    const mm_job *j = ctx;
+    const int64_t r1 = q1 * 4 < j->W->rows ? q1 * 4 : j->W->rows;
+    gm_avx512_gemm(j->W->type, j->W->data, j->w_stride, j->W->rows, j->W->cols, j->act, j->n_tok, j->y, q0 * 4, r1,
+                   j->rows_scratch + (size_t)thread * j->rows_bytes);
+}
+
+static gm_status matmul_avx512(mm_job *j, gm_pool *pool, gm_matmul_scratch *scratch) {
+    const int nth = gm_pool_size(pool);
+    j->tok_bytes = gm_avx512_tok_bytes(j->W->type, j->W->cols);
+    j->rows_bytes = gm_avx512_rows_bytes(j->W->type, j->W->cols);
+    if ((uint64_t)j->n_tok > (SIZE_MAX / 2) / j->tok_bytes) return GM_ERR_NOMEM;
+    const size_t act = (size_t)j->n_tok * j->tok_bytes;
+    gm_status st = scratch_reserve(scratch, act + (size_t)nth * j->rows_bytes);
+    if (st != GM_OK) return st;
+    j->act = scratch->buf;
+    j->rows_scratch = (char *)scratch->buf + act;
+    gm_pool_parallel_for(pool, j->n_tok, 1, avx512_prep_task, j);
+    gm_pool_parallel_for(pool, (j->W->rows + 3) / 4, 1, avx512_rows_task, j);
+    return GM_OK;
 }
 
 static gm_status scratch_reserve(gm_matmul_scratch *s, size_t bytes) {
@@ -62,7 +102,15 @@ gm_status gm_matmul(const gm_matrix *W, const float *x, int64_t n_tok, float *y,
     const size_t a_stride = gm_row_bytes(at->type, W->cols);
     if (w_stride == 0 || a_stride == 0 || n_tok < 0) return GM_ERR_ARG;
     if (n_tok == 0 || W->rows == 0) return GM_OK;
-    mm_job j = {W, wt, w_stride, (const char *)x, a_stride, n_tok, y, x, at};
+    mm_job j = {W, wt, w_stride, (const char *)x, a_stride, n_tok, y, x, at, wt->vec_dot, at->quant_row, 0, 0, NULL};
+    const gm_isa isa = gm_isa_active();
+    if (isa >= GM_ISA_AVX512 && gm_avx512_supports(W->type)) return matmul_avx512(&j, pool, scratch);
+    if (isa >= GM_ISA_AVX2) {
+        gm_vec_dot_fn vd = gm_avx2_vec_dot(W->type);
+        gm_quant_row_fn q = gm_avx2_quant_act(at->type);
+        if (vd) j.vec_dot = vd;
+        if (q) j.quant = q; /* produces the reference's bytes exactly */
+    }
     if (at->type != GM_TYPE_F32) {
         if ((uint64_t)n_tok > SIZE_MAX / a_stride) return GM_ERR_NOMEM;
         gm_status st = scratch_reserve(scratch, (size_t)n_tok * a_stride);

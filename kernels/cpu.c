@@ -1,0 +1,141 @@
+/* kernels/cpu.c — CPUID / XGETBV / arch_prctl based detection. A feature counts only if the OS
+ * saves its register state: AVX needs XCR0 bits 1-2, AVX-512 bits 5-7, AMX bits 17-18 plus a
+ * per-process permission request (Linux >= 5.16). */
+#include "kernels/cpu.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+static gm_cpu_features g_feat;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static atomic_int g_active = -1;
+
+#if defined(__x86_64__)
+static unsigned long long read_xcr0(void) {
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((unsigned long long)hi << 32) | lo;
+}
+
+static bool request_amx(void) {
+    /* ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 */
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+}
+#endif
+
+static void detect(void) {
+    memset(&g_feat, 0, sizeof g_feat);
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    g_feat.sse42 = (c >> 20) & 1;
+    g_feat.fma = (c >> 12) & 1;
+    g_feat.f16c = (c >> 29) & 1;
+    bool osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
+    unsigned long long xcr0 = osxsave ? read_xcr0() : 0;
+    g_feat.os_avx = (xcr0 & 0x6) == 0x6;
+    g_feat.os_avx512 = g_feat.os_avx && (xcr0 & 0xE0) == 0xE0;
+    g_feat.avx = avx && g_feat.os_avx;
+    unsigned max_leaf = __get_cpuid_max(0, NULL);
+    if (max_leaf >= 7) {
+        __cpuid_count(7, 0, a, b, c, d);
+        g_feat.avx2 = (b >> 5) & 1;
+        g_feat.avx512f = (b >> 16) & 1;
+        g_feat.avx512dq = (b >> 17) & 1;
+        g_feat.avx512bw = (b >> 30) & 1;
+        g_feat.avx512vl = (b >> 31) & 1;
+        g_feat.avx512vbmi = (c >> 1) & 1;
+        g_feat.avx512vnni = (c >> 11) & 1;
+        g_feat.avx512fp16 = (d >> 23) & 1;
+        g_feat.amx_bf16 = (d >> 22) & 1;
+        g_feat.amx_tile = (d >> 24) & 1;
+        g_feat.amx_int8 = (d >> 25) & 1;
+        __cpuid_count(7, 1, a, b, c, d);
+        g_feat.avx_vnni = (a >> 4) & 1;
+        g_feat.avx512bf16 = (a >> 5) & 1;
+    }
+    if (!g_feat.os_avx) {
+        g_feat.avx2 = g_feat.fma = g_feat.f16c = g_feat.avx_vnni = false;
+    }
+    if (!g_feat.os_avx512) {
+        g_feat.avx512f = g_feat.avx512bw = g_feat.avx512dq = g_feat.avx512vl = false;
+        g_feat.avx512vnni = g_feat.avx512bf16 = g_feat.avx512fp16 = g_feat.avx512vbmi = false;
+    }
+    if (g_feat.amx_tile && (xcr0 & 0x60000) == 0x60000) g_feat.os_amx = request_amx();
+#endif
+}
+
+const gm_cpu_features *gm_cpu_features_get(void) {
+    pthread_once(&g_once, detect);
+    return &g_feat;
+}
+
+gm_isa gm_isa_supported(void) {
+    const gm_cpu_features *f = gm_cpu_features_get();
+    bool avx2 = f->avx2 && f->fma && f->f16c;
+    if (avx2 && f->avx512f && f->avx512bw && f->avx512dq && f->avx512vl && f->avx512vnni) return GM_ISA_AVX512;
+    if (avx2) return GM_ISA_AVX2;
+    return GM_ISA_SCALAR;
+}
+
+static gm_isa parse_env(gm_isa best) {
+    const char *e = getenv("GEMMA_ISA");
+    if (!e || !*e) return best;
+    gm_isa want = best;
+    if (strcmp(e, "scalar") == 0) want = GM_ISA_SCALAR;
+    else if (strcmp(e, "avx2") == 0) want = GM_ISA_AVX2;
+    else if (strcmp(e, "avx512") == 0) want = GM_ISA_AVX512;
+    return want < best ? want : best;
+}
+
+gm_isa gm_isa_active(void) {
+    int v = atomic_load_explicit(&g_active, memory_order_acquire);
+    if (v >= 0) return (gm_isa)v;
+    gm_isa lvl = parse_env(gm_isa_supported());
+    atomic_store_explicit(&g_active, (int)lvl, memory_order_release);
+    return lvl;
+}
+
+gm_isa gm_isa_set(gm_isa level) {
+    gm_isa best = gm_isa_supported();
+    if (level > best) level = best;
+    if (level < GM_ISA_SCALAR) level = GM_ISA_SCALAR;
+    atomic_store_explicit(&g_active, (int)level, memory_order_release);
+    return level;
+}
+
+const char *gm_isa_name(gm_isa level) {
+    switch (level) {
+    case GM_ISA_SCALAR: return "scalar";
+    case GM_ISA_AVX2: return "avx2";
+    case GM_ISA_AVX512: return "avx512";
+    }
+    return "?";
+}
+
+void gm_cpu_describe(char *buf, int size) {
+    const gm_cpu_features *f = gm_cpu_features_get();
+    struct { bool on; const char *name; } items[] = {
+        {f->avx2, "avx2"}, {f->fma, "fma"}, {f->f16c, "f16c"}, {f->avx512f, "avx512f"}, {f->avx512bw, "avx512bw"},
+        {f->avx512dq, "avx512dq"}, {f->avx512vl, "avx512vl"}, {f->avx512vnni, "avx512vnni"},
+        {f->avx512bf16, "avx512bf16"}, {f->avx512fp16, "avx512fp16"}, {f->avx512vbmi, "avx512vbmi"},
+        {f->avx_vnni, "avxvnni"}, {f->amx_tile, "amx-tile"}, {f->amx_int8, "amx-int8"}, {f->amx_bf16, "amx-bf16"},
+        {f->os_amx, "amx-os-permitted"},
+    };
+    int used = 0;
+    if (size > 0) buf[0] = 0;
+    for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
+        if (!items[i].on || used >= size) continue;
+        int w = snprintf(buf + used, (size_t)(size - used), "%s%s", used ? " " : "", items[i].name);
+        if (w > 0) used += w;
+    }
+}

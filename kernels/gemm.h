@@ -1,0 +1,38 @@
+/* kernels/gemm.h — internal: the SIMD matmul back-ends that kernels/matmul.c dispatches to.
+ *
+ * AVX-512 (kernels/gemm_avx512.c) works on an "unpacked" form of both operands so one inner loop
+ * serves every quantized type:
+ *   weight row:  u[npad] unsigned 8-bit codes, sw[npad/4] f32 scale per group of 4 codes (one int32
+ *                lane of vpdpbusd), off[n256/16] f32 per-16-element offsets (Q4_1/Q5_1 m, K-quant
+ *                mins), all zero padded;
+ *   token:       a[npad] int8 codes, sa[npad/4] f32 scales, init[npad/4] int32 = -o * (sum of the
+ *                4 codes of the lane) where o is the weight type's code offset (8 for Q4_0, 16 for
+ *                Q5_0, 32 for Q6_K, 128 for Q8_0 whose codes are stored as w ^ 0x80), and
+ *                t16[n256/16] f32 = scale * sum of 16 codes.
+ *   y[r,t] = reduce_add( sum_chunks cvt(dpbusd(init_t, u_r, a_t)) * sw_r * sa_t  -  sum_g off_r[g] t16_t[g] )
+ * Each (row, token) output goes through the same operations in the same order whatever the tile
+ * shape, thread split or number of tokens: decode (1 token) and prefill give identical results. */
+#ifndef GM_KERNELS_GEMM_H
+#define GM_KERNELS_GEMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- AVX-512 (F, BW, DQ, VL, VNNI) */
+bool gm_avx512_supports(int type);
+size_t gm_avx512_tok_bytes(int type, int64_t n);  /* prepared bytes per token (multiple of 64) */
+size_t gm_avx512_rows_bytes(int type, int64_t n); /* per-thread scratch for unpacked rows */
+/* Quantizes token x (n floats) for weights of `type` into tok (64-byte aligned). */
+void gm_avx512_prep(int type, const float *x, int64_t n, void *tok);
+/* y[t * rows + r] for r in [r0, r1), t in [0, n_tok); toks = n_tok prepared tokens. */
+void gm_avx512_gemm(int type, const void *w, size_t w_stride, int64_t rows, int64_t n, const void *toks,
+                    int64_t n_tok, float *y, int64_t r0, int64_t r1, void *rows_scratch);
+
+/* ---- AVX2 (+FMA, F16C): per-type vec_dot and activation quantizers, bit-compatible layouts with
+ * the scalar reference (same block formats). NULL where there is no AVX2 kernel. */
+#include "quant/quant.h"
+gm_vec_dot_fn gm_avx2_vec_dot(int type);
+gm_quant_row_fn gm_avx2_quant_act(int act_type);
+
+#endif
