@@ -819,7 +819,7 @@ gm_status gm_detok_stream_push(gm_detok_stream *s, int32_t id, const char **text
     gm_status st = gm_token_to_piece(s->tok, id, s->render_special, &p, &l, err);
     if (st) return st;
     size_t held = s->len - s->emitted;
-    memmove(s->buf, s->buf + s->emitted, held);
+    if (held && s->emitted) memmove(s->buf, s->buf + s->emitted, held);
     s->len = held;
     s->emitted = 0;
     if (s->len + l > s->cap) {
@@ -829,7 +829,7 @@ gm_status gm_detok_stream_push(gm_detok_stream *s, int32_t id, const char **text
         s->buf = nb;
         s->cap = cap;
     }
-    memcpy(s->buf + s->len, p, l);
+    if (l) memcpy(s->buf + s->len, p, l);
     s->len += l;
     s->emitted = gm_utf8_complete_prefix((const uint8_t *)s->buf, s->len);
     *text = s->buf ? s->buf : "";
