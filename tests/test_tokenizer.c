@@ -298,7 +298,7 @@ static gm_status build(const char **pieces, const int32_t *types, int32_t n, int
 /* Documented: a vocabulary without <0xXX> pieces maps an unknown byte to the one-byte piece when
  * there is one, else to <unk>, else fails with GM_ERR_UNSUPPORTED naming the byte. */
 TEST(vocab_without_byte_tokens) {
-    const char *pieces[] = {"<s>", "</s>", "<unk>", "a", "b", "ab", "\xe2\x96\x81", "\xe2\x96\x81" "ab", "c"};
+    const char *pieces[] = {"<s>", "</s>", "<unk>", "a", "b", "ab", "\xe2\x96\x81", ("\xe2\x96\x81" "ab"), "c"};
     const int32_t types[] = {3, 3, 2, 1, 1, 1, 1, 1, 1};
     gm_tokenizer *t;
     gm_error err = {0};
