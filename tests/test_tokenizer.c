@@ -405,6 +405,30 @@ TEST(corrupt_tokenizer_model) {
         gm_tokenizer_free(t);
     }
     CHECK(failed > 0);
+    /* random byte flips: a clean error or a vocabulary that tokenizes without crashing */
+    unsigned char *mut = malloc(len);
+    uint32_t lcg = 12345;
+    int bad_status = 0;
+    for (int it = 0; it < 400; it++) {
+        memcpy(mut, buf, len);
+        for (int k = 0; k < 4; k++) {
+            lcg = lcg * 1664525u + 1013904223u;
+            mut[(lcg >> 8) % len] ^= (unsigned char)(1u << (lcg & 7));
+        }
+        t = NULL;
+        gm_status st = gm_tokenizer_from_spm_model(mut, len, "mutated.model", &t, &err);
+        if (st != GM_OK && st != GM_ERR_FORMAT) bad_status++;
+        if (t) {
+            int32_t *ids = NULL;
+            size_t n = 0;
+            st = gm_tokenize(t, "Hello \xff world <bos>\n", 19, true, true, &ids, &n, &err);
+            if (st != GM_OK && st != GM_ERR_UNSUPPORTED) bad_status++;
+            free(ids);
+        }
+        gm_tokenizer_free(t);
+    }
+    CHECK_EQ_INT(bad_status, 0);
+    free(mut);
     /* a length field that lies */
     unsigned char bad[] = {0x0A, 0x7F, 0x0A, 0x01, 'a'};
     CHECK_EQ_INT(gm_tokenizer_from_spm_model(bad, sizeof bad, "lie.model", &t, &err), GM_ERR_FORMAT);
