@@ -73,10 +73,8 @@ static gm_status build_lookup(gm_source *s, gm_error *err) {
 
 /* ------------------------------------------------------------------ GGUF */
 
-static gm_status open_gguf(gm_source *s, bool keep_mtp, gm_error *err) {
-    gguf_open_options opt = {keep_mtp};
-    gm_status st = gguf_open(s->path, &opt, &s->gguf, err);
-    if (st) return st;
+/* Wraps an opened GGUF file: every visible tensor, in file order. */
+static gm_status wrap_gguf(gm_source *s, gm_error *err) {
     const gguf_file *g = s->gguf;
     s->tensors = calloc((size_t)(g->n_tensors ? g->n_tensors : 1), sizeof *s->tensors);
     if (!s->tensors) return gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", s->path);
@@ -92,6 +90,12 @@ static gm_status open_gguf(gm_source *s, bool keep_mtp, gm_error *err) {
         o->nbytes = t->nbytes;
     }
     return build_lookup(s, err);
+}
+
+static gm_status open_gguf(gm_source *s, bool keep_mtp, gm_error *err) {
+    gguf_open_options opt = {keep_mtp};
+    gm_status st = gguf_open(s->path, &opt, &s->gguf, err);
+    return st ? st : wrap_gguf(s, err);
 }
 
 /* ------------------------------------------------------------------ HF names */
@@ -257,6 +261,26 @@ gm_status gm_source_open(const char *path, bool keep_mtp, gm_source **out, gm_er
     } else {
         st = open_gguf(s, keep_mtp, err); /* also the error path for missing or unknown files */
     }
+    if (st) {
+        gm_source_close(s);
+        return st;
+    }
+    *out = s;
+    return GM_OK;
+}
+
+gm_status gm_source_open_gguf_memory(const void *buf, uint64_t size, const char *name, bool keep_mtp,
+                                     gm_source **out, gm_error *err) {
+    *out = NULL;
+    if (!name) name = "<memory>";
+    gm_source *s = calloc(1, sizeof *s);
+    if (!s || !(s->path = strdup(name))) {
+        free(s);
+        return gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", name);
+    }
+    gguf_open_options opt = {keep_mtp};
+    gm_status st = gguf_open_memory(buf, size, name, &opt, &s->gguf, err);
+    if (!st) st = wrap_gguf(s, err);
     if (st) {
         gm_source_close(s);
         return st;

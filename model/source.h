@@ -29,6 +29,9 @@ typedef struct gm_source gm_source;
 /* path: a .gguf file, a .safetensors file beside a config.json, or a folder holding config.json. */
 gm_status gm_source_open(const char *path, bool keep_mtp, gm_source **out, gm_error *err);
 void gm_source_close(gm_source *s);
+/* A GGUF image in memory (fuzzing, tests); buf must outlive the source. name is used in messages. */
+gm_status gm_source_open_gguf_memory(const void *buf, uint64_t size, const char *name, bool keep_mtp,
+                                     gm_source **out, gm_error *err);
 
 const char *gm_source_path(const gm_source *s);
 bool gm_source_is_gguf(const gm_source *s);

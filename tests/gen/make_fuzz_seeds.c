@@ -43,7 +43,12 @@ int main(void) {
     if (!tm_write_gguf(&o, "fuzz/corpus/fuzz_gguf/tiny_gemma3.gguf", err, sizeof err)) return puts(err), 1;
     small(&o, "gemma2");
     o.weight_type = 1; /* F16 */
-    if (!tm_write_gguf(&o, "fuzz/corpus/fuzz_gguf/tiny_gemma2.gguf", err, sizeof err)) return puts(err), 1;
+    mkdir("fuzz/corpus/fuzz_model_config", 0755);
+    if (!tm_write_gguf(&o, "fuzz/corpus/fuzz_model_config/tiny_gemma2.gguf", err, sizeof err)) return puts(err), 1;
+
+    small(&o, "gemma");
+    if (!tm_write_gguf(&o, "fuzz/corpus/fuzz_model_config/tiny_gemma.gguf", err, sizeof err)) return puts(err), 1;
+    copy("fuzz/corpus/fuzz_gguf/tiny_gemma3.gguf", "fuzz/corpus/fuzz_model_config/tiny_gemma3.gguf");
 
     gw_writer *w = gw_new();
     gw_set_version(w, 2);
