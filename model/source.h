@@ -44,6 +44,13 @@ int64_t gm_source_n_tensors(const gm_source *s);       /* visible tensors */
 const gm_tensor *gm_source_tensor_at(const gm_source *s, int64_t i);
 const gm_tensor *gm_source_tensor(const gm_source *s, const char *name); /* NULL if absent */
 
+/* model/describe.c: the description `gemma inspect` prints, to a FILE*: format, architecture,
+ * config (cfg may be NULL when gm_config_load failed; cfg_error then says why), tokenizer summary
+ * from metadata, tensor table (GGUF names, ggml shapes, bytes) and totals per type; as text, or
+ * as one JSON object when json is true. gm_model_describe (gemma.h) calls it. */
+gm_status gm_source_describe(const gm_source *s, const gm_config *cfg, const char *cfg_error, bool json,
+                             void *FILE_stream, gm_error *err);
+
 /* model/config.c: every architectural fact from the source's metadata or config.json plus the
  * documented per-generation rules. Unknown / unsupported architectures get GM_ERR_UNSUPPORTED
  * with a message naming what is missing. */
