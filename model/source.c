@@ -213,6 +213,33 @@ static gm_status hf_tensor(gm_source *s, const st_tensor *t, const char *text, i
     return GM_OK;
 }
 
+/* Natural order for HF tensors (the files list them alphabetically): embedding and output tensors
+ * first, then layer by layer in GGUF order. */
+static int64_t order_key(const gm_tensor *t) {
+    static const char *const top[] = {"token_embd.weight", "output_norm.weight", "output.weight"};
+    static const char *const per_layer[] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_q_norm", "attn_k_norm",
+                                            "attn_output", "post_attention_norm", "ffn_norm", "ffn_gate", "ffn_up",
+                                            "ffn_down", "post_ffw_norm"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(t->name, top[i])) return i;
+    int layer = -1, used = 0;
+    if (sscanf(t->name, "blk.%d.%n", &layer, &used) == 1 && used > 0 && layer >= 0) {
+        size_t n = strcspn(t->name + used, ".");
+        for (int k = 0; k < 13; k++)
+            if (strlen(per_layer[k]) == n && !strncmp(t->name + used, per_layer[k], n))
+                return 16 + (int64_t)layer * 16 + k;
+        return 16 + (int64_t)layer * 16 + 15;
+    }
+    return INT64_MAX; /* unknown tensors last */
+}
+
+static int cmp_order(const void *a, const void *b) {
+    const gm_tensor *x = a, *y = b;
+    int64_t kx = order_key(x), ky = order_key(y);
+    if (kx != ky) return kx < ky ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
 static gm_status open_hf(gm_source *s, const char *st_path, gm_error *err) {
     gm_status st = load_config(s, err);
     if (st || (st = st_set_open(st_path, &s->st, err))) return st;
@@ -225,6 +252,7 @@ static gm_status open_hf(gm_source *s, const char *st_path, gm_error *err) {
         if (!text) continue; /* vision tower, projector, ... */
         if ((st = hf_tensor(s, t, text, generation, err))) return st;
     }
+    qsort(s->tensors, (size_t)s->n_tensors, sizeof *s->tensors, cmp_order);
     return build_lookup(s, err);
 }
 
