@@ -5,6 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "model/source.h"
 #include "quant/quant.h"
 #include "support/gguf_writer.h"
@@ -325,11 +327,61 @@ TEST(default_model) {
     gm_source_close(s);
 }
 
+/* Rewrites dir/config.json: drops sliding_window_pattern, sets layer_types from a string of
+ * 's' (sliding) and 'f' (full) characters. */
+static void set_layer_types(const char *dir, const char *types) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unsigned char *text = test_read_file(path, NULL);
+    cJSON *c = cJSON_Parse((const char *)text);
+    free(text);
+    cJSON_DeleteItemFromObject(c, "sliding_window_pattern");
+    cJSON_DeleteItemFromObject(c, "layer_types");
+    cJSON *lt = cJSON_AddArrayToObject(c, "layer_types");
+    for (const char *p = types; *p; p++)
+        cJSON_AddItemToArray(lt, cJSON_CreateString(*p == 'f' ? "full_attention" : "sliding_attention"));
+    char *out = cJSON_Print(c);
+    FILE *f = fopen(path, "wb");
+    fputs(out, f);
+    fclose(f);
+    free(out);
+    cJSON_Delete(c);
+}
+
+TEST(hf_layer_types) {
+    tm_options o;
+    tm_options_default(&o, "gemma3");
+    o.n_layers = 8;
+    char e[256], *dir = tmp_path("lt");
+    tm_hf_options ho = {GM_TYPE_BF16, 1, false};
+    CHECK(tm_write_hf(&o, &ho, dir, e, sizeof e));
+    gm_source *s;
+    gm_config c;
+    gm_error err;
+    set_layer_types(dir, "sssfsssf"); /* pattern 4, derived */
+    CHECK_MSG(load(dir, &s, &c, &err), "%s", err.msg);
+    if (s) {
+        CHECK_EQ_INT(c.sliding_pattern, 4);
+        gm_source_close(s);
+    }
+    set_layer_types(dir, "ssssssss"); /* no global layer */
+    CHECK_MSG(load(dir, &s, &c, &err), "%s", err.msg);
+    if (s) {
+        for (int i = 0; i < 8; i++) CHECK((i + 1) % c.sliding_pattern != 0);
+        gm_source_close(s);
+    }
+    set_layer_types(dir, "sfssfsss"); /* not a repeating pattern */
+    CHECK(!load(dir, &s, &c, &err));
+    CHECK_MSG(err.code == GM_ERR_UNSUPPORTED && strstr(err.msg, "layer_types"), "%s", err.msg);
+    rm_folder(dir);
+}
+
 int main(void) {
     RUN(gguf_and_hf_agree);
     RUN(gemma1_norm_naming);
     RUN(gemma3_options);
     RUN(gemma3_27b_query_scale);
+    RUN(hf_layer_types);
     RUN(errors);
     RUN(default_model);
     return test_summary();

@@ -208,9 +208,41 @@ TEST(hf_folders) {
     CHECK(st_set_open("/nonexistent/folder", &s, &err) != GM_OK);
 }
 
+/* Every strict prefix of a valid file fails cleanly and names the file. */
+TEST(every_truncation_fails) {
+    tm_options o;
+    tm_options_default(&o, "gemma2");
+    o.n_layers = 1;
+    char dir[512], e[256], file[600];
+    tmpdir(dir, sizeof dir, "trunc");
+    tm_hf_options h = {GM_TYPE_BF16, 1, false};
+    CHECK(tm_write_hf(&o, &h, dir, e, sizeof e));
+    snprintf(file, sizeof file, "%s/model.safetensors", dir);
+    size_t len = 0;
+    unsigned char *buf = test_read_file(file, &len);
+    CHECK(buf != NULL);
+    if (buf) {
+        gm_error err;
+        st_file *f = NULL;
+        CHECK_OK(st_open_memory(buf, len, "t.safetensors", &f, &err), &err);
+        st_close(f);
+        int bad = 0;
+        for (size_t n = 0; n < len; n += (n < 4096 ? 1 : 61)) {
+            err.msg[0] = 0;
+            f = NULL;
+            if (st_open_memory(buf, n, "t.safetensors", &f, &err) == GM_OK || !strstr(err.msg, "t.safetensors")) bad++;
+            st_close(f);
+        }
+        CHECK_EQ_INT(bad, 0);
+        free(buf);
+    }
+    rm_folder(dir);
+}
+
 int main(void) {
     RUN(parse_valid_header);
     RUN(header_validation);
     RUN(hf_folders);
+    RUN(every_truncation_fails);
     return test_summary();
 }
