@@ -270,6 +270,39 @@ static gm_status hf_rope_scaling(const hf_ctx *h, float *scale) {
     return GM_OK;
 }
 
+/* One rope_parameters entry: {"rope_type": "default" | "linear", "rope_theta": x, "factor": f}. */
+static gm_status hf_rope_entry(const hf_ctx *h, const cJSON *e, const char *which, float *base, float *scale) {
+    const cJSON *theta = cJSON_GetObjectItemCaseSensitive(e, "rope_theta");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(e, "rope_type");
+    const cJSON *factor = cJSON_GetObjectItemCaseSensitive(e, "factor");
+    if (cJSON_IsNumber(theta)) *base = (float)theta->valuedouble;
+    if (!type || (cJSON_IsString(type) && !strcmp(type->valuestring, "default"))) return GM_OK;
+    if (cJSON_IsString(type) && !strcmp(type->valuestring, "linear") && cJSON_IsNumber(factor) && scale) {
+        *scale = (float)factor->valuedouble;
+        return GM_OK;
+    }
+    return gm_fail(h->err, GM_ERR_UNSUPPORTED, "%s: rope_parameters%s%s: only \"default\"%s RoPE is supported", h->file,
+                   which[0] ? "." : "", which, scale ? " and \"linear\"" : "");
+}
+
+/* transformers v5 writes rope_parameters, per layer kind ({"full_attention": {...},
+ * "sliding_attention": {...}}) or one entry for every layer; it overrides the older keys. */
+static gm_status hf_rope_parameters(const hf_ctx *h, gm_config *c) {
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(h->cfg, "rope_parameters");
+    if (!cJSON_IsObject(rp)) return GM_OK;
+    const cJSON *full = cJSON_GetObjectItemCaseSensitive(rp, "full_attention");
+    const cJSON *sliding = cJSON_GetObjectItemCaseSensitive(rp, "sliding_attention");
+    if (!cJSON_IsObject(full) && !cJSON_IsObject(sliding)) {
+        gm_status st = hf_rope_entry(h, rp, "", &c->rope_base_global, &c->rope_scale_global);
+        if (c->generation < 3) c->rope_base_local = c->rope_base_global;
+        return st;
+    }
+    gm_status st = GM_OK;
+    if (cJSON_IsObject(full)) st = hf_rope_entry(h, full, "full_attention", &c->rope_base_global, &c->rope_scale_global);
+    if (!st && cJSON_IsObject(sliding)) st = hf_rope_entry(h, sliding, "sliding_attention", &c->rope_base_local, NULL);
+    return st;
+}
+
 static gm_status hf_arch(const cJSON *root, const cJSON **cfg, gm_config *c, const char *file, gm_error *err) {
     const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
     *cfg = cJSON_IsObject(tc) ? tc : root;
@@ -320,6 +353,7 @@ static gm_status config_from_hf(const gm_source *s, gm_config *c, gm_error *err)
             return st;
         if (c->sliding_window <= 0) c->sliding_pattern = 0;
     }
+    if ((st = hf_rope_parameters(&h, c))) return st;
     c->norm_weights_plus_one = false;
     c->bos_id = j_token(cfg, "bos_token_id", j_token(gm_source_hf_config(s), "bos_token_id", 2));
     c->eos_id = j_token(cfg, "eos_token_id", j_token(gm_source_hf_config(s), "eos_token_id", 1));

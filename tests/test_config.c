@@ -348,6 +348,53 @@ static void set_layer_types(const char *dir, const char *types) {
     cJSON_Delete(c);
 }
 
+/* transformers v5 style: rope_parameters per layer kind replaces rope_theta / rope_scaling. */
+TEST(hf_rope_parameters) {
+    tm_options o;
+    tm_options_default(&o, "gemma3");
+    char e[256], *dir = tmp_path("rp"), path[600];
+    tm_hf_options ho = {GM_TYPE_BF16, 1, false};
+    CHECK(tm_write_hf(&o, &ho, dir, e, sizeof e));
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    const char *variants[3] = {
+        ("{\"full_attention\": {\"rope_type\": \"linear\", \"factor\": 8.0, \"rope_theta\": 500000.0},"
+         " \"sliding_attention\": {\"rope_type\": \"default\", \"rope_theta\": 20000.0}}"),
+        "{\"rope_type\": \"default\", \"rope_theta\": 123.0}",
+        "{\"full_attention\": {\"rope_type\": \"yarn\", \"factor\": 8.0, \"rope_theta\": 1.0}}",
+    };
+    for (int v = 0; v < 3; v++) {
+        unsigned char *text = test_read_file(path, NULL);
+        cJSON *c = cJSON_Parse((const char *)text);
+        free(text);
+        cJSON_DeleteItemFromObject(c, "rope_scaling");
+        cJSON_DeleteItemFromObject(c, "rope_theta");
+        cJSON_DeleteItemFromObject(c, "rope_local_base_freq");
+        cJSON_DeleteItemFromObject(c, "rope_parameters");
+        cJSON_AddItemToObject(c, "rope_parameters", cJSON_Parse(variants[v]));
+        char *out = cJSON_Print(c);
+        FILE *f = fopen(path, "wb");
+        fputs(out, f);
+        fclose(f);
+        free(out);
+        cJSON_Delete(c);
+        gm_source *s;
+        gm_config cfg;
+        gm_error err;
+        bool ok = load(dir, &s, &cfg, &err);
+        if (v == 2) {
+            CHECK(!ok && err.code == GM_ERR_UNSUPPORTED && strstr(err.msg, "rope_parameters"));
+            continue;
+        }
+        CHECK_MSG(ok, "%s", err.msg);
+        if (!ok) continue;
+        CHECK_NEAR(cfg.rope_base_global, v == 0 ? 500000.0 : 123.0, 0);
+        CHECK_NEAR(cfg.rope_scale_global, v == 0 ? 8.0 : 1.0, 0);
+        CHECK_NEAR(cfg.rope_base_local, v == 0 ? 20000.0 : 10000.0, 0);
+        gm_source_close(s);
+    }
+    rm_folder(dir);
+}
+
 TEST(hf_layer_types) {
     tm_options o;
     tm_options_default(&o, "gemma3");
@@ -382,6 +429,7 @@ int main(void) {
     RUN(gemma3_options);
     RUN(gemma3_27b_query_scale);
     RUN(hf_layer_types);
+    RUN(hf_rope_parameters);
     RUN(errors);
     RUN(default_model);
     return test_summary();
