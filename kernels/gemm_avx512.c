@@ -16,7 +16,11 @@
     defined(__AVX512DQ__) && defined(__F16C__)
 #include <immintrin.h>
 
-#define TOK_BLOCK 64 /* tokens whose prepared activations stay in L2 while rows stream by */
+#define TOK_BLOCK 64
+
+/* The tile loops must be fully unrolled so the 4x4 accumulators live in registers. */
+#define GM_PRAGMA(x) _Pragma(#x)
+#define GM_UNROLL GM_PRAGMA(GCC unroll 4) /* tokens whose prepared activations stay in L2 while rows stream by */
 
 typedef struct {
     int o;      /* code offset folded into the integer accumulator (0: none) */
@@ -359,19 +363,24 @@ typedef struct {
 static inline __attribute__((always_inline)) void tile(const int NR, const int NT, tile_dims td, const row_view *rv,
                                                        const tok_view *tv, float *y, int64_t ldy) {
     __m512 acc[4][4];
+    GM_UNROLL
     for (int r = 0; r < NR; r++)
+        GM_UNROLL
         for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
     for (int64_t c = 0; c < td.nch; c++) {
         __m512i u[4];
         __m512 sw[4];
+        GM_UNROLL
         for (int r = 0; r < NR; r++) {
             u[r] = _mm512_load_si512(rv[r].u + 64 * c);
             sw[r] = _mm512_load_ps(rv[r].sw + 16 * c);
         }
+        GM_UNROLL
         for (int t = 0; t < NT; t++) {
             const __m512i a = _mm512_load_si512(tv[t].a + 64 * c);
             const __m512i init = _mm512_load_si512(tv[t].init + 16 * c);
             const __m512 sa = _mm512_load_ps(tv[t].sa + 16 * c);
+            GM_UNROLL
             for (int r = 0; r < NR; r++) {
                 const __m512i is = _mm512_dpbusd_epi32(init, u[r], a);
                 acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(sw[r], sa), acc[r][t]);
@@ -380,11 +389,15 @@ static inline __attribute__((always_inline)) void tile(const int NR, const int N
     }
     if (td.off)
         for (int64_t g = 0; g < td.ngrp; g++)
+            GM_UNROLL
             for (int r = 0; r < NR; r++) {
                 const __m512 o = _mm512_load_ps(rv[r].off + 16 * g);
+                GM_UNROLL
                 for (int t = 0; t < NT; t++) acc[r][t] = _mm512_fnmadd_ps(o, _mm512_load_ps(tv[t].t16 + 16 * g), acc[r][t]);
             }
+    GM_UNROLL
     for (int r = 0; r < NR; r++)
+        GM_UNROLL
         for (int t = 0; t < NT; t++) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 

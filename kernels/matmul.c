@@ -11,6 +11,8 @@
 #include "kernels/gemm.h"
 #include "quant/quant.h"
 
+#define GM_TILE_MIN_TOKENS 4
+
 typedef struct {
     const gm_matrix *W;
     const gm_type_traits *wt;
@@ -104,7 +106,10 @@ gm_status gm_matmul(const gm_matrix *W, const float *x, int64_t n_tok, float *y,
     if (n_tok == 0 || W->rows == 0) return GM_OK;
     mm_job j = {W, wt, w_stride, (const char *)x, a_stride, n_tok, y, x, at, wt->vec_dot, at->quant_row, 0, 0, NULL};
     const gm_isa isa = gm_isa_active();
-    if (isa >= GM_ISA_AVX512 && gm_avx512_supports(W->type)) return matmul_avx512(&j, pool, scratch);
+    /* Tiles pay off once a row is reused by several tokens; a single decode token is memory bound
+     * and runs fastest as plain dot products over the file's blocks. */
+    if (isa >= GM_ISA_AVX512 && n_tok >= GM_TILE_MIN_TOKENS && gm_avx512_supports(W->type))
+        return matmul_avx512(&j, pool, scratch);
     if (isa >= GM_ISA_AVX2) {
         gm_vec_dot_fn vd = gm_avx2_vec_dot(W->type);
         gm_quant_row_fn q = gm_avx2_quant_act(at->type);

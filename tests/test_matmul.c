@@ -5,9 +5,17 @@
  * Tolerance vs the reference: gm_matmul quantizes the activations, gm_matmul_ref does not. With
  * xq the dequantized activations, |y - y_ref| <= sum_i |w_i| |x_i - xq_i|   (activation rounding)
  *                                          + 1e-5 sum_i |w_i x_i|           (f32 accumulation)
- *                                          + Q8_1 offset term (f16 block sums, see test_quant.c). */
+ *                                          + Q8_1 offset term (f16 block sums, see test_quant.c).
+ *
+ * SIMD kernels (every ISA level this CPU supports, forced with gm_isa_set) are compared with the
+ * scalar path on the same quantized activations: the integer block dots are exact, so the only
+ * allowed difference is f32 rounding of scales and sums: |y - exact| <= 1e-5 sum |w xq| (+ the
+ * Q8_1 term for Q4_1 / Q5_1), where exact is the double dot of the dequantized operands. The
+ * activation quantizers must produce the reference's bytes exactly. */
 #include <string.h>
 
+#include "kernels/cpu.h"
+#include "kernels/gemm.h"
 #include "kernels/matmul.h"
 #include "quant/blocks.h"
 #include "support/test.h"
@@ -119,8 +127,162 @@ TEST(matmul_bad_args) {
     gm_matmul_scratch_free(NULL);
 }
 
+/* exact = sum w * xq in double, with the same bound as above minus the activation term */
+static double q_bound(const gm_type_traits *wt, const float *wrow, const void *wq, const float *x, int64_t cols,
+                      double *exact) {
+    const gm_type_traits *at = gm_type_traits_of(wt->vec_dot_type);
+    float *xq = malloc(cols * sizeof *xq);
+    void *aq = malloc(gm_row_bytes(at->type, cols));
+    at->quant_row(x, aq, cols);
+    at->dequant_row(aq, xq, cols);
+    double e = 0, mag = 0;
+    for (int64_t i = 0; i < cols; i++) {
+        e += (double)wrow[i] * xq[i];
+        mag += fabs((double)wrow[i] * xq[i]);
+    }
+    double b = 1e-5 * mag + 1e-6;
+    if (at->type == GM_TYPE_Q8_1)
+        for (int64_t k = 0; k < cols / 32; k++) {
+            uint16_t mh;
+            memcpy(&mh, (const char *)wq + k * wt->block_bytes + 2, 2);
+            b += fabs(gm_fp16_to_fp32(mh)) * fabs(gm_fp16_to_fp32(((gm_block_q8_1 *)aq)[k].s)) / 1024;
+        }
+    free(xq);
+    free(aq);
+    *exact = e;
+    return b;
+}
+
+static void simd_case(int type, int64_t rows, int64_t cols, int64_t n_tok, gm_pool *pool) {
+    const gm_type_traits *wt = gm_type_traits_of(type);
+    const size_t rb = gm_row_bytes(type, cols);
+    unsigned char *W = malloc(rows * rb);
+    float *wf = malloc(rows * cols * sizeof *wf), *x = malloc(n_tok * cols * sizeof *x), *tmp = malloc(cols * 4);
+    float *y = malloc(n_tok * rows * 4), *yb = malloc(n_tok * rows * 4);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < cols; i++) tmp[i] = frand() * (r % 3 ? 1.f : 30.f);
+        if (r == 2) memset(tmp, 0, cols * 4); /* an all-zero row */
+        wt->quant_row(tmp, W + r * rb, cols);
+        wt->dequant_row(W + r * rb, wf + r * cols, cols);
+    }
+    for (int64_t i = 0; i < n_tok * cols; i++) x[i] = frand() * ((i / cols) % 2 ? 0.01f : 8.f);
+    if (n_tok > 1) memset(x + cols, 0, cols * 4); /* an all-zero token */
+    gm_matrix M = {type, rows, cols, W};
+    gm_matmul_scratch s = {0};
+    for (int isa = GM_ISA_AVX2; isa <= (int)gm_isa_supported(); isa++) {
+        gm_isa_set((gm_isa)isa);
+        CHECK_EQ_INT(gm_matmul(&M, x, n_tok, y, pool, &s), GM_OK);
+        int bad = 0;
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int64_t r = 0; r < rows; r++) {
+                double exact;
+                double tol = q_bound(wt, wf + r * cols, W + r * rb, x + t * cols, cols, &exact);
+                if (!(fabs(y[t * rows + r] - exact) <= tol) && bad++ == 0)
+                    fprintf(stderr, "  %s %s rows %lld cols %lld tok %lld: y[%lld,%lld] = %.8g, exact %.8g, tol %.3g\n",
+                            gm_isa_name((gm_isa)isa), wt->name, (long long)rows, (long long)cols, (long long)n_tok,
+                            (long long)t, (long long)r, y[t * rows + r], exact, tol);
+            }
+        CHECK_MSG(bad == 0, "%s %s n_tok %lld: %d outputs differ from the exact dot beyond f32 rounding",
+                  gm_isa_name((gm_isa)isa), wt->name, (long long)n_tok, bad);
+        /* batch invariance: the first tokens alone give the same bits as inside the larger batch */
+        if (n_tok >= 8) {
+            CHECK_EQ_INT(gm_matmul(&M, x, 5, yb, pool, &s), GM_OK);
+            CHECK_MSG(memcmp(yb, y, 5 * rows * 4) == 0, "%s %s: 5 tokens differ from the same tokens in a batch of %lld",
+                      gm_isa_name((gm_isa)isa), wt->name, (long long)n_tok);
+        }
+    }
+    gm_isa_set(gm_isa_supported());
+    gm_matmul_scratch_free(&s);
+    free(W); free(wf); free(x); free(tmp); free(y); free(yb);
+}
+
+TEST(simd_matmul_vs_exact) {
+    if (gm_isa_supported() < GM_ISA_AVX2) {
+        fprintf(stderr, "  (no AVX2 on this CPU: SIMD kernels not tested)\n");
+        return;
+    }
+    gm_pool *p2 = gm_pool_new(2);
+    for (size_t k = 0; k < sizeof k_types / sizeof k_types[0]; k++) {
+        const gm_type_traits *wt = gm_type_traits_of(k_types[k]);
+        const bool kq = wt->block_elems == 256;
+        simd_case(k_types[k], 13, kq ? 768 : 96, 1, p2);   /* odd rows, short rows (tail chunk) */
+        simd_case(k_types[k], 13, kq ? 768 : 96, 3, NULL);
+        simd_case(k_types[k], 21, kq ? 512 : 640, 9, p2);  /* tiled path: 4x4 tiles plus remainders */
+        simd_case(k_types[k], 6, kq ? 256 : 32, 70, p2);   /* more tokens than one token block (64) */
+    }
+    gm_pool_free(p2);
+}
+
+/* The SIMD activation quantizers must write the scalar reference's bytes. */
+TEST(simd_quant_act_exact) {
+    if (gm_isa_supported() < GM_ISA_AVX2) return;
+    const int acts[] = {GM_TYPE_Q8_0, GM_TYPE_Q8_1, GM_TYPE_Q8_K};
+    float x[1024];
+    unsigned char a[2048], b[2048];
+    for (int rep = 0; rep < 40; rep++) {
+        for (int i = 0; i < 1024; i++) x[i] = frand() * (rep % 4 == 0 ? 1e-6f : rep % 4 == 1 ? 1e3f : 1.f);
+        if (rep % 5 == 0) memset(x + 256, 0, 256 * 4);
+        if (rep % 7 == 0) /* exact ties after scaling: x = (k + 0.5) * amax / 127 */
+            for (int i = 0; i < 32; i++) x[i] = (i == 0 ? 127.f : (float)(i % 9) + 0.5f) / 127.f;
+        for (size_t k = 0; k < 3; k++) {
+            const gm_type_traits *at = gm_type_traits_of(acts[k]);
+            gm_quant_row_fn q = gm_avx2_quant_act(acts[k]);
+            CHECK(q != NULL);
+            if (!q) continue;
+            at->quant_row(x, a, 1024);
+            q(x, b, 1024);
+            CHECK_MSG(memcmp(a, b, gm_row_bytes(acts[k], 1024)) == 0, "%s quantizer differs (rep %d)", at->name, rep);
+        }
+    }
+}
+
+/* AVX2 dots directly against the scalar dots on identical operands. */
+TEST(simd_vec_dot_vs_scalar) {
+    if (gm_isa_supported() < GM_ISA_AVX2) return;
+    for (size_t k = 0; k < sizeof k_types / sizeof k_types[0]; k++) {
+        const gm_type_traits *wt = gm_type_traits_of(k_types[k]), *at = gm_type_traits_of(wt->vec_dot_type);
+        gm_vec_dot_fn vd = gm_avx2_vec_dot(k_types[k]);
+        if (!vd) continue; /* Q8_1 / Q8_K weights: scalar only */
+        const int64_t n = wt->block_elems == 256 ? 1280 : (wt->block_elems == 1 ? 77 : 224);
+        float w[1280], x[1280], wd[1280], xd[1280];
+        unsigned char wq[8192], aq[8192];
+        int bad = 0;
+        for (int rep = 0; rep < 20; rep++) {
+            for (int64_t i = 0; i < n; i++) {
+                w[i] = frand() * (rep + 1);
+                x[i] = frand() * 3;
+            }
+            wt->quant_row(w, wq, n);
+            at->quant_row(x, aq, n);
+            wt->dequant_row(wq, wd, n);
+            at->dequant_row(aq, xd, n);
+            float s0, s1;
+            wt->vec_dot(n, &s0, wq, aq);
+            vd(n, &s1, wq, aq);
+            double mag = 0;
+            for (int64_t i = 0; i < n; i++) mag += fabs((double)wd[i] * xd[i]);
+            if (!(fabs((double)s0 - s1) <= 2e-5 * mag + 1e-6) && bad++ == 0)
+                fprintf(stderr, "  %s: scalar %.8g avx2 %.8g (mag %.3g)\n", wt->name, s0, s1, mag);
+        }
+        CHECK_MSG(bad == 0, "%s: avx2 vec_dot differs from scalar", wt->name);
+    }
+}
+
+TEST(isa_clamp) {
+    const gm_isa top = gm_isa_supported();
+    CHECK(gm_isa_set(GM_ISA_AVX512) == top || top == GM_ISA_AVX512);
+    CHECK(gm_isa_set(GM_ISA_SCALAR) == GM_ISA_SCALAR);
+    CHECK(gm_isa_active() == GM_ISA_SCALAR);
+    gm_isa_set(top);
+    CHECK(gm_isa_active() == top);
+}
+
 int main(void) {
     RUN(matmul_every_type);
+    RUN(simd_matmul_vs_exact);
+    RUN(simd_quant_act_exact);
+    RUN(simd_vec_dot_vs_scalar);
+    RUN(isa_clamp);
     RUN(matmul_bad_args);
     return test_summary();
 }
