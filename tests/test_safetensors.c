@@ -134,7 +134,7 @@ static void tmpdir(char *out, size_t n, const char *name) {
 }
 
 static void rm_folder(const char *dir) {
-    const char *files[] = {"config.json", "tokenizer_config.json", "model.safetensors", "model.safetensors.index.json",
+    const char *files[] = {"config.json", "tokenizer_config.json", "tokenizer.json", "model.safetensors", "model.safetensors.index.json",
                            "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
     char p[4096];
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {

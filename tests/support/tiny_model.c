@@ -421,6 +421,45 @@ static cJSON *hf_text_config(const tm_options *o) {
     return c;
 }
 
+/* tokenizer.json: the same vocabulary and scores as the GGUF, as a Unigram model with byte
+ * fallback; control tokens listed in added_tokens; spaces become U+2581, no prefix space. */
+static char *tokenizer_json(void) {
+    cJSON *t = cJSON_CreateObject();
+    cJSON_AddStringToObject(t, "version", "1.0");
+    cJSON *added = cJSON_AddArrayToObject(t, "added_tokens");
+    for (int i = 0; i < N_CONTROL; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "id", i);
+        cJSON_AddStringToObject(e, "content", k_control[i]);
+        cJSON_AddBoolToObject(e, "single_word", false);
+        cJSON_AddBoolToObject(e, "lstrip", false);
+        cJSON_AddBoolToObject(e, "rstrip", false);
+        cJSON_AddBoolToObject(e, "normalized", false);
+        cJSON_AddBoolToObject(e, "special", true);
+        cJSON_AddItemToArray(added, e);
+    }
+    cJSON *norm = cJSON_AddObjectToObject(t, "normalizer");
+    cJSON_AddStringToObject(norm, "type", "Replace");
+    cJSON *pat = cJSON_AddObjectToObject(norm, "pattern");
+    cJSON_AddStringToObject(pat, "String", " ");
+    cJSON_AddStringToObject(norm, "content", "\xe2\x96\x81");
+    cJSON_AddNullToObject(t, "pre_tokenizer");
+    cJSON *model = cJSON_AddObjectToObject(t, "model");
+    cJSON_AddStringToObject(model, "type", "Unigram");
+    cJSON_AddNumberToObject(model, "unk_id", TM_UNK);
+    cJSON *vocab = cJSON_AddArrayToObject(model, "vocab");
+    for (int i = 0; i < N_VOCAB; i++) {
+        cJSON *e = cJSON_CreateArray();
+        cJSON_AddItemToArray(e, cJSON_CreateString(tm_vocab_token(i)));
+        cJSON_AddItemToArray(e, cJSON_CreateNumber(tm_vocab_score(i)));
+        cJSON_AddItemToArray(vocab, e);
+    }
+    cJSON_AddBoolToObject(model, "byte_fallback", true);
+    char *js = cJSON_Print(t);
+    cJSON_Delete(t);
+    return js;
+}
+
 static bool write_configs(const tm_options *o, const tm_hf_options *h, const char *dir) {
     cJSON *c = hf_text_config(o);
     if (h->multimodal) {
@@ -450,9 +489,17 @@ static bool write_configs(const tm_options *o, const tm_hf_options *h, const cha
     }
     cJSON_AddStringToObject(tc, "bos_token", "<bos>");
     cJSON_AddStringToObject(tc, "eos_token", "<eos>");
+    cJSON_AddStringToObject(tc, "unk_token", "<unk>");
+    cJSON_AddStringToObject(tc, "pad_token", "<pad>");
+    cJSON_AddBoolToObject(tc, "add_bos_token", true);
+    cJSON_AddBoolToObject(tc, "add_eos_token", false);
     js = cJSON_Print(tc);
     cJSON_Delete(tc);
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    ok = ok && write_text(path, js);
+    free(js);
+    js = tokenizer_json();
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     ok = ok && write_text(path, js);
     free(js);
     return ok;

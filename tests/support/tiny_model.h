@@ -36,7 +36,9 @@
  * add_bos_token=true, add_eos_token=false, add_space_prefix=false}, tokenizer.chat_template.
  * HF folder: config.json (model_type gemma / gemma2 / gemma3_text, or gemma3 with text_config when
  * multimodal: tensor names then get the "language_model.model." prefix plus one vision tensor
- * that loaders must skip), tokenizer_config.json (added_tokens_decoder for the control tokens),
+ * that loaders must skip), tokenizer_config.json (added_tokens_decoder for the control tokens,
+ * bos/eos/unk/pad, add_bos_token), tokenizer.json (the same vocabulary and scores as a Unigram
+ * model with byte_fallback, control tokens in added_tokens, " " -> U+2581 normalizer),
  * model.safetensors or model-0000{1,2}-of-00002.safetensors + model.safetensors.index.json.
  * gemma3's config.json lists eos_token_id as [1, 5] (eos, end_of_turn), as HF Gemma 3 does.
  */
