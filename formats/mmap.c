@@ -13,7 +13,7 @@
 gm_status gm_mmap_open(const char *path, gm_mmap *out, gm_error *err) {
     out->data = NULL;
     out->size = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* never block on a FIFO */
     if (fd < 0) return gm_fail(err, GM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {

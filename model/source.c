@@ -161,7 +161,7 @@ static gm_status load_config(gm_source *s, gm_error *err) {
     char *p = malloc(n);
     if (!p) return gm_fail(err, GM_ERR_NOMEM, "out of memory");
     snprintf(p, n, "%s/config.json", s->hf_dir);
-    FILE *f = fopen(p, "rb");
+    FILE *f = is_file(p) ? fopen(p, "rb") : NULL; /* a regular file: never block on a FIFO */
     if (!f) {
         gm_status st = gm_fail(err, GM_ERR_NOT_FOUND, "%s: no config.json in the folder", s->hf_dir);
         free(p);
@@ -284,7 +284,7 @@ gm_status gm_source_open(const char *path, bool keep_mtp, gm_source **out, gm_er
     if (is_dir(path)) {
         s->hf_dir = strdup(path);
         st = s->hf_dir ? open_hf(s, path, err) : gm_fail(err, GM_ERR_NOMEM, "out of memory");
-    } else if (ends_with(path, ".safetensors") && !has_gguf_magic(path)) {
+    } else if (ends_with(path, ".safetensors") && is_file(path) && !has_gguf_magic(path)) {
         st = open_hf_file(s, err);
     } else {
         st = open_gguf(s, keep_mtp, err); /* also the error path for missing or unknown files */
