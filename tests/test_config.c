@@ -423,6 +423,54 @@ TEST(hf_layer_types) {
     rm_folder(dir);
 }
 
+/* gm_source_describe: valid JSON with the config, tokenizer summary, every tensor and totals;
+ * the text form names every tensor. */
+TEST(describe) {
+    tm_options o;
+    tm_options_default(&o, "gemma2");
+    o.weight_type = GM_TYPE_Q8_0;
+    char e[256], *path = tmp_path("d.gguf");
+    CHECK(tm_write_gguf(&o, path, e, sizeof e));
+    gm_source *s;
+    gm_config c;
+    gm_error err;
+    CHECK_MSG(load(path, &s, &c, &err), "%s", err.msg);
+    if (!s) return;
+    FILE *f = tmpfile();
+    CHECK_OK(gm_source_describe(s, &c, NULL, true, f, &err), &err);
+    long n = ftell(f);
+    rewind(f);
+    char *text = calloc(1, (size_t)n + 1);
+    CHECK(fread(text, 1, (size_t)n, f) == (size_t)n);
+    fclose(f);
+    cJSON *j = cJSON_Parse(text);
+    CHECK_MSG(j != NULL, "not JSON: %.200s", text);
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(j, "config");
+    CHECK_EQ_INT(cJSON_GetObjectItemCaseSensitive(cfg, "n_layers")->valueint, 2);
+    CHECK_NEAR(cJSON_GetObjectItemCaseSensitive(cfg, "attn_softcap")->valuedouble, 50, 0);
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(j, "tokenizer");
+    CHECK_EQ_INT(cJSON_GetObjectItemCaseSensitive(tok, "vocab_size")->valueint, tm_vocab_size());
+    CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tok, "has_chat_template")));
+    CHECK_EQ_INT(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "tensors")), tm_tensor_count(&o));
+    const cJSON *by = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "totals"), "by_type");
+    CHECK_EQ_INT(cJSON_GetObjectItemCaseSensitive(by, "Q8_0")->valueint, 2 * 7);
+    CHECK_EQ_INT(cJSON_GetObjectItemCaseSensitive(by, "F32")->valueint, tm_tensor_count(&o) - 14);
+    cJSON_Delete(j);
+    free(text);
+    f = tmpfile();
+    CHECK_OK(gm_source_describe(s, NULL, "no config", false, f, &err), &err);
+    n = ftell(f);
+    rewind(f);
+    text = calloc(1, (size_t)n + 1);
+    CHECK(fread(text, 1, (size_t)n, f) == (size_t)n);
+    fclose(f);
+    for (int64_t i = 0; i < gm_source_n_tensors(s); i++) CHECK(strstr(text, gm_source_tensor_at(s, i)->name) != NULL);
+    CHECK(strstr(text, "config:") == NULL);
+    free(text);
+    gm_source_close(s);
+    remove(path);
+}
+
 int main(void) {
     RUN(gguf_and_hf_agree);
     RUN(gemma1_norm_naming);
@@ -430,6 +478,7 @@ int main(void) {
     RUN(gemma3_27b_query_scale);
     RUN(hf_layer_types);
     RUN(hf_rope_parameters);
+    RUN(describe);
     RUN(errors);
     RUN(default_model);
     return test_summary();
