@@ -64,7 +64,9 @@ typedef struct tm_options {
     float attn_softcap;      /* gemma2: 50 */
     float final_softcap;     /* gemma2: 30; gemma3: 0 = key not written */
     float query_pre_attn_scalar; /* HF config only; default head_dim */
-    int weight_type;         /* gm_type of the matrices (F32 default) */
+    int weight_type;         /* gm_type of the matrices (F32 default). Every row length (d_model,
+                                H*head_dim, d_ff) must be a multiple of the type's block: 32 for
+                                Q4_0..Q8_0, 256 for K-quants (e.g. d_model = d_ff = 256, H*hd = 256) */
     int embd_type;           /* gm_type of token_embd / output (F32 default) */
     bool untied;             /* write output.weight / lm_head.weight */
     bool add_mtp;            /* GGUF: add a hidden nextn tensor */
