@@ -3,7 +3,7 @@
  *
  * Build: cmake --build <dir> --target bench_kernels   (or by hand:
  *   cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -I. bench/bench_kernels.c <dir>/libgemma.a -lm -lpthread)
- * Run:   <dir>/bench_kernels [--quick]
+ * Run:   <dir>/bench_kernels [--quick] [TYPE ...]   (--quick: fewer shapes; TYPEs: only those, e.g. Q8_0)
  *
  * Matvec (1 token): GB/s = weight bytes / time. Small matrices are replicated into a ~192 MiB pool
  * and the bench cycles through the copies, so weights come from DRAM as in a real decode step
@@ -112,8 +112,20 @@ static void bench_matmul(int type, shape sh, int64_t n_tok, gm_pool *pool, doubl
     free(w); free(x); free(y);
 }
 
+static int n_only;
+static char **only;
+
+static bool wanted(const char *name) {
+    if (n_only == 0) return true;
+    for (int i = 0; i < n_only; i++)
+        if (strcmp(only[i], name) == 0) return true;
+    return false;
+}
+
 int main(int argc, char **argv) {
     const bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    only = argv + 1 + quick;
+    n_only = argc - 1 - quick;
     char feat[512];
     gm_cpu_describe(feat, sizeof feat);
     printf("cpu: %s\nsupported isa: %s\n", feat, gm_isa_name(gm_isa_supported()));
@@ -132,7 +144,7 @@ int main(int argc, char **argv) {
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         for (size_t s = 0; s < sizeof mv / sizeof mv[0]; s++) {
             const gm_type_traits *t = gm_type_traits_of(types[k]);
-            if (mv[s].cols % t->block_elems) continue;
+            if (mv[s].cols % t->block_elems || !wanted(t->name)) continue;
             if (mv[s].rows > 100000 && t->block_elems == 1) continue; /* 0.3-0.7 GB unquantized: skip */
             if (quick && mv[s].rows > 100000 && types[k] != GM_TYPE_Q8_0) continue;
             printf("%-5s %6lldx%-6lld", t->name, (long long)mv[s].rows, (long long)mv[s].cols);
@@ -157,7 +169,7 @@ int main(int argc, char **argv) {
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         for (size_t s = 0; s < sizeof mm / sizeof mm[0]; s++) {
             const gm_type_traits *t = gm_type_traits_of(types[k]);
-            if (mm[s].cols % t->block_elems) continue;
+            if (mm[s].cols % t->block_elems || !wanted(t->name)) continue;
             if (quick && s == 1) continue;
             printf("%-5s %6lldx%-6lld", t->name, (long long)mm[s].rows, (long long)mm[s].cols);
             for (int isa = 0; isa <= (int)top; isa++) {

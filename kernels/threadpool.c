@@ -1,7 +1,11 @@
 /* kernels/threadpool.c — a persistent pool. Workers wait for a new job generation: they spin (with
  * a pause hint) for a while, so back-to-back ops of a decode step cost no sleep/wake, then block on
- * a condition variable so an idle process does not burn the cores. Items are handed out in chunks
- * from an atomic counter; the calling thread takes chunks too. */
+ * a condition variable so an idle process does not burn the cores.
+ *
+ * Work is handed out in chunks by compare-and-swap on one word holding (generation, next chunk),
+ * so a worker can only claim chunks of the job that is current. The caller claims chunks too and
+ * then waits only for chunks that were claimed and are still running — never for a worker that
+ * has not woken up yet (on a loaded machine that could cost a whole scheduler time slice). */
 #include "kernels/threadpool.h"
 
 #include <pthread.h>
@@ -22,32 +26,53 @@
 
 /* ~ a few hundred microseconds of spinning before a worker sleeps (pause is 40-140 cycles). */
 #define GM_SPIN_ITERS 20000
+#define GEN_SHIFT 40
+#define IDX_MASK ((1ull << GEN_SHIFT) - 1)
 
 struct gm_pool {
     int n_threads; /* including the caller */
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    atomic_uint gen;      /* bumped once per job; workers wait for it to change */
+    atomic_uint gen;       /* bumped once per job; workers wait for it to change */
     atomic_bool stop;
     atomic_int n_sleeping; /* workers blocked on cv: the caller signals only if > 0 */
-    /* the current job (written before gen is bumped, read after it is seen) */
-    gm_task_fn fn;
-    void *ctx;
-    int64_t n, chunk;
-    atomic_llong next;    /* next unclaimed item */
-    atomic_int pending;   /* workers that have not finished the current job */
+    /* the current job; stable while it has unclaimed chunks (see claim()) */
+    _Atomic(gm_task_fn) fn;
+    _Atomic(void *) ctx;
+    atomic_llong n, chunk, n_chunks;
+    atomic_ullong state;   /* (generation << GEN_SHIFT) | next chunk index */
+    atomic_llong done;     /* chunks finished */
 };
 
 typedef struct { gm_pool *p; int id; } worker_arg;
 
-/* Claim and run chunks until none are left. */
-static void run_chunks(gm_pool *p, int thread) {
+/* Claim one chunk of job `g`; false once the job has none left (or is no longer current). */
+static bool claim(gm_pool *p, unsigned long long g, long long *idx) {
+    unsigned long long s = atomic_load_explicit(&p->state, memory_order_acquire);
     for (;;) {
-        int64_t b = atomic_fetch_add_explicit(&p->next, p->chunk, memory_order_relaxed);
-        if (b >= p->n) return;
-        int64_t e = b + p->chunk < p->n ? b + p->chunk : p->n;
-        p->fn(p->ctx, b, e, thread);
+        if ((s >> GEN_SHIFT) != g) return false;
+        long long i = (long long)(s & IDX_MASK);
+        if (i >= atomic_load_explicit(&p->n_chunks, memory_order_relaxed)) return false;
+        if (atomic_compare_exchange_weak_explicit(&p->state, &s, s + 1, memory_order_acq_rel, memory_order_acquire)) {
+            *idx = i;
+            return true;
+        }
+    }
+}
+
+static void run_chunks(gm_pool *p, unsigned long long g, int thread) {
+    /* Read before claiming: if the claim succeeds the job still had unclaimed chunks, so the
+     * caller had not returned and these fields belonged to job g. */
+    gm_task_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
+    void *ctx = atomic_load_explicit(&p->ctx, memory_order_relaxed);
+    const long long n = atomic_load_explicit(&p->n, memory_order_relaxed);
+    const long long chunk = atomic_load_explicit(&p->chunk, memory_order_relaxed);
+    long long i;
+    while (claim(p, g, &i)) {
+        const long long b = i * chunk, e = b + chunk < n ? b + chunk : n;
+        fn(ctx, b, e, thread);
+        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
     }
 }
 
@@ -75,8 +100,7 @@ static void *worker_main(void *arg) {
     for (;;) {
         seen = wait_for_job(p, seen);
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) return NULL;
-        run_chunks(p, wa.id);
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+        run_chunks(p, seen & ((1u << (64 - GEN_SHIFT)) - 1), wa.id);
     }
 }
 
@@ -116,11 +140,17 @@ gm_pool *gm_pool_new(int n_threads) {
     atomic_init(&p->gen, 0);
     atomic_init(&p->stop, false);
     atomic_init(&p->n_sleeping, 0);
-    atomic_init(&p->next, 0);
-    atomic_init(&p->pending, 0);
+    atomic_init(&p->fn, NULL);
+    atomic_init(&p->ctx, NULL);
+    atomic_init(&p->n, 0);
+    atomic_init(&p->chunk, 1);
+    atomic_init(&p->n_chunks, 0);
+    atomic_init(&p->state, 0);
+    atomic_init(&p->done, 0);
     if (n_threads > 1) {
         p->threads = calloc((size_t)n_threads - 1, sizeof *p->threads);
         if (!p->threads) {
+            p->n_threads = 1;
             gm_pool_free(p);
             return NULL;
         }
@@ -164,22 +194,28 @@ void gm_pool_parallel_for(gm_pool *p, int64_t n, int64_t grain, gm_task_fn fn, v
     int64_t chunk = (n + 4 * p->n_threads - 1) / (4 * p->n_threads);
     if (chunk < grain) chunk = grain;
     chunk = (chunk + grain - 1) / grain * grain;
-    p->fn = fn;
-    p->ctx = ctx;
-    p->n = n;
-    p->chunk = chunk;
-    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->pending, p->n_threads - 1, memory_order_relaxed);
-    /* seq_cst: pairs with the worker's n_sleeping increment then gen check (store-load order) */
-    atomic_fetch_add(&p->gen, 1);
+    const long long n_chunks = (n + chunk - 1) / chunk;
+    /* no worker can be inside a claim of the previous job: it had no chunks left */
+    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
+    atomic_store_explicit(&p->n, n, memory_order_relaxed);
+    atomic_store_explicit(&p->chunk, chunk, memory_order_relaxed);
+    atomic_store_explicit(&p->n_chunks, n_chunks, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    /* open the chunks of the new generation, then announce it (only the caller writes gen);
+     * seq_cst: pairs with the worker's n_sleeping increment then gen check (store-load order) */
+    const unsigned g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
+    const unsigned long long g24 = g & ((1u << (64 - GEN_SHIFT)) - 1);
+    atomic_store(&p->state, g24 << GEN_SHIFT);
+    atomic_store(&p->gen, g);
     if (atomic_load(&p->n_sleeping) > 0) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->mu);
     }
-    run_chunks(p, 0);
-    /* workers must be done with this job before the caller may reuse the job fields */
-    for (long spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
+    run_chunks(p, g24, 0);
+    /* wait for chunks other threads claimed and are still running */
+    for (long spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) < n_chunks; spins++) {
         if (spins < GM_SPIN_ITERS) GM_CPU_RELAX();
         else sched_yield();
     }
