@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# tests/cli_run.sh — `gemma run` / `gemma chat` end to end: options, errors, streaming, naive vs
+# cached, seeding, context limits, chat turns. Uses the committed tiny llama.cpp-written GGUF
+# (tests/data/tiny/gemma3.gguf: 6 layers, window 8, a 300-token vocabulary with the chat tokens),
+# and the default real model when present.
+# usage: cli_run.sh <gemma binary> <source dir>
+set -u
+GEMMA=$1
+SRC=$2
+TINY=$SRC/tests/data/tiny/gemma3.gguf
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fail=1; }
+
+# expect <name> <exit code> <stderr substring or ""> -- command...
+expect() {
+  local name=$1 code=$2 pat=$3
+  shift 4
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  local rc=$?
+  if [ "$rc" -ne "$code" ]; then bad "$name: exit $rc, expected $code; stderr: $(head -c 400 "$TMP/err")"; return; fi
+  if [ -n "$pat" ] && ! grep -q -- "$pat" "$TMP/err"; then bad "$name: stderr lacks '$pat': $(head -c 400 "$TMP/err")"; return; fi
+  ok "$name"
+}
+
+expect "run --help" 0 "" -- "$GEMMA" run --help
+grep -q -- "--top-p" "$TMP/out" || bad "run --help lists --top-p"
+expect "chat --help" 0 "" -- "$GEMMA" chat --help
+expect "no prompt" 2 "one of -p" -- "$GEMMA" run -m "$TINY"
+expect "empty prompt" 2 "empty" -- "$GEMMA" run -m "$TINY" -p ""
+expect "bad top-p" 2 "top_p" -- "$GEMMA" run -m "$TINY" -p "the" --top-p 2
+expect "bad temperature" 2 "temperature" -- "$GEMMA" run -m "$TINY" -p "the" --temp -1
+expect "bad -n" 2 "-n" -- "$GEMMA" run -m "$TINY" -p "the" -n abc
+expect "unknown option" 2 "unknown option" -- "$GEMMA" run -m "$TINY" -p "the" --bogus
+expect "missing model" 1 "nope.gguf" -- "$GEMMA" run -m "$TMP/nope.gguf" -p "the"
+expect "missing prompt file" 1 "cannot read" -- "$GEMMA" run -m "$TINY" -f "$TMP/nope.txt"
+
+expect "tiny run" 0 "generation: 12 tokens" -- "$GEMMA" run -m "$TINY" -p "the cat" -n 12 --ignore-eos -t 2
+cp "$TMP/out" "$TMP/cached"
+expect "tiny run --naive" 0 "(naive)" -- "$GEMMA" run -m "$TINY" -p "the cat" -n 12 --ignore-eos --naive -t 1
+cmp -s "$TMP/out" "$TMP/cached" && ok "naive == cached output" || bad "naive and cached outputs differ"
+
+expect "seeded 1" 0 "" -- "$GEMMA" run -m "$TINY" -p "the" -n 16 --ignore-eos --temp 1.2 --top-k 40 --seed 7 -t 1
+cp "$TMP/out" "$TMP/s1"
+expect "seeded 2" 0 "" -- "$GEMMA" run -m "$TINY" -p "the" -n 16 --ignore-eos --temp 1.2 --top-k 40 --seed 7 -t 2
+cmp -s "$TMP/out" "$TMP/s1" && ok "same seed, same text across thread counts" || bad "seeded runs differ"
+
+printf 'the the the the the the the the the the the the the the the the the the the the' >"$TMP/long.txt"
+expect "prompt past the context" 1 "--truncate" -- "$GEMMA" run -m "$TINY" -f "$TMP/long.txt" -c 16 -n 4
+expect "--truncate" 0 "truncated" -- "$GEMMA" run -m "$TINY" -f "$TMP/long.txt" -c 16 -n 4 --ignore-eos --truncate
+expect "context fills up" 0 "context is full" -- "$GEMMA" run -m "$TINY" -p "the" -c 16 -n 40 --ignore-eos
+expect "--chat" 0 "" -- "$GEMMA" run -m "$TINY" -p "hello" --chat -n 4
+
+printf 'hello there\n/reset\nthe cat\n\n/exit\nnot read\n' >"$TMP/chat.in"
+expect "chat" 0 "conversation cleared" -- sh -c "'$GEMMA' chat -m '$TINY' -n 6 -s 'be brief' <'$TMP/chat.in'"
+[ "$(grep -c '' "$TMP/out")" -ge 2 ] && ok "chat printed two replies" || bad "chat output: $(cat "$TMP/out")"
+
+MODEL=$SRC/models/gemma-3-270m-q4_k_m.gguf
+if [ -f "$MODEL" ]; then
+  expect "real model run" 0 "prompt: 6 tokens" -- "$GEMMA" run -m "$MODEL" -p "The capital of France is" -n 8
+  [ -s "$TMP/out" ] && ok "real model printed text" || bad "real model printed nothing"
+else
+  echo "skip real model (missing $MODEL)"
+fi
+exit $fail
