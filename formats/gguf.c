@@ -8,6 +8,7 @@
  */
 #include "formats/gguf.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -325,6 +326,17 @@ static gm_status parse_header(cursor *c, gguf_file *f, uint64_t *n_tensors, uint
     return GM_OK;
 }
 
+/* "file: problem" -> "file: metadata key 'k': problem". */
+static gm_status with_key(cursor *c, const char *key, gm_status st) {
+    if (!c->err) return st;
+    size_t n = strlen(c->name);
+    const char *rest = c->err->msg;
+    if (!strncmp(rest, c->name, n) && !strncmp(rest + n, ": ", 2)) rest += n + 2;
+    char tail[sizeof c->err->msg];
+    snprintf(tail, sizeof tail, "%s", rest);
+    return gm_fail(c->err, st, "%s: metadata key '%.200s': %s", c->name, key, tail);
+}
+
 static gm_status parse_kvs(cursor *c, gguf_file *f, uint64_t n_kv) {
     uint64_t cap = 0;
     for (uint64_t i = 0; i < n_kv; i++) {
@@ -341,10 +353,7 @@ static gm_status parse_kvs(cursor *c, gguf_file *f, uint64_t n_kv) {
         if (!vtype_valid(vt))
             return gm_fail(c->err, GM_ERR_FORMAT, "%s: metadata key '%s' has invalid value type %u",
                            c->name, kv->key, vt);
-        if ((st = parse_value(c, vt, 0, &kv->val))) {
-            gm_fail_prefix(c->err, "metadata key '%s': ", kv->key);
-            return st;
-        }
+        if ((st = parse_value(c, vt, 0, &kv->val))) return with_key(c, kv->key, st);
     }
     return GM_OK;
 }
