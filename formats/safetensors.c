@@ -144,11 +144,11 @@ static int cmp_tensor_begin(const void *a, const void *b) {
 
 /* Duplicate names (cJSON keeps both) and overlapping byte ranges. */
 static gm_status check_layout(st_file *f, gm_error *err) {
+    if (f->n_tensors < 2) return GM_OK;
     qsort(f->tensors, (size_t)f->n_tensors, sizeof *f->tensors, cmp_tensor_name);
     for (uint64_t i = 1; i < f->n_tensors; i++)
         if (!strcmp(f->tensors[i - 1].name, f->tensors[i].name))
             return gm_fail(err, GM_ERR_FORMAT, "%s: duplicate tensor name '%s'", f->path, f->tensors[i].name);
-    if (f->n_tensors < 2) return GM_OK;
     const st_tensor **by = malloc((size_t)f->n_tensors * sizeof *by);
     if (!by) return gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", f->path);
     for (uint64_t i = 0; i < f->n_tensors; i++) by[i] = &f->tensors[i];
@@ -164,11 +164,21 @@ static gm_status check_layout(st_file *f, gm_error *err) {
     return st;
 }
 
+/* Room for one more tensor; the table grows with the entries actually parsed, so a header of
+ * millions of junk entries fails at the first one without a large allocation. */
+static gm_status reserve_one(st_file *f, uint64_t *cap, gm_error *err) {
+    if (f->n_tensors < *cap) return GM_OK;
+    uint64_t ncap = *cap ? *cap * 2 : 64;
+    st_tensor *p = realloc(f->tensors, (size_t)ncap * sizeof *p);
+    if (!p) return gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", f->path);
+    memset(p + *cap, 0, (size_t)(ncap - *cap) * sizeof *p);
+    f->tensors = p;
+    *cap = ncap;
+    return GM_OK;
+}
+
 static gm_status parse_entries(st_file *f, const cJSON *root, gm_error *err) {
-    int n = cJSON_GetArraySize(root);
-    f->tensors = calloc((size_t)(n ? n : 1), sizeof *f->tensors);
-    if (!f->tensors) return gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", f->path);
-    uint64_t data_size = f->size - f->data_offset;
+    uint64_t cap = 0, data_size = f->size - f->data_offset;
     for (const cJSON *j = root->child; j; j = j->next) {
         if (!j->string)
             return gm_fail(err, GM_ERR_FORMAT, "%s: header entry without a name", f->path);
@@ -179,11 +189,13 @@ static gm_status parse_entries(st_file *f, const cJSON *root, gm_error *err) {
             continue;
         }
         if (!j->string[0]) return gm_fail(err, GM_ERR_FORMAT, "%s: tensor with an empty name", f->path);
+        gm_status st = reserve_one(f, &cap, err);
+        if (st) return st;
         st_tensor *t = &f->tensors[f->n_tensors];
         t->name = strdup(j->string);
         if (!t->name) return gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", f->path);
         f->n_tensors++;
-        gm_status st = parse_entry(f->path, j, data_size, t, err);
+        st = parse_entry(f->path, j, data_size, t, err);
         if (st) return st;
         t->data = f->map + f->data_offset + t->begin;
     }
@@ -277,7 +289,7 @@ void st_close(st_file *f) {
 }
 
 const st_tensor *st_find(const st_file *f, const char *name) {
-    if (!f || !name) return NULL;
+    if (!f || !name || !f->n_tensors) return NULL;
     st_tensor key = {0};
     key.name = (char *)name;
     return bsearch(&key, f->tensors, (size_t)f->n_tensors, sizeof *f->tensors, cmp_tensor_name);
