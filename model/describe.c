@@ -36,19 +36,35 @@ static const field k_fields[] = {
 #undef FF
 #undef FB
 
+/* The shortest decimal that reads back as the same float (1e-06, not 9.99999997e-07). */
+static const char *shortest(float f, char buf[32]) {
+    for (int prec = 6; prec <= 9; prec++) {
+        snprintf(buf, 32, "%.*g", prec, (double)f);
+        if ((float)strtod(buf, NULL) == f) break;
+    }
+    return buf;
+}
+
+static double float_for_json(float f) {
+    char buf[32];
+    return strtod(shortest(f, buf), NULL);
+}
+
 static void config_text(const gm_config *c, FILE *out) {
+    char buf[32];
     fprintf(out, "config:\n");
     for (size_t i = 0; i < sizeof k_fields / sizeof k_fields[0]; i++) {
         const void *p = (const char *)c + k_fields[i].off;
         fprintf(out, "  %-22s ", k_fields[i].name);
         switch (k_fields[i].kind) {
         case F_INT: fprintf(out, "%d\n", *(const int *)p); break;
-        case F_FLOAT: fprintf(out, "%.9g\n", (double)*(const float *)p); break;
+        case F_FLOAT: fprintf(out, "%s\n", shortest(*(const float *)p, buf)); break;
         case F_BOOL: fprintf(out, "%s\n", *(const bool *)p ? "true" : "false"); break;
         case F_STR: fprintf(out, "%s\n", (const char *)p); break;
         }
     }
 }
+
 
 static cJSON *config_json(const gm_config *c) {
     cJSON *o = cJSON_CreateObject();
@@ -57,7 +73,7 @@ static cJSON *config_json(const gm_config *c) {
         const char *n = k_fields[i].name;
         switch (k_fields[i].kind) {
         case F_INT: cJSON_AddNumberToObject(o, n, *(const int *)p); break;
-        case F_FLOAT: cJSON_AddNumberToObject(o, n, (double)*(const float *)p); break;
+        case F_FLOAT: cJSON_AddNumberToObject(o, n, float_for_json(*(const float *)p)); break;
         case F_BOOL: cJSON_AddBoolToObject(o, n, *(const bool *)p); break;
         case F_STR: cJSON_AddStringToObject(o, n, (const char *)p); break;
         }
