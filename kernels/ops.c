@@ -1,6 +1,8 @@
 /* kernels/ops.c — scalar f32 operators (see ops.h). */
 #include "kernels/ops.h"
 
+#include "kernels/cpu.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -73,24 +75,63 @@ void gm_add(float *y, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += x[i];
 }
 
-static float dot_f32(const float *a, const float *b, int n) {
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
+/* Eight independent partial sums: the compiler can keep them in vector registers (a single float
+ * accumulator is a serial dependency it may not reorder without -ffast-math). */
+static float dot_scalar(const float *a, const float *b, int n) {
+    float acc[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * b[i + j];
+    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i < n; i++) s += a[i] * b[i];
     return s;
+}
+
+static void axpy_scalar(float *y, float a, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static bool use_avx2(void) { return gm_isa_active() >= GM_ISA_AVX2; }
+
+float gm_dot_f32(const float *a, const float *b, int n) {
+    return use_avx2() ? gm_dot_f32_avx2(a, b, n) : dot_scalar(a, b, n);
+}
+
+void gm_axpy_f32(float *y, float a, const float *x, int n) {
+    if (use_avx2()) gm_axpy_f32_avx2(y, a, x, n);
+    else axpy_scalar(y, a, x, n);
+}
+
+typedef float (*dot_fn)(const float *, const float *, int);
+typedef void (*axpy_fn)(float *, float, const float *, int);
+
+void gm_attend_group(float *out, const float *q, int G, const float *k, const float *v, size_t kv_stride,
+                     int n_keys, int hd, float softcap, const float *bias, int bias_from, float *scores) {
+    const bool avx2 = use_avx2();
+    const dot_fn dot = avx2 ? gm_dot_f32_avx2 : dot_scalar;
+    const axpy_fn axpy = avx2 ? gm_axpy_f32_avx2 : axpy_scalar;
+    for (int j = 0; j < n_keys; j++) {
+        const float *kj = k + (size_t)j * kv_stride;
+        for (int g = 0; g < G; g++) scores[(size_t)g * n_keys + j] = dot(q + (size_t)g * hd, kj, hd);
+    }
+    for (int g = 0; g < G; g++) {
+        float *s = scores + (size_t)g * n_keys;
+        if (softcap > 0.0f) gm_softcap(s, n_keys, softcap);
+        if (bias)
+            for (int j = bias_from < 0 ? 0 : bias_from; j < n_keys; j++) s[j] += bias[j - bias_from];
+        gm_softmax(s, n_keys);
+    }
+    memset(out, 0, (size_t)G * hd * sizeof *out);
+    for (int j = 0; j < n_keys; j++) {
+        const float *vj = v + (size_t)j * kv_stride;
+        for (int g = 0; g < G; g++) {
+            const float p = scores[(size_t)g * n_keys + j];
+            if (p != 0.0f) axpy(out + (size_t)g * hd, p, vj, hd);
+        }
+    }
 }
 
 void gm_attend(float *out, const float *q, const float *k, const float *v, size_t kv_stride,
                int n_keys, int hd, float softcap, const float *bias, int bias_from, float *scores) {
-    for (int j = 0; j < n_keys; j++) scores[j] = dot_f32(q, k + (size_t)j * kv_stride, hd);
-    if (softcap > 0.0f) gm_softcap(scores, n_keys, softcap);
-    if (bias)
-        for (int j = bias_from < 0 ? 0 : bias_from; j < n_keys; j++) scores[j] += bias[j - bias_from];
-    gm_softmax(scores, n_keys);
-    memset(out, 0, (size_t)hd * sizeof *out);
-    for (int j = 0; j < n_keys; j++) {
-        const float p = scores[j];
-        if (p == 0.0f) continue;
-        const float *vj = v + (size_t)j * kv_stride;
-        for (int i = 0; i < hd; i++) out[i] += p * vj[i];
-    }
+    gm_attend_group(out, q, 1, k, v, kv_stride, n_keys, hd, softcap, bias, bias_from, scores);
 }

@@ -37,4 +37,15 @@ void gm_add(float *y, const float *x, int n); /* y += x */
 void gm_attend(float *out, const float *q, const float *k, const float *v, size_t kv_stride,
                int n_keys, int hd, float softcap, const float *bias, int bias_from, float *scores);
 
+/* The same for G query heads that share one KV head (GQA): q and out hold G consecutive heads of hd
+ * floats; each key / value row is read once for the whole group. scores: G x n_keys floats. */
+void gm_attend_group(float *out, const float *q, int G, const float *k, const float *v, size_t kv_stride,
+                     int n_keys, int hd, float softcap, const float *bias, int bias_from, float *scores);
+
+/* Inner loops, scalar or AVX2 (kernels/attn_avx2.c) by gm_isa_active(). */
+float gm_dot_f32(const float *a, const float *b, int n);
+void gm_axpy_f32(float *y, float a, const float *x, int n); /* y += a x */
+float gm_dot_f32_avx2(const float *a, const float *b, int n);
+void gm_axpy_f32_avx2(float *y, float a, const float *x, int n);
+
 #endif

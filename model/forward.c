@@ -26,7 +26,7 @@ struct gm_forward {
     gm_matmul_scratch mm;
     float *x, *xn, *q, *k, *v, *att, *o, *gate, *up; /* max_batch rows each */
     float *rope[2][2];  /* [local, global][cos, sin]: max_batch x hd/2 */
-    float *scores;      /* n_threads x max_ctx */
+    float *scores;      /* n_threads x (heads per KV head) x max_ctx */
     float *buf;         /* backing store of all the above */
 };
 
@@ -54,7 +54,8 @@ gm_status gm_forward_new(const gm_model *m, gm_pool *pool, int max_batch, int ma
     const size_t qd = (size_t)c->n_heads * hd, kvd = (size_t)c->n_kv_heads * hd, ff = (size_t)c->d_ff;
     const size_t qo = qd > d ? qd : d;
     const size_t sizes[] = {B * d, B * d, B * qd, B * kvd, B * kvd, B * qd, B * qo, B * ff, B * ff,
-                            B * hd / 2, B * hd / 2, B * hd / 2, B * hd / 2, (size_t)f->n_threads * (size_t)max_ctx};
+                            B * hd / 2, B * hd / 2, B * hd / 2, B * hd / 2,
+                            (size_t)f->n_threads * (size_t)(c->n_heads / c->n_kv_heads) * (size_t)max_ctx};
     float **dst[] = {&f->x, &f->xn, &f->q, &f->k, &f->v, &f->att, &f->o, &f->gate, &f->up,
                      &f->rope[0][0], &f->rope[0][1], &f->rope[1][0], &f->rope[1][1], &f->scores};
     size_t total = 0;
@@ -83,25 +84,26 @@ typedef struct attn_job {
     const float *bias;      /* bn x bn or NULL */
 } attn_job;
 
+/* One item = one position x one KV head: the group of query heads sharing that KV head reads each
+ * cached key and value once. */
 static void attn_task(void *ctx, int64_t begin, int64_t end, int thread) {
     const attn_job *j = ctx;
     const gm_forward *f = j->f;
     const gm_config *c = &f->m->cfg;
     const gm_layer *L = &f->m->layers[j->layer];
-    const int H = c->n_heads, hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
-    const size_t qd = (size_t)H * hd;
-    float *scores = f->scores + (size_t)thread * f->max_ctx;
+    const int Hkv = c->n_kv_heads, hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+    const size_t qd = (size_t)c->n_heads * hd;
+    float *scores = f->scores + (size_t)thread * group * f->max_ctx;
     for (int64_t t = begin; t < end; t++) {
-        const int i = (int)(t / H), h = (int)(t % H);
+        const int i = (int)(t / Hkv), kvh = (int)(t % Hkv);
         const int pos = j->pos0 + i;
         const int kstart = (L->window > 0 && pos - L->window + 1 > 0) ? pos - L->window + 1 : 0;
-        const int kvh = h / group;
         const float *bias = NULL;
         if (j->bias) bias = j->bias + (size_t)(pos - j->bpos0) * j->bn;
-        gm_attend(f->att + (size_t)i * qd + (size_t)h * hd, f->q + (size_t)i * qd + (size_t)h * hd,
-                  gm_kv_k(j->cache, j->layer, kstart) + (size_t)kvh * hd,
-                  gm_kv_v(j->cache, j->layer, kstart) + (size_t)kvh * hd, (size_t)j->cache->kv_dim,
-                  pos - kstart + 1, hd, c->attn_softcap, bias, j->bpos0 - kstart, scores);
+        const size_t off = (size_t)i * qd + (size_t)kvh * group * hd;
+        gm_attend_group(f->att + off, f->q + off, group, gm_kv_k(j->cache, j->layer, kstart) + (size_t)kvh * hd,
+                        gm_kv_v(j->cache, j->layer, kstart) + (size_t)kvh * hd, (size_t)j->cache->kv_dim,
+                        pos - kstart + 1, hd, c->attn_softcap, bias, j->bpos0 - kstart, scores);
     }
 }
 
@@ -144,7 +146,7 @@ static gm_status layer_forward(gm_forward *f, gm_kvcache *cache, int il, int n, 
     }
     attn_job job = {.f = f, .cache = cache, .layer = il, .n = n, .pos0 = pos0,
                     .bpos0 = b->pos0, .bn = b->n, .bias = b->bias};
-    gm_pool_parallel_for(f->pool, (int64_t)n * H, 1, attn_task, &job);
+    gm_pool_parallel_for(f->pool, (int64_t)n * Hkv, 1, attn_task, &job);
     MM(&L->wo, f->att, n, f->o);
     if (L->post_attn_norm) norm_rows(f->o, f->o, L->post_attn_norm, n, d, c->norm_eps);
     gm_add(f->x, f->o, n * d);
