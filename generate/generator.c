@@ -18,7 +18,7 @@ struct gm_generator {
     gm_model *m;
     const gm_config *c;
     gm_generator_options opt;
-    int n_ctx;
+    int n_ctx, n_batch;
     gm_pool *pool;
     gm_forward *fwd;
     gm_kvcache cache;
@@ -64,6 +64,7 @@ gm_status gm_generator_new(gm_model *m, const gm_generator_options *opt, gm_gene
     g->opt = o;
     g->n_ctx = o.n_ctx ? o.n_ctx : (c->context_length < GM_DEFAULT_MAX_CTX ? c->context_length : GM_DEFAULT_MAX_CTX);
     const int n_batch = o.n_batch ? (o.n_batch < g->n_ctx ? o.n_batch : g->n_ctx) : (g->n_ctx < 512 ? g->n_ctx : 512);
+    g->n_batch = n_batch;
     gm_status st = GM_OK;
     g->pool = gm_pool_new(o.n_threads);
     g->tok = malloc((size_t)g->n_ctx * sizeof *g->tok);
@@ -299,9 +300,8 @@ gm_status gm_generator_score(gm_generator *g, float *out, gm_error *err) {
     return GM_OK;
 }
 
-gm_status gm_generator_prefill_from_embeds(gm_generator *g, const int32_t *ids, int n, const float *embeds,
-                                           const float *attn_bias, const float **logits, gm_error *err) {
-    const char *fn = "gm_generator_prefill_from_embeds";
+static gm_status from_embeds(gm_generator *g, const char *fn, const int32_t *ids, int n, const float *embeds,
+                             const float *attn_bias, bool is_mask, const float **logits, gm_error *err) {
     if (logits) *logits = NULL;
     if (!g) return gm_fail(err, GM_ERR_ARG, "%s: generator is NULL", fn);
     if (n <= 0 || !ids || !embeds)
@@ -309,6 +309,9 @@ gm_status gm_generator_prefill_from_embeds(gm_generator *g, const int32_t *ids, 
                        ids ? "set" : "NULL", embeds ? "set" : "NULL");
     if (n > g->n_ctx)
         return gm_fail(err, GM_ERR_CONTEXT, "%s: %d positions exceed the context size %d", fn, n, g->n_ctx);
+    if (is_mask && n > g->n_batch)
+        return gm_fail(err, GM_ERR_ARG, "%s: a full mask needs the whole prompt in one batch: %d positions, n_batch %d",
+                       fn, n, g->n_batch);
     gm_status st = check_ids(g, fn, ids, n, err);
     if (st) return st;
     const size_t nd = (size_t)n * g->c->d_model;
@@ -320,7 +323,7 @@ gm_status gm_generator_prefill_from_embeds(gm_generator *g, const int32_t *ids, 
     g->n_cached = 0;
     g->logits_valid = false;
     g->seeded = false;
-    gm_fwd_batch b = {.n = n, .pos0 = 0, .embeds = embeds, .bias = attn_bias, .logits = g->logits,
+    gm_fwd_batch b = {.n = n, .pos0 = 0, .embeds = embeds, .bias = attn_bias, .bias_is_mask = is_mask, .logits = g->logits,
                       .aux_layers = g->aux_ids, .n_aux = g->n_aux, .aux_out = g->aux_rows};
     g->n_aux_rows = 0;
     if ((st = gm_forward_run(g->fwd, &g->cache, &b, err))) return gm_fail_prefix(err, "%s: ", fn);
@@ -329,6 +332,21 @@ gm_status gm_generator_prefill_from_embeds(gm_generator *g, const int32_t *ids, 
     g->n_aux_rows = g->n_aux;
     if (logits) *logits = g->logits;
     return GM_OK;
+}
+
+gm_status gm_generator_prefill_from_embeds(gm_generator *g, const int32_t *ids, int n, const float *embeds,
+                                           const float *attn_bias, const float **logits, gm_error *err) {
+    return from_embeds(g, "gm_generator_prefill_from_embeds", ids, n, embeds, attn_bias, false, logits, err);
+}
+
+gm_status gm_generator_prefill_from_embeds_masked(gm_generator *g, const int32_t *ids, int n, const float *embeds,
+                                                  const float *mask, const float **logits, gm_error *err) {
+    const char *fn = "gm_generator_prefill_from_embeds_masked";
+    if (!mask) {
+        if (logits) *logits = NULL;
+        return gm_fail(err, GM_ERR_ARG, "%s: the mask is NULL (use gm_generator_prefill_from_embeds)", fn);
+    }
+    return from_embeds(g, fn, ids, n, embeds, mask, true, logits, err);
 }
 
 /* ---------------------------------------------------------------- hidden-state taps */

@@ -293,6 +293,12 @@ gm_status gm_generator_score(gm_generator *g, float *out, gm_error *err);
  * step_cached samples from those logits. */
 gm_status gm_generator_prefill_from_embeds(gm_generator *g, const int32_t *ids, int n, const float *embeds,
                                            const float *attn_bias, const float **logits, gm_error *err);
+/* The same with a full additive mask (n x n, required) that REPLACES the causal and sliding-window
+ * masks over the prompt: 0 allows query i to see key j, -INFINITY forbids it, whatever their order,
+ * so image tokens can attend to each other both ways (Gemma 3 vision: causal for text, bidirectional
+ * inside each image). The whole prompt must fit one batch (n <= n_batch option, default 512). */
+gm_status gm_generator_prefill_from_embeds_masked(gm_generator *g, const int32_t *ids, int n, const float *embeds,
+                                                  const float *mask, const float **logits, gm_error *err);
 
 /* Hidden-state taps: each later cached step (decode or prefill pass) records the INPUT hidden state
  * of these layers at the last computed position. Ids outside [0, n_layers) are dropped, duplicates

@@ -82,6 +82,7 @@ typedef struct attn_job {
     int layer, n, pos0;     /* chunk: n positions from pos0 */
     int bpos0, bn;          /* the whole batch (for the bias) */
     const float *bias;      /* bn x bn or NULL */
+    bool bias_is_mask;      /* keys: the whole batch, masked by the bias alone */
 } attn_job;
 
 /* One item = one position x one KV head: the group of query heads sharing that KV head reads each
@@ -97,13 +98,15 @@ static void attn_task(void *ctx, int64_t begin, int64_t end, int thread) {
     for (int64_t t = begin; t < end; t++) {
         const int i = (int)(t / Hkv), kvh = (int)(t % Hkv);
         const int pos = j->pos0 + i;
-        const int kstart = (L->window > 0 && pos - L->window + 1 > 0) ? pos - L->window + 1 : 0;
+        int kstart = (L->window > 0 && pos - L->window + 1 > 0) ? pos - L->window + 1 : 0;
+        int kend = pos + 1;
+        if (j->bias_is_mask) kstart = j->bpos0, kend = j->bpos0 + j->bn;
         const float *bias = NULL;
         if (j->bias) bias = j->bias + (size_t)(pos - j->bpos0) * j->bn;
         const size_t off = (size_t)i * qd + (size_t)kvh * group * hd;
         gm_attend_group(f->att + off, f->q + off, group, gm_kv_k(j->cache, j->layer, kstart) + (size_t)kvh * hd,
                         gm_kv_v(j->cache, j->layer, kstart) + (size_t)kvh * hd, (size_t)j->cache->kv_dim,
-                        pos - kstart + 1, hd, c->attn_softcap, bias, j->bpos0 - kstart, scores);
+                        kend - kstart, hd, c->attn_softcap, bias, j->bpos0 - kstart, scores);
     }
 }
 
@@ -145,7 +148,8 @@ static gm_status layer_forward(gm_forward *f, gm_kvcache *cache, int il, int n, 
         memcpy(gm_kv_v(cache, il, pos0 + i), f->v + (size_t)i * kvd, kvd * sizeof(float));
     }
     attn_job job = {.f = f, .cache = cache, .layer = il, .n = n, .pos0 = pos0,
-                    .bpos0 = b->pos0, .bn = b->n, .bias = b->bias};
+                    .bpos0 = b->pos0, .bn = b->n, .bias = b->bias,
+                    .bias_is_mask = b->bias && b->bias_is_mask};
     gm_pool_parallel_for(f->pool, (int64_t)n * Hkv, 1, attn_task, &job);
     MM(&L->wo, f->att, n, f->o);
     if (L->post_attn_norm) norm_rows(f->o, f->o, L->post_attn_norm, n, d, c->norm_eps);
@@ -229,6 +233,10 @@ gm_status gm_forward_run(gm_forward *f, gm_kvcache *cache, const gm_fwd_batch *b
             if (b->ids[i] < 0 || b->ids[i] >= c->n_vocab)
                 return gm_fail(err, GM_ERR_ARG, "forward: token id %d at index %d is outside the vocabulary [0, %d)",
                                (int)b->ids[i], i, c->n_vocab);
+    if (b->bias_is_mask && b->bias && (b->pos0 != 0 || b->n > f->max_batch))
+        return gm_fail(err, GM_ERR_ARG,
+                       "forward: a full attention mask needs the whole prompt in one batch from position 0 "
+                       "(%d positions, batch size %d; raise n_batch)", b->n, f->max_batch);
     if (b->n_aux > 0 && (!b->aux_layers || !b->aux_out)) return gm_fail(err, GM_ERR_ARG, "forward: aux taps without buffers");
     gm_status st = gm_kvcache_reserve(cache, b->pos0 + b->n, err);
     if (st) return st;

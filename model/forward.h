@@ -24,6 +24,9 @@ typedef struct gm_fwd_batch {
     const float *embeds;      /* NULL, or n x d inputs to layer 0 (no embedding scale applied) */
     const float *bias;        /* NULL, or n x n additive bias: query i, key j (both in this batch),
                                * added to the score after soft-capping; the causal/window mask stays */
+    bool bias_is_mask;        /* the bias replaces the causal and window masks inside the batch (keys
+                               * after the query allowed where finite: bidirectional spans). Needs
+                               * pos0 == 0 and the whole batch in one chunk (n <= max_batch). */
     float *logits;            /* NULL, or n_vocab floats (last position), or n x n_vocab (all_logits) */
     bool all_logits;
     const int *aux_layers;    /* layers whose INPUT hidden state (last position) is recorded */

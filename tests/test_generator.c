@@ -167,6 +167,23 @@ TEST(embeds_and_bias) {
         CHECK_OK(gm_generator_prefill_from_embeds(g2, ids, n, x, bias, &le, &err), &err);
         if (le) CHECK_MSG(max_diff(ref, le, V) <= 1e-4, "%s: a row-constant bias changed logits by %.3g", ARCHS[a],
                           max_diff(ref, le, V));
+        /* a full mask that spells out the causal mask (n = 8 fits the window of 8) equals no mask;
+         * a bidirectional one (all zeros) changes the result */
+        const int nm = 8;
+        float *mask = calloc((size_t)nm * nm, sizeof *mask), *causal = malloc(sizeof(float) * V);
+        CHECK_OK(gm_generator_prefill_from_embeds(g2, ids, nm, x, NULL, &le, &err), &err);
+        if (le) memcpy(causal, le, sizeof(float) * V);
+        for (int i = 0; i < nm; i++)
+            for (int j = i + 1; j < nm; j++) mask[i * nm + j] = -INFINITY;
+        CHECK_OK(gm_generator_prefill_from_embeds_masked(g2, ids, nm, x, mask, &le, &err), &err);
+        if (le) CHECK_MSG(max_diff(causal, le, V) <= 1e-5, "%s: causal full mask differs by %.3g", ARCHS[a],
+                          max_diff(causal, le, V));
+        memset(mask, 0, sizeof(float) * nm * nm);
+        CHECK_OK(gm_generator_prefill_from_embeds_masked(g2, ids, nm, x, mask, &le, &err), &err);
+        if (le) CHECK_MSG(max_diff(causal, le, V) > 1e-3, "%s: a bidirectional mask changed nothing", ARCHS[a]);
+        CHECK_EQ_INT(gm_generator_prefill_from_embeds_masked(g2, ids, nm, x, NULL, &le, &err), GM_ERR_ARG);
+        free(mask);
+        free(causal);
         /* size / value checks */
         CHECK_EQ_INT(gm_generator_prefill_from_embeds(g2, ids, 0, x, NULL, &le, &err), GM_ERR_ARG);
         CHECK_EQ_INT(gm_generator_prefill_from_embeds(g2, ids, n, NULL, NULL, &le, &err), GM_ERR_ARG);
