@@ -198,6 +198,11 @@ gm_status gm_sampler_sample(gm_sampler *s, const gm_sampling *o, const float *lo
     gm_status st = gm_sampling_validate(o, err);
     if (st) return st;
     const int V = s->n_vocab;
+    const bool penalties = o->repeat_penalty != 1.0f || o->frequency_penalty != 0.0f || o->presence_penalty != 0.0f;
+    if (o->temperature == 0.0f && !penalties) { /* plain greedy: no copy of the logits */
+        *out = argmax(logits, V);
+        return GM_OK;
+    }
     memcpy(s->work, logits, (size_t)V * sizeof *s->work);
     if ((st = apply_penalties(s, o, hist, n_hist, err))) return st;
     if (o->temperature == 0.0f) {

@@ -112,8 +112,63 @@ static void attn_task(void *ctx, int64_t begin, int64_t end, int thread) {
 
 /* ---------------------------------------------------------------- one layer over a chunk */
 
+/* Row-wise work of a chunk, spread over the pool when the chunk has several rows (prefill); each
+ * row is computed by the same code whatever the thread, so results do not depend on the split. */
+typedef struct rows_job {
+    float *y;
+    const float *x, *w;
+    int dim;
+    float eps;
+} rows_job;
+
+static void norm_task(void *ctx, int64_t begin, int64_t end, int thread) {
+    const rows_job *j = ctx;
+    for (int64_t i = begin; i < end; i++) gm_rmsnorm(j->y + i * j->dim, j->x + i * j->dim, j->w, j->dim, j->eps);
+}
+
+static void norm_rows_pool(gm_pool *pool, float *y, const float *x, const float *w, int n, int dim, float eps) {
+    rows_job j = {y, x, w, dim, eps};
+    if (n == 1) norm_task(&j, 0, 1, 0);
+    else gm_pool_parallel_for(pool, n, 1, norm_task, &j);
+}
+
 static void norm_rows(float *y, const float *x, const float *w, int n, int dim, float eps) {
     for (int i = 0; i < n; i++) gm_rmsnorm(y + (size_t)i * dim, x + (size_t)i * dim, w, dim, eps);
+}
+
+static void geglu_task(void *ctx, int64_t begin, int64_t end, int thread) {
+    const rows_job *j = ctx;
+    gm_geglu(j->y + begin, j->x + begin, (int)(end - begin));
+}
+
+/* q/k norms, RoPE, query scale and the cache writes of positions [begin, end) of the chunk. */
+typedef struct qk_job {
+    const gm_forward *f;
+    gm_kvcache *cache;
+    int il, pos0;
+} qk_job;
+
+static void qk_task(void *ctx, int64_t begin, int64_t end, int thread) {
+    const qk_job *j = ctx;
+    const gm_forward *f = j->f;
+    const gm_config *c = &f->m->cfg;
+    const gm_layer *L = &f->m->layers[j->il];
+    const int H = c->n_heads, Hkv = c->n_kv_heads, hd = c->head_dim;
+    const size_t qd = (size_t)H * hd, kvd = (size_t)Hkv * hd;
+    float *const *rope = f->rope[L->sliding ? 0 : 1];
+    for (int64_t i = begin; i < end; i++) {
+        float *q = f->q + (size_t)i * qd, *k = f->k + (size_t)i * kvd;
+        if (L->q_norm) {
+            for (int h = 0; h < H; h++) gm_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, L->q_norm, hd, c->norm_eps);
+            for (int h = 0; h < Hkv; h++) gm_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, L->k_norm, hd, c->norm_eps);
+        }
+        const float *cs = rope[0] + (size_t)i * (hd / 2), *sn = rope[1] + (size_t)i * (hd / 2);
+        gm_rope_neox(q, H, hd, cs, sn);
+        gm_rope_neox(k, Hkv, hd, cs, sn);
+        gm_scale(q, (int)qd, c->query_scale);
+        memcpy(gm_kv_k(j->cache, j->il, j->pos0 + (int)i), k, kvd * sizeof(float));
+        memcpy(gm_kv_v(j->cache, j->il, j->pos0 + (int)i), f->v + (size_t)i * kvd, kvd * sizeof(float));
+    }
 }
 
 #define MM(W, x, n, y)                                                                   \
@@ -126,41 +181,30 @@ static gm_status layer_forward(gm_forward *f, gm_kvcache *cache, int il, int n, 
     const gm_model *m = f->m;
     const gm_config *c = &m->cfg;
     const gm_layer *L = &m->layers[il];
-    const int d = c->d_model, H = c->n_heads, Hkv = c->n_kv_heads, hd = c->head_dim, ff = c->d_ff;
-    const size_t qd = (size_t)H * hd, kvd = (size_t)Hkv * hd;
+    const int d = c->d_model, Hkv = c->n_kv_heads, ff = c->d_ff;
 
-    norm_rows(f->xn, f->x, L->attn_norm, n, d, c->norm_eps);
+    norm_rows_pool(f->pool, f->xn, f->x, L->attn_norm, n, d, c->norm_eps);
     MM(&L->wq, f->xn, n, f->q);
     MM(&L->wk, f->xn, n, f->k);
     MM(&L->wv, f->xn, n, f->v);
-    float *const *rope = f->rope[L->sliding ? 0 : 1];
-    for (int i = 0; i < n; i++) {
-        float *q = f->q + (size_t)i * qd, *k = f->k + (size_t)i * kvd;
-        if (L->q_norm) {
-            for (int h = 0; h < H; h++) gm_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, L->q_norm, hd, c->norm_eps);
-            for (int h = 0; h < Hkv; h++) gm_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, L->k_norm, hd, c->norm_eps);
-        }
-        const float *cs = rope[0] + (size_t)i * (hd / 2), *sn = rope[1] + (size_t)i * (hd / 2);
-        gm_rope_neox(q, H, hd, cs, sn);
-        gm_rope_neox(k, Hkv, hd, cs, sn);
-        gm_scale(q, (int)qd, c->query_scale);
-        memcpy(gm_kv_k(cache, il, pos0 + i), k, kvd * sizeof(float));
-        memcpy(gm_kv_v(cache, il, pos0 + i), f->v + (size_t)i * kvd, kvd * sizeof(float));
-    }
+    qk_job qj = {f, cache, il, pos0};
+    if (n == 1) qk_task(&qj, 0, 1, 0);
+    else gm_pool_parallel_for(f->pool, n, 1, qk_task, &qj);
     attn_job job = {.f = f, .cache = cache, .layer = il, .n = n, .pos0 = pos0,
                     .bpos0 = b->pos0, .bn = b->n, .bias = b->bias,
                     .bias_is_mask = b->bias && b->bias_is_mask};
     gm_pool_parallel_for(f->pool, (int64_t)n * Hkv, 1, attn_task, &job);
     MM(&L->wo, f->att, n, f->o);
-    if (L->post_attn_norm) norm_rows(f->o, f->o, L->post_attn_norm, n, d, c->norm_eps);
+    if (L->post_attn_norm) norm_rows_pool(f->pool, f->o, f->o, L->post_attn_norm, n, d, c->norm_eps);
     gm_add(f->x, f->o, n * d);
 
-    norm_rows(f->xn, f->x, L->ffn_norm, n, d, c->norm_eps);
+    norm_rows_pool(f->pool, f->xn, f->x, L->ffn_norm, n, d, c->norm_eps);
     MM(&L->gate, f->xn, n, f->gate);
     MM(&L->up, f->xn, n, f->up);
-    gm_geglu(f->gate, f->up, n * ff);
+    rows_job gj = {f->gate, f->up, NULL, 0, 0.0f};
+    gm_pool_parallel_for(f->pool, (int64_t)n * ff, 1024, geglu_task, &gj);
     MM(&L->down, f->gate, n, f->o);
-    if (L->post_ffn_norm) norm_rows(f->o, f->o, L->post_ffn_norm, n, d, c->norm_eps);
+    if (L->post_ffn_norm) norm_rows_pool(f->pool, f->o, f->o, L->post_ffn_norm, n, d, c->norm_eps);
     gm_add(f->x, f->o, n * d);
     return GM_OK;
 }
