@@ -113,6 +113,8 @@ const int32_t *gm_generator_tokens(const gm_generator *g, int *n) {
     return g ? g->tok : NULL;
 }
 
+int gm_generator_n_cached(const gm_generator *g) { return g ? g->n_cached : 0; }
+
 bool gm_generator_is_stop(const gm_generator *g, int32_t t) {
     for (int i = 0; g && i < g->n_stop; i++)
         if (g->stop[i] == t) return true;

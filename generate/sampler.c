@@ -85,9 +85,26 @@ void gm_sampler_free(gm_sampler *s) {
 
 /* ---------------------------------------------------------------- penalties */
 
-static int cmp_i32(const void *a, const void *b) {
-    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
+/* In-place heapsort of ids (ascending). glibc's qsort may malloc a merge buffer; this never does. */
+static void sort_i32(int32_t *a, int n) {
+    for (int start = n / 2 - 1, end = n;; ) {
+        int root;
+        if (start >= 0) root = start--;
+        else {
+            if (--end <= 0) return;
+            int32_t t = a[0];
+            a[0] = a[end];
+            a[end] = t;
+            root = 0;
+        }
+        for (int child; (child = 2 * root + 1) < end; root = child) {
+            if (child + 1 < end && a[child + 1] > a[child]) child++;
+            if (a[root] >= a[child]) break;
+            int32_t t = a[root];
+            a[root] = a[child];
+            a[child] = t;
+        }
+    }
 }
 
 static gm_status apply_penalties(gm_sampler *s, const gm_sampling *o, const int32_t *hist, int n_hist,
@@ -104,7 +121,7 @@ static gm_status apply_penalties(gm_sampler *s, const gm_sampling *o, const int3
         s->win_cap = n;
     }
     memcpy(s->win, hist + (n_hist - n), (size_t)n * sizeof *s->win);
-    qsort(s->win, (size_t)n, sizeof *s->win, cmp_i32);
+    sort_i32(s->win, n);
     for (int i = 0; i < n;) {
         int j = i;
         while (j < n && s->win[j] == s->win[i]) j++;
@@ -126,15 +143,29 @@ static int before(const gm_cand *a, const gm_cand *b) {
     return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
 }
 
-static int cmp_cand(const void *pa, const void *pb) {
-    const gm_cand *a = pa, *b = pb;
-    return before(a, b) ? -1 : (before(b, a) ? 1 : 0);
-}
-
 static void swap_c(gm_cand *a, gm_cand *b) {
     gm_cand t = *a;
     *a = *b;
     *b = t;
+}
+
+/* In-place heapsort into `before` order (a total order, so the result is unique); no allocation. */
+static void sort_cands(gm_cand *c, int n) {
+    for (int start = n / 2 - 1, end = n;; ) {
+        int root;
+        if (start >= 0) root = start--;
+        else {
+            if (--end <= 0) return;
+            swap_c(&c[0], &c[end]);
+            root = 0;
+        }
+        /* a max-heap of the "last" element: the root is the one that sorts last */
+        for (int child; (child = 2 * root + 1) < end; root = child) {
+            if (child + 1 < end && before(&c[child], &c[child + 1])) child++;
+            if (!before(&c[root], &c[child])) break;
+            swap_c(&c[root], &c[child]);
+        }
+    }
 }
 
 /* Quickselect (median of three): afterwards c[0..k) holds the k first in `before` order. */
@@ -162,7 +193,7 @@ void gm_cand_top_k(gm_cand *c, int n, int k) {
     if (k <= 0) return;
     if (k < n) select_k(c, n, k);
     else k = n;
-    qsort(c, (size_t)k, sizeof *c, cmp_cand);
+    sort_cands(c, k);
 }
 
 static int32_t argmax(const float *x, int n) {

@@ -251,6 +251,8 @@ const gm_config *gm_generator_config(const gm_generator *g);
 gm_model *gm_generator_model(const gm_generator *g);
 int gm_generator_n_ctx(const gm_generator *g);
 const int32_t *gm_generator_tokens(const gm_generator *g, int *n);
+/* Positions of the history whose keys/values are in the cache (what the next cached call skips). */
+int gm_generator_n_cached(const gm_generator *g);
 /* true for <eos> and <end_of_turn>. */
 bool gm_generator_is_stop(const gm_generator *g, int32_t tok);
 

@@ -57,6 +57,11 @@ printf 'hello there\n/reset\nthe cat\n\n/exit\nnot read\n' >"$TMP/chat.in"
 expect "chat" 0 "conversation cleared" -- sh -c "'$GEMMA' chat -m '$TINY' -n 6 -s 'be brief' <'$TMP/chat.in'"
 [ "$(grep -c '' "$TMP/out")" -ge 2 ] && ok "chat printed two replies" || bad "chat output: $(cat "$TMP/out")"
 
+printf 'hello there\nthe cat\n' >"$TMP/chat2.in"
+expect "chat -v" 0 "reused" -- sh -c "'$GEMMA' chat -m '$TINY' -n 6 -v <'$TMP/chat2.in'"
+reused=$(grep -o '([0-9]* reused' "$TMP/err" | tail -1 | tr -dc '0-9')
+[ "${reused:-0}" -gt 0 ] && ok "second chat turn reuses the cache ($reused tokens)" || bad "second turn reused nothing: $(cat "$TMP/err")"
+
 MODEL=$SRC/models/gemma-3-270m-q4_k_m.gguf
 if [ -f "$MODEL" ]; then
   expect "real model run" 0 "prompt: 6 tokens" -- "$GEMMA" run -m "$MODEL" -p "The capital of France is" -n 8

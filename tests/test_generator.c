@@ -401,6 +401,69 @@ TEST(misuse_gives_clean_errors) {
     gm_model_free(m);
 }
 
+/* Steady-state decoding allocates nothing. The test binary interposes glibc's allocator entry
+ * points and counts the calls (every thread) during 30 cached steps with sampling and penalties,
+ * once the cache is fully reserved and the sampler's window has its size. Not under sanitizers
+ * (they own the allocator). */
+#if defined(__SANITIZE_ADDRESS__)
+#define GM_NO_INTERPOSE 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GM_NO_INTERPOSE 1
+#endif
+#endif
+#if defined(__GLIBC__) && !defined(GM_NO_INTERPOSE)
+#include <stdatomic.h>
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+static atomic_long n_allocs;
+static atomic_bool counting;
+static void count(void) {
+    if (atomic_load(&counting)) atomic_fetch_add(&n_allocs, 1);
+}
+void *malloc(size_t n) { count(); return __libc_malloc(n); }
+void *calloc(size_t a, size_t b) { count(); return __libc_calloc(a, b); }
+void *realloc(void *p, size_t n) { count(); return __libc_realloc(p, n); }
+void *aligned_alloc(size_t al, size_t n) { count(); return __libc_memalign(al, n); }
+void *memalign(size_t al, size_t n) { count(); return __libc_memalign(al, n); }
+int posix_memalign(void **p, size_t al, size_t n) {
+    count();
+    *p = __libc_memalign(al, n);
+    return *p ? 0 : 12 /* ENOMEM */;
+}
+#define GM_COUNT_ALLOCS 1
+#endif
+
+TEST(no_allocation_per_token) {
+#ifdef GM_COUNT_ALLOCS
+    gm_model *m = open_model(2);
+    if (!m) return;
+    gm_generator *g = new_gen(m, 2, 128, true, true);
+    int32_t ids[8], tok;
+    prompt(ids, 8, 31337);
+    gm_error err = {0};
+    gm_sampling s = gm_sampling_default();
+    s.temperature = 0.9f;
+    s.top_k = 40;
+    s.top_p = 0.9f;
+    s.repeat_penalty = 1.1f;
+    s.repeat_last_n = 16;
+    CHECK_OK(gm_generator_prefill(g, ids, 8, &err), &err);
+    for (int i = 0; i < 20; i++) CHECK_OK(gm_generator_step_cached(g, &s, &tok, &err), &err);
+    atomic_store(&n_allocs, 0);
+    atomic_store(&counting, true);
+    for (int i = 0; i < 30; i++) CHECK_OK(gm_generator_step_cached(g, &s, &tok, &err), &err);
+    s.top_k = 0; /* top-p alone over the whole vocabulary */
+    for (int i = 0; i < 10; i++) CHECK_OK(gm_generator_step_cached(g, &s, &tok, &err), &err);
+    atomic_store(&counting, false);
+    CHECK_MSG(atomic_load(&n_allocs) == 0, "%ld allocations during 40 decode steps", (long)atomic_load(&n_allocs));
+    gm_generator_free(g);
+    gm_model_free(m);
+#endif
+}
+
 int main(void) {
     for (int a = 0; a < 3; a++) {
         char err[256];
@@ -420,6 +483,7 @@ int main(void) {
     RUN(gguf_and_hf_folder_agree);
     RUN(prompt_reuse_matches_fresh);
     RUN(misuse_gives_clean_errors);
+    RUN(no_allocation_per_token);
     for (int a = 0; a < 3; a++) unlink(PATH[a]);
     return test_summary();
 }

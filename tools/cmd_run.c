@@ -440,6 +440,7 @@ static int chat_turn(session *s, const run_args *a, convo *c, const char *user) 
         fprintf(stderr, "gemma chat: %s\n", err.msg);
         goto out;
     }
+    const int reused = gm_generator_n_cached(s->g);
     double t_pp, t_tg;
     int n_gen;
     run_args ra = *a;
@@ -452,8 +453,8 @@ static int chat_turn(session *s, const run_args *a, convo *c, const char *user) 
     fputc('\n', stdout);
     fflush(stdout);
     if (a->verbose)
-        fprintf(stderr, "[%zu prompt tokens in %.0f ms, %d generated, %.1f tokens/s]\n", n, t_pp * 1e3, n_gen,
-                (n_gen > 1 && t_tg > 0) ? (n_gen - 1) / t_tg : 0.0);
+        fprintf(stderr, "[%zu prompt tokens (%d reused from the cache, %zu computed) in %.0f ms, %d generated, %.1f tokens/s]\n",
+                n, reused, n - (size_t)reused, t_pp * 1e3, n_gen, (n_gen > 1 && t_tg > 0) ? (n_gen - 1) / t_tg : 0.0);
     rc = convo_add(c, "model", st.reply ? st.reply : "") ? 0 : 1;
 out:
     gm_detok_stream_free(st.ds);
