@@ -34,5 +34,7 @@ void gm_avx512_gemm(int type, const void *w, size_t w_stride, int64_t rows, int6
 #include "quant/quant.h"
 gm_vec_dot_fn gm_avx2_vec_dot(int type);
 gm_quant_row_fn gm_avx2_quant_act(int act_type);
+/* AVX-512 VL/BW/VNNI dot products for the decode path (kernels/vec_avx512.c); NULL: use AVX2's. */
+gm_vec_dot_fn gm_avx512_vec_dot(int type);
 
 #endif

@@ -113,6 +113,7 @@ gm_status gm_matmul(const gm_matrix *W, const float *x, int64_t n_tok, float *y,
     if (isa >= GM_ISA_AVX2) {
         gm_vec_dot_fn vd = gm_avx2_vec_dot(W->type);
         gm_quant_row_fn q = gm_avx2_quant_act(at->type);
+        if (isa >= GM_ISA_AVX512 && gm_avx512_vec_dot(W->type)) vd = gm_avx512_vec_dot(W->type);
         if (vd) j.vec_dot = vd;
         if (q) j.quant = q; /* produces the reference's bytes exactly */
     }

@@ -236,35 +236,39 @@ TEST(simd_quant_act_exact) {
     }
 }
 
-/* AVX2 dots directly against the scalar dots on identical operands. */
+/* AVX2 and AVX-512 dots directly against the scalar dots on identical operands. */
 TEST(simd_vec_dot_vs_scalar) {
     if (gm_isa_supported() < GM_ISA_AVX2) return;
     for (size_t k = 0; k < sizeof k_types / sizeof k_types[0]; k++) {
         const gm_type_traits *wt = gm_type_traits_of(k_types[k]), *at = gm_type_traits_of(wt->vec_dot_type);
-        gm_vec_dot_fn vd = gm_avx2_vec_dot(k_types[k]);
-        if (!vd) continue; /* Q8_1 / Q8_K weights: scalar only */
-        const int64_t n = wt->block_elems == 256 ? 1280 : (wt->block_elems == 1 ? 77 : 224);
-        float w[1280], x[1280], wd[1280], xd[1280];
-        unsigned char wq[8192], aq[8192];
-        int bad = 0;
-        for (int rep = 0; rep < 20; rep++) {
-            for (int64_t i = 0; i < n; i++) {
-                w[i] = frand() * (rep + 1);
-                x[i] = frand() * 3;
+        gm_vec_dot_fn vds[2] = {gm_avx2_vec_dot(k_types[k]),
+                                gm_isa_supported() >= GM_ISA_AVX512 ? gm_avx512_vec_dot(k_types[k]) : NULL};
+        for (int level = 0; level < 2; level++) {
+            gm_vec_dot_fn vd = vds[level];
+            if (!vd) continue; /* Q8_1 / Q8_K weights: scalar only */
+            const int64_t n = wt->block_elems == 256 ? 1280 : (wt->block_elems == 1 ? 77 : 224);
+            float w[1280], x[1280], wd[1280], xd[1280];
+            unsigned char wq[8192], aq[8192];
+            int bad = 0;
+            for (int rep = 0; rep < 20; rep++) {
+                for (int64_t i = 0; i < n; i++) {
+                    w[i] = frand() * (rep + 1);
+                    x[i] = frand() * 3;
+                }
+                wt->quant_row(w, wq, n);
+                at->quant_row(x, aq, n);
+                wt->dequant_row(wq, wd, n);
+                at->dequant_row(aq, xd, n);
+                float s0, s1;
+                wt->vec_dot(n, &s0, wq, aq);
+                vd(n, &s1, wq, aq);
+                double mag = 0;
+                for (int64_t i = 0; i < n; i++) mag += fabs((double)wd[i] * xd[i]);
+                if (!(fabs((double)s0 - s1) <= 2e-5 * mag + 1e-6) && bad++ == 0)
+                    fprintf(stderr, "  %s: scalar %.8g simd %.8g (mag %.3g)\n", wt->name, s0, s1, mag);
             }
-            wt->quant_row(w, wq, n);
-            at->quant_row(x, aq, n);
-            wt->dequant_row(wq, wd, n);
-            at->dequant_row(aq, xd, n);
-            float s0, s1;
-            wt->vec_dot(n, &s0, wq, aq);
-            vd(n, &s1, wq, aq);
-            double mag = 0;
-            for (int64_t i = 0; i < n; i++) mag += fabs((double)wd[i] * xd[i]);
-            if (!(fabs((double)s0 - s1) <= 2e-5 * mag + 1e-6) && bad++ == 0)
-                fprintf(stderr, "  %s: scalar %.8g avx2 %.8g (mag %.3g)\n", wt->name, s0, s1, mag);
+            CHECK_MSG(bad == 0, "%s: %s vec_dot differs from scalar", wt->name, level ? "avx512" : "avx2");
         }
-        CHECK_MSG(bad == 0, "%s: avx2 vec_dot differs from scalar", wt->name);
     }
 }
 

@@ -1,0 +1,135 @@
+/* kernels/vec_avx512.c — decode (one token) dot products over the standard block layouts using
+ * AVX-512 VL/BW mask registers and VNNI on 256-bit vectors: the high bits of Q5_0 come straight
+ * from the qh word as a byte mask, and vpdpbusd replaces maddubs + madd. Same contract as the
+ * AVX2 kernels (kernels/vec_avx2.c), tested against the scalar reference. */
+#include "kernels/gemm.h"
+
+#include <string.h>
+
+#include "quant/blocks.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
+    defined(__F16C__)
+#include <immintrin.h>
+
+static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 4-byte group sums of w * a for signed w, |w| <= 127 */
+static inline __m256i dot_s8(__m256i w, __m256i a) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w), _mm256_sign_epi8(a, w));
+}
+
+static inline __m256i nibbles(const uint8_t *qs) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    const __m128i m = _mm_set1_epi8(0x0F);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+}
+
+static void dot_q8_0(int64_t n, float *s, const void *w, const void *a) {
+    const gm_block_q8_0 *x = w, *y = a;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 2 <= n / 32; i += 2) { /* two independent chains hide the FMA latency */
+        const __m256i p0 = dot_s8(_mm256_loadu_si256((const __m256i *)x[i].qs), _mm256_loadu_si256((const __m256i *)y[i].qs));
+        const __m256i p1 =
+            dot_s8(_mm256_loadu_si256((const __m256i *)x[i + 1].qs), _mm256_loadu_si256((const __m256i *)y[i + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(h2f(x[i + 1].d) * h2f(y[i + 1].d)), acc1);
+    }
+    for (; i < n / 32; i++) {
+        const __m256i p = dot_s8(_mm256_loadu_si256((const __m256i *)x[i].qs), _mm256_loadu_si256((const __m256i *)y[i].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc0);
+    }
+    *s = hsum8(_mm256_add_ps(acc0, acc1));
+}
+
+static inline __m256i q5_0_codes(const gm_block_q5_0 *b) { /* signed codes - 16 .. 15 */
+    uint32_t qh;
+    memcpy(&qh, b->qh, 4);
+    const __m256i v = nibbles(b->qs);
+    return _mm256_mask_sub_epi8(v, (__mmask32)~qh, v, _mm256_set1_epi8(16));
+}
+
+static void dot_q5_0(int64_t n, float *s, const void *w, const void *a) {
+    const gm_block_q5_0 *x = w;
+    const gm_block_q8_0 *y = a;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 2 <= n / 32; i += 2) {
+        const __m256i p0 = dot_s8(q5_0_codes(&x[i]), _mm256_loadu_si256((const __m256i *)y[i].qs));
+        const __m256i p1 = dot_s8(q5_0_codes(&x[i + 1]), _mm256_loadu_si256((const __m256i *)y[i + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(h2f(x[i + 1].d) * h2f(y[i + 1].d)), acc1);
+    }
+    for (; i < n / 32; i++) {
+        const __m256i p = dot_s8(q5_0_codes(&x[i]), _mm256_loadu_si256((const __m256i *)y[i].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc0);
+    }
+    *s = hsum8(_mm256_add_ps(acc0, acc1));
+}
+
+static void dot_q4_0(int64_t n, float *s, const void *w, const void *a) {
+    const gm_block_q4_0 *x = w;
+    const gm_block_q8_0 *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 32; i++) {
+        const __m256i q = _mm256_sub_epi8(nibbles(x[i].qs), _mm256_set1_epi8(8));
+        const __m256i p = dot_s8(q, _mm256_loadu_si256((const __m256i *)y[i].qs));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc);
+    }
+    *s = hsum8(acc);
+}
+
+/* Q4_K: unsigned nibbles times signed activations is vpdpbusd's native form; the 6-bit scales
+ * multiply the 8 lanes of each sub-block in 32-bit integers (exact: |lane| < 2^14 * 63). */
+static void dot_q4_K(int64_t n, float *s, const void *w, const void *a) {
+    const gm_block_q4_K *x = w;
+    const gm_block_q8_K *y = a;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0;
+    for (int64_t i = 0; i < n / 256; i++) {
+        int sc[8], mn[8], msum = 0;
+        for (int j = 0; j < 8; j++) {
+            gm_k4_scale_min(j, x[i].scales, &sc[j], &mn[j]);
+            msum += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        }
+        __m256i isum = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * c));
+            const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            const __m256i plo = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo,
+                                                    _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * c)));
+            const __m256i phi = _mm256_dpbusd_epi32(_mm256_setzero_si256(), hi,
+                                                    _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * c + 32)));
+            isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(plo, _mm256_set1_epi32(sc[2 * c])));
+            isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(phi, _mm256_set1_epi32(sc[2 * c + 1])));
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(x[i].d) * y[i].d), acc);
+        mins += h2f(x[i].dmin) * y[i].d * (float)msum;
+    }
+    *s = hsum8(acc) - mins;
+}
+
+gm_vec_dot_fn gm_avx512_vec_dot(int type) {
+    switch (type) {
+    case GM_TYPE_Q8_0: return dot_q8_0;
+    case GM_TYPE_Q5_0: return dot_q5_0;
+    case GM_TYPE_Q4_0: return dot_q4_0;
+    case GM_TYPE_Q4_K: return dot_q4_K;
+    default: return NULL;
+    }
+}
+
+#else
+
+gm_vec_dot_fn gm_avx512_vec_dot(int type) { (void)type; return NULL; }
+
+#endif
