@@ -1,7 +1,12 @@
 /* kernels/matmul.h — y = x W^T for a weight matrix of any supported type, read in place from the
  * (memory-mapped) file. W has `rows` output rows of `cols` elements (GGUF ne[1] x ne[0]).
  * Activations are quantized on the fly to the weight type's vec_dot_type (as llama.cpp does),
- * then each output is a dot product; work is split by output rows across the pool. */
+ * then each output is a dot product; work is split by output rows across the pool.
+ *
+ * Kernels are chosen per call from the ISA level of kernels/cpu.h (GEMMA_ISA=scalar|avx2|avx512
+ * lowers it): scalar reference (quant/), AVX2 dot products, AVX-512 VNNI dot products for one token
+ * and 4x4 register-tiled VNNI kernels from 4 tokens on (prefill). All paths quantize activations
+ * to the same bytes; they differ only in f32 rounding order (see tests/test_matmul.c). */
 #ifndef GM_KERNELS_MATMUL_H
 #define GM_KERNELS_MATMUL_H
 
