@@ -336,6 +336,42 @@ static gm_status from_embeds(gm_generator *g, const char *fn, const int32_t *ids
     return GM_OK;
 }
 
+typedef struct logprob_ctx {
+    gm_generator *g;
+    float *out;
+} logprob_ctx;
+
+static void logprob_row(void *user, int i, const float *l) {
+    logprob_ctx *x = user;
+    gm_generator *g = x->g;
+    const int V = g->c->n_vocab;
+    if (i == g->n_tok - 1) { /* the last position: keep its logits for a following step */
+        memcpy(g->logits, l, (size_t)V * sizeof *l);
+        return;
+    }
+    float mx = l[0];
+    for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+    double z = 0.0;
+    for (int v = 0; v < V; v++) z += exp((double)l[v] - mx);
+    x->out[i] = (float)((double)l[g->tok[i + 1]] - mx - log(z));
+}
+
+gm_status gm_generator_score_logprobs(gm_generator *g, float *out, gm_error *err) {
+    if (!g || !out) return gm_fail(err, GM_ERR_ARG, "gm_generator_score_logprobs: generator or output is NULL");
+    if (g->n_tok < 2)
+        return gm_fail(err, GM_ERR_STATE, "gm_generator_score_logprobs: the history has %d tokens, need at least 2",
+                       g->n_tok);
+    logprob_ctx x = {g, out};
+    gm_fwd_batch b = {.n = g->n_tok, .pos0 = 0, .ids = g->tok, .on_logits = logprob_row, .user = &x};
+    g->n_cached = 0;
+    g->logits_valid = false;
+    gm_status st = gm_forward_run(g->fwd, &g->cache, &b, err);
+    if (st) return gm_fail_prefix(err, "gm_generator_score_logprobs: ");
+    g->n_cached = g->n_tok;
+    g->logits_valid = true;
+    return GM_OK;
+}
+
 gm_status gm_generator_prefill_from_embeds(gm_generator *g, const int32_t *ids, int n, const float *embeds,
                                            const float *attn_bias, const float **logits, gm_error *err) {
     return from_embeds(g, "gm_generator_prefill_from_embeds", ids, n, embeds, attn_bias, false, logits, err);

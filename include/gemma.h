@@ -286,6 +286,10 @@ gm_status gm_generator_decode_get_logits(gm_generator *g, int32_t id, const floa
 /* Logits of every position of the history (n x n_vocab into out, caller-sized), from an empty cache;
  * afterwards the cache holds the whole history. For scoring / perplexity. */
 gm_status gm_generator_score(gm_generator *g, float *out, gm_error *err);
+/* Log-probabilities of the history under the model: out[i] = log p(tok[i+1] | tok[0..i]) for
+ * i < n-1 (n = history length >= 2), computed in one pass from an empty cache without n x n_vocab
+ * floats (perplexity = exp(-mean(out))). Afterwards the cache holds the whole history. */
+gm_status gm_generator_score_logprobs(gm_generator *g, float *out, gm_error *err);
 
 /* Multimodal prefill: replaces the history with ids and runs one pass whose layer-0 inputs are
  * embeds (n x d floats, used as given: the caller applies any embedding scale, e.g. E[tok] *

@@ -28,12 +28,16 @@ struct gm_forward {
     float *rope[2][2];  /* [local, global][cos, sin]: max_batch x hd/2 */
     float *scores;      /* n_threads x (heads per KV head) x max_ctx */
     float *buf;         /* backing store of all the above */
+    float *lbuf;        /* LOGIT_ROWS x n_vocab, allocated on the first on_logits pass */
 };
+
+enum { LOGIT_ROWS = 16 };
 
 void gm_forward_free(gm_forward *f) {
     if (!f) return;
     gm_matmul_scratch_free(&f->mm);
     free(f->buf);
+    free(f->lbuf);
     free(f);
 }
 
@@ -250,8 +254,17 @@ static gm_status chunk_forward(gm_forward *f, gm_kvcache *cache, const gm_fwd_ba
         gm_status st = layer_forward(f, cache, il, n, pos0, b);
         if (st) return st;
     }
-    if (!b->logits) return GM_OK;
     const int64_t V = c->n_vocab;
+    if (b->on_logits) {
+        norm_rows_pool(f->pool, f->xn, f->x, m->output_norm, n, d, c->norm_eps);
+        for (int r0 = 0; r0 < n; r0 += LOGIT_ROWS) {
+            const int nr = n - r0 < LOGIT_ROWS ? n - r0 : LOGIT_ROWS;
+            MM(&m->output, f->xn + (size_t)r0 * d, nr, f->lbuf);
+            if (c->final_softcap > 0.0f) gm_softcap(f->lbuf, (int)(V * nr), c->final_softcap);
+            for (int i = 0; i < nr; i++) b->on_logits(b->user, off + r0 + i, f->lbuf + (size_t)i * V);
+        }
+    }
+    if (!b->logits) return GM_OK;
     if (b->all_logits) {
         norm_rows(f->xn, f->x, m->output_norm, n, d, c->norm_eps);
         float *out = b->logits + (size_t)off * V;
@@ -282,6 +295,10 @@ gm_status gm_forward_run(gm_forward *f, gm_kvcache *cache, const gm_fwd_batch *b
                        "forward: a full attention mask needs the whole prompt in one batch from position 0 "
                        "(%d positions, batch size %d; raise n_batch)", b->n, f->max_batch);
     if (b->n_aux > 0 && (!b->aux_layers || !b->aux_out)) return gm_fail(err, GM_ERR_ARG, "forward: aux taps without buffers");
+    if (b->on_logits && !f->lbuf) {
+        f->lbuf = malloc((size_t)LOGIT_ROWS * (size_t)c->n_vocab * sizeof *f->lbuf);
+        if (!f->lbuf) return gm_fail(err, GM_ERR_NOMEM, "forward: cannot allocate the scoring buffer");
+    }
     gm_status st = gm_kvcache_reserve(cache, b->pos0 + b->n, err);
     if (st) return st;
     for (int off = 0; off < b->n; off += f->max_batch) {

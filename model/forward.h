@@ -29,6 +29,10 @@ typedef struct gm_fwd_batch {
                                * pos0 == 0 and the whole batch in one chunk (n <= max_batch). */
     float *logits;            /* NULL, or n_vocab floats (last position), or n x n_vocab (all_logits) */
     bool all_logits;
+    /* NULL, or called with the logits of every position i in [0, n) in order (computed a few rows
+     * at a time into scratch: for scoring long sequences without n x n_vocab floats). */
+    void (*on_logits)(void *user, int i, const float *logits);
+    void *user;
     const int *aux_layers;    /* layers whose INPUT hidden state (last position) is recorded */
     int n_aux;
     float *aux_out;           /* n_aux x d */

@@ -332,6 +332,51 @@ TEST(gguf_and_hf_folder_agree) {
     }
 }
 
+/* score_logprobs (streamed, a few rows of logits at a time) == log-softmax of score()'s full logits. */
+TEST(score_logprobs_matches_full_logits) {
+    for (int a = 0; a < 3; a++) {
+        gm_model *m = open_model(a);
+        if (!m) continue;
+        const int V = gm_model_config(m)->n_vocab, n = 40; /* > 16 rows per pass, past the window */
+        gm_generator_options o = {.n_threads = 2, .n_ctx = 64, .n_batch = 24}; /* two chunks */
+        gm_generator *g = NULL;
+        gm_error err = {0};
+        CHECK_OK(gm_generator_new(m, &o, &g, &err), &err);
+        int32_t ids[40];
+        prompt(ids, n, 2024 + a);
+        float *all = malloc(sizeof(float) * (size_t)n * V), lp[39];
+        CHECK_OK(gm_generator_prefill(g, ids, n, &err), &err);
+        CHECK_OK(gm_generator_score(g, all, &err), &err);
+        CHECK_OK(gm_generator_score_logprobs(g, lp, &err), &err);
+        double worst = 0;
+        for (int i = 0; i + 1 < n; i++) {
+            const float *l = all + (size_t)i * V;
+            double mx = l[0], z = 0;
+            for (int v = 1; v < V; v++) mx = fmax(mx, l[v]);
+            for (int v = 0; v < V; v++) z += exp(l[v] - mx);
+            worst = fmax(worst, fabs(lp[i] - (l[ids[i + 1]] - mx - log(z))));
+            CHECK(lp[i] <= 0.0f);
+        }
+        CHECK_MSG(worst <= 1e-4, "%s: log-probs differ by %.3g", ARCHS[a], worst);
+        /* afterwards the cache holds the history: a cached step samples from the last logits */
+        int32_t t1, t2;
+        gm_sampling s = gm_sampling_default();
+        CHECK_EQ_INT(gm_generator_n_cached(g), n);
+        CHECK_OK(gm_generator_step_cached(g, &s, &t1, &err), &err);
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (all[(size_t)(n - 1) * V + v] > all[(size_t)(n - 1) * V + best]) best = v;
+        t2 = best;
+        CHECK_EQ_INT(t1, t2);
+        gm_generator_reset(g);
+        CHECK_OK(gm_generator_prefill(g, ids, 1, &err), &err);
+        CHECK_EQ_INT(gm_generator_score_logprobs(g, lp, &err), GM_ERR_STATE);
+        free(all);
+        gm_generator_free(g);
+        gm_model_free(m);
+    }
+}
+
 TEST(prompt_reuse_matches_fresh) {
     gm_model *m = open_model(2);
     if (!m) return;
@@ -481,6 +526,7 @@ int main(void) {
     RUN(seeded_sampling_is_deterministic);
     RUN(hidden_state_taps);
     RUN(gguf_and_hf_folder_agree);
+    RUN(score_logprobs_matches_full_logits);
     RUN(prompt_reuse_matches_fresh);
     RUN(misuse_gives_clean_errors);
     RUN(no_allocation_per_token);
