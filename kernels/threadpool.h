@@ -16,7 +16,8 @@ typedef void (*gm_task_fn)(void *ctx, int64_t begin, int64_t end, int thread);
 gm_pool *gm_pool_new(int n_threads);
 void gm_pool_free(gm_pool *p);
 int gm_pool_size(const gm_pool *p);
-/* p may be NULL: then fn runs on the calling thread over [0, n). */
+/* p may be NULL: then fn runs on the calling thread over [0, n). One caller at a time per pool,
+ * and fn must not call gm_pool_parallel_for on the same pool (not reentrant). */
 void gm_pool_parallel_for(gm_pool *p, int64_t n, int64_t grain, gm_task_fn fn, void *ctx);
 
 /* Physical cores of this machine (falls back to online CPUs). */
