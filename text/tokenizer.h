@@ -42,6 +42,11 @@ gm_status gm_tokenizer_from_hf_dir(const char *dir, gm_tokenizer **out, gm_error
 gm_status gm_tokenizer_from_spm_model(const void *buf, size_t len, const char *name,
                                       gm_tokenizer **out, gm_error *err);
 
+/* Just tokenizer.json's text, from memory (also the fuzz entry point). Without
+ * tokenizer_config.json there are no bos/eos/pad ids and add_bos is false. */
+gm_status gm_tokenizer_from_hf_json(const void *buf, size_t len, const char *name,
+                                    gm_tokenizer **out, gm_error *err);
+
 /* text/spm_proto.c: a minimal reader of SentencePiece's ModelProto. Pieces point into buf. */
 typedef struct gm_spm_piece {
     const char *piece;

@@ -29,7 +29,17 @@ typedef struct hf_vocab {
     int32_t *types;
     gm_vocab_spec spec; /* ids and flags */
     char *chat_template;
+    int32_t id_limit; /* ids must be below this (0: 1 << 24); see hf_id_limit */
 } hf_vocab;
+
+/* Token ids in a JSON file are dense: a vocabulary that lists k entries (+ added tokens) has
+ * ids below k, give or take a few gaps the builder fills with "[PADn]" holes. Without a bound
+ * a 30-byte file naming id 16777215 made 16 million holes (hundreds of MB, seconds of work);
+ * found by fuzz/fuzz_tokenizer_json. 64Ki of slack keeps any plausible gap. */
+static int32_t hf_id_limit(int32_t have, int entries) {
+    int64_t lim = (int64_t)have + (entries > 0 ? entries : 0) + 65536;
+    return lim > (1 << 24) ? (1 << 24) : (int32_t)lim;
+}
 
 static void hf_free(hf_vocab *v) {
     for (int32_t i = 0; i < v->n; i++) free(v->pieces[i]);
@@ -62,7 +72,9 @@ static gm_status hf_reserve(hf_vocab *v, int32_t n, gm_error *err) {
 /* Sets piece id (growing the vocabulary with "[PADn]" unused holes up to it). */
 static gm_status hf_set(hf_vocab *v, int32_t id, const char *s, size_t len, float score, int32_t type,
                         gm_error *err) {
-    if (id < 0 || id >= (1 << 24)) return gm_fail(err, GM_ERR_FORMAT, "token id %d out of range", id);
+    if (id < 0 || id >= (v->id_limit ? v->id_limit : (1 << 24)))
+        return gm_fail(err, GM_ERR_FORMAT, "token id %d out of range (the file lists fewer than %d tokens)", id,
+                       v->id_limit ? v->id_limit : (1 << 24));
     gm_status st = hf_reserve(v, id + 1, err);
     if (st) return st;
     while (v->n <= id) {
@@ -231,13 +243,9 @@ static gm_status load_json_vocab(const cJSON *model, const char *path, hf_vocab 
     return GM_OK;
 }
 
-static gm_status load_json(const char *dir, hf_vocab *v, gm_error *err) {
-    char path[4096];
-    size_t len = 0;
-    char *buf = read_file(dir, "tokenizer.json", &len, path, sizeof path);
-    if (!buf) return gm_fail(err, GM_ERR_IO, "%s: cannot read", path);
+/* tokenizer.json's text buf[0..len) (path names it in errors). */
+static gm_status load_json_text(const char *buf, size_t len, const char *path, hf_vocab *v, gm_error *err) {
     cJSON *root = cJSON_ParseWithLength(buf, len);
-    free(buf);
     if (!root) return gm_fail(err, GM_ERR_FORMAT, "%s: not valid JSON", path);
     gm_status st = GM_OK;
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
@@ -246,6 +254,8 @@ static gm_status load_json(const char *dir, hf_vocab *v, gm_error *err) {
         goto done;
     }
     v->spec.unk_id = -1;
+    v->id_limit = hf_id_limit(0, cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(model, "vocab")) +
+                                     cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "added_tokens")));
     if ((st = load_json_vocab(model, path, v, err))) goto done;
     v->spec.add_space_prefix = prepends_space(cJSON_GetObjectItemCaseSensitive(root, "normalizer")) ||
                                prepends_space(cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"));
@@ -263,6 +273,16 @@ static gm_status load_json(const char *dir, hf_vocab *v, gm_error *err) {
     }
 done:
     cJSON_Delete(root);
+    return st;
+}
+
+static gm_status load_json(const char *dir, hf_vocab *v, gm_error *err) {
+    char path[4096];
+    size_t len = 0;
+    char *buf = read_file(dir, "tokenizer.json", &len, path, sizeof path);
+    if (!buf) return gm_fail(err, GM_ERR_IO, "%s: cannot read", path);
+    gm_status st = load_json_text(buf, len, path, v, err);
+    free(buf);
     return st ? gm_fail_prefix(err, "%s: ", dir) : GM_OK;
 }
 
@@ -300,7 +320,9 @@ static gm_status apply_config(const char *dir, hf_vocab *v, gm_error *err) {
         if (!cfg) return gm_fail(err, GM_ERR_FORMAT, "%s: not valid JSON", path);
         gm_status st = GM_OK;
         const cJSON *e;
-        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(cfg, "added_tokens_decoder")) {
+        const cJSON *decoder = cJSON_GetObjectItemCaseSensitive(cfg, "added_tokens_decoder");
+        v->id_limit = hf_id_limit(v->n, cJSON_GetArraySize(decoder));
+        cJSON_ArrayForEach(e, decoder) {
             char *end = NULL;
             long id = strtol(e->string ? e->string : "", &end, 10);
             const cJSON *content = cJSON_GetObjectItemCaseSensitive(e, "content");
@@ -342,27 +364,48 @@ static gm_status apply_config(const char *dir, hf_vocab *v, gm_error *err) {
     return GM_OK;
 }
 
+static gm_vocab_spec hf_default_spec(void) {
+    return (gm_vocab_spec){.bos_id = -1, .eos_id = -1, .unk_id = -1, .pad_id = -1, .eot_id = -1,
+                           .add_bos = true, .add_space_prefix = true};
+}
+
+static gm_status hf_build(hf_vocab *v, const char *name, gm_tokenizer **out, gm_error *err) {
+    v->spec.n = v->n;
+    v->spec.pieces = (const char *const *)v->pieces;
+    v->spec.piece_lens = v->lens;
+    v->spec.scores = v->scores;
+    v->spec.types = v->types;
+    v->spec.chat_template = v->chat_template;
+    v->spec.chat_template_len = v->chat_template ? strlen(v->chat_template) : 0;
+    return gm_tokenizer_build(&v->spec, name, out, err);
+}
+
 gm_status gm_tokenizer_from_hf_dir(const char *dir, gm_tokenizer **out, gm_error *err) {
     if (!dir || !out) return gm_fail(err, GM_ERR_ARG, "gm_tokenizer_from_hf_dir: NULL argument");
     *out = NULL;
     hf_vocab v = {0};
-    v.spec = (gm_vocab_spec){.bos_id = -1, .eos_id = -1, .unk_id = -1, .pad_id = -1, .eot_id = -1,
-                             .add_bos = true, .add_space_prefix = true};
+    v.spec = hf_default_spec();
     gm_status st;
     if (file_exists(dir, "tokenizer.model")) st = load_spm(dir, &v, err);
     else if (file_exists(dir, "tokenizer.json")) st = load_json(dir, &v, err);
     else st = gm_fail(err, GM_ERR_NOT_FOUND, "%s: no tokenizer.model or tokenizer.json", dir);
     if (!st) st = apply_config(dir, &v, err);
-    if (!st) {
-        v.spec.n = v.n;
-        v.spec.pieces = (const char *const *)v.pieces;
-        v.spec.piece_lens = v.lens;
-        v.spec.scores = v.scores;
-        v.spec.types = v.types;
-        v.spec.chat_template = v.chat_template;
-        v.spec.chat_template_len = v.chat_template ? strlen(v.chat_template) : 0;
-        st = gm_tokenizer_build(&v.spec, dir, out, err);
-    }
+    if (!st) st = hf_build(&v, dir, out, err);
+    hf_free(&v);
+    return st;
+}
+
+gm_status gm_tokenizer_from_hf_json(const void *buf, size_t len, const char *name, gm_tokenizer **out,
+                                    gm_error *err) {
+    if (!out) return gm_fail(err, GM_ERR_ARG, "gm_tokenizer_from_hf_json: out is NULL");
+    *out = NULL;
+    if (!name) name = "tokenizer.json";
+    if (!buf && len) return gm_fail(err, GM_ERR_ARG, "%s: NULL buffer", name);
+    hf_vocab v = {0};
+    v.spec = hf_default_spec();
+    v.spec.add_bos = false; /* add_bos_token and bos_token live in tokenizer_config.json, absent here */
+    gm_status st = load_json_text(buf ? buf : "", len, name, &v, err);
+    if (!st) st = hf_build(&v, name, out, err);
     hf_free(&v);
     return st;
 }
