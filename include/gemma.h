@@ -243,7 +243,8 @@ typedef struct gm_generator_options {
 
 /* The generator keeps a token history and a KV cache. Invariant after a cached step: the cache holds
  * every token of the history but the last sampled one, which is the input of the next decode.
- * Pointers returned (logits, tokens, taps) stay valid until the next call on the generator. */
+ * Pointers returned (logits, tokens, taps) stay valid until the next call on the generator.
+ * One thread at a time per generator; several generators may share one model (read-only). */
 gm_status gm_generator_new(gm_model *m, const gm_generator_options *opt, gm_generator **out, gm_error *err);
 void gm_generator_free(gm_generator *g);
 void gm_generator_reset(gm_generator *g);          /* empty history and cache */
