@@ -49,23 +49,26 @@ static inline int64_t pad64(int64_t n) { return (n + 63) / 64 * 64; }
 static inline int64_t pad256(int64_t n) { return (n + 255) / 256 * 256; }
 static inline size_t up64(size_t b) { return (b + 63) / 64 * 64; }
 
+/* F32 / F16 / BF16 weights take a plain f32 path: rows converted to f32, tokens as given. */
+static bool is_float(int type) { return type == GM_TYPE_F32 || type == GM_TYPE_F16 || type == GM_TYPE_BF16; }
+
 bool gm_avx512_supports(int type) {
     type_info ti;
-    return info_of(type, &ti);
+    return is_float(type) || info_of(type, &ti);
 }
 
-/* token: a[npad] | sa[npad/4] f32 | init[npad/4] i32 | t16[n256/16] f32 */
+/* token: a[npad] | sa[npad/4] f32 | init[npad/4] i32 | t16[n256/16] f32;  float types: x[npad] f32 */
 size_t gm_avx512_tok_bytes(int type, int64_t n) {
-    (void)type;
+    if (is_float(type)) return up64((size_t)(4 * pad64(n)));
     return up64((size_t)(3 * pad64(n) + pad256(n) / 4));
 }
 
-/* row: u[npad] | sw[npad/4] f32 | off[n256/16] f32; four rows per thread */
-static size_t row_bytes(int64_t n) { return up64((size_t)(2 * pad64(n) + pad256(n) / 4)); }
-size_t gm_avx512_rows_bytes(int type, int64_t n) {
-    (void)type;
-    return 4 * row_bytes(n);
+/* row: u[npad] | sw[npad/4] f32 | off[n256/16] f32;  float types: w[npad] f32; four rows per thread */
+static size_t row_bytes(int type, int64_t n) {
+    if (is_float(type)) return up64((size_t)(4 * pad64(n)));
+    return up64((size_t)(2 * pad64(n) + pad256(n) / 4));
 }
+size_t gm_avx512_rows_bytes(int type, int64_t n) { return 4 * row_bytes(type, n); }
 
 typedef struct {
     int8_t *a;
@@ -153,6 +156,11 @@ static void prep_q8_K(const float *x, int64_t n, tok_view tv) {
 
 void gm_avx512_prep(int type, const float *x, int64_t n, void *tok) {
     type_info ti;
+    if (is_float(type)) {
+        memcpy(tok, x, (size_t)n * sizeof(float));
+        memset((float *)tok + n, 0, (size_t)(pad64(n) - n) * sizeof(float));
+        return;
+    }
     if (!info_of(type, &ti)) return;
     const int64_t np = pad64(n), n256 = pad256(n);
     tok_view tv = tok_at(tok, n);
@@ -414,12 +422,100 @@ static void tile_any(int nr, int nt, tile_dims td, const row_view *rv, const tok
     }
 }
 
+/* ------------------------------------------------------------------ float weights */
+
+static void unpack_float(int type, const void *w, int64_t n, float *out) {
+    int64_t i = 0;
+    if (type == GM_TYPE_F32) {
+        memcpy(out, w, (size_t)n * sizeof(float));
+        i = n;
+    } else if (type == GM_TYPE_F16) {
+        const uint16_t *h = w;
+        for (; i + 16 <= n; i += 16) _mm512_store_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + i))));
+        for (; i < n; i++) out[i] = h2f(h[i]);
+    } else {
+        const uint16_t *h = w;
+        for (; i + 16 <= n; i += 16) {
+            const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h + i)));
+            _mm512_store_ps(out + i, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+        }
+        for (; i < n; i++) out[i] = gm_bf16_to_fp32(h[i]);
+    }
+    memset(out + n, 0, (size_t)(pad64(n) - n) * sizeof(float));
+}
+
+static inline __attribute__((always_inline)) void tile_f(const int NR, const int NT, int64_t nv, const float *const *wr,
+                                                         const float *const *xt, float *y, int64_t ldy) {
+    __m512 acc[4][4];
+    GM_UNROLL
+    for (int r = 0; r < NR; r++)
+        GM_UNROLL
+        for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < nv; c++) {
+        __m512 wv[4];
+        GM_UNROLL
+        for (int r = 0; r < NR; r++) wv[r] = _mm512_load_ps(wr[r] + 16 * c);
+        GM_UNROLL
+        for (int t = 0; t < NT; t++) {
+            const __m512 xv = _mm512_load_ps(xt[t] + 16 * c);
+            GM_UNROLL
+            for (int r = 0; r < NR; r++) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
+    }
+    GM_UNROLL
+    for (int r = 0; r < NR; r++)
+        GM_UNROLL
+        for (int t = 0; t < NT; t++) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+#define TILE_F_CASE(R, T) \
+    case (R)*8 + (T): tile_f(R, T, nv, wr, xt, y, ldy); break;
+
+static void tile_f_any(int nr, int nt, int64_t nv, const float *const *wr, const float *const *xt, float *y,
+                       int64_t ldy) {
+    switch (nr * 8 + nt) {
+        TILE_F_CASE(4, 4) TILE_F_CASE(4, 3) TILE_F_CASE(4, 2) TILE_F_CASE(4, 1)
+        TILE_F_CASE(3, 4) TILE_F_CASE(3, 3) TILE_F_CASE(3, 2) TILE_F_CASE(3, 1)
+        TILE_F_CASE(2, 4) TILE_F_CASE(2, 3) TILE_F_CASE(2, 2) TILE_F_CASE(2, 1)
+        TILE_F_CASE(1, 4) TILE_F_CASE(1, 3) TILE_F_CASE(1, 2) TILE_F_CASE(1, 1)
+    default: break;
+    }
+}
+
+static void gemm_float(int type, const void *w, size_t w_stride, int64_t rows, int64_t n, const void *toks,
+                       int64_t n_tok, float *y, int64_t r0, int64_t r1, void *rows_scratch) {
+    const size_t tb = gm_avx512_tok_bytes(type, n), rb = row_bytes(type, n);
+    const int64_t nv = pad64(n) / 16;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += TOK_BLOCK) {
+        const int64_t t1 = t0 + TOK_BLOCK < n_tok ? t0 + TOK_BLOCK : n_tok;
+        for (int64_t r = r0; r < r1; r += 4) {
+            const int nr = r1 - r < 4 ? (int)(r1 - r) : 4;
+            const float *wr[4];
+            for (int k = 0; k < nr; k++) {
+                float *buf = (float *)((char *)rows_scratch + (size_t)k * rb);
+                unpack_float(type, (const char *)w + (size_t)(r + k) * w_stride, n, buf);
+                wr[k] = buf;
+            }
+            for (int64_t t = t0; t < t1; t += 4) {
+                const int nt = t1 - t < 4 ? (int)(t1 - t) : 4;
+                const float *xt[4];
+                for (int k = 0; k < nt; k++) xt[k] = (const float *)((const char *)toks + (size_t)(t + k) * tb);
+                tile_f_any(nr, nt, nv, wr, xt, y + t * rows + r, rows);
+            }
+        }
+    }
+}
+
 void gm_avx512_gemm(int type, const void *w, size_t w_stride, int64_t rows, int64_t n, const void *toks,
                     int64_t n_tok, float *y, int64_t r0, int64_t r1, void *rows_scratch) {
+    if (is_float(type)) {
+        gemm_float(type, w, w_stride, rows, n, toks, n_tok, y, r0, r1, rows_scratch);
+        return;
+    }
     type_info ti;
     unpack_fn fn = unpack_of(type);
     if (!info_of(type, &ti) || !fn) return;
-    const size_t tb = gm_avx512_tok_bytes(type, n), rb = row_bytes(n);
+    const size_t tb = gm_avx512_tok_bytes(type, n), rb = row_bytes(type, n);
     const tile_dims td = {pad64(n) / 64, pad256(n) / 256, ti.off};
     for (int64_t t0 = 0; t0 < n_tok; t0 += TOK_BLOCK) {
         const int64_t t1 = t0 + TOK_BLOCK < n_tok ? t0 + TOK_BLOCK : n_tok;
