@@ -27,11 +27,15 @@ struct gm_forward {
     float *x, *xn, *q, *k, *v, *att, *o, *gate, *up; /* max_batch rows each */
     float *rope[2][2];  /* [local, global][cos, sin]: max_batch x hd/2 */
     float *scores;      /* n_threads x (heads per KV head) x max_ctx */
+    float *part;        /* decode split-K partials: Hkv x chunks x G x (hd + 2) */
     float *buf;         /* backing store of all the above */
     float *lbuf;        /* LOGIT_ROWS x n_vocab, allocated on the first on_logits pass */
 };
 
 enum { LOGIT_ROWS = 16 };
+/* Decode attention over many keys is split into chunks of this many keys, one task each (the split
+ * is fixed, not per thread count, so results do not depend on the number of threads). */
+enum { KV_CHUNK = 64 };
 
 void gm_forward_free(gm_forward *f) {
     if (!f) return;
@@ -59,9 +63,11 @@ gm_status gm_forward_new(const gm_model *m, gm_pool *pool, int max_batch, int ma
     const size_t qo = qd > d ? qd : d;
     const size_t sizes[] = {B * d, B * d, B * qd, B * kvd, B * kvd, B * qd, B * qo, B * ff, B * ff,
                             B * hd / 2, B * hd / 2, B * hd / 2, B * hd / 2,
-                            (size_t)f->n_threads * (size_t)(c->n_heads / c->n_kv_heads) * (size_t)max_ctx};
+                            (size_t)f->n_threads * (size_t)(c->n_heads / c->n_kv_heads) * (size_t)max_ctx,
+                            (size_t)c->n_kv_heads * (size_t)((max_ctx + KV_CHUNK - 1) / KV_CHUNK) *
+                                (size_t)(c->n_heads / c->n_kv_heads) * (hd + 2)};
     float **dst[] = {&f->x, &f->xn, &f->q, &f->k, &f->v, &f->att, &f->o, &f->gate, &f->up,
-                     &f->rope[0][0], &f->rope[0][1], &f->rope[1][0], &f->rope[1][1], &f->scores};
+                     &f->rope[0][0], &f->rope[0][1], &f->rope[1][0], &f->rope[1][1], &f->scores, &f->part};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += (sizes[i] + 15) & ~(size_t)15;
     f->buf = malloc(total * sizeof(float));
@@ -111,6 +117,71 @@ static void attn_task(void *ctx, int64_t begin, int64_t end, int thread) {
         gm_attend_group(f->att + off, f->q + off, group, gm_kv_k(j->cache, j->layer, kstart) + (size_t)kvh * hd,
                         gm_kv_v(j->cache, j->layer, kstart) + (size_t)kvh * hd, (size_t)j->cache->kv_dim,
                         kend - kstart, hd, c->attn_softcap, bias, j->bpos0 - kstart, scores);
+    }
+}
+
+/* Decode (one query position): item = (KV head, chunk of KV_CHUNK keys). Each item leaves, per query
+ * head of the group, its max score m, sum of exp(s - m) and the unnormalised sum of exp(s - m) v;
+ * merge_split combines the chunks exactly (log-sum-exp rescaling). */
+typedef struct split_job {
+    const gm_forward *f;
+    const gm_kvcache *cache;
+    int layer, kstart, n_keys, n_chunks;
+} split_job;
+
+static void split_task(void *ctx, int64_t begin, int64_t end, int thread) {
+    const split_job *j = ctx;
+    const gm_forward *f = j->f;
+    const gm_config *c = &f->m->cfg;
+    const int hd = c->head_dim, G = c->n_heads / c->n_kv_heads;
+    float *scores = f->scores + (size_t)thread * G * f->max_ctx;
+    for (int64_t t = begin; t < end; t++) {
+        const int kvh = (int)(t / j->n_chunks), ch = (int)(t % j->n_chunks);
+        const int k0 = ch * KV_CHUNK, nk = j->n_keys - k0 < KV_CHUNK ? j->n_keys - k0 : KV_CHUNK;
+        const float *k = gm_kv_k(j->cache, j->layer, j->kstart + k0) + (size_t)kvh * hd;
+        const float *v = gm_kv_v(j->cache, j->layer, j->kstart + k0) + (size_t)kvh * hd;
+        const size_t kvs = (size_t)j->cache->kv_dim;
+        float *part = f->part + (size_t)t * G * (hd + 2);
+        for (int g = 0; g < G; g++) {
+            const float *q = f->q + (size_t)(kvh * G + g) * hd;
+            float *s = scores + (size_t)g * KV_CHUNK, *o = part + (size_t)g * (hd + 2);
+            for (int i = 0; i < nk; i++) s[i] = gm_dot_f32(q, k + (size_t)i * kvs, hd);
+            if (c->attn_softcap > 0.0f) gm_softcap(s, nk, c->attn_softcap);
+            float mx = -INFINITY;
+            for (int i = 0; i < nk; i++) mx = s[i] > mx ? s[i] : mx;
+            double sum = 0.0;
+            memset(o, 0, (size_t)hd * sizeof *o);
+            for (int i = 0; i < nk; i++) {
+                const float p = expf(s[i] - mx);
+                sum += p;
+                gm_axpy_f32(o, p, v + (size_t)i * kvs, hd);
+            }
+            o[hd] = mx;
+            o[hd + 1] = (float)sum;
+        }
+    }
+}
+
+static void merge_split(const gm_forward *f, int n_chunks) {
+    const gm_config *c = &f->m->cfg;
+    const int hd = c->head_dim, G = c->n_heads / c->n_kv_heads;
+    for (int h = 0; h < c->n_heads; h++) {
+        const int kvh = h / G, g = h % G;
+        float *out = f->att + (size_t)h * hd;
+        float mx = -INFINITY;
+        for (int ch = 0; ch < n_chunks; ch++) {
+            const float m = f->part[((size_t)(kvh * n_chunks + ch) * G + g) * (hd + 2) + hd];
+            mx = m > mx ? m : mx;
+        }
+        double z = 0.0;
+        memset(out, 0, (size_t)hd * sizeof *out);
+        for (int ch = 0; ch < n_chunks; ch++) {
+            const float *o = f->part + ((size_t)(kvh * n_chunks + ch) * G + g) * (hd + 2);
+            const float w = expf(o[hd] - mx);
+            z += (double)w * o[hd + 1];
+            gm_axpy_f32(out, w, o, hd);
+        }
+        gm_scale(out, hd, (float)(1.0 / z));
     }
 }
 
@@ -197,7 +268,15 @@ static gm_status layer_forward(gm_forward *f, gm_kvcache *cache, int il, int n, 
     attn_job job = {.f = f, .cache = cache, .layer = il, .n = n, .pos0 = pos0,
                     .bpos0 = b->pos0, .bn = b->n, .bias = b->bias,
                     .bias_is_mask = b->bias && b->bias_is_mask};
-    gm_pool_parallel_for(f->pool, (int64_t)n * Hkv, 1, attn_task, &job);
+    const int kstart1 = (L->window > 0 && pos0 - L->window + 1 > 0) ? pos0 - L->window + 1 : 0;
+    if (n == 1 && !b->bias && pos0 + 1 - kstart1 > KV_CHUNK) {
+        /* one query over many keys: split the keys so every thread has work */
+        split_job sj = {f, cache, il, kstart1, pos0 + 1 - kstart1, (pos0 + 1 - kstart1 + KV_CHUNK - 1) / KV_CHUNK};
+        gm_pool_parallel_for(f->pool, (int64_t)Hkv * sj.n_chunks, 1, split_task, &sj);
+        merge_split(f, sj.n_chunks);
+    } else {
+        gm_pool_parallel_for(f->pool, (int64_t)n * Hkv, 1, attn_task, &job);
+    }
     MM(&L->wo, f->att, n, f->o);
     if (L->post_attn_norm) norm_rows_pool(f->pool, f->o, f->o, L->post_attn_norm, n, d, c->norm_eps);
     gm_add(f->x, f->o, n * d);
