@@ -233,6 +233,37 @@ TEST(simd_quant_act_exact) {
             q(x, b, 1024);
             CHECK_MSG(memcmp(a, b, gm_row_bytes(acts[k], 1024)) == 0, "%s quantizer differs (rep %d)", at->name, rep);
         }
+        /* the AVX-512 tile path's own activation layout: codes and scales equal the reference's */
+        if (gm_isa_supported() >= GM_ISA_AVX512) {
+            const int wtypes[] = {GM_TYPE_Q8_0, GM_TYPE_Q6_K};
+            for (int k = 0; k < 2; k++) {
+                const gm_type_traits *at = gm_type_traits_of(gm_type_traits_of(wtypes[k])->vec_dot_type);
+                static _Alignas(64) unsigned char tok[8192];
+                CHECK(gm_avx512_tok_bytes(wtypes[k], 1024) <= sizeof tok);
+                gm_avx512_prep(wtypes[k], x, 1024, tok);
+                at->quant_row(x, a, 1024);
+                const float *sa = (const float *)(tok + 1024); /* a[1024] then one scale per 4 codes */
+                int bad = 0;
+                for (int i = 0; i < 1024; i++) {
+                    const int be = (int)at->block_elems, blk = i / be;
+                    const unsigned char *blkp = a + (size_t)blk * at->block_bytes;
+                    int8_t q;
+                    float d;
+                    if (at->type == GM_TYPE_Q8_K) {
+                        memcpy(&d, blkp, 4);
+                        q = (int8_t)blkp[4 + i % be];
+                    } else {
+                        uint16_t h;
+                        memcpy(&h, blkp, 2);
+                        d = gm_fp16_to_fp32(h);
+                        q = (int8_t)blkp[2 + i % be];
+                    }
+                    bad += (int8_t)tok[i] != q || sa[i / 4] != d;
+                }
+                CHECK_MSG(bad == 0, "avx512 prep for %s: %d codes/scales differ from %s (rep %d)",
+                          gm_type_name(wtypes[k]), bad, at->name, rep);
+            }
+        }
     }
 }
 
