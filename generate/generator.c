@@ -320,6 +320,12 @@ static gm_status from_embeds(gm_generator *g, const char *fn, const int32_t *ids
     for (size_t i = 0; i < nd; i++)
         if (!isfinite(embeds[i]))
             return gm_fail(err, GM_ERR_ARG, "%s: embeds[%zu] (position %zu) is not finite", fn, i, i / g->c->d_model);
+    if (attn_bias)
+        for (size_t i = 0; i < (size_t)n * (size_t)n; i++)
+            if (isnan(attn_bias[i]) || attn_bias[i] == INFINITY)
+                return gm_fail(err, GM_ERR_ARG, "%s: %s[%zu] (query %zu, key %zu) is %s; use finite values or -INFINITY",
+                               fn, is_mask ? "mask" : "attn_bias", i, i / (size_t)n, i % (size_t)n,
+                               isnan(attn_bias[i]) ? "NaN" : "+inf");
     memcpy(g->tok, ids, (size_t)n * sizeof *ids);
     g->n_tok = n;
     g->n_cached = 0;

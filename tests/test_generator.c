@@ -188,6 +188,11 @@ TEST(embeds_and_bias) {
         CHECK_OK(gm_generator_prefill_from_embeds_masked(g2, ids, nm, x, mask, &le, &err), &err);
         if (le) CHECK_MSG(max_diff(causal, le, V) > 1e-3, "%s: a bidirectional mask changed nothing", ARCHS[a]);
         CHECK_EQ_INT(gm_generator_prefill_from_embeds_masked(g2, ids, nm, x, NULL, &le, &err), GM_ERR_ARG);
+        mask[5] = NAN;
+        CHECK_EQ_INT(gm_generator_prefill_from_embeds_masked(g2, ids, nm, x, mask, &le, &err), GM_ERR_ARG);
+        CHECK(strstr(err.msg, "NaN") != NULL);
+        mask[5] = INFINITY;
+        CHECK_EQ_INT(gm_generator_prefill_from_embeds(g2, ids, nm, x, mask, &le, &err), GM_ERR_ARG);
         free(mask);
         free(causal);
         /* size / value checks */
