@@ -520,6 +520,40 @@ TEST(no_allocation_per_token) {
 #endif
 }
 
+/* A copy of the gemma3 tiny GGUF with one byte-level patch: returns false if `name` is absent. */
+static bool patched_copy(const char *dst, const char *name, const char *new_name, int64_t new_ne1) {
+    size_t len = 0;
+    unsigned char *buf = test_read_file(PATH[2], &len);
+    if (!buf) return false;
+    const size_t nl = strlen(name);
+    unsigned char *hit = NULL;
+    for (size_t i = 8; i + nl + 12 + 16 <= len && !hit; i++)
+        if (!memcmp(buf + i, name, nl) && !memcmp(buf + i - 8, &(uint64_t){nl}, 8)) hit = buf + i;
+    if (hit && new_name) memcpy(hit, new_name, nl);
+    if (hit && new_ne1 > 0) memcpy(hit + nl + 4 + 8, &new_ne1, 8); /* name, u32 n_dims, ne[0], ne[1] */
+    FILE *f = hit ? fopen(dst, "wb") : NULL;
+    bool ok = f && fwrite(buf, 1, len, f) == len;
+    if (f) fclose(f);
+    free(buf);
+    return ok;
+}
+
+TEST(model_open_refuses_bad_weights) {
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/gm_test_generator_%d_bad.gguf", (int)getpid());
+    gm_error err = {0};
+    gm_model *m = NULL;
+    CHECK(patched_copy(path, "blk.1.ffn_up.weight", "blk.1.ffn_uq.weight", 0));
+    CHECK_EQ_INT(gm_model_open(path, NULL, &m, &err), GM_ERR_NOT_FOUND);
+    CHECK_MSG(strstr(err.msg, "blk.1.ffn_up.weight") != NULL, "message: %s", err.msg);
+    CHECK(m == NULL);
+    CHECK(patched_copy(path, "blk.0.attn_q.weight", NULL, 32)); /* 64 output rows -> 32 */
+    CHECK_EQ_INT(gm_model_open(path, NULL, &m, &err), GM_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "blk.0.attn_q.weight") && strstr(err.msg, "shape"), "message: %s", err.msg);
+    CHECK(m == NULL);
+    unlink(path);
+}
+
 int main(void) {
     for (int a = 0; a < 3; a++) {
         char err[256];
@@ -541,6 +575,7 @@ int main(void) {
     RUN(prompt_reuse_matches_fresh);
     RUN(misuse_gives_clean_errors);
     RUN(no_allocation_per_token);
+    RUN(model_open_refuses_bad_weights);
     for (int a = 0; a < 3; a++) unlink(PATH[a]);
     return test_summary();
 }
