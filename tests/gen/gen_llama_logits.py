@@ -51,12 +51,16 @@ def long_prompt():
 
 def main():
     model_path, out_path = sys.argv[1], sys.argv[2]
+    # --f32-kv: F32 KV cache and no flash attention (llama.cpp's most precise CPU configuration);
+    # default: llama.cpp's defaults (F16 KV cache, flash attention "auto").
+    extra = dict(type_k=0, type_v=0, flash_attn=False) if "--f32-kv" in sys.argv[3:] else {}
     prompts = PROMPTS + [long_prompt()]
     m = Llama(model_path=model_path, n_ctx=4096, n_batch=512, logits_all=True, verbose=False,
-              n_threads=2, seed=0)
+              n_threads=2, seed=0, **extra)
     lines = [
         "# llama.cpp reference results, written by tests/gen/gen_llama_logits.py",
         f"# llama-cpp-python {llama_cpp.__version__}; system: {llama_cpp.llama_cpp.llama_print_system_info().decode().strip()}",
+        f"# llama.cpp settings: {extra or 'defaults (F16 KV cache, flash attention auto)'}",
         f"model {os.path.basename(model_path)}",
     ]
     for pi, p in enumerate(prompts):
