@@ -93,6 +93,11 @@ static void axpy_scalar(float *y, float a, const float *x, int n) {
 
 static bool use_avx2(void) { return gm_isa_active() >= GM_ISA_AVX2; }
 
+void gm_geglu_fast(float *gate, const float *up, int n) {
+    if (use_avx2()) gm_geglu_avx2(gate, up, n);
+    else gm_geglu(gate, up, n);
+}
+
 float gm_dot_f32(const float *a, const float *b, int n) {
     return use_avx2() ? gm_dot_f32_avx2(a, b, n) : dot_scalar(a, b, n);
 }
@@ -107,6 +112,10 @@ typedef void (*axpy_fn)(float *, float, const float *, int);
 
 void gm_attend_group(float *out, const float *q, int G, const float *k, const float *v, size_t kv_stride,
                      int n_keys, int hd, float softcap, const float *bias, int bias_from, float *scores) {
+    if (gm_isa_active() >= GM_ISA_AVX512 && gm_attend_group_avx512_fits(G, hd)) {
+        gm_attend_group_avx512(out, q, G, k, v, kv_stride, n_keys, hd, softcap, bias, bias_from, scores);
+        return;
+    }
     const bool avx2 = use_avx2();
     const dot_fn dot = avx2 ? gm_dot_f32_avx2 : dot_scalar;
     const axpy_fn axpy = avx2 ? gm_axpy_f32_avx2 : axpy_scalar;

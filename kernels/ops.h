@@ -4,6 +4,7 @@
 #ifndef GM_KERNELS_OPS_H
 #define GM_KERNELS_OPS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* y = x * rsqrt(mean(x^2) + eps) * w over n elements (w already holds 1 + w for Gemma).
@@ -24,6 +25,11 @@ void gm_softcap(float *x, int n, float cap);
 float gm_gelu_tanh(float x);
 /* gate[i] = gelu_tanh(gate[i]) * up[i]. */
 void gm_geglu(float *gate, const float *up, int n);
+/* The same with gelu via 1 / (1 + exp(-2z)) and a vector exp (a few ulp from gm_geglu); the
+ * forward pass uses it when gm_isa_active() >= GM_ISA_AVX2. Same result per element whatever n. */
+void gm_geglu_avx2(float *gate, const float *up, int n);
+/* gm_geglu_avx2 or gm_geglu by the active ISA. */
+void gm_geglu_fast(float *gate, const float *up, int n);
 void gm_scale(float *x, int n, float s);
 void gm_add(float *y, const float *x, int n); /* y += x */
 
@@ -46,6 +52,11 @@ void gm_attend_group(float *out, const float *q, int G, const float *k, const fl
 float gm_dot_f32(const float *a, const float *b, int n);
 void gm_axpy_f32(float *y, float a, const float *x, int n); /* y += a x */
 float gm_dot_f32_avx2(const float *a, const float *b, int n);
+/* AVX-512 gm_attend_group (kernels/attn_avx512.c) for shapes where _fits says so; gm_attend_group
+ * dispatches to it by itself. */
+bool gm_attend_group_avx512_fits(int G, int hd);
+void gm_attend_group_avx512(float *out, const float *q, int G, const float *k, const float *v, size_t kv_stride,
+                            int n_keys, int hd, float softcap, const float *bias, int bias_from, float *scores);
 void gm_axpy_f32_avx2(float *y, float a, const float *x, int n);
 
 #endif

@@ -213,7 +213,7 @@ static void norm_rows(float *y, const float *x, const float *w, int n, int dim, 
 
 static void geglu_task(void *ctx, int64_t begin, int64_t end, int thread) {
     const rows_job *j = ctx;
-    gm_geglu(j->y + begin, j->x + begin, (int)(end - begin));
+    gm_geglu_fast(j->y + begin, j->x + begin, (int)(end - begin));
 }
 
 /* q/k norms, RoPE, query scale and the cache writes of positions [begin, end) of the chunk. */
