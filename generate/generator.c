@@ -378,6 +378,39 @@ gm_status gm_generator_score_logprobs(gm_generator *g, float *out, gm_error *err
     return GM_OK;
 }
 
+typedef struct score_with_ctx {
+    gm_generator *g;
+    int first, end;
+    gm_logits_fn fn;
+    void *user;
+    bool stopped;
+} score_with_ctx;
+
+static void score_with_row(void *user, int i, const float *l) {
+    score_with_ctx *x = user;
+    if (i == x->g->n_tok - 1) /* keep the last position's logits for a following step */
+        memcpy(x->g->logits, l, (size_t)x->g->c->n_vocab * sizeof *l);
+    if (!x->stopped && i >= x->first && i < x->end) x->stopped = !x->fn(i, l, x->user);
+}
+
+gm_status gm_generator_score_with(gm_generator *g, int first, int end, gm_logits_fn fn, void *user, gm_error *err) {
+    const char *name = "gm_generator_score_with";
+    if (!g || !fn) return gm_fail(err, GM_ERR_ARG, "%s: generator or callback is NULL", name);
+    if (g->n_tok == 0) return gm_fail(err, GM_ERR_STATE, "%s: the history is empty", name);
+    if (first < 0 || end > g->n_tok || first > end)
+        return gm_fail(err, GM_ERR_ARG, "%s: range [%d, %d) is not inside the history of %d tokens", name, first, end,
+                       g->n_tok);
+    score_with_ctx x = {g, first, end, fn, user, false};
+    gm_fwd_batch b = {.n = g->n_tok, .pos0 = 0, .ids = g->tok, .on_logits = score_with_row, .user = &x};
+    g->n_cached = 0;
+    g->logits_valid = false;
+    gm_status st = gm_forward_run(g->fwd, &g->cache, &b, err);
+    if (st) return gm_fail_prefix(err, "%s: ", name);
+    g->n_cached = g->n_tok;
+    g->logits_valid = true;
+    return GM_OK;
+}
+
 gm_status gm_generator_prefill_from_embeds(gm_generator *g, const int32_t *ids, int n, const float *embeds,
                                            const float *attn_bias, const float **logits, gm_error *err) {
     return from_embeds(g, "gm_generator_prefill_from_embeds", ids, n, embeds, attn_bias, false, logits, err);

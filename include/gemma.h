@@ -291,6 +291,12 @@ gm_status gm_generator_score(gm_generator *g, float *out, gm_error *err);
  * i < n-1 (n = history length >= 2), computed in one pass from an empty cache without n x n_vocab
  * floats (perplexity = exp(-mean(out))). Afterwards the cache holds the whole history. */
 gm_status gm_generator_score_logprobs(gm_generator *g, float *out, gm_error *err);
+/* Streams the logits of positions [first, end) of the history to fn (pos, n_vocab floats valid during
+ * the call), in order, computed in one pass from an empty cache a few rows at a time (no n x n_vocab
+ * buffer). fn returns false to stop receiving (the pass still completes). For perplexity and KL
+ * comparisons. Afterwards the cache holds the whole history. */
+typedef bool (*gm_logits_fn)(int pos, const float *logits, void *user);
+gm_status gm_generator_score_with(gm_generator *g, int first, int end, gm_logits_fn fn, void *user, gm_error *err);
 
 /* Multimodal prefill: replaces the history with ids and runs one pass whose layer-0 inputs are
  * embeds (n x d floats, used as given: the caller applies any embedding scale, e.g. E[tok] *

@@ -27,6 +27,8 @@ static const command COMMANDS[] = {
     {"chat", cmd_chat, "interactive multi-turn chat over stdin (KV cache reused across turns)"},
     {"tokenize", cmd_tokenize, "text (argument or stdin) -> token ids or pieces"},
     {"detokenize", cmd_detokenize, "token ids (arguments or stdin) -> text"},
+    {"bench", cmd_bench, "prompt-processing and generation speed (llama-bench style)"},
+    {"perplexity", cmd_perplexity, "perplexity of a text; KL divergence against a saved base"},
 };
 
 static void usage(FILE *out) {

@@ -15,8 +15,8 @@ from gguf import GGUFReader
 from gguf.quants import dequantize
 
 
-def main():
-    model, fixture, out = sys.argv[1:4]
+def load_reference(model):
+    """Returns forward(ids, all_positions=False) -> logits (float64) of the last (or every) position."""
     r = GGUFReader(model)
     T = {t.name: t for t in r.tensors}
     meta = {k: f.contents() for k, f in r.fields.items() if k.startswith("gemma3.")}
@@ -47,7 +47,7 @@ def main():
     def gelu(v):
         return 0.5 * v * (1 + np.tanh(0.7978845608028654 * (v + 0.044715 * v ** 3)))
 
-    def forward(ids):
+    def forward(ids, all_positions=False):
         n = len(ids)
         E = W("token_embd.weight")
         x = E[ids].astype(np.float64) * np.sqrt(d)
@@ -73,9 +73,17 @@ def main():
             h = rms(x, W(p + "ffn_norm.weight"))
             f = gelu(h @ W(p + "ffn_gate.weight").T) * (h @ W(p + "ffn_up.weight").T)
             x = x + rms(f @ W(p + "ffn_down.weight").T, W(p + "post_ffw_norm.weight"))
+        if all_positions:
+            return rms(x, W("output_norm.weight")) @ W("token_embd.weight").T.astype(np.float64)
         h = rms(x[-1], W("output_norm.weight"))
         return W("token_embd.weight").astype(np.float64) @ h
 
+    return forward
+
+
+def main():
+    model, fixture, out = sys.argv[1:4]
+    forward = load_reference(model)
     prompts = {}
     for line in open(fixture):
         f = line.split()

@@ -197,6 +197,7 @@ static void fill_values(const tm_options *o, const tinfo *t, float *out) {
     for (int64_t i = 0; i < numel(t); i++) {
         double u = (double)(splitmix64(&s) >> 11) * (1.0 / 9007199254740992.0); /* [0, 1) */
         float v = (float)((2.0 * u - 1.0) * a);
+        if (t->k == K_EMBED && o->zero_embeddings) v = 0.0f;
         out[i] = gm_bf16_to_fp32(gm_fp32_to_bf16(v));
     }
 }

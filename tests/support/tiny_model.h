@@ -71,6 +71,8 @@ typedef struct tm_options {
     bool untied;             /* write output.weight / lm_head.weight */
     bool add_mtp;            /* GGUF: add a hidden nextn tensor */
     uint64_t seed;           /* 1234 */
+    bool zero_embeddings;    /* token_embd all zeros: every logit is 0, a uniform next-token
+                                distribution (perplexity = vocabulary size exactly) */
 } tm_options;
 
 void tm_options_default(tm_options *o, const char *arch);
