@@ -7,7 +7,8 @@ command -v gcc >/dev/null || need+=(gcc)
 command -v clang >/dev/null || need+=(clang)
 [ -f /usr/include/cjson/cJSON.h ] || need+=(libcjson-dev)
 [ -f /usr/include/microhttpd.h ] || need+=(libmicrohttpd-dev)
-command -v python3 >/dev/null || need+=(python3 python3-pip)
+command -v python3 >/dev/null || need+=(python3)
+python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
