@@ -36,5 +36,10 @@ gm_vec_dot_fn gm_avx2_vec_dot(int type);
 gm_quant_row_fn gm_avx2_quant_act(int act_type);
 /* AVX-512 VL/BW/VNNI dot products for the decode path (kernels/vec_avx512.c); NULL: use AVX2's. */
 gm_vec_dot_fn gm_avx512_vec_dot(int type);
+/* Decode dots of a weight row in its file format with a token prepared by gm_avx512_prep (the
+ * a / sa / init parts): two blocks per 512-bit vector. Signature of gm_vec_dot_fn with the token
+ * in place of a quantized activation row. NULL where there is none (or the CPU lacks VBMI for
+ * Q5_0). */
+gm_vec_dot_fn gm_avx512_tok_dot(int type);
 
 #endif

@@ -59,6 +59,31 @@ static void avx512_prep_task(void *ctx, int64_t t0, int64_t t1, int thread) {
         gm_avx512_prep(j->W->type, j->x + t * j->W->cols, j->W->cols, (char *)j->act + (size_t)t * j->tok_bytes);
 }
 
+/* decode with prepared tokens: one tok_dot per (row, token) */
+static void tok_rows_task(void *ctx, int64_t r0, int64_t r1, int thread) {
+    (void)thread;
+    const mm_job *j = ctx;
+    const char *w = (const char *)j->W->data;
+    for (int64_t r = r0; r < r1; r++) {
+        const void *wr = w + (size_t)r * j->w_stride;
+        for (int64_t t = 0; t < j->n_tok; t++)
+            j->vec_dot(j->W->cols, &j->y[t * j->W->rows + r], wr, j->act + (size_t)t * j->tok_bytes);
+    }
+}
+
+static gm_status matmul_tok_dot(mm_job *j, gm_vec_dot_fn dot, gm_pool *pool, gm_matmul_scratch *scratch) {
+    j->tok_bytes = gm_avx512_tok_bytes(j->W->type, j->W->cols);
+    if ((uint64_t)j->n_tok > (SIZE_MAX / 2) / j->tok_bytes) return GM_ERR_NOMEM;
+    gm_status st = scratch_reserve(scratch, (size_t)j->n_tok * j->tok_bytes);
+    if (st != GM_OK) return st;
+    j->act = scratch->buf;
+    j->vec_dot = dot;
+    for (int64_t t = 0; t < j->n_tok; t++) /* a few tokens only: not worth a pool round trip */
+        gm_avx512_prep(j->W->type, j->x + t * j->W->cols, j->W->cols, (char *)j->act + (size_t)t * j->tok_bytes);
+    gm_pool_parallel_for(pool, j->W->rows, 16, tok_rows_task, j);
+    return GM_OK;
+}
+
 /* items are groups of 4 rows, the tile height */
 static void avx512_rows_task(void *ctx, int64_t q0, int64_t q1, int thread) {
     const mm_job *j = ctx;
@@ -110,6 +135,8 @@ gm_status gm_matmul(const gm_matrix *W, const float *x, int64_t n_tok, float *y,
      * and runs fastest as plain dot products over the file's blocks. */
     if (isa >= GM_ISA_AVX512 && n_tok >= GM_TILE_MIN_TOKENS && gm_avx512_supports(W->type))
         return matmul_avx512(&j, pool, scratch);
+    if (isa >= GM_ISA_AVX512 && gm_avx512_tok_dot(W->type))
+        return matmul_tok_dot(&j, gm_avx512_tok_dot(W->type), pool, scratch);
     if (isa >= GM_ISA_AVX2) {
         gm_vec_dot_fn vd = gm_avx2_vec_dot(W->type);
         gm_quant_row_fn q = gm_avx2_quant_act(at->type);

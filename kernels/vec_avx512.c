@@ -6,6 +6,7 @@
 
 #include <string.h>
 
+#include "kernels/cpu.h"
 #include "quant/blocks.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
@@ -118,6 +119,99 @@ static void dot_q4_K(int64_t n, float *s, const void *w, const void *a) {
     *s = hsum8(acc) - mins;
 }
 
+
+/* ---- dots against a token prepared by gm_avx512_prep (kernels/gemm.h layout: codes a, per-lane
+ * scales sa, per-lane integer offsets init). Two weight blocks fill one 512-bit vector; the weight
+ * code offset is folded into vpdpbusd's accumulator input (init), so each 64 codes cost one dpbusd,
+ * one convert and one FMA. */
+
+typedef struct {
+    const int8_t *a;
+    const float *sa;
+    const int32_t *init;
+} tok_ptrs;
+
+static inline tok_ptrs tok_of(const void *tok, int64_t n) {
+    const int64_t np = (n + 63) / 64 * 64;
+    const char *p = tok;
+    return (tok_ptrs){(const int8_t *)p, (const float *)(p + np), (const int32_t *)(p + 2 * np)};
+}
+
+/* f16 scales of blocks 0 and 1 -> 8 lanes each */
+static inline __m512 two_scales(uint16_t d0, uint16_t d1) {
+    const __m512 d = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)d0 | (uint32_t)d1 << 16))));
+    return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), d);
+}
+
+/* Q8_0 weights: codes w ^ 0x80 are unsigned; init holds -128 * (lane sum of a). */
+static void tok_dot_q8_0(int64_t n, float *s, const void *w, const void *tok) {
+    const gm_block_q8_0 *x = w;
+    const tok_ptrs t = tok_of(tok, n);
+    const int64_t nb = n / 32;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        __m512i q = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x[b].qs));
+        q = _mm512_inserti64x4(q, _mm256_loadu_si256((const __m256i *)x[b + 1].qs), 1);
+        const __m512i p = _mm512_dpbusd_epi32(_mm512_loadu_si512(t.init + 8 * b), _mm512_xor_si512(q, flip),
+                                              _mm512_loadu_si512(t.a + 32 * b));
+        const __m512 sc = _mm512_mul_ps(two_scales(x[b].d, x[b + 1].d), _mm512_loadu_ps(t.sa + 8 * b));
+        if (b & 2) acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc1);
+        else acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc0);
+    }
+    if (b < nb) { /* odd block count: the last block alone in the low half */
+        const __m512i q = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x[b].qs));
+        const __m512i p = _mm512_maskz_dpbusd_epi32(0x00FF, _mm512_loadu_si512(t.init + 8 * b), _mm512_xor_si512(q, flip),
+                                                    _mm512_loadu_si512(t.a + 32 * b));
+        const __m512 sc = _mm512_mul_ps(two_scales(x[b].d, 0), _mm512_loadu_ps(t.sa + 8 * b));
+        acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc0);
+    }
+    *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+/* Q5_0 weights: one masked load covers two 22-byte blocks; vpermb spreads the 16 nibble bytes of
+ * each block over its 32 lanes (low nibbles first, as the element order), the qh words become one
+ * 64-bit mask that sets bit 4. Codes are unsigned 0..31; init holds -16 * (lane sum of a). */
+__attribute__((target("avx512vbmi"))) static void tok_dot_q5_0(int64_t n, float *s, const void *w, const void *tok) {
+    const gm_block_q5_0 *x = w;
+    const tok_ptrs t = tok_of(tok, n);
+    const int64_t nb = n / 32;
+    const unsigned char *base = w;
+    /* lane i < 32: byte 6 + i % 16 of block 0; lane i >= 32: byte 28 + i % 16 (block 1 at +22) */
+    const __m512i idx = _mm512_set_epi8(43, 42, 41, 40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28,
+                                        43, 42, 41, 40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28,
+                                        21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
+                                        21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
+    const __mmask64 hi_lanes = 0xFFFF0000FFFF0000ull;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b += 2) {
+        const bool pair = b + 1 < nb;
+        const __m512i v = _mm512_maskz_loadu_epi8(pair ? (1ull << 44) - 1 : (1ull << 22) - 1, base + 22 * b);
+        const __m512i t0 = _mm512_permutexvar_epi8(idx, v);
+        const __m512i c = _mm512_and_si512(_mm512_mask_blend_epi8(hi_lanes, t0, _mm512_srli_epi16(t0, 4)), m4);
+        uint32_t qh0, qh1 = 0;
+        memcpy(&qh0, x[b].qh, 4);
+        if (pair) memcpy(&qh1, x[b + 1].qh, 4);
+        const __m512i u = _mm512_mask_add_epi8(c, (__mmask64)((uint64_t)qh0 | (uint64_t)qh1 << 32), c, b4);
+        __m512i p = _mm512_dpbusd_epi32(_mm512_loadu_si512(t.init + 8 * b), u, _mm512_loadu_si512(t.a + 32 * b));
+        if (!pair) p = _mm512_maskz_mov_epi32(0x00FF, p);
+        const __m512 sc = _mm512_mul_ps(two_scales(x[b].d, pair ? x[b + 1].d : 0), _mm512_loadu_ps(t.sa + 8 * b));
+        if (b & 2) acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc1);
+        else acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc0);
+    }
+    *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+gm_vec_dot_fn gm_avx512_tok_dot(int type) {
+    switch (type) {
+    case GM_TYPE_Q8_0: return tok_dot_q8_0;
+    case GM_TYPE_Q5_0: return gm_cpu_features_get()->avx512vbmi ? tok_dot_q5_0 : NULL;
+    default: return NULL;
+    }
+}
+
 gm_vec_dot_fn gm_avx512_vec_dot(int type) {
     switch (type) {
     case GM_TYPE_Q8_0: return dot_q8_0;
@@ -131,5 +225,6 @@ gm_vec_dot_fn gm_avx512_vec_dot(int type) {
 #else
 
 gm_vec_dot_fn gm_avx512_vec_dot(int type) { (void)type; return NULL; }
+gm_vec_dot_fn gm_avx512_tok_dot(int type) { (void)type; return NULL; }
 
 #endif

@@ -303,6 +303,46 @@ TEST(simd_vec_dot_vs_scalar) {
     }
 }
 
+/* Decode dots against prepared tokens (two blocks per vector, odd block counts too) vs the scalar
+ * dot on the same quantized operands. */
+TEST(avx512_tok_dot_vs_scalar) {
+    if (gm_isa_supported() < GM_ISA_AVX512) return;
+    const int types[] = {GM_TYPE_Q8_0, GM_TYPE_Q5_0};
+    const int64_t sizes[] = {32, 64, 96, 224, 640, 2080};
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        gm_vec_dot_fn td = gm_avx512_tok_dot(types[k]);
+        if (!td) continue; /* Q5_0 needs VBMI */
+        const gm_type_traits *wt = gm_type_traits_of(types[k]), *at = gm_type_traits_of(wt->vec_dot_type);
+        for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+            const int64_t n = sizes[z];
+            static float w[2080], x[2080], wd[2080], xd[2080];
+            static unsigned char wq[4096], aq[4096];
+            static _Alignas(64) unsigned char tok[16384];
+            int bad = 0;
+            for (int rep = 0; rep < 10; rep++) {
+                for (int64_t i = 0; i < n; i++) {
+                    w[i] = frand() * (rep + 1);
+                    x[i] = frand() * 3;
+                }
+                wt->quant_row(w, wq, n);
+                at->quant_row(x, aq, n);
+                wt->dequant_row(wq, wd, n);
+                at->dequant_row(aq, xd, n);
+                CHECK(gm_avx512_tok_bytes(types[k], n) <= sizeof tok);
+                gm_avx512_prep(types[k], x, n, tok);
+                float s0, s1;
+                wt->vec_dot(n, &s0, wq, aq);
+                td(n, &s1, wq, tok);
+                double mag = 0;
+                for (int64_t i = 0; i < n; i++) mag += fabs((double)wd[i] * xd[i]);
+                if (!(fabs((double)s0 - s1) <= 2e-5 * mag + 1e-6) && bad++ == 0)
+                    fprintf(stderr, "  %s n %lld: scalar %.8g tok_dot %.8g (mag %.3g)\n", wt->name, (long long)n, s0, s1, mag);
+            }
+            CHECK_MSG(bad == 0, "%s n %lld: avx512 tok_dot differs from scalar", wt->name, (long long)n);
+        }
+    }
+}
+
 TEST(isa_clamp) {
     const gm_isa top = gm_isa_supported();
     CHECK(gm_isa_set(GM_ISA_AVX512) == top || top == GM_ISA_AVX512);
@@ -317,6 +357,7 @@ int main(void) {
     RUN(simd_matmul_vs_exact);
     RUN(simd_quant_act_exact);
     RUN(simd_vec_dot_vs_scalar);
+    RUN(avx512_tok_dot_vs_scalar);
     RUN(isa_clamp);
     RUN(matmul_bad_args);
     return test_summary();
