@@ -84,6 +84,64 @@ static gm_status matmul_tok_dot(mm_job *j, gm_vec_dot_fn dot, gm_pool *pool, gm_
     return GM_OK;
 }
 
+/* ---- several matrices over one input (q/k/v, gate/up): one pool call for all their rows */
+
+enum { MM_MULTI_MAX = 4 };
+
+typedef struct {
+    int count;
+    int64_t cols, row0[MM_MULTI_MAX + 1]; /* row0[i]: first global row of matrix i */
+    const gm_matrix *W[MM_MULTI_MAX];
+    float *y[MM_MULTI_MAX];
+    gm_vec_dot_fn dot[MM_MULTI_MAX];
+    const char *tok[MM_MULTI_MAX];
+} multi_job;
+
+static void multi_rows_task(void *ctx, int64_t g0, int64_t g1, int thread) {
+    (void)thread;
+    const multi_job *j = ctx;
+    for (int i = 0; i < j->count; i++) {
+        const int64_t b = g0 > j->row0[i] ? g0 : j->row0[i], e = g1 < j->row0[i + 1] ? g1 : j->row0[i + 1];
+        const size_t stride = gm_row_bytes(j->W[i]->type, j->cols);
+        for (int64_t r = b - j->row0[i]; r < e - j->row0[i]; r++)
+            j->dot[i](j->cols, &j->y[i][r], (const char *)j->W[i]->data + (size_t)r * stride, j->tok[i]);
+    }
+}
+
+gm_status gm_matmul_multi(const gm_matrix *const *W, float *const *y, int count, const float *x, int64_t n_tok,
+                          gm_pool *pool, gm_matmul_scratch *scratch) {
+    bool fused = count >= 1 && count <= MM_MULTI_MAX && n_tok == 1 && gm_isa_active() >= GM_ISA_AVX512;
+    for (int i = 0; fused && i < count; i++)
+        fused = W[i]->cols == W[0]->cols && W[i]->rows > 0 && gm_avx512_tok_dot(W[i]->type) &&
+                gm_row_bytes(W[i]->type, W[i]->cols) != 0;
+    if (!fused) {
+        for (int i = 0; i < count; i++) {
+            gm_status st = gm_matmul(W[i], x, n_tok, y[i], pool, scratch);
+            if (st != GM_OK) return st;
+        }
+        return GM_OK;
+    }
+    multi_job j = {.count = count, .cols = W[0]->cols};
+    size_t total = 0, off[MM_MULTI_MAX];
+    for (int i = 0; i < count; i++) {
+        off[i] = total;
+        total += gm_avx512_tok_bytes(W[i]->type, W[0]->cols);
+    }
+    gm_status st = scratch_reserve(scratch, total);
+    if (st != GM_OK) return st;
+    for (int i = 0; i < count; i++) {
+        /* same kernels and token bytes as gm_matmul: identical results to separate calls */
+        j.W[i] = W[i];
+        j.y[i] = y[i];
+        j.dot[i] = gm_avx512_tok_dot(W[i]->type);
+        j.tok[i] = (const char *)scratch->buf + off[i];
+        gm_avx512_prep(W[i]->type, x, W[0]->cols, (char *)scratch->buf + off[i]);
+        j.row0[i + 1] = j.row0[i] + W[i]->rows;
+    }
+    gm_pool_parallel_for(pool, j.row0[count], 16, multi_rows_task, &j);
+    return GM_OK;
+}
+
 /* items are groups of 4 rows, the tile height */
 static void avx512_rows_task(void *ctx, int64_t q0, int64_t q1, int thread) {
     const mm_job *j = ctx;

@@ -35,6 +35,12 @@ typedef struct gm_matmul_scratch {
  * the number of threads. */
 gm_status gm_matmul(const gm_matrix *W, const float *x, int64_t n_tok, float *y, gm_pool *pool,
                     gm_matmul_scratch *scratch);
+/* y[i] = x W[i]^T for count (<= 4) matrices with the same cols reading the same input (q/k/v,
+ * gate/up). For one token on AVX-512 the input is quantized once per weight type and all rows go
+ * to the pool in one call (one synchronisation instead of count); otherwise it is count gm_matmul
+ * calls. Results equal those of separate gm_matmul calls bit for bit. */
+gm_status gm_matmul_multi(const gm_matrix *const *W, float *const *y, int count, const float *x, int64_t n_tok,
+                          gm_pool *pool, gm_matmul_scratch *scratch);
 /* Reference: dequantize each row to f32 and accumulate in double. For tests. */
 gm_status gm_matmul_ref(const gm_matrix *W, const float *x, int64_t n_tok, float *y);
 void gm_matmul_scratch_free(gm_matmul_scratch *s);

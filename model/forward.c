@@ -259,9 +259,12 @@ static gm_status layer_forward(gm_forward *f, gm_kvcache *cache, int il, int n, 
     const int d = c->d_model, Hkv = c->n_kv_heads, ff = c->d_ff;
 
     norm_rows_pool(f->pool, f->xn, f->x, L->attn_norm, n, d, c->norm_eps);
-    MM(&L->wq, f->xn, n, f->q);
-    MM(&L->wk, f->xn, n, f->k);
-    MM(&L->wv, f->xn, n, f->v);
+    {
+        const gm_matrix *W[3] = {&L->wq, &L->wk, &L->wv};
+        float *const y[3] = {f->q, f->k, f->v};
+        gm_status st = gm_matmul_multi(W, y, 3, f->xn, n, f->pool, &f->mm);
+        if (st) return st;
+    }
     qk_job qj = {f, cache, il, pos0};
     if (n == 1) qk_task(&qj, 0, 1, 0);
     else gm_pool_parallel_for(f->pool, n, 1, qk_task, &qj);
@@ -282,10 +285,15 @@ static gm_status layer_forward(gm_forward *f, gm_kvcache *cache, int il, int n, 
     gm_add(f->x, f->o, n * d);
 
     norm_rows_pool(f->pool, f->xn, f->x, L->ffn_norm, n, d, c->norm_eps);
-    MM(&L->gate, f->xn, n, f->gate);
-    MM(&L->up, f->xn, n, f->up);
+    {
+        const gm_matrix *W[2] = {&L->gate, &L->up};
+        float *const y[2] = {f->gate, f->up};
+        gm_status st = gm_matmul_multi(W, y, 2, f->xn, n, f->pool, &f->mm);
+        if (st) return st;
+    }
     rows_job gj = {f->gate, f->up, NULL, 0, 0.0f};
-    gm_pool_parallel_for(f->pool, (int64_t)n * ff, 1024, geglu_task, &gj);
+    if (n == 1) gm_geglu_fast(f->gate, f->up, ff); /* ~1 us: cheaper than a pool round trip */
+    else gm_pool_parallel_for(f->pool, (int64_t)n * ff, 1024, geglu_task, &gj);
     MM(&L->down, f->gate, n, f->o);
     if (L->post_ffn_norm) norm_rows_pool(f->pool, f->o, f->o, L->post_ffn_norm, n, d, c->norm_eps);
     gm_add(f->x, f->o, n * d);

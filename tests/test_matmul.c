@@ -343,6 +343,52 @@ TEST(avx512_tok_dot_vs_scalar) {
     }
 }
 
+/* gm_matmul_multi: one pool call over q/k/v-like matrices of mixed types gives exactly the bytes of
+ * separate gm_matmul calls, for 1 token (fused path) and 5 tokens (fallback), 1 and 2 threads. */
+TEST(matmul_multi_equals_separate) {
+    const int64_t cols = 640;
+    const int types[3] = {GM_TYPE_Q5_0, GM_TYPE_Q5_0, GM_TYPE_Q8_0};
+    const int64_t rows[3] = {200, 37, 64};
+    gm_matrix W[3];
+    void *data[3];
+    for (int i = 0; i < 3; i++) {
+        const size_t rb = gm_row_bytes(types[i], cols);
+        data[i] = malloc(rb * (size_t)rows[i]);
+        float *row = malloc(sizeof(float) * cols);
+        for (int64_t r = 0; r < rows[i]; r++) {
+            for (int64_t c = 0; c < cols; c++) row[c] = frand();
+            gm_type_traits_of(types[i])->quant_row(row, (char *)data[i] + rb * (size_t)r, cols);
+        }
+        free(row);
+        W[i] = (gm_matrix){types[i], rows[i], cols, data[i]};
+    }
+    float *x = malloc(sizeof(float) * cols * 5);
+    for (int64_t i = 0; i < cols * 5; i++) x[i] = frand() * 2;
+    for (int nt = 1; nt <= 2; nt++) {
+        gm_pool *p = gm_pool_new(nt);
+        gm_matmul_scratch sc = {0};
+        for (int64_t n_tok = 1; n_tok <= 5; n_tok += 4) {
+            float *a[3], *b[3];
+            for (int i = 0; i < 3; i++) {
+                a[i] = calloc((size_t)(rows[i] * n_tok), sizeof(float));
+                b[i] = calloc((size_t)(rows[i] * n_tok), sizeof(float));
+                CHECK(gm_matmul(&W[i], x, n_tok, a[i], p, &sc) == GM_OK);
+            }
+            const gm_matrix *Wp[3] = {&W[0], &W[1], &W[2]};
+            CHECK(gm_matmul_multi(Wp, b, 3, x, n_tok, p, &sc) == GM_OK);
+            for (int i = 0; i < 3; i++) {
+                CHECK_MSG(memcmp(a[i], b[i], sizeof(float) * (size_t)(rows[i] * n_tok)) == 0,
+                          "matrix %d, %lld tokens, %d threads", i, (long long)n_tok, nt);
+                free(a[i]), free(b[i]);
+            }
+        }
+        gm_matmul_scratch_free(&sc);
+        gm_pool_free(p);
+    }
+    for (int i = 0; i < 3; i++) free(data[i]);
+    free(x);
+}
+
 TEST(isa_clamp) {
     const gm_isa top = gm_isa_supported();
     CHECK(gm_isa_set(GM_ISA_AVX512) == top || top == GM_ISA_AVX512);
@@ -358,6 +404,7 @@ int main(void) {
     RUN(simd_quant_act_exact);
     RUN(simd_vec_dot_vs_scalar);
     RUN(avx512_tok_dot_vs_scalar);
+    RUN(matmul_multi_equals_separate);
     RUN(isa_clamp);
     RUN(matmul_bad_args);
     return test_summary();
