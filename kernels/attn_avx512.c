@@ -16,40 +16,70 @@
 
 bool gm_attend_group_avx512_fits(int G, int hd) { return G >= 1 && G <= 4 && hd % 64 == 0 && hd > 0; }
 
-/* scores[g * n_keys + j] = q_g . k_j */
+/* Heads g >= G (G < 4) compute on a copy of head G-1 and are never stored: one branch-free kernel
+ * with every accumulator a named register. */
+
+/* scores[g * n_keys + j] = q_g . k_j, two keys at a time (8 independent FMA chains) */
 static void scores_block(float *scores, const float *q, int G, const float *k, size_t kv_stride, int n_keys,
                          int hd) {
-    for (int j = 0; j < n_keys; j++) {
-        const float *kj = k + (size_t)j * kv_stride;
-        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    const float *q0 = q, *q1 = q + (size_t)(G > 1 ? 1 : 0) * hd, *q2 = q + (size_t)(G > 2 ? 2 : G - 1) * hd,
+                *q3 = q + (size_t)(G > 3 ? 3 : G - 1) * hd;
+    int j = 0;
+    for (; j + 2 <= n_keys; j += 2) {
+        const float *ka = k + (size_t)j * kv_stride, *kb = ka + kv_stride;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
         for (int i = 0; i < hd; i += 16) {
-            const __m512 kv = _mm512_loadu_ps(kj + i);
-            for (int g = 0; g < G; g++) acc[g] = _mm512_fmadd_ps(_mm512_loadu_ps(q + (size_t)g * hd + i), kv, acc[g]);
+            const __m512 x0 = _mm512_loadu_ps(q0 + i), x1 = _mm512_loadu_ps(q1 + i), x2 = _mm512_loadu_ps(q2 + i),
+                         x3 = _mm512_loadu_ps(q3 + i);
+            const __m512 ya = _mm512_loadu_ps(ka + i), yb = _mm512_loadu_ps(kb + i);
+            a0 = _mm512_fmadd_ps(x0, ya, a0), a1 = _mm512_fmadd_ps(x1, ya, a1);
+            a2 = _mm512_fmadd_ps(x2, ya, a2), a3 = _mm512_fmadd_ps(x3, ya, a3);
+            b0 = _mm512_fmadd_ps(x0, yb, b0), b1 = _mm512_fmadd_ps(x1, yb, b1);
+            b2 = _mm512_fmadd_ps(x2, yb, b2), b3 = _mm512_fmadd_ps(x3, yb, b3);
         }
-        for (int g = 0; g < G; g++) scores[(size_t)g * n_keys + j] = _mm512_reduce_add_ps(acc[g]);
+        const float sa[4] = {_mm512_reduce_add_ps(a0), _mm512_reduce_add_ps(a1), _mm512_reduce_add_ps(a2),
+                             _mm512_reduce_add_ps(a3)};
+        const float sb[4] = {_mm512_reduce_add_ps(b0), _mm512_reduce_add_ps(b1), _mm512_reduce_add_ps(b2),
+                             _mm512_reduce_add_ps(b3)};
+        for (int g = 0; g < G; g++) scores[(size_t)g * n_keys + j] = sa[g], scores[(size_t)g * n_keys + j + 1] = sb[g];
+    }
+    for (; j < n_keys; j++) { /* the last odd key: same per-key arithmetic as the pairs */
+        const float *ka = k + (size_t)j * kv_stride;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int i = 0; i < hd; i += 16) {
+            const __m512 ya = _mm512_loadu_ps(ka + i);
+            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + i), ya, a0), a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q1 + i), ya, a1);
+            a2 = _mm512_fmadd_ps(_mm512_loadu_ps(q2 + i), ya, a2), a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q3 + i), ya, a3);
+        }
+        const float sa[4] = {_mm512_reduce_add_ps(a0), _mm512_reduce_add_ps(a1), _mm512_reduce_add_ps(a2),
+                             _mm512_reduce_add_ps(a3)};
+        for (int g = 0; g < G; g++) scores[(size_t)g * n_keys + j] = sa[g];
     }
 }
 
-/* out[g] = sum_j p[g, j] v_j over a 64-float slice at a time */
+/* out[g] = sum_j p[g, j] v_j over a 64-float slice at a time: 16 accumulators stay in registers */
 static void values_block(float *out, const float *p, int G, const float *v, size_t kv_stride, int n_keys, int hd) {
+    const float *p0 = p, *p1 = p + (size_t)(G > 1 ? 1 : 0) * n_keys, *p2 = p + (size_t)(G > 2 ? 2 : G - 1) * n_keys,
+                *p3 = p + (size_t)(G > 3 ? 3 : G - 1) * n_keys;
     for (int c = 0; c < hd; c += 64) {
-        __m512 acc[4][4];
-        for (int g = 0; g < 4; g++)
-            for (int u = 0; u < 4; u++) acc[g][u] = _mm512_setzero_ps();
+        __m512 o[4][4];
+        for (int g = 0; g < 4; g++) o[g][0] = o[g][1] = o[g][2] = o[g][3] = _mm512_setzero_ps();
         for (int j = 0; j < n_keys; j++) {
             const float *vj = v + (size_t)j * kv_stride + c;
             const __m512 v0 = _mm512_loadu_ps(vj), v1 = _mm512_loadu_ps(vj + 16), v2 = _mm512_loadu_ps(vj + 32),
                          v3 = _mm512_loadu_ps(vj + 48);
-            for (int g = 0; g < G; g++) {
-                const __m512 pg = _mm512_set1_ps(p[(size_t)g * n_keys + j]);
-                acc[g][0] = _mm512_fmadd_ps(pg, v0, acc[g][0]);
-                acc[g][1] = _mm512_fmadd_ps(pg, v1, acc[g][1]);
-                acc[g][2] = _mm512_fmadd_ps(pg, v2, acc[g][2]);
-                acc[g][3] = _mm512_fmadd_ps(pg, v3, acc[g][3]);
+            const __m512 w[4] = {_mm512_set1_ps(p0[j]), _mm512_set1_ps(p1[j]), _mm512_set1_ps(p2[j]),
+                                 _mm512_set1_ps(p3[j])};
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                o[g][0] = _mm512_fmadd_ps(w[g], v0, o[g][0]);
+                o[g][1] = _mm512_fmadd_ps(w[g], v1, o[g][1]);
+                o[g][2] = _mm512_fmadd_ps(w[g], v2, o[g][2]);
+                o[g][3] = _mm512_fmadd_ps(w[g], v3, o[g][3]);
             }
         }
         for (int g = 0; g < G; g++)
-            for (int u = 0; u < 4; u++) _mm512_storeu_ps(out + (size_t)g * hd + c + 16 * u, acc[g][u]);
+            for (int u = 0; u < 4; u++) _mm512_storeu_ps(out + (size_t)g * hd + c + 16 * u, o[g][u]);
     }
 }
 
