@@ -93,6 +93,11 @@ static void axpy_scalar(float *y, float a, const float *x, int n) {
 
 static bool use_avx2(void) { return gm_isa_active() >= GM_ISA_AVX2; }
 
+void gm_rmsnorm_fast(float *y, const float *x, const float *w, int n, float eps) {
+    if (gm_isa_active() >= GM_ISA_AVX512) gm_rmsnorm_avx512(y, x, w, n, eps);
+    else gm_rmsnorm(y, x, w, n, eps);
+}
+
 void gm_geglu_fast(float *gate, const float *up, int n) {
     if (use_avx2()) gm_geglu_avx2(gate, up, n);
     else gm_geglu(gate, up, n);

@@ -10,6 +10,9 @@
 /* y = x * rsqrt(mean(x^2) + eps) * w over n elements (w already holds 1 + w for Gemma).
  * The sum of squares is accumulated in double, as ggml does. y may alias x. */
 void gm_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
+/* The same with AVX-512 (double sums in another order); gm_rmsnorm_fast picks it when active. */
+void gm_rmsnorm_avx512(float *y, const float *x, const float *w, int n, float eps);
+void gm_rmsnorm_fast(float *y, const float *x, const float *w, int n, float eps);
 
 /* inv_freq[i] = freq_scale * base^(-2i/hd), i < hd/2 (computed in double). */
 void gm_rope_inv_freq(float *inv_freq, int hd, double base, double freq_scale);

@@ -198,7 +198,7 @@ typedef struct rows_job {
 
 static void norm_task(void *ctx, int64_t begin, int64_t end, int thread) {
     const rows_job *j = ctx;
-    for (int64_t i = begin; i < end; i++) gm_rmsnorm(j->y + i * j->dim, j->x + i * j->dim, j->w, j->dim, j->eps);
+    for (int64_t i = begin; i < end; i++) gm_rmsnorm_fast(j->y + i * j->dim, j->x + i * j->dim, j->w, j->dim, j->eps);
 }
 
 static void norm_rows_pool(gm_pool *pool, float *y, const float *x, const float *w, int n, int dim, float eps) {
@@ -208,7 +208,7 @@ static void norm_rows_pool(gm_pool *pool, float *y, const float *x, const float 
 }
 
 static void norm_rows(float *y, const float *x, const float *w, int n, int dim, float eps) {
-    for (int i = 0; i < n; i++) gm_rmsnorm(y + (size_t)i * dim, x + (size_t)i * dim, w, dim, eps);
+    for (int i = 0; i < n; i++) gm_rmsnorm_fast(y + (size_t)i * dim, x + (size_t)i * dim, w, dim, eps);
 }
 
 static void geglu_task(void *ctx, int64_t begin, int64_t end, int thread) {
@@ -234,8 +234,8 @@ static void qk_task(void *ctx, int64_t begin, int64_t end, int thread) {
     for (int64_t i = begin; i < end; i++) {
         float *q = f->q + (size_t)i * qd, *k = f->k + (size_t)i * kvd;
         if (L->q_norm) {
-            for (int h = 0; h < H; h++) gm_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, L->q_norm, hd, c->norm_eps);
-            for (int h = 0; h < Hkv; h++) gm_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, L->k_norm, hd, c->norm_eps);
+            for (int h = 0; h < H; h++) gm_rmsnorm_fast(q + (size_t)h * hd, q + (size_t)h * hd, L->q_norm, hd, c->norm_eps);
+            for (int h = 0; h < Hkv; h++) gm_rmsnorm_fast(k + (size_t)h * hd, k + (size_t)h * hd, L->k_norm, hd, c->norm_eps);
         }
         const float *cs = rope[0] + (size_t)i * (hd / 2), *sn = rope[1] + (size_t)i * (hd / 2);
         gm_rope_neox(q, H, hd, cs, sn);
@@ -358,7 +358,7 @@ static gm_status chunk_forward(gm_forward *f, gm_kvcache *cache, const gm_fwd_ba
         MM(&m->output, f->xn, n, out);
         if (c->final_softcap > 0.0f) gm_softcap(out, (int)(V * n), c->final_softcap);
     } else if (last_chunk) {
-        gm_rmsnorm(f->xn, f->x + (size_t)(n - 1) * d, m->output_norm, d, c->norm_eps);
+        gm_rmsnorm_fast(f->xn, f->x + (size_t)(n - 1) * d, m->output_norm, d, c->norm_eps);
         MM(&m->output, f->xn, 1, b->logits);
         if (c->final_softcap > 0.0f) gm_softcap(b->logits, (int)V, c->final_softcap);
     }

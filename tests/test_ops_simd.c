@@ -116,7 +116,28 @@ TEST(attend_group_avx512_matches_reference) {
     CHECK(!gm_attend_group_avx512_fits(4, 80));
 }
 
+TEST(rmsnorm_avx512_matches_scalar) {
+    if (gm_isa_supported() < GM_ISA_AVX512) return;
+    unsigned s = 5;
+    const int sizes[] = {1, 15, 16, 17, 256, 640, 1001};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        const int n = sizes[k];
+        float *x = malloc(sizeof(float) * n), *w = malloc(sizeof(float) * n), *a = malloc(sizeof(float) * n),
+              *b = malloc(sizeof(float) * n);
+        for (int i = 0; i < n; i++) x[i] = frand(&s) * 30, w[i] = 1 + frand(&s);
+        gm_rmsnorm(a, x, w, n, 1e-6f);
+        gm_rmsnorm_avx512(b, x, w, n, 1e-6f);
+        double worst = 0;
+        for (int i = 0; i < n; i++) worst = fmax(worst, fabs(a[i] - b[i]) / (fabs(a[i]) + 1e-30));
+        CHECK_MSG(worst <= 1.2e-7, "n %d: relative difference %g", n, worst); /* r may differ by 1 ulp */
+        gm_rmsnorm_avx512(x, x, w, n, 1e-6f); /* in place */
+        CHECK(memcmp(x, b, sizeof(float) * n) == 0);
+        free(x), free(w), free(a), free(b);
+    }
+}
+
 int main(void) {
+    RUN(rmsnorm_avx512_matches_scalar);
     RUN(geglu_matches_reference);
     RUN(geglu_per_element_independent_of_n);
     RUN(attend_group_avx512_matches_reference);
