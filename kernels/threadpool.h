@@ -20,6 +20,11 @@ int gm_pool_size(const gm_pool *p);
  * and fn must not call gm_pool_parallel_for on the same pool (not reentrant). */
 void gm_pool_parallel_for(gm_pool *p, int64_t n, int64_t grain, gm_task_fn fn, void *ctx);
 
+/* The same with chunks of exactly `chunk` items (the last may be shorter), claimed dynamically:
+ * for long uniform jobs (the LM head) where ~4 chunks per thread would leave one thread alone on
+ * the last big chunk. */
+void gm_pool_parallel_for_chunk(gm_pool *p, int64_t n, int64_t chunk, gm_task_fn fn, void *ctx);
+
 /* Physical cores of this machine (falls back to online CPUs). */
 int gm_physical_cores(void);
 
