@@ -186,7 +186,15 @@ int gm_pool_size(const gm_pool *p) { return p ? p->n_threads : 1; }
 /* Runs fn over [0, n) in chunks of `chunk` items (the last may be shorter). */
 static void run_job(gm_pool *p, int64_t n, int64_t chunk, gm_task_fn fn, void *ctx) {
     const long long n_chunks = (n + chunk - 1) / chunk;
-    /* no worker can be inside a claim of the previous job: it had no chunks left */
+    const unsigned g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
+    const unsigned long long g24 = g & ((1u << (64 - GEN_SHIFT)) - 1);
+    /* Close the previous job before touching the job fields: a worker descheduled inside claim()
+     * of the previous generation could otherwise read the new (larger) n_chunks against the old
+     * state word and claim a chunk with stale fields, corrupting results and the done count (seen
+     * as wrong logits under ctest -j2 on a loaded machine). The new generation with an index past
+     * any chunk count makes every claim fail until the fields are complete; a stale CAS fails
+     * because the state word changed. */
+    atomic_store(&p->state, (g24 << GEN_SHIFT) | IDX_MASK);
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
     atomic_store_explicit(&p->n, n, memory_order_relaxed);
@@ -195,8 +203,6 @@ static void run_job(gm_pool *p, int64_t n, int64_t chunk, gm_task_fn fn, void *c
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     /* open the chunks of the new generation, then announce it (only the caller writes gen);
      * seq_cst: pairs with the worker's n_sleeping increment then gen check (store-load order) */
-    const unsigned g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
-    const unsigned long long g24 = g & ((1u << (64 - GEN_SHIFT)) - 1);
     atomic_store(&p->state, g24 << GEN_SHIFT);
     atomic_store(&p->gen, g);
     if (atomic_load(&p->n_sleeping) > 0) {
