@@ -102,6 +102,52 @@ void gm_rmsnorm_avx512(float *y, const float *x, const float *w, int n, float ep
     for (; i < n; i++) y[i] = x[i] * r * w[i];
 }
 
+/* exp(x), x <= 0 here (scores minus their max): the polynomial of attn_avx2.c on 16 lanes; below
+ * -87 the result is flushed to 0 (masked keys are -inf). */
+static inline __m512 exp512(__m512 x) {
+    const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps((__mmask16)~tiny, p, _mm512_castsi512_ps(e));
+}
+
+/* gm_softmax with the vector exp: same contract (an all -inf row becomes zeros) */
+static void softmax512(float *x, int n) {
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(x + i));
+    float mx = _mm512_reduce_max_ps(m);
+    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    if (mx == -INFINITY) {
+        memset(x, 0, (size_t)n * sizeof *x);
+        return;
+    }
+    const __m512 vm = _mm512_set1_ps(mx);
+    __m512 sum = _mm512_setzero_ps();
+    for (i = 0; i < n; i += 16) { /* tail lanes masked: every element gets the same arithmetic */
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm));
+        _mm512_mask_storeu_ps(x + i, k, e);
+        sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, e));
+    }
+    const __m512 inv = _mm512_set1_ps((float)(1.0 / (double)_mm512_reduce_add_ps(sum)));
+    for (i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), inv));
+    }
+}
+
 void gm_attend_group_avx512(float *out, const float *q, int G, const float *k, const float *v, size_t kv_stride,
                             int n_keys, int hd, float softcap, const float *bias, int bias_from, float *scores) {
     scores_block(scores, q, G, k, kv_stride, n_keys, hd);
@@ -110,7 +156,7 @@ void gm_attend_group_avx512(float *out, const float *q, int G, const float *k, c
         if (softcap > 0.0f) gm_softcap(s, n_keys, softcap);
         if (bias)
             for (int j = bias_from < 0 ? 0 : bias_from; j < n_keys; j++) s[j] += bias[j - bias_from];
-        gm_softmax(s, n_keys);
+        softmax512(s, n_keys);
     }
     values_block(out, scores, G, v, kv_stride, n_keys, hd);
 }
