@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 
 #include "gemma.h"
 #include "kernels/threadpool.h"
+#include "tools/cli_util.h"
 #include "tools/commands.h"
 
 #define MAX_THREAD_COUNTS 16
@@ -34,12 +34,6 @@ typedef struct {
     double mean, sd;
 } bench_row;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static double peak_rss_mib(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -54,15 +48,6 @@ static void usage(FILE *out) {
             "  -t LIST   thread counts, comma-separated (default: physical cores)\n"
             "  -r REPS   repetitions per test (default 3)\n"
             "  --json    machine-readable output\n");
-}
-
-static bool parse_int(const char *s, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
-    *out = (int)v;
-    return true;
 }
 
 static int parse_args(int argc, char **argv, bench_args *a) {
@@ -83,17 +68,17 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         } else if (!strcmp(o, "-m")) {
             a->model = v;
         } else if (!strcmp(o, "-p")) {
-            ok = parse_int(v, 0, 1 << 20, &a->pp);
+            ok = cli_parse_int(v, 0, 1 << 20, &a->pp);
         } else if (!strcmp(o, "-n")) {
-            ok = parse_int(v, 0, 1 << 20, &a->tg);
+            ok = cli_parse_int(v, 0, 1 << 20, &a->tg);
         } else if (!strcmp(o, "-r")) {
-            ok = parse_int(v, 1, MAX_REPS, &a->reps);
+            ok = cli_parse_int(v, 1, MAX_REPS, &a->reps);
         } else if (!strcmp(o, "-t")) {
             char buf[256];
             snprintf(buf, sizeof buf, "%s", v);
             a->n_threads = 0;
             for (char *tok = strtok(buf, ","); tok && ok; tok = strtok(NULL, ",")) {
-                ok = a->n_threads < MAX_THREAD_COUNTS && parse_int(tok, 1, 1024, &a->threads[a->n_threads]);
+                ok = a->n_threads < MAX_THREAD_COUNTS && cli_parse_int(tok, 1, 1024, &a->threads[a->n_threads]);
                 a->n_threads++;
             }
         } else {
@@ -130,19 +115,19 @@ static void bench_tokens(const gm_model *m, int32_t *ids, int n) {
 static gm_status run_pp(gm_generator *g, const int32_t *ids, int n, double *secs, gm_error *err) {
     const float *logits;
     gm_generator_reset(g);
-    double t0 = now_s();
+    double t0 = cli_now_s();
     gm_status st = gm_generator_prefill_get_last_logits(g, ids, n, &logits, err);
-    *secs = now_s() - t0;
+    *secs = cli_now_s() - t0;
     return st;
 }
 
 static gm_status run_tg(gm_generator *g, const int32_t *ids, int n, double *secs, gm_error *err) {
     const float *logits;
     gm_generator_reset(g);
-    double t0 = now_s();
+    double t0 = cli_now_s();
     gm_status st = gm_generator_prefill_get_last_logits(g, ids, 1, &logits, err);
     for (int i = 1; i < n && st == GM_OK; i++) st = gm_generator_decode_get_logits(g, ids[i], &logits, err);
-    *secs = now_s() - t0;
+    *secs = cli_now_s() - t0;
     return st;
 }
 
@@ -167,11 +152,11 @@ static gm_status measure(gm_generator *g, bench_fn fn, const int32_t *ids, int n
 
 /* Start to first generated token: open the model, prefill a short prompt, sample one token. */
 static gm_status first_token_ms(const bench_args *a, double *open_ms, double *ttft_ms, gm_error *err) {
-    double t0 = now_s();
+    double t0 = cli_now_s();
     gm_model *m = NULL;
     gm_generator *g = NULL;
     gm_status st = gm_model_open(a->model, NULL, &m, err);
-    *open_ms = 1e3 * (now_s() - t0);
+    *open_ms = 1e3 * (cli_now_s() - t0);
     gm_generator_options o = {.n_threads = a->threads[a->n_threads - 1], .n_ctx = 64};
     if (st == GM_OK) st = gm_generator_new(m, &o, &g, err);
     int32_t ids[8];
@@ -182,7 +167,7 @@ static gm_status first_token_ms(const bench_args *a, double *open_ms, double *tt
     int32_t tok;
     gm_sampling s = gm_sampling_default();
     if (st == GM_OK) st = gm_generator_step_cached(g, &s, &tok, err);
-    *ttft_ms = 1e3 * (now_s() - t0);
+    *ttft_ms = 1e3 * (cli_now_s() - t0);
     gm_generator_free(g);
     gm_model_free(m);
     return st;

@@ -6,11 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "gemma.h"
 #include "kernels/threadpool.h"
+#include "tools/cli_util.h"
 #include "tools/commands.h"
 
 #define DEFAULT_TEXT "/usr/share/common-licenses/GPL-3"
@@ -53,12 +53,6 @@ typedef struct {
     bool failed;
 } score_ctx;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void usage(FILE *out) {
     fprintf(out,
             "usage: gemma perplexity [-m MODEL] [-f TEXT] [-c CTX] [--chunks N] [-t THREADS]\n"
@@ -69,15 +63,6 @@ static void usage(FILE *out) {
             "  --save-logits FILE          store each scored position's top-k log-probabilities\n"
             "  --kl-divergence-base FILE   compare with a stored base: KL, top-token agreement, ppl ratio\n"
             "  --top-k K    how many log-probabilities --save-logits stores (default 64)\n");
-}
-
-static bool parse_int(const char *s, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
-    *out = (int)v;
-    return true;
 }
 
 static int parse_args(int argc, char **argv, ppl_args *a) {
@@ -97,10 +82,10 @@ static int parse_args(int argc, char **argv, ppl_args *a) {
         else if (!strcmp(o, "-f")) a->text_path = v;
         else if (!strcmp(o, "--save-logits")) a->save_path = v;
         else if (!strcmp(o, "--kl-divergence-base")) a->base_path = v;
-        else if (!strcmp(o, "-c")) ok = parse_int(v, 8, 1 << 20, &a->ctx);
-        else if (!strcmp(o, "--chunks")) ok = parse_int(v, 1, 1 << 30, &a->max_chunks);
-        else if (!strcmp(o, "-t")) ok = parse_int(v, 1, 1024, &a->n_threads);
-        else if (!strcmp(o, "--top-k")) ok = parse_int(v, 1, MAX_TOPK, &a->topk);
+        else if (!strcmp(o, "-c")) ok = cli_parse_int(v, 8, 1 << 20, &a->ctx);
+        else if (!strcmp(o, "--chunks")) ok = cli_parse_int(v, 1, 1 << 30, &a->max_chunks);
+        else if (!strcmp(o, "-t")) ok = cli_parse_int(v, 1, 1024, &a->n_threads);
+        else if (!strcmp(o, "--top-k")) ok = cli_parse_int(v, 1, MAX_TOPK, &a->topk);
         else {
             fprintf(stderr, "gemma perplexity: unknown option %s\n", o);
             usage(stderr);
@@ -116,25 +101,8 @@ static int parse_args(int argc, char **argv, ppl_args *a) {
 }
 
 static char *read_text(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "gemma perplexity: cannot open %s: %s\n", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    size_t got;
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) free(buf);
-            buf = nb;
-        }
-    }
-    fclose(f);
-    if (!buf) fprintf(stderr, "gemma perplexity: out of memory reading %s\n", path);
-    *len = n;
+    char *buf = cli_read_file(path, len);
+    if (!buf) fprintf(stderr, "gemma perplexity: cannot read %s: %s\n", path, strerror(errno));
     return buf;
 }
 
@@ -297,7 +265,7 @@ static int score_chunks(gm_generator *g, const ppl_args *a, const int32_t *toks,
     if (!chunk) return 1;
     c->chunk = chunk;
     bool tty = isatty(2);
-    double t0 = now_s();
+    double t0 = cli_now_s();
     int rc = 0;
     for (int ci = 0; ci < n_chunks && rc == 0; ci++) {
         memcpy(chunk, toks + (size_t)ci * (size_t)a->ctx, sizeof *chunk * (size_t)a->ctx);
@@ -309,7 +277,7 @@ static int score_chunks(gm_generator *g, const ppl_args *a, const int32_t *toks,
             rc = 1;
             break;
         }
-        double ppl = exp(c->st->nll / (double)c->st->n), el = now_s() - t0;
+        double ppl = exp(c->st->nll / (double)c->st->n), el = cli_now_s() - t0;
         double tps = (double)(ci + 1) * a->ctx / el;
         if (tty)
             fprintf(stderr, "\r[%d/%d] ppl %.4f  %.1f tok/s  eta %.0fs   ", ci + 1, n_chunks, ppl, tps,
@@ -321,7 +289,7 @@ static int score_chunks(gm_generator *g, const ppl_args *a, const int32_t *toks,
     if (rc == 0)
         printf("Final estimate: PPL = %.4f +/- %.5f  (%d chunks of %d, %ld positions, %.1f tok/s)\n",
                exp(c->st->nll / (double)c->st->n), ppl_error(c->st), n_chunks, a->ctx, c->st->n,
-               (double)n_chunks * a->ctx / (now_s() - t0));
+               (double)n_chunks * a->ctx / (cli_now_s() - t0));
     free(chunk);
     return rc;
 }

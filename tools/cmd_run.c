@@ -6,18 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "gemma.h"
 #include "kernels/threadpool.h"
+#include "tools/cli_util.h"
 #include "tools/commands.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---------------------------------------------------------------- options */
 
@@ -29,15 +23,9 @@ typedef struct run_args {
 } run_args;
 
 static bool parse_int(const char *flag, const char *v, long lo, long hi, int *out) {
-    char *end;
-    errno = 0;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || errno || end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "gemma: %s expects an integer in [%ld, %ld], got '%s'\n", flag, lo, hi, v ? v : "");
-        return false;
-    }
-    *out = (int)x;
-    return true;
+    if (cli_parse_int(v, lo, hi, out)) return true;
+    fprintf(stderr, "gemma: %s expects an integer in [%ld, %ld], got '%s'\n", flag, lo, hi, v ? v : "");
+    return false;
 }
 
 static bool parse_float(const char *flag, const char *v, float *out) {
@@ -159,7 +147,7 @@ typedef struct session {
 static int open_session(const run_args *a, const char *cmd, session *s) {
     gm_error err = {0};
     memset(s, 0, sizeof *s);
-    const double t0 = now_s();
+    const double t0 = cli_now_s();
     if (gm_model_open(a->model, NULL, &s->m, &err) != GM_OK) {
         fprintf(stderr, "gemma %s: %s\n", cmd, err.msg);
         return 1;
@@ -171,7 +159,7 @@ static int open_session(const run_args *a, const char *cmd, session *s) {
         return 1;
     }
     s->tok = gm_model_tokenizer(s->m);
-    s->load_s = now_s() - t0;
+    s->load_s = cli_now_s() - t0;
     if (a->verbose)
         fprintf(stderr, "gemma %s: %s: %s, %d layers, d=%d, context %d, %d threads\n", cmd, a->model,
                 gm_model_config(s->m)->arch, gm_model_config(s->m)->n_layers, gm_model_config(s->m)->d_model,
@@ -212,7 +200,7 @@ static void stream_text(streamer *st, const char *text, size_t len) {
 
 static bool on_token(int32_t tok, void *user) {
     streamer *st = user;
-    if (st->n++ == 0) st->t_first = now_s();
+    if (st->n++ == 0) st->t_first = cli_now_s();
     const char *text;
     size_t len;
     gm_error err = {0};
@@ -239,14 +227,14 @@ static gm_status generate_stream(session *s, const run_args *a, int n, streamer 
     *n_gen = 0;
     *t_prefill = *t_gen = 0;
     if (n <= 0) return GM_OK;
-    const double t0 = now_s();
+    const double t0 = cli_now_s();
     int32_t t;
     gm_status rc = a->naive ? gm_generator_step(s->g, &a->s, &t, err) : gm_generator_step_cached(s->g, &a->s, &t, err);
     if (rc) return rc;
-    *t_prefill = now_s() - t0;
+    *t_prefill = cli_now_s() - t0;
     *n_gen = 1;
     bool go = on_token(t, st) && (a->ignore_eos || !gm_generator_is_stop(s->g, t));
-    const double t1 = now_s();
+    const double t1 = cli_now_s();
     for (int i = 1; go && i < n; i++) {
         int ctx_used;
         gm_generator_tokens(s->g, &ctx_used);
@@ -259,29 +247,11 @@ static gm_status generate_stream(session *s, const run_args *a, int n, streamer 
         (*n_gen)++;
         go = on_token(t, st) && (a->ignore_eos || !gm_generator_is_stop(s->g, t));
     }
-    *t_gen = now_s() - t1;
+    *t_gen = cli_now_s() - t1;
     return GM_OK;
 }
 
 /* ---------------------------------------------------------------- gemma run */
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    for (size_t r; buf && (r = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
-        n += r;
-        if (n + 1 == cap) {
-            char *b = realloc(buf, cap *= 2);
-            if (!b) { free(buf); buf = NULL; }
-            buf = b;
-        }
-    }
-    fclose(f);
-    if (buf) { buf[n] = 0; *len = n; }
-    return buf;
-}
 
 /* The prompt's token ids: raw text, or one chat turn rendered by the model's template. */
 static gm_status prompt_ids(const session *s, const run_args *a, const char *text, size_t len, int32_t **ids,
@@ -309,7 +279,7 @@ int cmd_run(int argc, char **argv) {
         return 2;
     }
     size_t plen = 0;
-    char *ptext = a.file ? read_file(a.file, &plen) : strdup(a.prompt);
+    char *ptext = a.file ? cli_read_file(a.file, &plen) : strdup(a.prompt);
     if (!ptext) {
         fprintf(stderr, "gemma run: cannot read the prompt file %s: %s\n", a.file ? a.file : "-", strerror(errno));
         return 1;
