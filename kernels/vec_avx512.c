@@ -204,10 +204,94 @@ __attribute__((target("avx512vbmi"))) static void tok_dot_q5_0(int64_t n, float 
     *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
+/* ---- K-quants against a Q8_K-prepared token: sa is one value per 256 codes, so the per-sub-block
+ * integer scales multiply vpdpbusd's lanes exactly in int32 and one FMA per 256 codes remains. */
+
+/* 32 code bytes -> 64 lanes: the bytes in both halves, the high half shifted right by `hs` bits
+ * (16-bit shifts; the caller masks each byte) */
+static inline __m512i both_halves(__m256i q, int hs) {
+    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1);
+    return _mm512_srlv_epi16(z, _mm512_set_epi64(hs * 0x0001000100010001ll, hs * 0x0001000100010001ll,
+                                                 hs * 0x0001000100010001ll, hs * 0x0001000100010001ll, 0, 0, 0, 0));
+}
+
+/* int32 lane i of v broadcast by groups: lanes [0, 16) take v[base + i / per] */
+static inline __m512i spread(__m512i v, int base, int per) {
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(base), _mm512_srli_epi32(lane, per == 8 ? 3 : 2));
+    return _mm512_permutexvar_epi32(idx, v);
+}
+
+/* Q4_K: 6-bit scales sc_j (8 lanes each) and mins mn_j of the 8 sub-blocks, unpacked from the 12
+ * scale bytes with 32-bit word operations (same values as gm_k4_scale_min). */
+static inline __m512i k4_sc_mn(const uint8_t *s12) { /* int32 lanes: sc0..sc7, mn0..mn7 */
+    uint32_t w0, w1, w2;
+    memcpy(&w0, s12, 4);
+    memcpy(&w1, s12 + 4, 4);
+    memcpy(&w2, s12 + 8, 4);
+    const uint32_t sc_lo = w0 & 0x3f3f3f3fu, mn_lo = w1 & 0x3f3f3f3fu;
+    const uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | ((w0 >> 6) & 0x03030303u) << 4;
+    const uint32_t mn_hi = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 6) & 0x03030303u) << 4;
+    return _mm512_cvtepu8_epi32(_mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo));
+}
+
+static void tok_dot_q4_K(int64_t n, float *s, const void *w, const void *tok) {
+    const gm_block_q4_K *x = w;
+    const tok_ptrs t = tok_of(tok, n);
+    const float *t16 = (const float *)((const char *)tok + 3 * ((n + 63) / 64 * 64));
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc = _mm512_setzero_ps(), macc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / 256; i++) {
+        const __m512i sm = k4_sc_mn(x[i].scales);
+        __m512i isum = _mm512_setzero_si512();
+        for (int c = 0; c < 4; c++) {
+            const __m512i u = _mm512_and_si512(both_halves(_mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * c)), 4), m4);
+            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512(t.a + 256 * i + 64 * c));
+            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p, spread(sm, 2 * c, 8)));
+        }
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(h2f(x[i].d) * t.sa[64 * i]), acc);
+        /* mins: dmin * mn_j times the 16-code sums (t16 already carries the token scale) */
+        const __m512 mg = _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(
+            _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8), sm));
+        macc = _mm512_fmadd_ps(_mm512_mul_ps(mg, _mm512_set1_ps(h2f(x[i].dmin))), _mm512_loadu_ps(t16 + 16 * i), macc);
+    }
+    *s = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(macc);
+}
+
+/* Q6_K: per half of a block, 64 ql bytes give the low nibbles of two 64-code chunks and 32 qh bytes
+ * their 2 high bits; codes are unsigned 0..63, init holds -32 * (lane sum of a); the signed 8-bit
+ * scales cover 16 codes (4 lanes) each. */
+static void tok_dot_q6_K(int64_t n, float *s, const void *w, const void *tok) {
+    const gm_block_q6_K *x = w;
+    const tok_ptrs t = tok_of(tok, n);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / 256; i++) {
+        const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x[i].scales));
+        __m512i isum = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            const __m512i ql = _mm512_loadu_si512(x[i].ql + 64 * h);
+            const __m512i qh = both_halves(_mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h)), 2);
+            const __m512i u0 = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_slli_epi16(qh, 4), m30));
+            const __m512i u1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(qh, m30));
+            const int64_t c0 = 4 * i + 2 * h;
+            const __m512i p0 = _mm512_dpbusd_epi32(_mm512_loadu_si512(t.init + 16 * c0), u0, _mm512_loadu_si512(t.a + 64 * c0));
+            const __m512i p1 =
+                _mm512_dpbusd_epi32(_mm512_loadu_si512(t.init + 16 * c0 + 16), u1, _mm512_loadu_si512(t.a + 64 * c0 + 64));
+            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p0, spread(sc, 8 * h, 4)));
+            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p1, spread(sc, 8 * h + 4, 4)));
+        }
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(h2f(x[i].d) * t.sa[64 * i]), acc);
+    }
+    *s = _mm512_reduce_add_ps(acc);
+}
+
 gm_vec_dot_fn gm_avx512_tok_dot(int type) {
     switch (type) {
     case GM_TYPE_Q8_0: return tok_dot_q8_0;
     case GM_TYPE_Q5_0: return gm_cpu_features_get()->avx512vbmi ? tok_dot_q5_0 : NULL;
+    case GM_TYPE_Q4_K: return tok_dot_q4_K;
+    case GM_TYPE_Q6_K: return tok_dot_q6_K;
     default: return NULL;
     }
 }
