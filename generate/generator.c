@@ -401,7 +401,9 @@ gm_status gm_generator_score_with(gm_generator *g, int first, int end, gm_logits
         return gm_fail(err, GM_ERR_ARG, "%s: range [%d, %d) is not inside the history of %d tokens", name, first, end,
                        g->n_tok);
     score_with_ctx x = {g, first, end, fn, user, false};
-    gm_fwd_batch b = {.n = g->n_tok, .pos0 = 0, .ids = g->tok, .on_logits = score_with_row, .user = &x};
+    /* the last position is always computed: its logits are kept for a following step */
+    gm_fwd_batch b = {.n = g->n_tok, .pos0 = 0, .ids = g->tok, .on_logits = score_with_row, .user = &x,
+                      .logits_from = first < g->n_tok - 1 ? first : g->n_tok - 1};
     g->n_cached = 0;
     g->logits_valid = false;
     gm_status st = gm_forward_run(g->fwd, &g->cache, &b, err);

@@ -344,7 +344,9 @@ static gm_status chunk_forward(gm_forward *f, gm_kvcache *cache, const gm_fwd_ba
     const int64_t V = c->n_vocab;
     if (b->on_logits) {
         norm_rows_pool(f->pool, f->xn, f->x, m->output_norm, n, d, c->norm_eps);
-        for (int r0 = 0; r0 < n; r0 += LOGIT_ROWS) {
+        /* rows before logits_from are not wanted: skip their 262144-wide LM head rows */
+        const int first = b->logits_from - off > 0 ? b->logits_from - off : 0;
+        for (int r0 = first; r0 < n; r0 += LOGIT_ROWS) {
             const int nr = n - r0 < LOGIT_ROWS ? n - r0 : LOGIT_ROWS;
             MM(&m->output, f->xn + (size_t)r0 * d, nr, f->lbuf);
             if (c->final_softcap > 0.0f) gm_softcap(f->lbuf, (int)(V * nr), c->final_softcap);

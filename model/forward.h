@@ -33,6 +33,7 @@ typedef struct gm_fwd_batch {
      * at a time into scratch: for scoring long sequences without n x n_vocab floats). */
     void (*on_logits)(void *user, int i, const float *logits);
     void *user;
+    int logits_from;          /* on_logits only for positions >= this (the LM head skips the rest) */
     const int *aux_layers;    /* layers whose INPUT hidden state (last position) is recorded */
     int n_aux;
     float *aux_out;           /* n_aux x d */
