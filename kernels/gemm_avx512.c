@@ -16,6 +16,8 @@
     defined(__AVX512DQ__) && defined(__F16C__)
 #include <immintrin.h>
 
+#include "kernels/x86_common.h"
+
 #define TOK_BLOCK 64
 
 /* The tile loops must be fully unrolled so the 4x4 accumulators live in registers. */
@@ -94,8 +96,6 @@ static row_view row_at(void *base, int64_t n) {
     const int64_t np = pad64(n);
     return (row_view){(uint8_t *)p, (float *)(p + np), (float *)(p + 2 * np)};
 }
-
-static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
 /* ------------------------------------------------------------------ activations */
 
@@ -185,12 +185,6 @@ void gm_avx512_prep(int type, const float *x, int64_t n, void *tok) {
 /* ------------------------------------------------------------------ weight rows */
 
 static inline void put_sw8(float *sw, float v) { _mm256_storeu_ps(sw, _mm256_set1_ps(v)); }
-
-static inline __m256i nibbles(const uint8_t *qs) { /* 16 bytes -> 32 codes: low nibbles, then high */
-    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
-    const __m128i mask = _mm_set1_epi8(0x0F);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), mask), _mm_and_si128(q, mask));
-}
 
 static void unpack_q4_0(const void *w, int64_t n, row_view rv) {
     const gm_block_q4_0 *b = w;

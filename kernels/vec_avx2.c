@@ -11,26 +11,12 @@
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+#include "kernels/x86_common.h"
 
 /* sum over 4-byte groups of w * a, both signed (|w| <= 127 so maddubs cannot saturate) */
 static inline __m256i dot_s8(__m256i w, __m256i a) {
     const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
     return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-}
-
-/* 16 bytes of nibbles -> 32 unsigned codes (low nibbles first) */
-static inline __m256i nibbles(const uint8_t *qs) {
-    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
-    const __m128i m = _mm_set1_epi8(0x0F);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
 }
 
 /* 32 bits -> 32 bytes, 0xFF where the bit is set */

@@ -13,24 +13,11 @@
     defined(__F16C__)
 #include <immintrin.h>
 
-static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
-
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+#include "kernels/x86_common.h"
 
 /* 4-byte group sums of w * a for signed w, |w| <= 127 */
 static inline __m256i dot_s8(__m256i w, __m256i a) {
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w), _mm256_sign_epi8(a, w));
-}
-
-static inline __m256i nibbles(const uint8_t *qs) {
-    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
-    const __m128i m = _mm_set1_epi8(0x0F);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
 }
 
 static void dot_q8_0(int64_t n, float *s, const void *w, const void *a) {
