@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 
 #include "kernels/cpu.h"
 #include "kernels/matmul.h"
@@ -33,7 +34,12 @@ static float frand(unsigned *s) {
 static unsigned char *make_weights(int type, int64_t rows, int64_t cols, int64_t n_copies) {
     const gm_type_traits *t = gm_type_traits_of(type);
     const size_t rb = gm_row_bytes(type, cols);
-    unsigned char *w = malloc(rb * rows * n_copies);
+    unsigned char *w = NULL;
+    if (getenv("HUGE")) {
+        size_t sz = (rb * rows * n_copies + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+        if (posix_memalign((void **)&w, 2u << 20, sz)) w = NULL;
+        else madvise(w, sz, MADV_HUGEPAGE);
+    } else w = malloc(rb * rows * n_copies);
     float *tmp = malloc(cols * sizeof *tmp);
     unsigned char *seed = malloc(rb * 16);
     if (!w || !tmp || !seed) {

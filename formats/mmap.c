@@ -38,6 +38,13 @@ gm_status gm_mmap_open(const char *path, gm_mmap *out, gm_error *err) {
     close(fd); /* the mapping keeps the file alive */
     if (p == MAP_FAILED) return gm_fail(err, GM_ERR_IO, "%s: cannot map %lld bytes: %s", path,
                                         (long long)st.st_size, strerror(e));
+#ifdef MADV_HUGEPAGE
+    /* Ask for 2 MiB pages. Weights are streamed once per token; with 4 KiB pages the TLB misses of
+     * that stream cost ~30% of decode speed (bench_kernels: Q8_0 LM head 18.7 -> 26.6 GB/s on one
+     * thread). A file is mapped with 2 MiB pages when the page cache holds it in 2 MiB folios;
+     * this hint makes a cold read fill the cache that way. Advice only: failure changes nothing. */
+    (void)madvise(p, (size_t)st.st_size, MADV_HUGEPAGE);
+#endif
     out->data = p;
     out->size = (uint64_t)st.st_size;
     return GM_OK;

@@ -40,6 +40,19 @@ static double peak_rss_mib(void) {
     return (double)ru.ru_maxrss / 1024.0; /* Linux: KiB */
 }
 
+/* MiB of file mappings this process holds in 2 MiB pages (FilePmdMapped of /proc/self/smaps_rollup;
+ * the model is the only large file mapping), or -1 where the kernel does not say. Decode streams
+ * every weight once per token: with 4 KiB pages it runs ~25% slower (docs/performance.md). */
+static double file_huge_mib(void) {
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    char line[256];
+    double kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "FilePmdMapped: %lf kB", &kib) == 1) break;
+    if (f) fclose(f);
+    return kib < 0 ? -1 : kib / 1024.0;
+}
+
 static void usage(FILE *out) {
     fprintf(out,
             "usage: gemma bench [-m MODEL] [-p N] [-n N] [-t LIST] [-r REPS] [--json]\n"
@@ -176,10 +189,11 @@ static gm_status first_token_ms(const bench_args *a, double *open_ms, double *tt
 static void print_rows(const bench_args *a, const gm_model *m, const bench_row *rows, int n_rows, double open_ms,
                        double ttft_ms) {
     const gm_config *c = gm_model_config(m);
+    const double huge = file_huge_mib();
     if (a->json) {
         printf("{\"model\": \"%s\", \"arch\": \"%s\", \"open_ms\": %.2f, \"first_token_ms\": %.2f, "
-               "\"peak_rss_mib\": %.1f, \"results\": [",
-               a->model, c->arch, open_ms, ttft_ms, peak_rss_mib());
+               "\"peak_rss_mib\": %.1f, \"huge_page_mib\": %.1f, \"results\": [",
+               a->model, c->arch, open_ms, ttft_ms, peak_rss_mib(), huge);
         for (int i = 0; i < n_rows; i++)
             printf("%s{\"test\": \"%s%d\", \"threads\": %d, \"tokens_per_s\": %.3f, \"stddev\": %.3f}",
                    i ? ", " : "", rows[i].test, rows[i].n, rows[i].threads, rows[i].mean, rows[i].sd);
@@ -192,6 +206,9 @@ static void print_rows(const bench_args *a, const gm_model *m, const bench_row *
                rows[i].n, rows[i].mean, rows[i].sd);
     printf("\nmodel open %.1f ms; start to first token (8-token prompt) %.1f ms; peak RSS %.1f MiB\n", open_ms,
            ttft_ms, peak_rss_mib());
+    if (huge >= 0)
+        printf("model file mapped in 2 MiB pages: %.0f MiB%s\n", huge,
+               huge < 64 ? " (the page cache holds it in small pages: decode is slower; see docs/performance.md)" : "");
 }
 
 int cmd_bench(int argc, char **argv) {
