@@ -19,7 +19,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* ---- AVX-512 (F, BW, DQ, VL, VNNI) */
+/* ---- AVX-512 (F, BW, DQ, VL, VNNI). `type` is a gm_type or a packed kernel type of kernels/pack.h
+ * (GM_KTYPE_Q5_0X16: weights in that layout; tokens prepared as for Q5_0 plus one f32 scale per
+ * 32-code block after them, sab[pad64(n) / 32]). */
 bool gm_avx512_supports(int type);
 size_t gm_avx512_tok_bytes(int type, int64_t n);  /* prepared bytes per token (multiple of 64) */
 size_t gm_avx512_rows_bytes(int type, int64_t n); /* per-thread scratch for unpacked rows */
@@ -41,5 +43,11 @@ gm_vec_dot_fn gm_avx512_vec_dot(int type);
  * in place of a quantized activation row. NULL where there is none (or the CPU lacks VBMI for
  * Q5_0). */
 gm_vec_dot_fn gm_avx512_tok_dot(int type);
+
+/* Bytes of a prepared token of a quantized type before any per-block extras (a | sa | init | t16). */
+static inline size_t gm_avx512_qtok_bytes(int64_t n) {
+    const int64_t np = (n + 63) / 64 * 64, n256 = (n + 255) / 256 * 256;
+    return ((size_t)(3 * np + n256 / 4) + 63) / 64 * 64;
+}
 
 #endif

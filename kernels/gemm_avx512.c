@@ -7,6 +7,7 @@
  * one convert, one multiply and one FMA. Activations are quantized exactly like the scalar
  * reference (Q8_0 blocks of 32 for the legacy types, Q8_K blocks of 256 for the K-quants). */
 #include "kernels/gemm.h"
+#include "kernels/pack.h"
 
 #include <string.h>
 
@@ -34,7 +35,8 @@ typedef struct {
 static bool info_of(int type, type_info *ti) {
     switch (type) {
     case GM_TYPE_Q4_0: *ti = (type_info){8, 3, false, false}; return true;
-    case GM_TYPE_Q5_0: *ti = (type_info){16, 4, false, false}; return true;
+    case GM_TYPE_Q5_0:
+    case GM_KTYPE_Q5_0X16: *ti = (type_info){16, 4, false, false}; return true;
     case GM_TYPE_Q8_0: *ti = (type_info){128, 7, false, false}; return true;
     case GM_TYPE_Q8_1: *ti = (type_info){128, 7, false, false}; return true;
     case GM_TYPE_Q4_1: *ti = (type_info){0, 0, true, false}; return true;
@@ -62,7 +64,8 @@ bool gm_avx512_supports(int type) {
 /* token: a[npad] | sa[npad/4] f32 | init[npad/4] i32 | t16[n256/16] f32;  float types: x[npad] f32 */
 size_t gm_avx512_tok_bytes(int type, int64_t n) {
     if (is_float(type)) return up64((size_t)(4 * pad64(n)));
-    return up64((size_t)(3 * pad64(n) + pad256(n) / 4));
+    if (type == GM_KTYPE_Q5_0X16) return gm_avx512_qtok_bytes(n) + up64((size_t)pad64(n) / 32 * sizeof(float));
+    return gm_avx512_qtok_bytes(n);
 }
 
 /* row: u[npad] | sw[npad/4] f32 | off[n256/16] f32;  float types: w[npad] f32; four rows per thread */
@@ -180,6 +183,10 @@ void gm_avx512_prep(int type, const float *x, int64_t n, void *tok) {
             tv.t16[4 * c + g] = tv.sa[16 * c + 4 * g] * (float)(l[4 * g] + l[4 * g + 1] + l[4 * g + 2] + l[4 * g + 3]);
     }
     for (int64_t g = np / 16; g < n256 / 16; g++) tv.t16[g] = 0.f;
+    if (type == GM_KTYPE_Q5_0X16) { /* sab: one scale per 32-code block (the 8 lanes of sa agree) */
+        float *sab = (float *)((char *)tok + gm_avx512_qtok_bytes(n));
+        for (int64_t b = 0; b < np / 32; b++) sab[b] = tv.sa[8 * b];
+    }
 }
 
 /* ------------------------------------------------------------------ weight rows */
@@ -203,6 +210,31 @@ static void unpack_q5_0(const void *w, int64_t n, row_view rv) {
         _mm256_storeu_si256((__m256i *)(rv.u + 32 * i), _mm256_mask_add_epi8(v, qh, v, _mm256_set1_epi8(16)));
         put_sw8(rv.sw + 8 * i, h2f(b[i].d));
     }
+}
+
+/* Q5_0x16 (kernels/pack.h): per block pair, the 32 packed bytes give both blocks' low 4 bits */
+static void unpack_q5_0x16(const void *w, int64_t n, row_view rv) {
+    const uint8_t *p = w;
+    const int64_t nb = n / 32, npair = nb / 2;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
+    const __m512i sh = _mm512_set_epi64(0x0004000400040004ll, 0x0004000400040004ll, 0x0004000400040004ll,
+                                        0x0004000400040004ll, 0, 0, 0, 0);
+    for (int64_t p0 = 0; p0 < npair; p0 += 8) {
+        const int64_t gp = npair - p0 < 8 ? npair - p0 : 8;
+        const uint16_t *d = (const uint16_t *)p;
+        const uint8_t *qh = p + 4 * gp, *qs = p + 12 * gp;
+        for (int64_t k = 0; k < gp; k++) {
+            const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * k)));
+            const __m512i c = _mm512_and_si512(_mm512_srlv_epi16(q, sh), m4);
+            uint64_t h;
+            memcpy(&h, qh + 8 * k, 8);
+            _mm512_storeu_si512(rv.u + 64 * (p0 + k), _mm512_mask_add_epi8(c, (__mmask64)h, c, b4));
+            put_sw8(rv.sw + 16 * (p0 + k), h2f(d[2 * k]));
+            put_sw8(rv.sw + 16 * (p0 + k) + 8, h2f(d[2 * k + 1]));
+        }
+        p += 44 * gp;
+    }
+    if (nb & 1) unpack_q5_0(p, 32, (row_view){rv.u + 32 * (nb - 1), rv.sw + 8 * (nb - 1), rv.off});
 }
 
 static void unpack_q4_1(const void *w, int64_t n, row_view rv) {
@@ -334,6 +366,7 @@ static unpack_fn unpack_of(int type) {
     switch (type) {
     case GM_TYPE_Q4_0: return unpack_q4_0;
     case GM_TYPE_Q5_0: return unpack_q5_0;
+    case GM_KTYPE_Q5_0X16: return unpack_q5_0x16;
     case GM_TYPE_Q4_1: return unpack_q4_1;
     case GM_TYPE_Q5_1: return unpack_q5_1;
     case GM_TYPE_Q8_0: return unpack_q8_0;

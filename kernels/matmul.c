@@ -32,6 +32,13 @@ typedef struct {
 
 static gm_status scratch_reserve(gm_matmul_scratch *s, size_t bytes);
 
+/* W as the AVX-512 kernels see it: its packed copy when it has one (tmp holds the view) */
+static const gm_matrix *avx512_view(const gm_matrix *W, gm_matrix *tmp) {
+    if (!W->packed) return W;
+    *tmp = (gm_matrix){W->packed_type, W->rows, W->cols, W->packed, 0, NULL};
+    return tmp;
+}
+
 /* rows [r0, r1) x every token; the weight row stays hot in L1 while the tokens stream by */
 static void mm_rows_task(void *ctx, int64_t r0, int64_t r1, int thread) {
     (void)thread;
@@ -102,7 +109,8 @@ enum { MM_MULTI_MAX = 4 };
 typedef struct {
     int count;
     int64_t cols, row0[MM_MULTI_MAX + 1]; /* row0[i]: first global row of matrix i */
-    const gm_matrix *W[MM_MULTI_MAX];
+    gm_matrix W[MM_MULTI_MAX];            /* as the kernels see them (packed copies where present) */
+    size_t stride[MM_MULTI_MAX];
     float *y[MM_MULTI_MAX];
     gm_vec_dot_fn dot[MM_MULTI_MAX];
     const char *tok[MM_MULTI_MAX];
@@ -113,18 +121,21 @@ static void multi_rows_task(void *ctx, int64_t g0, int64_t g1, int thread) {
     const multi_job *j = ctx;
     for (int i = 0; i < j->count; i++) {
         const int64_t b = g0 > j->row0[i] ? g0 : j->row0[i], e = g1 < j->row0[i + 1] ? g1 : j->row0[i + 1];
-        const size_t stride = gm_row_bytes(j->W[i]->type, j->cols);
         for (int64_t r = b - j->row0[i]; r < e - j->row0[i]; r++)
-            j->dot[i](j->cols, &j->y[i][r], (const char *)j->W[i]->data + (size_t)r * stride, j->tok[i]);
+            j->dot[i](j->cols, &j->y[i][r], (const char *)j->W[i].data + (size_t)r * j->stride[i], j->tok[i]);
     }
 }
 
 gm_status gm_matmul_multi(const gm_matrix *const *W, float *const *y, int count, const float *x, int64_t n_tok,
                           gm_pool *pool, gm_matmul_scratch *scratch) {
     bool fused = count >= 1 && count <= MM_MULTI_MAX && n_tok == 1 && gm_isa_active() >= GM_ISA_AVX512;
-    for (int i = 0; fused && i < count; i++)
-        fused = W[i]->cols == W[0]->cols && W[i]->rows > 0 && gm_avx512_tok_dot(W[i]->type) &&
-                gm_row_bytes(W[i]->type, W[i]->cols) != 0;
+    multi_job j = {.count = count, .cols = W[0]->cols};
+    for (int i = 0; fused && i < count; i++) {
+        gm_matrix tmp;
+        j.W[i] = *avx512_view(W[i], &tmp);
+        j.stride[i] = gm_row_bytes(W[i]->type, W[i]->cols);
+        fused = W[i]->cols == W[0]->cols && W[i]->rows > 0 && gm_avx512_tok_dot(j.W[i].type) && j.stride[i] != 0;
+    }
     if (!fused) {
         for (int i = 0; i < count; i++) {
             gm_status st = gm_matmul(W[i], x, n_tok, y[i], pool, scratch);
@@ -132,21 +143,19 @@ gm_status gm_matmul_multi(const gm_matrix *const *W, float *const *y, int count,
         }
         return GM_OK;
     }
-    multi_job j = {.count = count, .cols = W[0]->cols};
     size_t total = 0, off[MM_MULTI_MAX];
     for (int i = 0; i < count; i++) {
         off[i] = total;
-        total += gm_avx512_tok_bytes(W[i]->type, W[0]->cols);
+        total += gm_avx512_tok_bytes(j.W[i].type, W[0]->cols);
     }
     gm_status st = scratch_reserve(scratch, total);
     if (st != GM_OK) return st;
     for (int i = 0; i < count; i++) {
         /* same kernels and token bytes as gm_matmul: identical results to separate calls */
-        j.W[i] = W[i];
         j.y[i] = y[i];
-        j.dot[i] = gm_avx512_tok_dot(W[i]->type);
+        j.dot[i] = gm_avx512_tok_dot(j.W[i].type);
         j.tok[i] = (const char *)scratch->buf + off[i];
-        gm_avx512_prep(W[i]->type, x, W[0]->cols, (char *)scratch->buf + off[i]);
+        gm_avx512_prep(j.W[i].type, x, W[0]->cols, (char *)scratch->buf + off[i]);
         j.row0[i + 1] = j.row0[i] + W[i]->rows;
     }
     gm_pool_parallel_for_chunk(pool, j.row0[count], decode_chunk(pool, j.row0[count]), multi_rows_task, &j);
@@ -198,14 +207,18 @@ gm_status gm_matmul(const gm_matrix *W, const float *x, int64_t n_tok, float *y,
     const size_t a_stride = gm_row_bytes(at->type, W->cols);
     if (w_stride == 0 || a_stride == 0 || n_tok < 0) return GM_ERR_ARG;
     if (n_tok == 0 || W->rows == 0) return GM_OK;
-    mm_job j = {W, wt, w_stride, (const char *)x, a_stride, n_tok, y, x, at, wt->vec_dot, at->quant_row, 0, 0, NULL};
     const gm_isa isa = gm_isa_active();
-    /* Tiles pay off once a row is reused by several tokens; a single decode token is memory bound
-     * and runs fastest as plain dot products over the file's blocks. */
-    if (isa >= GM_ISA_AVX512 && n_tok >= GM_TILE_MIN_TOKENS && gm_avx512_supports(W->type))
-        return matmul_avx512(&j, pool, scratch);
-    if (isa >= GM_ISA_AVX512 && gm_avx512_tok_dot(W->type))
-        return matmul_tok_dot(&j, gm_avx512_tok_dot(W->type), pool, scratch);
+    mm_job j = {W, wt, w_stride, (const char *)x, a_stride, n_tok, y, x, at, wt->vec_dot, at->quant_row, 0, 0, NULL};
+    if (isa >= GM_ISA_AVX512) {
+        gm_matrix tmp;
+        const gm_matrix *K = avx512_view(W, &tmp); /* the packed copy, where there is one */
+        j.W = K;
+        /* Tiles pay off once a row is reused by several tokens; a single decode token is memory
+         * bound and runs fastest as plain dot products over the weight blocks. */
+        if (n_tok >= GM_TILE_MIN_TOKENS && gm_avx512_supports(K->type)) return matmul_avx512(&j, pool, scratch);
+        if (gm_avx512_tok_dot(K->type)) return matmul_tok_dot(&j, gm_avx512_tok_dot(K->type), pool, scratch);
+        j.W = W;
+    }
     if (isa >= GM_ISA_AVX2) {
         gm_vec_dot_fn vd = gm_avx2_vec_dot(W->type);
         gm_quant_row_fn q = gm_avx2_quant_act(at->type);

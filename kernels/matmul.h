@@ -20,6 +20,10 @@ typedef struct gm_matrix {
     int64_t rows;      /* output features (GGUF ne[1]) */
     int64_t cols;      /* input features  (GGUF ne[0]), contiguous */
     const void *data;  /* rows * gm_row_bytes(type, cols) bytes */
+    /* Optional: the same weights rearranged for the AVX-512 kernels (kernels/pack.h), used instead
+     * of data while that ISA is active; NULL when there is none. Same bytes per row as data. */
+    int packed_type;   /* GM_KTYPE_* */
+    const void *packed;
 } gm_matrix;
 
 /* x: n_tok rows of cols floats; y: n_tok rows of rows floats. scratch is grown as needed

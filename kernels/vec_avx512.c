@@ -3,6 +3,7 @@
  * from the qh word as a byte mask, and vpdpbusd replaces maddubs + madd. Same contract as the
  * AVX2 kernels (kernels/vec_avx2.c), tested against the scalar reference. */
 #include "kernels/gemm.h"
+#include "kernels/pack.h"
 
 #include <string.h>
 
@@ -191,6 +192,58 @@ __attribute__((target("avx512vbmi"))) static void tok_dot_q5_0(int64_t n, float 
     *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
+/* Q5_0x16 weights (kernels/pack.h): per pair one broadcast load, one variable shift and one and give
+ * the 64 low-4-bit codes, one 64-bit load the fifth-bit mask; the 16 scales of a group are converted
+ * once and multiplied by the token's block scales (sab), then each pair picks its two. Same
+ * integer and float operations, in the same order, as tok_dot_q5_0: bit-identical results. */
+static void tok_dot_q5_0x16(int64_t n, float *s, const void *w, const void *tok) {
+    const tok_ptrs t = tok_of(tok, n);
+    const float *sab = (const float *)((const char *)tok + gm_avx512_qtok_bytes(n));
+    const uint8_t *p = w;
+    const int64_t nb = n / 32, npair = nb / 2;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
+    const __m512i sh = _mm512_set_epi64(0x0004000400040004ll, 0x0004000400040004ll, 0x0004000400040004ll,
+                                        0x0004000400040004ll, 0, 0, 0, 0);
+    const __m512i pick0 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), two = _mm512_set1_epi32(2);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    for (int64_t p0 = 0; p0 < npair; p0 += 8) {
+        const int64_t gp = npair - p0 < 8 ? npair - p0 : 8;
+        const __mmask16 m = (__mmask16)((1u << (2 * gp)) - 1);
+        const __m512 d = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+        const __m512 ds = _mm512_mul_ps(d, _mm512_maskz_loadu_ps(m, sab + 2 * p0));
+        const uint8_t *qh = p + 4 * gp, *qs = p + 12 * gp;
+        __m512i pick = pick0;
+        for (int64_t k = 0; k < gp; k++) {
+            const int64_t b = 2 * (p0 + k);
+            const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * k)));
+            const __m512i c = _mm512_and_si512(_mm512_srlv_epi16(q, sh), m4);
+            uint64_t h;
+            memcpy(&h, qh + 8 * k, 8);
+            const __m512i u = _mm512_mask_add_epi8(c, (__mmask64)h, c, b4);
+            const __m512i pd = _mm512_dpbusd_epi32(_mm512_loadu_si512(t.init + 8 * b), u, _mm512_loadu_si512(t.a + 32 * b));
+            const __m512 sc = _mm512_permutexvar_ps(pick, ds);
+            pick = _mm512_add_epi32(pick, two);
+            if (b & 2) acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pd), sc, acc1);
+            else acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pd), sc, acc0);
+        }
+        p += 44 * gp;
+    }
+    if (nb & 1) { /* the last block, in file layout, alone in the low half (as tok_dot_q5_0) */
+        const int64_t b = nb - 1;
+        const gm_block_q5_0 *x = (const gm_block_q5_0 *)p;
+        uint32_t qh;
+        memcpy(&qh, x->qh, 4);
+        const __m256i v = nibbles(x->qs);
+        const __m512i u = _mm512_castsi256_si512(_mm256_mask_add_epi8(v, qh, v, _mm256_set1_epi8(16)));
+        const __m512i pd = _mm512_maskz_mov_epi32(
+            0x00FF, _mm512_dpbusd_epi32(_mm512_loadu_si512(t.init + 8 * b), u, _mm512_loadu_si512(t.a + 32 * b)));
+        const __m512 sc = _mm512_mul_ps(two_scales(x->d, 0), _mm512_loadu_ps(t.sa + 8 * b));
+        if (b & 2) acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pd), sc, acc1);
+        else acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pd), sc, acc0);
+    }
+    *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
 /* ---- K-quants against a Q8_K-prepared token: sa is one value per 256 codes, so the per-sub-block
  * integer scales multiply vpdpbusd's lanes exactly in int32 and one FMA per 256 codes remains. */
 
@@ -277,6 +330,7 @@ gm_vec_dot_fn gm_avx512_tok_dot(int type) {
     switch (type) {
     case GM_TYPE_Q8_0: return tok_dot_q8_0;
     case GM_TYPE_Q5_0: return gm_cpu_features_get()->avx512vbmi ? tok_dot_q5_0 : NULL;
+    case GM_KTYPE_Q5_0X16: return tok_dot_q5_0x16;
     case GM_TYPE_Q4_K: return tok_dot_q4_K;
     case GM_TYPE_Q6_K: return tok_dot_q6_K;
     default: return NULL;

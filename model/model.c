@@ -5,9 +5,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <stdbool.h>
 
 #include "core/error.h"
+#include "kernels/cpu.h"
 #include "kernels/ops.h"
+#include "kernels/pack.h"
 #include "quant/quant.h"
 #include "text/tokenizer.h"
 
@@ -161,6 +166,70 @@ static gm_status load_weights(gm_model *m, gm_error *err) {
     return GM_OK;
 }
 
+/* Decode reads every weight once per token; Q5_0 matrices (q, k, gate, up of the usual Q4_K_M
+ * files) run ~1.5x faster from the Q5_0x16 layout of kernels/pack.h. With AVX-512 active, each
+ * layer's Q5_0 matrix gets a packed copy in one anonymous block; the file bytes stay mapped for the
+ * other ISA levels. GEMMA_REPACK=0 turns it off. Costs the copies' size in memory (44 MB for
+ * Gemma 3 270M Q4_K_M) and ~15 ms at open (two threads). No MADV_HUGEPAGE on this block: fresh
+ * 2 MiB pages can stall the open on compaction (70-200 ms seen), for no measured decode gain. */
+typedef struct pack_job {
+    gm_matrix **mats;
+    int n;
+} pack_job;
+
+static void *pack_mats(void *arg) {
+    const pack_job *j = arg;
+    for (int i = 0; i < j->n; i++) {
+        const gm_matrix *w = j->mats[i];
+        const size_t rb = gm_row_bytes(w->type, w->cols);
+        for (int64_t r = 0; r < w->rows; r++)
+            gm_pack_q5_0x16_row((const char *)w->data + (size_t)r * rb, (char *)w->packed + (size_t)r * rb, w->cols);
+    }
+    return NULL;
+}
+
+static gm_status pack_weights(gm_model *m, gm_error *err) {
+    const char *env = getenv("GEMMA_REPACK");
+    if ((env && strcmp(env, "0") == 0) || gm_isa_active() < GM_ISA_AVX512) return GM_OK;
+    const int per_layer = 7;
+    gm_matrix **mats = malloc(sizeof *mats * (size_t)m->cfg.n_layers * per_layer);
+    if (!mats) return gm_fail(err, GM_ERR_NOMEM, "model: out of memory");
+    int n = 0;
+    size_t total = 0;
+    for (int il = 0; il < m->cfg.n_layers; il++) {
+        gm_layer *L = &m->layers[il];
+        gm_matrix *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+        for (int i = 0; i < per_layer; i++)
+            if (w[i]->type == GM_TYPE_Q5_0) {
+                mats[n++] = w[i];
+                total += (gm_row_bytes(w[i]->type, w[i]->cols) * w[i]->rows + 63) / 64 * 64;
+            }
+    }
+    /* MAP_POPULATE: the pages are faulted in one call, not one fault per 4 KiB while packing */
+    if (n > 0 && (m->packed_store = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                                         -1, 0)) == MAP_FAILED) {
+        m->packed_store = NULL;
+        free(mats);
+        return gm_fail(err, GM_ERR_NOMEM, "model: out of memory for %zu bytes of packed weights", total);
+    }
+    m->packed_bytes = n > 0 ? total : 0;
+    char *p = m->packed_store;
+    for (int i = 0; i < n; i++) {
+        mats[i]->packed_type = GM_KTYPE_Q5_0X16;
+        mats[i]->packed = p;
+        p += (gm_row_bytes(mats[i]->type, mats[i]->cols) * mats[i]->rows + 63) / 64 * 64;
+    }
+    /* two halves, one on a helper thread (the copy is memory bound) */
+    pack_job a = {mats, n / 2}, b = {mats + n / 2, n - n / 2};
+    pthread_t th;
+    const bool helper = n > 1 && pthread_create(&th, NULL, pack_mats, &a) == 0;
+    pack_mats(&b);
+    if (helper) pthread_join(th, NULL);
+    else pack_mats(&a);
+    free(mats);
+    return GM_OK;
+}
+
 /* The vocabulary travels with the weights: GGUF metadata, or the HF folder's tokenizer files. */
 static gm_status load_tokenizer(gm_model *m, gm_error *err) {
     gm_status st = gm_source_is_gguf(m->src) ? gm_tokenizer_from_gguf(gm_source_gguf(m->src), &m->tok, err)
@@ -175,6 +244,7 @@ void gm_model_free(gm_model *m) {
     gm_source_close(m->src);
     free(m->layers);
     free(m->f32_store);
+    if (m->packed_store) munmap(m->packed_store, m->packed_bytes);
     free(m);
 }
 
@@ -190,6 +260,7 @@ gm_status gm_model_open(const char *path, const gm_model_options *opt, gm_model 
     if (!st) st = gm_config_load(m->src, &m->cfg, err);
     if (!st) st = check_config(&m->cfg, path, err);
     if (!st) st = load_weights(m, err);
+    if (!st) st = pack_weights(m, err);
     if (!st) st = load_tokenizer(m, err);
     if (st) {
         gm_model_free(m);

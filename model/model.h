@@ -32,6 +32,8 @@ struct gm_model {
     const float *output_norm;       /* d */
     gm_layer *layers;
     float *f32_store;               /* backing store of every f32 vector above */
+    void *packed_store;             /* packed copies of layer matrices (kernels/pack.h), or NULL */
+    size_t packed_bytes;
 };
 
 /* True when layer il attends through a sliding window (the config's pattern rule). */

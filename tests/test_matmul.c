@@ -69,7 +69,7 @@ static void check_type(int type, int64_t rows, int64_t cols, int64_t n_tok, gm_p
         wt->dequant_row(W + r * rb, wf + r * cols, cols);
     }
     for (int64_t i = 0; i < n_tok * cols; i++) x[i] = frand() * 4;
-    gm_matrix M = {type, rows, cols, W};
+    gm_matrix M = {type, rows, cols, W, 0, NULL};
     gm_matmul_scratch s = {0};
     CHECK_EQ_INT(gm_matmul(&M, x, n_tok, y0, NULL, &s), GM_OK);
     CHECK_EQ_INT(gm_matmul(&M, x, n_tok, y1, p1, &s), GM_OK);
@@ -117,11 +117,11 @@ TEST(matmul_bad_args) {
     float x[64] = {0}, y[64];
     unsigned char w[64 * 40] = {0};
     gm_matmul_scratch s = {0};
-    gm_matrix bad_type = {GM_TYPE_Q2_K, 1, 256, w};
+    gm_matrix bad_type = {GM_TYPE_Q2_K, 1, 256, w, 0, NULL};
     CHECK_EQ_INT(gm_matmul(&bad_type, x, 1, y, NULL, &s), GM_ERR_UNSUPPORTED);
-    gm_matrix bad_cols = {GM_TYPE_Q8_0, 1, 33, w};
+    gm_matrix bad_cols = {GM_TYPE_Q8_0, 1, 33, w, 0, NULL};
     CHECK_EQ_INT(gm_matmul(&bad_cols, x, 1, y, NULL, &s), GM_ERR_ARG);
-    gm_matrix ok = {GM_TYPE_Q8_0, 1, 32, w};
+    gm_matrix ok = {GM_TYPE_Q8_0, 1, 32, w, 0, NULL};
     CHECK_EQ_INT(gm_matmul(&ok, x, 0, y, NULL, &s), GM_OK);
     gm_matmul_scratch_free(&s);
     gm_matmul_scratch_free(NULL);
@@ -167,7 +167,7 @@ static void simd_case(int type, int64_t rows, int64_t cols, int64_t n_tok, gm_po
     }
     for (int64_t i = 0; i < n_tok * cols; i++) x[i] = frand() * ((i / cols) % 2 ? 0.01f : 8.f);
     if (n_tok > 1) memset(x + cols, 0, cols * 4); /* an all-zero token */
-    gm_matrix M = {type, rows, cols, W};
+    gm_matrix M = {type, rows, cols, W, 0, NULL};
     gm_matmul_scratch s = {0};
     for (int isa = GM_ISA_AVX2; isa <= (int)gm_isa_supported(); isa++) {
         gm_isa_set((gm_isa)isa);
@@ -361,7 +361,7 @@ TEST(matmul_multi_equals_separate) {
             gm_type_traits_of(types[i])->quant_row(row, (char *)data[i] + rb * (size_t)r, cols);
         }
         free(row);
-        W[i] = (gm_matrix){types[i], rows[i], cols, data[i]};
+        W[i] = (gm_matrix){types[i], rows[i], cols, data[i], 0, NULL};
     }
     float *x = malloc(sizeof(float) * cols * 5);
     for (int64_t i = 0; i < cols * 5; i++) x[i] = frand() * 2;

@@ -1,0 +1,36 @@
+/* kernels/pack.h — internal: weight layouts rearranged at load time for the SIMD decode kernels.
+ *
+ * Q5_0 as stored in GGUF interleaves per 32-code block a f16 scale, 4 bytes of fifth bits and 16
+ * bytes of nibbles (low nibbles = codes 0..15, high = 16..31). Turning one block pair into 64 codes
+ * then costs a byte permute, a shift, a blend and a mask, and each pair's two scales need their own
+ * convert and permute: the one-token dot ran at ~14 GB/s per core, instruction bound (docs/
+ * performance.md). The "Q5_0x16" layout holds the same bits, in the same number of bytes, per row:
+ *
+ *   for each group of up to 8 block pairs (16 blocks; gp pairs in the group):
+ *     d[2 gp]    f16   the blocks' scales, in order          -> one load + one convert per group
+ *     qh[2 gp]   u32   the blocks' fifth bits, in order      -> one 64-bit mask per pair
+ *     qs[gp][32] u8    pair (b0, b1): byte j = (code j of b0) & 15 | ((code j of b1) & 15) << 4
+ *                                                            -> broadcast, one shift, one and
+ *   if the row has an odd block count: its last block, unchanged (22 bytes).
+ *
+ * Packed bytes per row = blocks x 22, as in the file. The kernels give bit-identical results to
+ * the file-layout kernels (tests/test_pack.c). */
+#ifndef GM_KERNELS_PACK_H
+#define GM_KERNELS_PACK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant/quant.h"
+
+/* Kernel type ids of packed layouts: the AVX-512 entry points of kernels/gemm.h take them where
+ * they take a gm_type. The low byte is the file type the layout holds. */
+#define GM_KTYPE_Q5_0X16 (0x100 | GM_TYPE_Q5_0)
+static inline int gm_ktype_file_type(int kt) { return kt & 0xff; }
+
+/* Rearranges one Q5_0 row of `cols` (a multiple of 32) elements; src and dst must not overlap. */
+void gm_pack_q5_0x16_row(const void *src, void *dst, int64_t cols);
+/* The inverse: back to the GGUF block layout (tests, and any reader that wants file bytes). */
+void gm_unpack_q5_0x16_row(const void *src, void *dst, int64_t cols);
+
+#endif
