@@ -93,27 +93,30 @@ typedef struct attn_job {
     int bpos0, bn;          /* the whole batch (for the bias) */
     const float *bias;      /* bn x bn or NULL */
     bool bias_is_mask;      /* keys: the whole batch, masked by the bias alone */
+    int parts;              /* query heads of a group split into this many items (1 or 2) */
 } attn_job;
 
-/* One item = one position x one KV head: the group of query heads sharing that KV head reads each
- * cached key and value once. */
+/* One item = one position x one KV head (x one part of its query heads): the query heads sharing
+ * that KV head read each cached key and value once. A decode step splits each group in two parts
+ * so a model with one KV head (Gemma 3 270M) still has work for two threads; every head's
+ * arithmetic is the same whatever the group it is computed with, so results do not change. */
 static void attn_task(void *ctx, int64_t begin, int64_t end, int thread) {
     const attn_job *j = ctx;
     const gm_forward *f = j->f;
     const gm_config *c = &f->m->cfg;
     const gm_layer *L = &f->m->layers[j->layer];
-    const int Hkv = c->n_kv_heads, hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+    const int Hkv = c->n_kv_heads, hd = c->head_dim, G = c->n_heads / c->n_kv_heads, group = G / j->parts;
     const size_t qd = (size_t)c->n_heads * hd;
-    float *scores = f->scores + (size_t)thread * group * f->max_ctx;
+    float *scores = f->scores + (size_t)thread * G * f->max_ctx;
     for (int64_t t = begin; t < end; t++) {
-        const int i = (int)(t / Hkv), kvh = (int)(t % Hkv);
+        const int i = (int)(t / (Hkv * j->parts)), kvh = (int)(t / j->parts % Hkv), part = (int)(t % j->parts);
         const int pos = j->pos0 + i;
         int kstart = (L->window > 0 && pos - L->window + 1 > 0) ? pos - L->window + 1 : 0;
         int kend = pos + 1;
         if (j->bias_is_mask) kstart = j->bpos0, kend = j->bpos0 + j->bn;
         const float *bias = NULL;
         if (j->bias) bias = j->bias + (size_t)(pos - j->bpos0) * j->bn;
-        const size_t off = (size_t)i * qd + (size_t)kvh * group * hd;
+        const size_t off = (size_t)i * qd + ((size_t)kvh * G + (size_t)part * group) * hd;
         gm_attend_group(f->att + off, f->q + off, group, gm_kv_k(j->cache, j->layer, kstart) + (size_t)kvh * hd,
                         gm_kv_v(j->cache, j->layer, kstart) + (size_t)kvh * hd, (size_t)j->cache->kv_dim,
                         kend - kstart, hd, c->attn_softcap, bias, j->bpos0 - kstart, scores);
@@ -270,7 +273,8 @@ static gm_status layer_forward(gm_forward *f, gm_kvcache *cache, int il, int n, 
     else gm_pool_parallel_for(f->pool, n, 1, qk_task, &qj);
     attn_job job = {.f = f, .cache = cache, .layer = il, .n = n, .pos0 = pos0,
                     .bpos0 = b->pos0, .bn = b->n, .bias = b->bias,
-                    .bias_is_mask = b->bias && b->bias_is_mask};
+                    .bias_is_mask = b->bias && b->bias_is_mask,
+                    .parts = n == 1 && gm_pool_size(f->pool) > 1 && c->n_heads / Hkv % 2 == 0 ? 2 : 1};
     const int kstart1 = (L->window > 0 && pos0 - L->window + 1 > 0) ? pos0 - L->window + 1 : 0;
     if (n == 1 && !b->bias && pos0 + 1 - kstart1 > KV_CHUNK) {
         /* one query over many keys: split the keys so every thread has work */
@@ -278,7 +282,7 @@ static gm_status layer_forward(gm_forward *f, gm_kvcache *cache, int il, int n, 
         gm_pool_parallel_for(f->pool, (int64_t)Hkv * sj.n_chunks, 1, split_task, &sj);
         merge_split(f, sj.n_chunks);
     } else {
-        gm_pool_parallel_for(f->pool, (int64_t)n * Hkv, 1, attn_task, &job);
+        gm_pool_parallel_for(f->pool, (int64_t)n * Hkv * job.parts, 1, attn_task, &job);
     }
     MM(&L->wo, f->att, n, f->o);
     if (L->post_attn_norm) norm_rows_pool(f->pool, f->o, f->o, L->post_attn_norm, n, d, c->norm_eps);

@@ -554,6 +554,34 @@ TEST(model_open_refuses_bad_weights) {
     unlink(path);
 }
 
+/* Decode logits do not depend on the thread count, bit for bit (the 2-thread decode splits work
+ * differently: rows of every matrix, query-head halves in attention). */
+TEST(decode_logits_independent_of_threads) {
+    for (int a = 0; a < 3; a++) {
+        gm_model *m = open_model(a);
+        if (!m) continue;
+        gm_generator *g1 = new_gen(m, 1, 64, false, true), *g2 = new_gen(m, 2, 64, false, true);
+        const int V = gm_generator_config(g1)->n_vocab;
+        int32_t ids[5];
+        prompt(ids, 5, 31 + a);
+        gm_error err = {0};
+        const float *l1 = NULL, *l2 = NULL;
+        CHECK_OK(gm_generator_prefill_get_last_logits(g1, ids, 5, &l1, &err), &err);
+        CHECK_OK(gm_generator_prefill_get_last_logits(g2, ids, 5, &l2, &err), &err);
+        int same = l1 && l2 && memcmp(l1, l2, sizeof(float) * V) == 0;
+        for (int step = 0; step < 20 && l1 && l2; step++) {
+            const int32_t next = (int32_t)((step * 7919 + 11) % V);
+            CHECK_OK(gm_generator_decode_get_logits(g1, next, &l1, &err), &err);
+            CHECK_OK(gm_generator_decode_get_logits(g2, next, &l2, &err), &err);
+            same &= l1 && l2 && memcmp(l1, l2, sizeof(float) * V) == 0;
+        }
+        CHECK_MSG(same, "%s: 1-thread and 2-thread logits differ", ARCHS[a]);
+        gm_generator_free(g1);
+        gm_generator_free(g2);
+        gm_model_free(m);
+    }
+}
+
 int main(void) {
     for (int a = 0; a < 3; a++) {
         char err[256];
@@ -569,6 +597,7 @@ int main(void) {
     RUN(embeds_and_bias);
     RUN(bucket_growth_keeps_tokens);
     RUN(seeded_sampling_is_deterministic);
+    RUN(decode_logits_independent_of_threads);
     RUN(hidden_state_taps);
     RUN(gguf_and_hf_folder_agree);
     RUN(score_logprobs_matches_full_logits);
