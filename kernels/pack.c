@@ -5,6 +5,26 @@
 
 #include "quant/blocks.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+/* The 32 packed bytes of block pair (q0, q1): codes j < 16 are the low nibbles of qs[j], codes
+ * j >= 16 the high ones; b0 goes to the low nibble of byte j, b1 to the high one. */
+static inline void pack_pair(const uint8_t *q0, const uint8_t *q1, uint8_t *d) {
+#if defined(__SSE2__)
+    const __m128i a = _mm_loadu_si128((const __m128i *)q0), b = _mm_loadu_si128((const __m128i *)q1);
+    const __m128i m4 = _mm_set1_epi8(0x0F), h4 = _mm_set1_epi8((char)0xF0);
+    _mm_storeu_si128((__m128i *)d, _mm_or_si128(_mm_and_si128(a, m4), _mm_and_si128(_mm_slli_epi16(b, 4), h4)));
+    _mm_storeu_si128((__m128i *)(d + 16), _mm_or_si128(_mm_and_si128(_mm_srli_epi16(a, 4), m4), _mm_and_si128(b, h4)));
+#else
+    for (int j = 0; j < 16; j++) {
+        d[j] = (uint8_t)((q0[j] & 15) | (q1[j] & 15) << 4);
+        d[j + 16] = (uint8_t)((q0[j] >> 4) | (q1[j] & 0xF0));
+    }
+#endif
+}
+
 void gm_pack_q5_0x16_row(const void *src, void *dst, int64_t cols) {
     const gm_block_q5_0 *b = src;
     uint8_t *o = dst;
@@ -16,14 +36,7 @@ void gm_pack_q5_0x16_row(const void *src, void *dst, int64_t cols) {
         o += 4 * gp;
         for (int64_t i = 0; i < 2 * gp; i++) memcpy(o + 4 * i, g[i].qh, 4);
         o += 8 * gp;
-        for (int64_t k = 0; k < gp; k++) { /* codes j < 16 are low nibbles of qs[j], codes j >= 16 high ones */
-            const uint8_t *q0 = g[2 * k].qs, *q1 = g[2 * k + 1].qs;
-            uint8_t *d = o + 32 * k;
-            for (int j = 0; j < 16; j++) {
-                d[j] = (uint8_t)((q0[j] & 15) | (q1[j] & 15) << 4);
-                d[j + 16] = (uint8_t)((q0[j] >> 4) | (q1[j] & 0xF0));
-            }
-        }
+        for (int64_t k = 0; k < gp; k++) pack_pair(g[2 * k].qs, g[2 * k + 1].qs, o + 32 * k);
         o += 32 * gp;
     }
     if (nb & 1) memcpy(o, &b[nb - 1], sizeof(gm_block_q5_0));

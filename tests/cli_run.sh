@@ -66,6 +66,10 @@ MODEL=$SRC/models/gemma-3-270m-q4_k_m.gguf
 if [ -f "$MODEL" ]; then
   expect "real model run" 0 "prompt: 6 tokens" -- "$GEMMA" run -m "$MODEL" -p "The capital of France is" -n 8
   [ -s "$TMP/out" ] && ok "real model printed text" || bad "real model printed nothing"
+  # opt-in packed Q5_0 copies (model/model.c): the same greedy text, prompt and decode
+  cp "$TMP/out" "$TMP/real"
+  expect "real model GEMMA_REPACK=1" 0 "" -- env GEMMA_REPACK=1 "$GEMMA" run -m "$MODEL" -p "The capital of France is" -n 8
+  cmp -s "$TMP/out" "$TMP/real" && ok "packed Q5_0 copies: same text" || bad "GEMMA_REPACK=1 changed the text"
 else
   echo "skip real model (missing $MODEL)"
 fi
