@@ -307,8 +307,8 @@ TEST(simd_vec_dot_vs_scalar) {
  * dot on the same quantized operands. */
 TEST(avx512_tok_dot_vs_scalar) {
     if (gm_isa_supported() < GM_ISA_AVX512) return;
-    const int types[] = {GM_TYPE_Q8_0, GM_TYPE_Q5_0, GM_TYPE_Q4_K, GM_TYPE_Q6_K};
-    const int64_t sizes[] = {32, 64, 96, 224, 256, 640, 1024, 2048, 2080};
+    const int types[] = {GM_TYPE_Q8_0, GM_TYPE_Q5_0, GM_TYPE_Q4_K, GM_TYPE_Q6_K, GM_TYPE_F16, GM_TYPE_BF16, GM_TYPE_F32};
+    const int64_t sizes[] = {1, 17, 32, 64, 79, 96, 224, 256, 640, 1024, 2048, 2080};
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         gm_vec_dot_fn td = gm_avx512_tok_dot(types[k]);
         if (!td) continue; /* Q5_0 needs VBMI */
@@ -317,7 +317,7 @@ TEST(avx512_tok_dot_vs_scalar) {
             const int64_t n = sizes[z];
             if (n % wt->block_elems) continue; /* K-quants: whole 256-code blocks only */
             static float w[2080], x[2080], wd[2080], xd[2080];
-            static unsigned char wq[4096], aq[4096];
+            static unsigned char wq[16384], aq[16384];
             static _Alignas(64) unsigned char tok[16384];
             int bad = 0;
             for (int rep = 0; rep < 10; rep++) {
