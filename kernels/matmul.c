@@ -129,7 +129,7 @@ static void multi_rows_task(void *ctx, int64_t g0, int64_t g1, int thread) {
 gm_status gm_matmul_multi(const gm_matrix *const *W, float *const *y, int count, const float *x, int64_t n_tok,
                           gm_pool *pool, gm_matmul_scratch *scratch) {
     bool fused = count >= 1 && count <= MM_MULTI_MAX && n_tok == 1 && gm_isa_active() >= GM_ISA_AVX512;
-    multi_job j = {.count = count, .cols = W[0]->cols};
+    multi_job j = {.count = count, .cols = count > 0 ? W[0]->cols : 0};
     for (int i = 0; fused && i < count; i++) {
         gm_matrix tmp;
         j.W[i] = *avx512_view(W[i], &tmp);

@@ -185,12 +185,6 @@ static void *pack_mats(void *arg) {
         const size_t rb = gm_row_bytes(w->type, w->cols);
         for (int64_t r = 0; r < w->rows; r++)
             gm_pack_q5_0x16_row((const char *)w->data + (size_t)r * rb, (char *)w->packed + (size_t)r * rb, w->cols);
-        /* The file pages of this matrix leave our mapping at once (the page cache keeps them; an
-         * ISA level below AVX-512 faults them back in): the copy replaces them in the resident set
-         * instead of adding to it. Whole pages inside the matrix only. */
-        const uintptr_t pg = 4096, lo = ((uintptr_t)w->data + pg - 1) / pg * pg,
-                        hi = ((uintptr_t)w->data + rb * (size_t)w->rows) / pg * pg;
-        if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
     }
     return NULL;
 }
