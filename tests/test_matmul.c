@@ -390,6 +390,38 @@ TEST(matmul_multi_equals_separate) {
     free(x);
 }
 
+/* Decode rows of a layer-sized matrix are split in one slice per thread, and a thread done early
+ * takes batches from the back of the other's slice: every row must be written exactly once, with
+ * the bytes of the serial run, however the race between the threads goes (repeated 20 times). */
+TEST(decode_split_with_stealing_covers_every_row) {
+    gm_pool *p2 = gm_pool_new(2), *p3 = gm_pool_new(3);
+    CHECK(p2 && p3);
+    const int64_t rows = 8192, cols = 64; /* the largest matrix that takes the stealing split */
+    const gm_type_traits *wt = gm_type_traits_of(GM_TYPE_Q8_0);
+    const size_t rb = gm_row_bytes(GM_TYPE_Q8_0, cols);
+    unsigned char *W = malloc(rows * rb);
+    float x[64], tmp[64], *y0 = malloc(rows * 4), *y1 = malloc(rows * 4);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int i = 0; i < cols; i++) tmp[i] = frand() * (1 + r % 7);
+        wt->quant_row(tmp, W + r * rb, cols);
+    }
+    for (int i = 0; i < cols; i++) x[i] = frand();
+    gm_matrix M = {GM_TYPE_Q8_0, rows, cols, W, 0, NULL};
+    gm_matmul_scratch s = {0};
+    CHECK_EQ_INT(gm_matmul(&M, x, 1, y0, NULL, &s), GM_OK);
+    int bad = 0;
+    for (int rep = 0; rep < 20; rep++) {
+        for (int64_t r = 0; r < rows; r++) y1[r] = NAN;
+        CHECK_EQ_INT(gm_matmul(&M, x, 1, y1, rep % 2 ? p3 : p2, &s), GM_OK);
+        bad += memcmp(y0, y1, rows * 4) != 0;
+    }
+    CHECK_MSG(bad == 0, "%d of 20 threaded decode runs differ from the serial one", bad);
+    gm_matmul_scratch_free(&s);
+    gm_pool_free(p2);
+    gm_pool_free(p3);
+    free(W); free(y0); free(y1);
+}
+
 TEST(isa_clamp) {
     const gm_isa top = gm_isa_supported();
     CHECK(gm_isa_set(GM_ISA_AVX512) == top || top == GM_ISA_AVX512);
@@ -406,6 +438,7 @@ int main(void) {
     RUN(simd_vec_dot_vs_scalar);
     RUN(avx512_tok_dot_vs_scalar);
     RUN(matmul_multi_equals_separate);
+    RUN(decode_split_with_stealing_covers_every_row);
     RUN(isa_clamp);
     RUN(matmul_bad_args);
     return test_summary();
