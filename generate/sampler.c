@@ -203,12 +203,89 @@ static int32_t argmax(const float *x, int n) {
     return best;
 }
 
-/* Keeps the smallest sorted prefix whose probability mass reaches top_p, growing the sorted prefix
- * geometrically so a flat distribution never forces a full sort up front. c holds n candidates. */
-static int top_p_prefix(gm_cand *c, int n, float top_p) {
-    const float mx = c[0].logit; /* the caller sorted at least c[0] */
+/* ---- candidate selection over the whole vocabulary in linear passes.
+ * Candidates are bucketed by their distance below the best scaled logit, in bins of 1/16 over 64
+ * logit units (the last bin takes everything further down: e^-64 of the best's weight each).
+ * top-k: counts per bin give the bin where the k-th candidate sits; only candidates down to that
+ * bin are gathered and selected. top-p: per-bin masses give the bin where the mass reaches
+ * top_p; only candidates down to it are gathered, sorted and summed exactly. A 262144-token
+ * vocabulary then costs a few cheap passes instead of a quickselect or 262144 exp() calls. */
+enum { BIN_PER_UNIT = 16, N_BINS = 64 * BIN_PER_UNIT };
+
+static inline int bin_of(float d) { /* d = best - logit >= 0; NaN (an infinite best) -> bin 0 */
+    const float b = d * (float)BIN_PER_UNIT;
+    if (b != b) return 0;
+    return b < (float)(N_BINS - 1) ? (int)b : N_BINS - 1;
+}
+
+/* Moves the best candidate (in `before` order) to c[0]; the others keep a deterministic order. */
+static void best_first(gm_cand *c, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (before(&c[i], &c[b])) b = i;
+    swap_c(&c[0], &c[b]);
+}
+
+/* c[0..) = the finite candidates whose bin is <= last, in id order; returns their count */
+static int gather(gm_cand *c, const float *work, int V, float inv_t, float mx, int last) {
+    int n = 0;
+    for (int i = 0; i < V; i++) {
+        const float v = work[i];
+        if (isnan(v) || v == -INFINITY) continue;
+        const float l = v * inv_t;
+        if (last >= N_BINS - 1 || bin_of(mx - l) <= last) c[n++] = (gm_cand){l, i};
+    }
+    return n;
+}
+
+/* The bin holding the k-th best candidate (counting ties and the whole bin). */
+static int top_k_bin(const float *work, int V, float inv_t, float mx, int k) {
+    int count[N_BINS] = {0};
+    for (int i = 0; i < V; i++) {
+        const float v = work[i];
+        if (!isnan(v) && v != -INFINITY) count[bin_of(mx - v * inv_t)]++;
+    }
+    int cum = 0;
+    for (int b = 0; b < N_BINS; b++)
+        if ((cum += count[b]) >= k) return b;
+    return N_BINS - 1;
+}
+
+/* Total weight sum exp(l - mx) of the finite candidates, and per-bin weights: e^-(d) =
+ * e^-(b/16) e^-r with r < 1/16 by a degree-4 polynomial (relative error < 1e-8); the last bin
+ * (64 units and more below the best) counts as 0. Returns the bin where the weight from the top
+ * reaches top_p of the total. */
+static int top_p_bin(const float *work, int V, float inv_t, float mx, float top_p, double *z_out) {
+    static const double w = 1.0 / BIN_PER_UNIT;
+    double mass[N_BINS] = {0};
+    for (int i = 0; i < V; i++) {
+        const float v = work[i];
+        if (isnan(v) || v == -INFINITY) continue;
+        const float d = mx - v * inv_t;
+        const int b = bin_of(d);
+        if (b == N_BINS - 1) continue;
+        const double r = (double)d - b * w;
+        mass[b] += 1.0 + r * (-1.0 + r * (0.5 + r * (-1.0 / 6 + r * (1.0 / 24))));
+    }
     double z = 0.0;
-    for (int i = 0; i < n; i++) z += exp((double)c[i].logit - mx);
+    for (int b = 0; b < N_BINS - 1; b++) z += (mass[b] *= exp(-b * w));
+    *z_out = z;
+    const double target = (double)top_p * z;
+    double cum = 0.0;
+    for (int b = 0; b < N_BINS - 1; b++)
+        if ((cum += mass[b]) >= target) return b;
+    return N_BINS - 1;
+}
+
+/* Keeps the smallest sorted prefix whose probability mass reaches top_p of the n candidates,
+ * growing the sorted prefix geometrically so a flat distribution never forces a full sort up
+ * front. c[0] must be the best. With `partial`, c holds only the best candidates of a larger set
+ * whose total weight is z_all (> 0): the mass is measured against that. */
+static int top_p_prefix(gm_cand *c, int n, float top_p, double z_all) {
+    const float mx = c[0].logit;
+    double z = z_all;
+    if (z <= 0.0)
+        for (int i = 0; i < n; i++) z += exp((double)c[i].logit - mx);
     const double target = (double)top_p * z;
     int sorted = 0;
     for (int m = 64;; m *= 4) {
@@ -241,19 +318,36 @@ gm_status gm_sampler_sample(gm_sampler *s, const gm_sampling *o, const float *lo
         return GM_OK;
     }
     const float inv_t = 1.0f / o->temperature;
-    int n = 0;
-    for (int i = 0; i < V; i++)
-        if (!isnan(s->work[i]) && s->work[i] != -INFINITY) s->cand[n++] = (gm_cand){s->work[i] * inv_t, i};
-    if (n == 0) return gm_fail(err, GM_ERR_ARG, "sampling: every logit is -inf or NaN");
+    float mx = -INFINITY; /* the best scaled logit (the smallest id among equals) */
+    int n_fin = 0;
+    for (int i = 0; i < V; i++) {
+        const float v = s->work[i];
+        if (isnan(v) || v == -INFINITY) continue;
+        n_fin++;
+        if (v * inv_t > mx) mx = v * inv_t;
+    }
+    if (n_fin == 0) return gm_fail(err, GM_ERR_ARG, "sampling: every logit is -inf or NaN");
     gm_cand *c = s->cand;
-    if (o->top_k > 0 && o->top_k < n) {
+    int n;
+    if (o->top_k > 0 && o->top_k < n_fin) {
+        n = gather(c, s->work, V, inv_t, mx, top_k_bin(s->work, V, inv_t, mx, o->top_k));
         gm_cand_top_k(c, n, o->top_k);
         n = o->top_k;
+        if (o->top_p < 1.0f) n = top_p_prefix(c, n, o->top_p, 0.0);
+    } else if (o->top_p < 1.0f) {
+        /* gather down to the bin where the mass reaches top_p (one bin more as a margin for the
+         * binned sum), then find the exact prefix among them; the whole set if that falls short */
+        double z_all = 0.0;
+        const int b = top_p_bin(s->work, V, inv_t, mx, o->top_p, &z_all);
+        n = gather(c, s->work, V, inv_t, mx, b + 1 < N_BINS - 1 ? b + 1 : N_BINS - 1);
+        best_first(c, n);
+        n = top_p_prefix(c, n, o->top_p, z_all);
     } else {
-        gm_cand_top_k(c, n, 1); /* the best first: the reference for top-p / min-p / the draw */
+        /* min-p alone keeps logits >= best + log(min_p): gather no further than that bin */
+        const int last = o->min_p > 0.0f ? bin_of(-logf(o->min_p)) : N_BINS - 1;
+        n = gather(c, s->work, V, inv_t, mx, last);
+        best_first(c, n); /* the reference for min-p and the draw */
     }
-    if (o->top_p < 1.0f) n = top_p_prefix(c, n, o->top_p);
-    const float mx = c[0].logit;
     if (o->min_p > 0.0f) {
         const float floor_l = mx + logf(o->min_p);
         int m = 0;

@@ -201,6 +201,69 @@ TEST(partial_top_k_matches_full_sort) {
     free(b);
 }
 
+/* A Gemma-sized vocabulary (262144) with a realistic spread: the binned selection (top-k / top-p /
+ * min-p without sorting everything) must draw only from the set a full double-precision sort
+ * defines, and the best token as often as its exact probability says. */
+static int cmp_logit_desc(const void *pa, const void *pb) {
+    const float a = *(const float *)pa, b = *(const float *)pb;
+    return (a < b) - (a > b);
+}
+
+TEST(large_vocab_matches_full_sort) {
+    enum { V = 262144, DRAWS = 400 };
+    gm_sampler big;
+    gm_error err = {0};
+    CHECK_OK(gm_sampler_init(&big, V, &err), &err);
+    float *l = malloc(sizeof(float) * V), *sorted = malloc(sizeof(float) * V);
+    unsigned r = 99;
+    for (int i = 0; i < V; i++) { /* a few strong tokens over a broad tail */
+        r = r * 1664525u + 1013904223u;
+        const float u = (float)((r >> 8) * (1.0 / 16777216.0));
+        l[i] = 8.0f * u * u * u * u + (i % 997 == 0 ? 6.0f : 0.0f) - (i % 5 == 0 ? INFINITY : 0.0f);
+    }
+    l[12345] = NAN;
+    struct { float temp, top_p, min_p; int top_k; } cfg[] = {
+        {1.0f, 0.9f, 0.0f, 0}, {0.7f, 0.95f, 0.05f, 0}, {1.0f, 1.0f, 0.1f, 0}, {1.3f, 0.8f, 0.0f, 40}, {1.0f, 1.0f, 0.0f, 64}};
+    for (size_t k = 0; k < sizeof cfg / sizeof *cfg; k++) {
+        const float inv_t = 1.0f / cfg[k].temp;
+        int n = 0;
+        for (int i = 0; i < V; i++)
+            if (!isnan(l[i]) && l[i] != -INFINITY) sorted[n++] = l[i] * inv_t;
+        qsort(sorted, n, sizeof *sorted, cmp_logit_desc);
+        const float mx = sorted[0];
+        int m = cfg[k].top_k > 0 && cfg[k].top_k < n ? cfg[k].top_k : n;
+        double z = 0, cum = 0;
+        for (int i = 0; i < m; i++) z += exp((double)sorted[i] - mx);
+        if (cfg[k].top_p < 1.0f) {
+            int j = 0;
+            while (j < m && (cum += exp((double)sorted[j] - mx)) < cfg[k].top_p * z) j++;
+            m = j + 1 < m ? j + 1 : m;
+        }
+        if (cfg[k].min_p > 0.0f)
+            while (m > 1 && sorted[m - 1] < mx + logf(cfg[k].min_p)) m--;
+        const float floor_l = sorted[m - 1]; /* the weakest logit allowed */
+        double zk = 0;
+        for (int i = 0; i < m; i++) zk += exp((double)sorted[i] - mx);
+        gm_sampling o = gm_sampling_default();
+        o.temperature = cfg[k].temp, o.top_p = cfg[k].top_p, o.min_p = cfg[k].min_p, o.top_k = cfg[k].top_k;
+        gm_sampler_seed(&big, 5 + k);
+        int outside = 0, best_hits = 0;
+        for (int d = 0; d < DRAWS; d++) {
+            int32_t t = -1;
+            CHECK_OK(gm_sampler_sample(&big, &o, l, NULL, 0, &t, &err), &err);
+            if (t < 0 || isnan(l[t]) || l[t] * inv_t < floor_l) outside++;
+            if (t >= 0 && l[t] * inv_t == mx) best_hits++;
+        }
+        const double p_best = 1.0 / zk; /* the best token's exact probability (it is unique here) */
+        CHECK_MSG(outside == 0, "config %zu: %d draws outside the full-sort set of %d", k, outside, m);
+        CHECK_MSG(fabs((double)best_hits / DRAWS - p_best) < 4 * sqrt(p_best * (1 - p_best) / DRAWS) + 1e-3,
+                  "config %zu: best drawn %.4f, exact %.4f (set of %d)", k, (double)best_hits / DRAWS, p_best, m);
+    }
+    free(l);
+    free(sorted);
+    gm_sampler_free(&big);
+}
+
 int main(void) {
     gm_error err = {0};
     if (gm_sampler_init(&S, 16, &err) != GM_OK) {
@@ -213,6 +276,7 @@ int main(void) {
     RUN(distributions);
     RUN(seeding);
     RUN(partial_top_k_matches_full_sort);
+    RUN(large_vocab_matches_full_sort);
     gm_sampler_free(&S);
     return test_summary();
 }
