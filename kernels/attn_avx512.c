@@ -58,7 +58,8 @@ static void scores_block(float *scores, const float *q, int G, const float *k, s
 }
 
 /* out[g] = sum_j p[g, j] v_j over a 64-float slice at a time: 16 accumulators stay in registers */
-static void values_block(float *out, const float *p, int G, const float *v, size_t kv_stride, int n_keys, int hd) {
+static void values_block(float *out, size_t ostride, const float *p, int G, const float *v, size_t kv_stride,
+                         int n_keys, int hd) {
     const float *p0 = p, *p1 = p + (size_t)(G > 1 ? 1 : 0) * n_keys, *p2 = p + (size_t)(G > 2 ? 2 : G - 1) * n_keys,
                 *p3 = p + (size_t)(G > 3 ? 3 : G - 1) * n_keys;
     for (int c = 0; c < hd; c += 64) {
@@ -79,7 +80,7 @@ static void values_block(float *out, const float *p, int G, const float *v, size
             }
         }
         for (int g = 0; g < G; g++)
-            for (int u = 0; u < 4; u++) _mm512_storeu_ps(out + (size_t)g * hd + c + 16 * u, o[g][u]);
+            for (int u = 0; u < 4; u++) _mm512_storeu_ps(out + (size_t)g * ostride + c + 16 * u, o[g][u]);
     }
 }
 
@@ -158,7 +159,33 @@ void gm_attend_group_avx512(float *out, const float *q, int G, const float *k, c
             for (int j = bias_from < 0 ? 0 : bias_from; j < n_keys; j++) s[j] += bias[j - bias_from];
         softmax512(s, n_keys);
     }
-    values_block(out, scores, G, v, kv_stride, n_keys, hd);
+    values_block(out, (size_t)hd, scores, G, v, kv_stride, n_keys, hd);
+}
+
+/* gm_attend_group_partial: the same scores and value blocks, without the normalisation */
+void gm_attend_group_partial_avx512(float *part, const float *q, int G, const float *k, const float *v,
+                                    size_t kv_stride, int n_keys, int hd, float softcap, float *scores) {
+    scores_block(scores, q, G, k, kv_stride, n_keys, hd);
+    for (int g = 0; g < G; g++) {
+        float *s = scores + (size_t)g * n_keys;
+        if (softcap > 0.0f) gm_softcap(s, n_keys, softcap);
+        __m512 m = _mm512_set1_ps(-INFINITY);
+        int i = 0;
+        for (; i + 16 <= n_keys; i += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(s + i));
+        float mx = _mm512_reduce_max_ps(m);
+        for (; i < n_keys; i++) mx = s[i] > mx ? s[i] : mx;
+        const __m512 vm = _mm512_set1_ps(mx);
+        __m512 sum = _mm512_setzero_ps();
+        for (i = 0; i < n_keys; i += 16) {
+            const __mmask16 kk = n_keys - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n_keys - i)) - 1);
+            const __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(kk, s + i), vm));
+            _mm512_mask_storeu_ps(s + i, kk, e);
+            sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(kk, e));
+        }
+        part[(size_t)g * (hd + 2) + hd] = mx;
+        part[(size_t)g * (hd + 2) + hd + 1] = _mm512_reduce_add_ps(sum);
+    }
+    values_block(part, (size_t)hd + 2, scores, G, v, kv_stride, n_keys, hd);
 }
 #else
 void gm_rmsnorm_avx512(float *y, const float *x, const float *w, int n, float eps) { gm_rmsnorm(y, x, w, n, eps); }
@@ -169,5 +196,11 @@ void gm_attend_group_avx512(float *out, const float *q, int G, const float *k, c
                             int n_keys, int hd, float softcap, const float *bias, int bias_from, float *scores) {
     (void)out; (void)q; (void)G; (void)k; (void)v; (void)kv_stride; (void)n_keys; (void)hd; (void)softcap;
     (void)bias; (void)bias_from; (void)scores;
+}
+
+void gm_attend_group_partial_avx512(float *part, const float *q, int G, const float *k, const float *v,
+                                    size_t kv_stride, int n_keys, int hd, float softcap, float *scores) {
+    (void)part; (void)q; (void)G; (void)k; (void)v; (void)kv_stride; (void)n_keys; (void)hd; (void)softcap;
+    (void)scores;
 }
 #endif

@@ -145,6 +145,30 @@ void gm_attend_group(float *out, const float *q, int G, const float *k, const fl
     }
 }
 
+void gm_attend_group_partial(float *part, const float *q, int G, const float *k, const float *v, size_t kv_stride,
+                             int n_keys, int hd, float softcap, float *scores) {
+    if (gm_isa_active() >= GM_ISA_AVX512 && gm_attend_group_avx512_fits(G, hd)) {
+        gm_attend_group_partial_avx512(part, q, G, k, v, kv_stride, n_keys, hd, softcap, scores);
+        return;
+    }
+    for (int g = 0; g < G; g++) {
+        float *s = scores + (size_t)g * n_keys, *o = part + (size_t)g * (hd + 2);
+        for (int i = 0; i < n_keys; i++) s[i] = gm_dot_f32(q + (size_t)g * hd, k + (size_t)i * kv_stride, hd);
+        if (softcap > 0.0f) gm_softcap(s, n_keys, softcap);
+        float mx = -INFINITY;
+        for (int i = 0; i < n_keys; i++) mx = s[i] > mx ? s[i] : mx;
+        double sum = 0.0;
+        memset(o, 0, (size_t)hd * sizeof *o);
+        for (int i = 0; i < n_keys; i++) {
+            const float p = expf(s[i] - mx);
+            sum += p;
+            gm_axpy_f32(o, p, v + (size_t)i * kv_stride, hd);
+        }
+        o[hd] = mx;
+        o[hd + 1] = (float)sum;
+    }
+}
+
 void gm_attend(float *out, const float *q, const float *k, const float *v, size_t kv_stride,
                int n_keys, int hd, float softcap, const float *bias, int bias_from, float *scores) {
     gm_attend_group(out, q, 1, k, v, kv_stride, n_keys, hd, softcap, bias, bias_from, scores);

@@ -51,6 +51,13 @@ void gm_attend(float *out, const float *q, const float *k, const float *v, size_
 void gm_attend_group(float *out, const float *q, int G, const float *k, const float *v, size_t kv_stride,
                      int n_keys, int hd, float softcap, const float *bias, int bias_from, float *scores);
 
+/* One chunk of keys of a split decode attention, unnormalised: for each of the G heads,
+ * part[g * (hd + 2) ...] = sum_j exp(s_j - m) v_j (hd floats), then m = max_j s_j, then
+ * sum_j exp(s_j - m); s_j = q_g . k_j (softcapped when softcap > 0). The chunks of a query are merged
+ * exactly by log-sum-exp rescaling (model/forward.c). scores: G x n_keys floats, n_keys >= 1. */
+void gm_attend_group_partial(float *part, const float *q, int G, const float *k, const float *v, size_t kv_stride,
+                             int n_keys, int hd, float softcap, float *scores);
+
 /* Inner loops, scalar or AVX2 (kernels/attn_avx2.c) by gm_isa_active(). */
 float gm_dot_f32(const float *a, const float *b, int n);
 void gm_axpy_f32(float *y, float a, const float *x, int n); /* y += a x */
@@ -60,6 +67,8 @@ float gm_dot_f32_avx2(const float *a, const float *b, int n);
 bool gm_attend_group_avx512_fits(int G, int hd);
 void gm_attend_group_avx512(float *out, const float *q, int G, const float *k, const float *v, size_t kv_stride,
                             int n_keys, int hd, float softcap, const float *bias, int bias_from, float *scores);
+void gm_attend_group_partial_avx512(float *part, const float *q, int G, const float *k, const float *v,
+                                    size_t kv_stride, int n_keys, int hd, float softcap, float *scores);
 void gm_axpy_f32_avx2(float *y, float a, const float *x, int n);
 
 #endif

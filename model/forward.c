@@ -144,24 +144,8 @@ static void split_task(void *ctx, int64_t begin, int64_t end, int thread) {
         const float *k = gm_kv_k(j->cache, j->layer, j->kstart + k0) + (size_t)kvh * hd;
         const float *v = gm_kv_v(j->cache, j->layer, j->kstart + k0) + (size_t)kvh * hd;
         const size_t kvs = (size_t)j->cache->kv_dim;
-        float *part = f->part + (size_t)t * G * (hd + 2);
-        for (int g = 0; g < G; g++) {
-            const float *q = f->q + (size_t)(kvh * G + g) * hd;
-            float *s = scores + (size_t)g * KV_CHUNK, *o = part + (size_t)g * (hd + 2);
-            for (int i = 0; i < nk; i++) s[i] = gm_dot_f32(q, k + (size_t)i * kvs, hd);
-            if (c->attn_softcap > 0.0f) gm_softcap(s, nk, c->attn_softcap);
-            float mx = -INFINITY;
-            for (int i = 0; i < nk; i++) mx = s[i] > mx ? s[i] : mx;
-            double sum = 0.0;
-            memset(o, 0, (size_t)hd * sizeof *o);
-            for (int i = 0; i < nk; i++) {
-                const float p = expf(s[i] - mx);
-                sum += p;
-                gm_axpy_f32(o, p, v + (size_t)i * kvs, hd);
-            }
-            o[hd] = mx;
-            o[hd + 1] = (float)sum;
-        }
+        gm_attend_group_partial(f->part + (size_t)t * G * (hd + 2), f->q + (size_t)kvh * G * hd, G, k, v, kvs, nk, hd,
+                                c->attn_softcap, scores);
     }
 }
 

@@ -143,6 +143,44 @@ TEST(attend_group_split_is_exact) {
     gm_isa_set(top);
 }
 
+/* The unnormalised chunk attention of split decode: o / sum equals the normalised attention, m is
+ * the largest score, and the AVX-512 and scalar versions agree. */
+TEST(attend_group_partial_matches_full) {
+    unsigned s = 11;
+    const int shapes[][3] = {{4, 256, 1}, {4, 256, 17}, {2, 256, 64}, {1, 64, 33}, {3, 128, 50}};
+    const gm_isa top = gm_isa_active();
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        const int G = shapes[c][0], hd = shapes[c][1], nk = shapes[c][2];
+        float *q = malloc(sizeof(float) * G * hd), *k = malloc(sizeof(float) * hd * nk), *v = malloc(sizeof(float) * hd * nk);
+        float *full = malloc(sizeof(float) * G * hd), *part = malloc(sizeof(float) * G * (hd + 2)),
+              *ref = malloc(sizeof(float) * G * (hd + 2)), *sc = malloc(sizeof(float) * G * nk);
+        for (int i = 0; i < G * hd; i++) q[i] = frand(&s) * 0.3f;
+        for (int i = 0; i < hd * nk; i++) k[i] = frand(&s), v[i] = frand(&s);
+        for (int cap = 0; cap < 2; cap++) {
+            const float softcap = cap ? 2.0f : 0.0f;
+            gm_isa_set(GM_ISA_SCALAR);
+            gm_attend_group_partial(ref, q, G, k, v, hd, nk, hd, softcap, sc);
+            gm_isa_set(top);
+            gm_attend_group_partial(part, q, G, k, v, hd, nk, hd, softcap, sc);
+            gm_attend_group(full, q, G, k, v, hd, nk, hd, softcap, NULL, 0, sc);
+            double worst = 0, worst_ref = 0;
+            for (int g = 0; g < G; g++) {
+                const float *o = part + (size_t)g * (hd + 2), *r = ref + (size_t)g * (hd + 2);
+                CHECK_MSG(fabsf(o[hd] - r[hd]) <= 1e-5f * (1 + fabsf(r[hd])), "G %d hd %d keys %d: max %g vs %g", G, hd,
+                          nk, o[hd], r[hd]);
+                CHECK(fabs(o[hd + 1] - r[hd + 1]) <= 1e-5 * r[hd + 1]);
+                for (int i = 0; i < hd; i++) {
+                    worst = fmax(worst, fabs(o[i] / o[hd + 1] - full[(size_t)g * hd + i]));
+                    worst_ref = fmax(worst_ref, fabs(o[i] - r[i]) / r[hd + 1]);
+                }
+            }
+            CHECK_MSG(worst < 2e-5 && worst_ref < 2e-5, "G %d hd %d keys %d cap %d: o/sum vs full %g, vs scalar %g", G,
+                      hd, nk, cap, worst, worst_ref);
+        }
+        free(q), free(k), free(v), free(full), free(part), free(ref), free(sc);
+    }
+}
+
 TEST(rmsnorm_avx512_matches_scalar) {
     if (gm_isa_supported() < GM_ISA_AVX512) return;
     unsigned s = 5;
@@ -169,5 +207,6 @@ int main(void) {
     RUN(geglu_per_element_independent_of_n);
     RUN(attend_group_avx512_matches_reference);
     RUN(attend_group_split_is_exact);
+    RUN(attend_group_partial_matches_full);
     return test_summary();
 }
