@@ -357,39 +357,6 @@ gm_vec_dot_fn gm_avx512_vec_dot(int type) {
 #else
 
 gm_vec_dot_fn gm_avx512_vec_dot(int type) { (void)type; return NULL; }
-/* ---- float weights against the f32 token (gm_avx512_prep copies x, zero padded): 64 elements per
- * step in four chains, the row's tail by masked loads (never past the row's last element). */
-static inline __m256i ld16(const uint16_t *p, __mmask16 m) {
-    return m == 0xFFFF ? _mm256_loadu_si256((const __m256i *)p) : _mm256_maskz_loadu_epi16(m, p);
-}
-static inline __m512 f16x16(const uint16_t *p, __mmask16 m) { return _mm512_cvtph_ps(ld16(p, m)); }
-static inline __m512 bf16x16(const uint16_t *p, __mmask16 m) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(ld16(p, m)), 16));
-}
-static inline __m512 f32x16(const float *p, __mmask16 m) { return m == 0xFFFF ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p); }
-
-#define FLOAT_TOK_DOT(NAME, T, LOAD)                                                                          \
-    static void NAME(int64_t n, float *s, const void *w, const void *tok) {                                   \
-        const T *x = w;                                                                                       \
-        const float *y = tok;                                                                                 \
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                           \
-        int64_t i = 0;                                                                                        \
-        for (; i + 64 <= n; i += 64) {                                                                        \
-            a0 = _mm512_fmadd_ps(LOAD(x + i, 0xFFFF), _mm512_loadu_ps(y + i), a0);                            \
-            a1 = _mm512_fmadd_ps(LOAD(x + i + 16, 0xFFFF), _mm512_loadu_ps(y + i + 16), a1);                  \
-            a2 = _mm512_fmadd_ps(LOAD(x + i + 32, 0xFFFF), _mm512_loadu_ps(y + i + 32), a2);                  \
-            a3 = _mm512_fmadd_ps(LOAD(x + i + 48, 0xFFFF), _mm512_loadu_ps(y + i + 48), a3);                  \
-        }                                                                                                     \
-        for (; i < n; i += 16) {                                                                              \
-            const __mmask16 m = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);                      \
-            a0 = _mm512_fmadd_ps(LOAD(x + i, m), _mm512_loadu_ps(y + i), a0);                                 \
-        }                                                                                                     \
-        *s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));              \
-    }
-FLOAT_TOK_DOT(tok_dot_f16, uint16_t, f16x16)
-FLOAT_TOK_DOT(tok_dot_bf16, uint16_t, bf16x16)
-FLOAT_TOK_DOT(tok_dot_f32, float, f32x16)
-
 gm_vec_dot_fn gm_avx512_tok_dot(int type) { (void)type; return NULL; }
 
 #endif
