@@ -216,25 +216,16 @@ static void unpack_q5_0(const void *w, int64_t n, row_view rv) {
 static void unpack_q5_0x16(const void *w, int64_t n, row_view rv) {
     const uint8_t *p = w;
     const int64_t nb = n / 32, npair = nb / 2;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
-    const __m512i sh = _mm512_set_epi64(0x0004000400040004ll, 0x0004000400040004ll, 0x0004000400040004ll,
-                                        0x0004000400040004ll, 0, 0, 0, 0);
     for (int64_t p0 = 0; p0 < npair; p0 += 8) {
-        const int64_t gp = npair - p0 < 8 ? npair - p0 : 8;
-        const uint16_t *d = (const uint16_t *)p;
-        const uint8_t *qh = p + 4 * gp, *qs = p + 12 * gp;
-        for (int64_t k = 0; k < gp; k++) {
-            const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * k)));
-            const __m512i c = _mm512_and_si512(_mm512_srlv_epi16(q, sh), m4);
-            uint64_t h;
-            memcpy(&h, qh + 8 * k, 8);
-            _mm512_storeu_si512(rv.u + 64 * (p0 + k), _mm512_mask_add_epi8(c, (__mmask64)h, c, b4));
+        const gm_q5_0x16_group G = gm_q5_0x16_group_at(npair, p0);
+        const uint16_t *d = (const uint16_t *)(p + G.d);
+        for (int64_t k = 0; k < G.gp; k++) {
+            _mm512_storeu_si512(rv.u + 64 * (p0 + k), q5_0x16_pair_codes(p + G.qs + 32 * k, p + G.qh + 8 * k));
             put_sw8(rv.sw + 16 * (p0 + k), h2f(d[2 * k]));
             put_sw8(rv.sw + 16 * (p0 + k) + 8, h2f(d[2 * k + 1]));
         }
-        p += 44 * gp;
     }
-    if (nb & 1) unpack_q5_0(p, 32, (row_view){rv.u + 32 * (nb - 1), rv.sw + 8 * (nb - 1), rv.off});
+    if (nb & 1) unpack_q5_0(p + 44 * npair, 32, (row_view){rv.u + 32 * (nb - 1), rv.sw + 8 * (nb - 1), rv.off});
 }
 
 static void unpack_q4_1(const void *w, int64_t n, row_view rv) {

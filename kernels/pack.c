@@ -30,37 +30,35 @@ void gm_pack_q5_0x16_row(const void *src, void *dst, int64_t cols) {
     uint8_t *o = dst;
     const int64_t nb = cols / 32, npair = nb / 2;
     for (int64_t p0 = 0; p0 < npair; p0 += 8) {
-        const int64_t gp = npair - p0 < 8 ? npair - p0 : 8;
+        const gm_q5_0x16_group G = gm_q5_0x16_group_at(npair, p0);
         const gm_block_q5_0 *g = b + 2 * p0;
-        for (int64_t i = 0; i < 2 * gp; i++) memcpy(o + 2 * i, &g[i].d, 2);
-        o += 4 * gp;
-        for (int64_t i = 0; i < 2 * gp; i++) memcpy(o + 4 * i, g[i].qh, 4);
-        o += 8 * gp;
-        for (int64_t k = 0; k < gp; k++) pack_pair(g[2 * k].qs, g[2 * k + 1].qs, o + 32 * k);
-        o += 32 * gp;
+        for (int64_t i = 0; i < 2 * G.gp; i++) {
+            memcpy(o + G.d + 2 * i, &g[i].d, 2);
+            memcpy(o + G.qh + 4 * i, g[i].qh, 4);
+        }
+        for (int64_t k = 0; k < G.gp; k++) pack_pair(g[2 * k].qs, g[2 * k + 1].qs, o + G.qs + 32 * k);
     }
-    if (nb & 1) memcpy(o, &b[nb - 1], sizeof(gm_block_q5_0));
+    if (nb & 1) memcpy(o + 44 * npair, &b[nb - 1], sizeof(gm_block_q5_0));
 }
 
+/* The inverse of gm_pack_q5_0x16_row, field by field (tests check the round trip). */
 void gm_unpack_q5_0x16_row(const void *src, void *dst, int64_t cols) {
     const uint8_t *in = src;
     gm_block_q5_0 *b = dst;
     const int64_t nb = cols / 32, npair = nb / 2;
     for (int64_t p0 = 0; p0 < npair; p0 += 8) {
-        const int64_t gp = npair - p0 < 8 ? npair - p0 : 8;
+        const gm_q5_0x16_group G = gm_q5_0x16_group_at(npair, p0);
         gm_block_q5_0 *g = b + 2 * p0;
-        for (int64_t i = 0; i < 2 * gp; i++) memcpy(&g[i].d, in + 2 * i, 2);
-        in += 4 * gp;
-        for (int64_t i = 0; i < 2 * gp; i++) memcpy(g[i].qh, in + 4 * i, 4);
-        in += 8 * gp;
-        for (int64_t k = 0; k < gp; k++)
+        for (int64_t i = 0; i < 2 * G.gp; i++) {
+            memcpy(&g[i].d, in + G.d + 2 * i, 2);
+            memcpy(g[i].qh, in + G.qh + 4 * i, 4);
+        }
+        for (int64_t k = 0; k < G.gp; k++) {
+            const uint8_t *q = in + G.qs + 32 * k; /* b0 in the low nibbles, b1 in the high */
             for (int h = 0; h < 2; h++)
-                for (int j = 0; j < 16; j++) {
-                    const uint8_t lo = in[32 * k + j], hi = in[32 * k + j + 16];
-                    const int s = 4 * h; /* b0 in the low nibbles, b1 in the high */
-                    g[2 * k + h].qs[j] = (uint8_t)(((lo >> s) & 15) | ((hi >> s) & 15) << 4);
-                }
-        in += 32 * gp;
+                for (int j = 0; j < 16; j++)
+                    g[2 * k + h].qs[j] = (uint8_t)(((q[j] >> (4 * h)) & 15) | ((q[j + 16] >> (4 * h)) & 15) << 4);
+        }
     }
-    if (nb & 1) memcpy(&b[nb - 1], in, sizeof(gm_block_q5_0));
+    if (nb & 1) memcpy(&b[nb - 1], in + 44 * npair, sizeof(gm_block_q5_0));
 }

@@ -28,6 +28,19 @@
 #define GM_KTYPE_Q5_0X16 (0x100 | GM_TYPE_Q5_0)
 static inline int gm_ktype_file_type(int kt) { return kt & 0xff; }
 
+/* Byte offsets, within a packed row, of the group that starts at block pair p0 (a multiple of 8) of
+ * a row with npair pairs; an odd row's last block sits at byte 44 * npair. */
+typedef struct {
+    int64_t gp;       /* pairs in the group (8, or fewer in the last) */
+    size_t d, qh, qs; /* its scales, fifth bits and packed nibbles */
+} gm_q5_0x16_group;
+
+static inline gm_q5_0x16_group gm_q5_0x16_group_at(int64_t npair, int64_t p0) {
+    const int64_t gp = npair - p0 < 8 ? npair - p0 : 8;
+    const size_t base = (size_t)(44 * p0);
+    return (gm_q5_0x16_group){gp, base, base + (size_t)(4 * gp), base + (size_t)(12 * gp)};
+}
+
 /* Rearranges one Q5_0 row of `cols` (a multiple of 32) elements; src and dst must not overlap. */
 void gm_pack_q5_0x16_row(const void *src, void *dst, int64_t cols);
 /* The inverse: back to the GGUF block layout (tests, and any reader that wants file bytes). */

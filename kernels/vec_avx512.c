@@ -201,36 +201,27 @@ static void tok_dot_q5_0x16(int64_t n, float *s, const void *w, const void *tok)
     const float *sab = (const float *)((const char *)tok + gm_avx512_qtok_bytes(n));
     const uint8_t *p = w;
     const int64_t nb = n / 32, npair = nb / 2;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
-    const __m512i sh = _mm512_set_epi64(0x0004000400040004ll, 0x0004000400040004ll, 0x0004000400040004ll,
-                                        0x0004000400040004ll, 0, 0, 0, 0);
     const __m512i pick0 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), two = _mm512_set1_epi32(2);
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     for (int64_t p0 = 0; p0 < npair; p0 += 8) {
-        const int64_t gp = npair - p0 < 8 ? npair - p0 : 8;
-        const __mmask16 m = (__mmask16)((1u << (2 * gp)) - 1);
-        const __m512 d = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+        const gm_q5_0x16_group G = gm_q5_0x16_group_at(npair, p0);
+        const __mmask16 m = (__mmask16)((1u << (2 * G.gp)) - 1);
+        const __m512 d = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p + G.d));
         const __m512 ds = _mm512_mul_ps(d, _mm512_maskz_loadu_ps(m, sab + 2 * p0));
-        const uint8_t *qh = p + 4 * gp, *qs = p + 12 * gp;
         __m512i pick = pick0;
-        for (int64_t k = 0; k < gp; k++) {
+        for (int64_t k = 0; k < G.gp; k++) {
             const int64_t b = 2 * (p0 + k);
-            const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * k)));
-            const __m512i c = _mm512_and_si512(_mm512_srlv_epi16(q, sh), m4);
-            uint64_t h;
-            memcpy(&h, qh + 8 * k, 8);
-            const __m512i u = _mm512_mask_add_epi8(c, (__mmask64)h, c, b4);
+            const __m512i u = q5_0x16_pair_codes(p + G.qs + 32 * k, p + G.qh + 8 * k);
             const __m512i pd = _mm512_dpbusd_epi32(_mm512_loadu_si512(t.init + 8 * b), u, _mm512_loadu_si512(t.a + 32 * b));
             const __m512 sc = _mm512_permutexvar_ps(pick, ds);
             pick = _mm512_add_epi32(pick, two);
             if (b & 2) acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pd), sc, acc1);
             else acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pd), sc, acc0);
         }
-        p += 44 * gp;
     }
     if (nb & 1) { /* the last block, in file layout, alone in the low half (as tok_dot_q5_0) */
         const int64_t b = nb - 1;
-        const gm_block_q5_0 *x = (const gm_block_q5_0 *)p;
+        const gm_block_q5_0 *x = (const gm_block_q5_0 *)(p + 44 * npair);
         uint32_t qh;
         memcpy(&qh, x->qh, 4);
         const __m256i v = nibbles(x->qs);

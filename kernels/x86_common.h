@@ -6,6 +6,7 @@
 
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 
 static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -23,5 +24,20 @@ static inline __m256i nibbles(const uint8_t *qs) {
     const __m128i m = _mm_set1_epi8(0x0F);
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
 }
+
+#if defined(__AVX512BW__)
+/* Q5_0x16 (kernels/pack.h): the 64 codes (0..31) of one block pair from its 32 packed nibble bytes
+ * and its 8 fifth-bit bytes: the bytes in both halves, the upper half shifted down 4, masked, and
+ * 16 added where the fifth bit is set. */
+static inline __m512i q5_0x16_pair_codes(const uint8_t *qs, const uint8_t *qh) {
+    const __m512i sh = _mm512_set_epi64(0x0004000400040004ll, 0x0004000400040004ll, 0x0004000400040004ll,
+                                        0x0004000400040004ll, 0, 0, 0, 0);
+    const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qs));
+    const __m512i c = _mm512_and_si512(_mm512_srlv_epi16(q, sh), _mm512_set1_epi8(0x0F));
+    uint64_t h;
+    memcpy(&h, qh, 8);
+    return _mm512_mask_add_epi8(c, (__mmask64)h, c, _mm512_set1_epi8(0x10));
+}
+#endif
 
 #endif
