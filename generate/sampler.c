@@ -235,25 +235,22 @@ static void best_first(gm_cand *c, int n) {
     swap_c(&c[0], &c[b]);
 }
 
-/* c[0..) = the finite candidates whose bin is <= last, in id order; returns their count */
-static int gather(gm_cand *c, const float *work, int V, float inv_t, float mx, int last) {
+/* The helpers below read the scaled logits l (logit / temperature; -inf for a logit that was -inf
+ * or NaN, which is never a candidate) and mx, the largest of them. */
+
+/* c[0..) = the candidates whose bin is <= last, in id order; returns their count */
+static int gather(gm_cand *c, const float *l, int V, float mx, int last) {
     int n = 0;
-    for (int i = 0; i < V; i++) {
-        const float v = work[i];
-        if (isnan(v) || v == -INFINITY) continue;
-        const float l = v * inv_t;
-        if (last >= N_BINS - 1 || bin_of(mx - l) <= last) c[n++] = (gm_cand){l, i};
-    }
+    for (int i = 0; i < V; i++)
+        if (l[i] != -INFINITY && (last >= N_BINS - 1 || bin_of(mx - l[i]) <= last)) c[n++] = (gm_cand){l[i], i};
     return n;
 }
 
 /* The bin holding the k-th best candidate (counting ties and the whole bin). */
-static int top_k_bin(const float *work, int V, float inv_t, float mx, int k) {
+static int top_k_bin(const float *l, int V, float mx, int k) {
     int count[N_BINS] = {0};
-    for (int i = 0; i < V; i++) {
-        const float v = work[i];
-        if (!isnan(v) && v != -INFINITY) count[bin_of(mx - v * inv_t)]++;
-    }
+    for (int i = 0; i < V; i++)
+        if (l[i] != -INFINITY) count[bin_of(mx - l[i])]++;
     int cum = 0;
     for (int b = 0; b < N_BINS; b++)
         if ((cum += count[b]) >= k) return b;
@@ -264,15 +261,13 @@ static int top_k_bin(const float *work, int V, float inv_t, float mx, int k) {
  * e^-(b/16) e^-r with r < 1/16 by a degree-4 polynomial (relative error < 1e-8); the last bin
  * (64 units and more below the best) counts as 0. Returns the bin where the weight from the top
  * reaches top_p of the total. */
-static int top_p_bin(const float *work, int V, float inv_t, float mx, float top_p, double *z_out) {
+static int top_p_bin(const float *l, int V, float mx, float top_p, double *z_out) {
     static const double w = 1.0 / BIN_PER_UNIT;
     double mass[N_BINS] = {0};
     for (int i = 0; i < V; i++) {
-        const float v = work[i];
-        if (isnan(v) || v == -INFINITY) continue;
-        const float d = mx - v * inv_t;
+        const float d = mx - l[i];
         const int b = bin_of(d);
-        if (b == N_BINS - 1) continue;
+        if (b == N_BINS - 1) continue; /* far below the best, or -inf */
         const double r = (double)d - b * w;
         mass[b] += 1.0 + r * (-1.0 + r * (0.5 + r * (-1.0 / 6 + r * (1.0 / 24))));
     }
@@ -288,8 +283,8 @@ static int top_p_bin(const float *work, int V, float inv_t, float mx, float top_
 
 /* Keeps the smallest sorted prefix whose probability mass reaches top_p of the n candidates,
  * growing the sorted prefix geometrically so a flat distribution never forces a full sort up
- * front. c[0] must be the best. With `partial`, c holds only the best candidates of a larger set
- * whose total weight is z_all (> 0): the mass is measured against that. */
+ * front. c[0] must be the best. With z_all > 0, c holds only the best candidates of a larger set
+ * whose total weight is z_all: the mass is measured against that. */
 static int top_p_prefix(gm_cand *c, int n, float top_p, double z_all) {
     const float mx = c[0].logit;
     double z = z_all;
@@ -327,19 +322,22 @@ gm_status gm_sampler_sample(gm_sampler *s, const gm_sampling *o, const float *lo
         return GM_OK;
     }
     const float inv_t = 1.0f / o->temperature;
-    float mx = -INFINITY; /* the best scaled logit (the smallest id among equals) */
+    float *l = s->work, mx = -INFINITY; /* l: scaled in place once; mx: the best */
     int n_fin = 0;
     for (int i = 0; i < V; i++) {
-        const float v = s->work[i];
-        if (isnan(v) || v == -INFINITY) continue;
+        if (isnan(l[i]) || l[i] == -INFINITY) {
+            l[i] = -INFINITY;
+            continue;
+        }
         n_fin++;
-        if (v * inv_t > mx) mx = v * inv_t;
+        l[i] *= inv_t;
+        if (l[i] > mx) mx = l[i];
     }
     if (n_fin == 0) return gm_fail(err, GM_ERR_ARG, "sampling: every logit is -inf or NaN");
     gm_cand *c = s->cand;
     int n;
     if (o->top_k > 0 && o->top_k < n_fin) {
-        n = gather(c, s->work, V, inv_t, mx, top_k_bin(s->work, V, inv_t, mx, o->top_k));
+        n = gather(c, l, V, mx, top_k_bin(l, V, mx, o->top_k));
         gm_cand_top_k(c, n, o->top_k);
         n = o->top_k;
         if (o->top_p < 1.0f) n = top_p_prefix(c, n, o->top_p, 0.0);
@@ -347,14 +345,14 @@ gm_status gm_sampler_sample(gm_sampler *s, const gm_sampling *o, const float *lo
         /* gather down to the bin where the mass reaches top_p (one bin more as a margin for the
          * binned sum), then find the exact prefix among them; the whole set if that falls short */
         double z_all = 0.0;
-        const int b = top_p_bin(s->work, V, inv_t, mx, o->top_p, &z_all);
-        n = gather(c, s->work, V, inv_t, mx, b + 1 < N_BINS - 1 ? b + 1 : N_BINS - 1);
+        const int b = top_p_bin(l, V, mx, o->top_p, &z_all);
+        n = gather(c, l, V, mx, b + 1 < N_BINS - 1 ? b + 1 : N_BINS - 1);
         best_first(c, n);
         n = top_p_prefix(c, n, o->top_p, z_all);
     } else {
         /* min-p alone keeps logits >= best + log(min_p): gather no further than that bin */
         const int last = o->min_p > 0.0f ? bin_of(-logf(o->min_p)) : N_BINS - 1;
-        n = gather(c, s->work, V, inv_t, mx, last);
+        n = gather(c, l, V, mx, last);
         best_first(c, n); /* the reference for min-p and the draw */
     }
     if (o->min_p > 0.0f) {
