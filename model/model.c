@@ -189,6 +189,10 @@ static void *pack_mats(void *arg) {
     return NULL;
 }
 
+static size_t packed_span(const gm_matrix *w) { /* bytes of w's copy, 64-byte aligned after it */
+    return (gm_row_bytes(w->type, w->cols) * (size_t)w->rows + 63) / 64 * 64;
+}
+
 static gm_status pack_weights(gm_model *m, gm_error *err) {
     const char *env = getenv("GEMMA_REPACK");
     if (!env || strcmp(env, "1") != 0 || gm_isa_active() < GM_ISA_AVX512) return GM_OK;
@@ -203,7 +207,7 @@ static gm_status pack_weights(gm_model *m, gm_error *err) {
         for (int i = 0; i < per_layer; i++)
             if (w[i]->type == GM_TYPE_Q5_0) {
                 mats[n++] = w[i];
-                total += (gm_row_bytes(w[i]->type, w[i]->cols) * w[i]->rows + 63) / 64 * 64;
+                total += packed_span(w[i]);
             }
     }
     /* MAP_POPULATE: the pages are faulted in one call, not one fault per 4 KiB while packing */
@@ -218,7 +222,7 @@ static gm_status pack_weights(gm_model *m, gm_error *err) {
     for (int i = 0; i < n; i++) {
         mats[i]->packed_type = GM_KTYPE_Q5_0X16;
         mats[i]->packed = p;
-        p += (gm_row_bytes(mats[i]->type, mats[i]->cols) * mats[i]->rows + 63) / 64 * 64;
+        p += packed_span(mats[i]);
     }
     /* two halves, one on a helper thread (the copy is memory bound) */
     pack_job a = {mats, n / 2}, b = {mats + n / 2, n - n / 2};

@@ -14,5 +14,5 @@ print('model:', assemble('$out'))"
 # Drop the freshly written file from the page cache: written pages sit there in small folios, and
 # a file is mapped with 2 MiB pages only when the cache holds it in 2 MiB folios. The first run
 # then reads it back through gemma's MADV_HUGEPAGE mapping; decode is ~25% faster that way
-# (docs/performance.md, "Huge pages").
+# (docs/performance.md, machine 2, "2 MiB pages for the weights").
 dd if="$out" iflag=nocache count=0 status=none 2>/dev/null || true
