@@ -67,10 +67,10 @@ static void avx512_prep_task(void *ctx, int64_t t0, int64_t t1, int thread) {
         gm_avx512_prep(j->W->type, j->x + t * j->W->cols, j->W->cols, (char *)j->act + (size_t)t * j->tok_bytes);
 }
 
-/* Decode row chunks: one contiguous slice per thread for the layer matrices (<= 8192 rows: each
- * thread streams one long range instead of restarting its prefetch streams on every claim; faster
- * than ~8 claimed chunks per thread, see docs/performance.md), at most 1024 rows for the LM head
- * (0.7 MB of Q8_0: the thread finishing last waits ~50 us, not a 22 MB chunk). */
+/* Decode row chunks where decode_rows (below) does not split by owned slices: at most 1024 rows
+ * for the LM head (0.7 MB of Q8_0: the thread finishing last waits ~50 us, not a 22 MB chunk);
+ * for layer matrices with more than STEAL_MAX_OWNERS threads, one contiguous slice per thread
+ * (one long stream each instead of restarting the prefetch streams on every claim). */
 static int64_t decode_chunk(const gm_pool *pool, int64_t rows) {
     const int64_t per = (rows <= 8192 ? 1 : 8) * (int64_t)gm_pool_size(pool);
     int64_t c = (rows + per - 1) / per;
