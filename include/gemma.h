@@ -102,7 +102,25 @@ typedef struct gm_config {
     int bos_id, eos_id, eot_id, pad_id; /* eot = <end_of_turn>, -1 if absent */
 } gm_config;
 
+/* Per-layer facts. Gemma 1/2/3 fill every layer alike (the window and RoPE by the sliding pattern);
+ * Gemma 3n/4 differ per layer (head sizes, KV heads, FFN width, partial RoPE, KV shared between
+ * layers). The forward pass, the KV cache and the scratch sizes read these, never the global
+ * fields above, which stay as the file's nominal values. */
+typedef struct gm_layer_config {
+    int head_dim;      /* query, key and value head size */
+    int n_heads;       /* query heads */
+    int n_kv_heads;    /* key/value heads (n_heads is a multiple) */
+    int d_ff;          /* feed-forward width */
+    int window;        /* sliding window in positions; 0 = full (global) attention */
+    float rope_base;
+    float rope_scale;  /* linear scaling: positions are divided by it (1 = none) */
+    int rope_dims;     /* leading dims of a head that RoPE rotates (even, <= head_dim) */
+    int kv_source;     /* the layer whose keys/values this layer attends over (itself unless shared) */
+} gm_layer_config;
+
 gm_status gm_model_open(const char *path, const gm_model_options *opt, gm_model **out, gm_error *err);
+/* Layer il's facts (NULL when il is out of range). */
+const gm_layer_config *gm_model_layer(const gm_model *m, int il);
 void gm_model_free(gm_model *m);
 const gm_config *gm_model_config(const gm_model *m);
 /* Prints a human (json=false) or machine (json=true) description: architecture, config,
@@ -229,6 +247,112 @@ typedef struct gm_sampling {
 gm_sampling gm_sampling_default(void);
 gm_status gm_sampling_validate(const gm_sampling *s, gm_error *err);
 
+/* ------------------------------------------------------------------ engine and sequences */
+
+/* An engine owns what every sequence shares: the model (read-only; several engines may share one),
+ * the backend (CPU today), one thread pool, the forward pass's scratch, and the KV block pool.
+ * A sequence owns a token history, its table of KV blocks, and its sampler state and RNG.
+ *
+ * KV cache. Keys and values live in blocks of GM_KV_BLOCK positions drawn from one pool with a byte
+ * budget (kv_mem). Blocks are refcounted: a fork shares every block, and a block is copied before a
+ * sequence writes into it while another sequence (or the prefix index) still holds it. Full blocks
+ * computed from token ids are entered in a prefix index (a chain of hashes of their token ids), so a
+ * sequence whose history starts with the same tokens adopts them instead of recomputing. Layers with
+ * a sliding window keep their blocks apart from full-attention layers: a sequence holds only the
+ * sliding blocks its window (plus one block for rollback) still needs; older ones go back to the pool,
+ * where they stay reusable by the prefix index until evicted. Reuse is therefore exact for prefixes
+ * of any length, past the window too. Blocks no sequence holds are evicted least recently used first
+ * when the pool is full; when the live sequences alone need more than the budget, the call fails with
+ * GM_ERR_NOMEM and a message (nothing is truncated). Positions computed from caller embeddings or
+ * under an attention bias are never entered in the index.
+ *
+ * Results. A row's logits do not depend on the other rows of a forward call, on how a history is split
+ * into calls, or on the number of threads: a sequence evaluated alone, in a batch with others, one
+ * token at a time or in chunks gives the same bits.
+ *
+ * Threads. An engine and all its sequences are used from one thread at a time (a scheduler thread);
+ * the engine runs its own pool inside each call. Different engines are independent. */
+typedef struct gm_engine gm_engine;
+typedef struct gm_seq gm_seq;
+
+enum { GM_KV_BLOCK = 64 }; /* positions per KV block (also the attention chunk) */
+#define GM_DEFAULT_MAX_CTX 8192
+
+typedef enum gm_kv_dtype {
+    GM_KV_DTYPE_F32 = 0,
+    GM_KV_DTYPE_F16 = 1,
+} gm_kv_dtype;
+
+typedef struct gm_engine_options {
+    int n_threads;       /* <= 0: physical cores */
+    int n_ctx;           /* positions per sequence; 0: the model's context_length capped at GM_DEFAULT_MAX_CTX */
+    int n_batch;         /* rows per forward chunk (scratch size); 0: 512 */
+    size_t kv_mem;       /* KV pool budget in bytes; 0: enough for one sequence of n_ctx positions */
+    gm_kv_dtype kv_type; /* storage of keys and values */
+    bool no_prefix_cache; /* do not index computed blocks for reuse across sequences */
+} gm_engine_options;
+
+gm_status gm_engine_new(const gm_model *m, const gm_engine_options *opt, gm_engine **out, gm_error *err);
+/* Frees the engine; its sequences must be freed first (GM_ERR_STATE otherwise: nothing is freed). */
+gm_status gm_engine_free(gm_engine *e);
+const gm_model *gm_engine_model(const gm_engine *e);
+int gm_engine_n_ctx(const gm_engine *e);
+
+/* KV pool figures: blocks in use by sequences, blocks held only by the prefix index (evictable), blocks
+ * that still fit the budget, bytes per block of each kind, positions served from the index so far. */
+typedef struct gm_kv_stats {
+    int64_t blocks_live, blocks_cached, blocks_free;
+    size_t bytes_used, bytes_budget;
+    size_t bytes_per_token;  /* keys + values of every layer for one position (no sharing, no window) */
+    int64_t reused_positions; /* positions adopted from the prefix index since the engine was made */
+    int64_t evictions;
+} gm_kv_stats;
+void gm_engine_kv_stats(const gm_engine *e, gm_kv_stats *out);
+
+gm_status gm_seq_new(gm_engine *e, gm_seq **out, gm_error *err);
+void gm_seq_free(gm_seq *s);
+/* A new sequence with s's history and KV (shared blocks, copied on write), sampler state and RNG. */
+gm_status gm_seq_fork(const gm_seq *s, gm_seq **out, gm_error *err);
+/* Keeps the first n positions of the history (and their KV): rollback without recomputing or
+ * touching the RNG. n > length: GM_ERR_ARG. */
+gm_status gm_seq_truncate(gm_seq *s, int n, gm_error *err);
+/* Appends ids to the history (no compute). Past n_ctx: GM_ERR_CONTEXT. */
+gm_status gm_seq_append(gm_seq *s, const int32_t *ids, int n, gm_error *err);
+const int32_t *gm_seq_tokens(const gm_seq *s, int *n);
+int gm_seq_length(const gm_seq *s);
+/* Positions whose keys and values are in the cache. */
+int gm_seq_n_computed(const gm_seq *s);
+/* Positions of this sequence taken from the prefix index instead of computed (since creation). */
+int gm_seq_n_reused(const gm_seq *s);
+/* The logits after the last position, valid after an evaluation that reached the end of the history
+ * (NULL otherwise); n_vocab floats owned by the sequence until its next change. */
+const float *gm_seq_logits(const gm_seq *s);
+
+/* Computes what the histories of seqs[0..n) lack, all of them in shared forward calls of at most
+ * n_batch rows (prompt chunks and single decode tokens together), and leaves each sequence's last
+ * logits in gm_seq_logits. Sequences with nothing pending keep their logits (a sequence whose whole
+ * history is cached but has no logits recomputes its last position). Sequences must be distinct and
+ * belong to e. */
+gm_status gm_engine_eval(gm_engine *e, gm_seq *const *seqs, int n, gm_error *err);
+
+/* One forward call over explicit rows. Rows of one sequence must be its next positions in order
+ * (pos == gm_seq_n_computed before the call, then +1 ...); a row at pos == length appends token to the
+ * history, a row inside the history must carry the token already there. Rows with logits = true get
+ * their logits in `logits`, one n_vocab row each, in row order (logits may be NULL when no row asks). */
+typedef struct gm_row {
+    gm_seq *seq;
+    int32_t token;
+    int pos;
+    bool logits;
+} gm_row;
+gm_status gm_engine_forward(gm_engine *e, const gm_row *rows, int n, float *logits, gm_error *err);
+
+/* Samples one token from s's logits with s's sampler (seeded from opt->seed on first use or when the
+ * seed changes; truncation keeps the stream) and appends it. */
+gm_status gm_seq_sample(gm_seq *s, const gm_sampling *opt, int32_t *tok, gm_error *err);
+
+/* ------------------------------------------------------------------ generator (one engine + one sequence) */
+
 typedef struct gm_generator gm_generator;
 
 typedef struct gm_generator_options {
@@ -236,20 +360,24 @@ typedef struct gm_generator_options {
     int n_ctx;        /* 0: the model's context_length, capped at GM_DEFAULT_MAX_CTX */
     int n_batch;      /* prefill chunk (positions per batched pass); 0: 512 */
     bool ignore_stop; /* generate*: do not stop at <eos> / <end_of_turn> */
-    bool kv_full;     /* allocate the whole KV cache up front instead of growing it in buckets */
+    bool kv_full;     /* reserve the KV budget's blocks up front instead of on demand */
+    size_t kv_mem;    /* KV pool budget in bytes; 0: the engine's default */
+    gm_kv_dtype kv_type;
 } gm_generator_options;
 
-#define GM_DEFAULT_MAX_CTX 8192
 
 /* The generator keeps a token history and a KV cache. Invariant after a cached step: the cache holds
  * every token of the history but the last sampled one, which is the input of the next decode.
  * Pointers returned (logits, tokens, taps) stay valid until the next call on the generator.
  * One thread at a time per generator; several generators may share one model (read-only). */
-gm_status gm_generator_new(gm_model *m, const gm_generator_options *opt, gm_generator **out, gm_error *err);
+gm_status gm_generator_new(const gm_model *m, const gm_generator_options *opt, gm_generator **out, gm_error *err);
 void gm_generator_free(gm_generator *g);
 void gm_generator_reset(gm_generator *g);          /* empty history and cache */
 const gm_config *gm_generator_config(const gm_generator *g);
-gm_model *gm_generator_model(const gm_generator *g);
+const gm_model *gm_generator_model(const gm_generator *g);
+/* The engine and sequence underneath (owned by the generator). */
+gm_engine *gm_generator_engine(const gm_generator *g);
+gm_seq *gm_generator_seq(const gm_generator *g);
 int gm_generator_n_ctx(const gm_generator *g);
 const int32_t *gm_generator_tokens(const gm_generator *g, int *n);
 /* Positions of the history whose keys/values are in the cache (what the next cached call skips). */

@@ -173,3 +173,48 @@ void gm_attend(float *out, const float *q, const float *k, const float *v, size_
                int n_keys, int hd, float softcap, const float *bias, int bias_from, float *scores) {
     gm_attend_group(out, q, 1, k, v, kv_stride, n_keys, hd, softcap, bias, bias_from, scores);
 }
+
+/* TEMPORARY: see ops.h */
+#include "quant/quant.h"
+size_t gm_kv_type_size(gm_kv_type t) { return t == GM_KV_F16 ? 2 : 4; }
+void gm_kv_store(void *dst, gm_kv_type t, const float *src, int n) {
+    if (t == GM_KV_F32) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+    uint16_t *h = dst;
+    for (int i = 0; i < n; i++) h[i] = gm_fp32_to_fp16(src[i]);
+}
+static float kv_at(const void *p, gm_kv_type t, size_t i) {
+    return t == GM_KV_F16 ? gm_fp16_to_fp32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+void gm_attend_partial(float *part, const float *q, int G, const void *k, const void *v, gm_kv_type kt,
+                       size_t kv_stride, int n_keys, int hd, float softcap, const float *bias, float *scores) {
+    if (kt == GM_KV_F32 && !bias) {
+        gm_attend_group_partial(part, q, G, k, v, kv_stride, n_keys, hd, softcap, scores);
+        return;
+    }
+    for (int g = 0; g < G; g++) {
+        float *s = scores + (size_t)g * n_keys, *o = part + (size_t)g * (hd + 2);
+        for (int i = 0; i < n_keys; i++) {
+            float d = 0;
+            for (int e = 0; e < hd; e++) d += q[(size_t)g * hd + e] * kv_at(k, kt, (size_t)i * kv_stride + e);
+            s[i] = d;
+        }
+        if (softcap > 0.0f) gm_softcap(s, n_keys, softcap);
+        if (bias)
+            for (int i = 0; i < n_keys; i++) s[i] += bias[i];
+        float mx = -INFINITY;
+        for (int i = 0; i < n_keys; i++) mx = s[i] > mx ? s[i] : mx;
+        double sum = 0.0;
+        memset(o, 0, (size_t)hd * sizeof *o);
+        if (mx != -INFINITY)
+            for (int i = 0; i < n_keys; i++) {
+                const float p = expf(s[i] - mx);
+                sum += p;
+                for (int e = 0; e < hd; e++) o[e] += p * kv_at(v, kt, (size_t)i * kv_stride + e);
+            }
+        o[hd] = mx;
+        o[hd + 1] = (float)sum;
+    }
+}

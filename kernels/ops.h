@@ -58,6 +58,14 @@ void gm_attend_group(float *out, const float *q, int G, const float *k, const fl
 void gm_attend_group_partial(float *part, const float *q, int G, const float *k, const float *v, size_t kv_stride,
                              int n_keys, int hd, float softcap, float *scores);
 
+/* TEMPORARY (replaced by the kv-attention kernels branch): partial attention over F32/F16 keys with a
+ * per-key bias; see the contract in that branch. */
+typedef enum gm_kv_type { GM_KV_F32 = 0, GM_KV_F16 = 1 } gm_kv_type;
+size_t gm_kv_type_size(gm_kv_type t);
+void gm_kv_store(void *dst, gm_kv_type t, const float *src, int n);
+void gm_attend_partial(float *part, const float *q, int G, const void *k, const void *v, gm_kv_type kt,
+                       size_t kv_stride, int n_keys, int hd, float softcap, const float *bias, float *scores);
+
 /* Inner loops, scalar or AVX2 (kernels/attn_avx2.c) by gm_isa_active(). */
 float gm_dot_f32(const float *a, const float *b, int n);
 void gm_axpy_f32(float *y, float a, const float *x, int n); /* y += a x */

@@ -1,14 +1,14 @@
-/* model/forward.c — the Gemma forward pass (see forward.h).
+/* model/forward.c — the Gemma forward pass over rows (see forward.h).
  *
- * Per layer, for a chunk of n positions (all rows at once, so matmuls are batched):
+ * Per layer, for a chunk of n rows (all rows at once, so matmuls are batched):
  *   xn = RMSNorm(x, attn_norm); q, k, v = xn Wq, xn Wk, xn Wv
  *   Gemma 3: per-head RMSNorm of q and k over head_dim; RoPE (NEOX) on q and k; q *= query_scale
- *   k, v -> cache; attention per (position, head) over the cache (causal, sliding window per layer,
- *   Gemma 2 soft-cap before the mask, optional caller bias); o = att Wo
+ *   k, v -> each row's sequence cache; attention per row over its sequence's cache (causal, the layer's
+ *   window, Gemma 2 soft-cap before the mask, optional caller bias); o = att Wo
  *   Gemma 2/3: o = RMSNorm(o, post_attn_norm);  x += o
  *   xn = RMSNorm(x, ffn_norm); o = (gelu_tanh(xn Wgate) * (xn Wup)) Wdown
  *   Gemma 2/3: o = RMSNorm(o, post_ffn_norm);   x += o
- * then logits = RMSNorm(x, output_norm) E^T (tied), Gemma 2: final soft-cap. */
+ * then logits = RMSNorm(x, output_norm) E^T (tied) for the rows that ask, Gemma 2: final soft-cap. */
 #include "model/forward.h"
 
 #include <math.h>
@@ -18,218 +18,199 @@
 #include "core/error.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "model/attention.h"
+
+enum { LOGIT_ROWS = 16, MAX_ROPE_KINDS = 8 };
+
+/* Layers with the same RoPE (rotated dims, base, scale) share one table of cos/sin per row. */
+typedef struct rope_kind {
+    const float *inv_freq;
+    int dims;
+    float base, scale;
+    float *cs, *sn; /* max_batch x dims/2 */
+} rope_kind;
 
 struct gm_forward {
     const gm_model *m;
+    const gm_kv_layout *lay;
     gm_pool *pool;
-    int max_batch, max_ctx, n_threads;
+    int max_batch, max_ctx;
+    gm_layer_max mx;
     gm_matmul_scratch mm;
+    gm_attn_scratch attn;
     float *x, *xn, *q, *k, *v, *att, *o, *gate, *up; /* max_batch rows each */
-    float *rope[2][2];  /* [local, global][cos, sin]: max_batch x hd/2 */
-    float *scores;      /* n_threads x (heads per KV head) x max_ctx */
-    float *part;        /* decode split-K partials: Hkv x chunks x G x (hd + 2) */
-    float *buf;         /* backing store of all the above */
-    float *lbuf;        /* LOGIT_ROWS x n_vocab, allocated on the first on_logits pass */
+    rope_kind rope[MAX_ROPE_KINDS];
+    int n_rope, *rope_of; /* per layer: its kind */
+    int *lrows;           /* rows of a chunk that want logits */
+    float *buf;           /* backing store of the above */
+    float *lbuf;          /* LOGIT_ROWS x n_vocab, allocated on the first on_logits pass */
 };
-
-enum { LOGIT_ROWS = 16 };
-/* Decode attention over many keys is split into chunks of this many keys, one task each (the split
- * is fixed, not per thread count, so results do not depend on the number of threads). */
-enum { KV_CHUNK = 64 };
 
 void gm_forward_free(gm_forward *f) {
     if (!f) return;
     gm_matmul_scratch_free(&f->mm);
+    gm_attn_scratch_free(&f->attn);
+    free(f->rope_of);
+    free(f->lrows);
     free(f->buf);
     free(f->lbuf);
     free(f);
 }
 
-gm_status gm_forward_new(const gm_model *m, gm_pool *pool, int max_batch, int max_ctx, gm_forward **out,
-                         gm_error *err) {
+/* distinct RoPE tables: Gemma 3 has two (local and global layers) */
+static gm_status find_rope_kinds(gm_forward *f, gm_error *err) {
+    const gm_model *m = f->m;
+    f->rope_of = malloc((size_t)m->cfg.n_layers * sizeof *f->rope_of);
+    if (!f->rope_of) return gm_fail(err, GM_ERR_NOMEM, "forward: out of memory");
+    for (int il = 0; il < m->cfg.n_layers; il++) {
+        const gm_layer_config *l = &m->layers[il].lc;
+        int k = 0;
+        for (; k < f->n_rope; k++) {
+            const rope_kind *r = &f->rope[k];
+            if (r->dims == l->rope_dims && r->base == l->rope_base && r->scale == l->rope_scale) break;
+        }
+        if (k == f->n_rope) {
+            if (k == MAX_ROPE_KINDS)
+                return gm_fail(err, GM_ERR_UNSUPPORTED, "forward: more than %d distinct RoPE settings", MAX_ROPE_KINDS);
+            f->rope[k] = (rope_kind){.inv_freq = m->layers[il].inv_freq, .dims = l->rope_dims, .base = l->rope_base,
+                                     .scale = l->rope_scale};
+            f->n_rope++;
+        }
+        f->rope_of[il] = k;
+    }
+    return GM_OK;
+}
+
+gm_status gm_forward_new(const gm_model *m, const gm_kv_layout *lay, gm_pool *pool, int max_batch, int max_ctx,
+                         gm_forward **out, gm_error *err) {
     *out = NULL;
     if (!m || max_batch <= 0 || max_ctx <= 0)
         return gm_fail(err, GM_ERR_ARG, "forward: bad arguments (batch %d, context %d)", max_batch, max_ctx);
-    const gm_config *c = &m->cfg;
     gm_forward *f = calloc(1, sizeof *f);
     if (!f) return gm_fail(err, GM_ERR_NOMEM, "forward: out of memory");
     f->m = m;
+    f->lay = lay;
     f->pool = pool;
     f->max_batch = max_batch;
     f->max_ctx = max_ctx;
-    f->n_threads = pool ? gm_pool_size(pool) : 1;
-    const size_t B = (size_t)max_batch, d = (size_t)c->d_model, hd = (size_t)c->head_dim;
-    const size_t qd = (size_t)c->n_heads * hd, kvd = (size_t)c->n_kv_heads * hd, ff = (size_t)c->d_ff;
-    const size_t qo = qd > d ? qd : d;
-    const size_t sizes[] = {B * d, B * d, B * qd, B * kvd, B * kvd, B * qd, B * qo, B * ff, B * ff,
-                            B * hd / 2, B * hd / 2, B * hd / 2, B * hd / 2,
-                            (size_t)f->n_threads * (size_t)(c->n_heads / c->n_kv_heads) * (size_t)max_ctx,
-                            (size_t)c->n_kv_heads * (size_t)((max_ctx + KV_CHUNK - 1) / KV_CHUNK) *
-                                (size_t)(c->n_heads / c->n_kv_heads) * (hd + 2)};
-    float **dst[] = {&f->x, &f->xn, &f->q, &f->k, &f->v, &f->att, &f->o, &f->gate, &f->up,
-                     &f->rope[0][0], &f->rope[0][1], &f->rope[1][0], &f->rope[1][1], &f->scores, &f->part};
+    f->mx = gm_model_layer_max(m);
+    gm_status st = find_rope_kinds(f, err);
+    if (st) {
+        gm_forward_free(f);
+        return st;
+    }
+    const size_t B = (size_t)max_batch, d = (size_t)m->cfg.d_model;
+    const size_t qd = (size_t)f->mx.q_dim, kvd = (size_t)f->mx.kv_dim, ff = (size_t)f->mx.d_ff;
+    const size_t qo = qd > d ? qd : d, rh = (size_t)f->mx.head_dim / 2;
+    const size_t sizes[] = {B * d, B * d, B * qd, B * kvd, B * kvd, B * qd, B * qo, B * ff, B * ff};
+    float **dst[] = {&f->x, &f->xn, &f->q, &f->k, &f->v, &f->att, &f->o, &f->gate, &f->up};
+    const int n_fixed = (int)(sizeof sizes / sizeof sizes[0]);
     size_t total = 0;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += (sizes[i] + 15) & ~(size_t)15;
+    for (int i = 0; i < n_fixed; i++) total += (sizes[i] + 15) & ~(size_t)15;
+    total += (size_t)f->n_rope * 2 * ((B * rh + 15) & ~(size_t)15);
     f->buf = malloc(total * sizeof(float));
-    if (!f->buf) {
-        free(f);
+    f->lrows = malloc(B * sizeof *f->lrows);
+    if (!f->buf || !f->lrows) {
+        gm_forward_free(f);
         return gm_fail(err, GM_ERR_NOMEM, "forward: cannot allocate %zu bytes of scratch", total * sizeof(float));
     }
     float *p = f->buf;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    for (int i = 0; i < n_fixed; i++) {
         *dst[i] = p;
         p += (sizes[i] + 15) & ~(size_t)15;
+    }
+    for (int k = 0; k < f->n_rope; k++) {
+        f->rope[k].cs = p;
+        p += (B * rh + 15) & ~(size_t)15;
+        f->rope[k].sn = p;
+        p += (B * rh + 15) & ~(size_t)15;
+    }
+    st = gm_attn_scratch_init(&f->attn, pool ? gm_pool_size(pool) : 1, max_batch, max_ctx, f->mx.group, f->mx.n_heads,
+                              f->mx.head_dim, err);
+    if (st) {
+        gm_forward_free(f);
+        return st;
     }
     *out = f;
     return GM_OK;
 }
 
-/* ---------------------------------------------------------------- attention over the cache */
+/* ---------------------------------------------------------------- row-wise work */
 
-typedef struct attn_job {
-    const gm_forward *f;
-    const gm_kvcache *cache;
-    int layer, n, pos0;     /* chunk: n positions from pos0 */
-    int bpos0, bn;          /* the whole batch (for the bias) */
-    const float *bias;      /* bn x bn or NULL */
-    bool bias_is_mask;      /* keys: the whole batch, masked by the bias alone */
-    int parts;              /* query heads of a group split into this many items (1 or 2) */
-} attn_job;
-
-/* One item = one position x one KV head (x one part of its query heads): the query heads sharing
- * that KV head read each cached key and value once. A decode step splits each group in two parts
- * so a model with one KV head (Gemma 3 270M) still has work for two threads; every head's
- * arithmetic is the same whatever the group it is computed with, so results do not change. */
-static void attn_task(void *ctx, int64_t begin, int64_t end, int thread) {
-    const attn_job *j = ctx;
-    const gm_forward *f = j->f;
-    const gm_config *c = &f->m->cfg;
-    const gm_layer *L = &f->m->layers[j->layer];
-    const int Hkv = c->n_kv_heads, hd = c->head_dim, G = c->n_heads / c->n_kv_heads, group = G / j->parts;
-    const size_t qd = (size_t)c->n_heads * hd;
-    float *scores = f->scores + (size_t)thread * G * f->max_ctx;
-    for (int64_t t = begin; t < end; t++) {
-        const int i = (int)(t / (Hkv * j->parts)), kvh = (int)(t / j->parts % Hkv), part = (int)(t % j->parts);
-        const int pos = j->pos0 + i;
-        int kstart = (L->window > 0 && pos - L->window + 1 > 0) ? pos - L->window + 1 : 0;
-        int kend = pos + 1;
-        if (j->bias_is_mask) kstart = j->bpos0, kend = j->bpos0 + j->bn;
-        const float *bias = NULL;
-        if (j->bias) bias = j->bias + (size_t)(pos - j->bpos0) * j->bn;
-        const size_t off = (size_t)i * qd + ((size_t)kvh * G + (size_t)part * group) * hd;
-        gm_attend_group(f->att + off, f->q + off, group, gm_kv_k(j->cache, j->layer, kstart) + (size_t)kvh * hd,
-                        gm_kv_v(j->cache, j->layer, kstart) + (size_t)kvh * hd, (size_t)j->cache->kv_dim,
-                        kend - kstart, hd, c->attn_softcap, bias, j->bpos0 - kstart, scores);
-    }
-}
-
-/* Decode (one query position): item = (KV head, chunk of KV_CHUNK keys). Each item leaves, per query
- * head of the group, its max score m, sum of exp(s - m) and the unnormalised sum of exp(s - m) v;
- * merge_split combines the chunks exactly (log-sum-exp rescaling). */
-typedef struct split_job {
-    const gm_forward *f;
-    const gm_kvcache *cache;
-    int layer, kstart, n_keys, n_chunks;
-} split_job;
-
-static void split_task(void *ctx, int64_t begin, int64_t end, int thread) {
-    const split_job *j = ctx;
-    const gm_forward *f = j->f;
-    const gm_config *c = &f->m->cfg;
-    const int hd = c->head_dim, G = c->n_heads / c->n_kv_heads;
-    float *scores = f->scores + (size_t)thread * G * f->max_ctx;
-    for (int64_t t = begin; t < end; t++) {
-        const int kvh = (int)(t / j->n_chunks), ch = (int)(t % j->n_chunks);
-        const int k0 = ch * KV_CHUNK, nk = j->n_keys - k0 < KV_CHUNK ? j->n_keys - k0 : KV_CHUNK;
-        const float *k = gm_kv_k(j->cache, j->layer, j->kstart + k0) + (size_t)kvh * hd;
-        const float *v = gm_kv_v(j->cache, j->layer, j->kstart + k0) + (size_t)kvh * hd;
-        const size_t kvs = (size_t)j->cache->kv_dim;
-        gm_attend_group_partial(f->part + (size_t)t * G * (hd + 2), f->q + (size_t)kvh * G * hd, G, k, v, kvs, nk, hd,
-                                c->attn_softcap, scores);
-    }
-}
-
-static void merge_split(const gm_forward *f, int n_chunks) {
-    const gm_config *c = &f->m->cfg;
-    const int hd = c->head_dim, G = c->n_heads / c->n_kv_heads;
-    for (int h = 0; h < c->n_heads; h++) {
-        const int kvh = h / G, g = h % G;
-        float *out = f->att + (size_t)h * hd;
-        float mx = -INFINITY;
-        for (int ch = 0; ch < n_chunks; ch++) {
-            const float m = f->part[((size_t)(kvh * n_chunks + ch) * G + g) * (hd + 2) + hd];
-            mx = m > mx ? m : mx;
-        }
-        double z = 0.0;
-        memset(out, 0, (size_t)hd * sizeof *out);
-        for (int ch = 0; ch < n_chunks; ch++) {
-            const float *o = f->part + ((size_t)(kvh * n_chunks + ch) * G + g) * (hd + 2);
-            const float w = expf(o[hd] - mx);
-            z += (double)w * o[hd + 1];
-            gm_axpy_f32(out, w, o, hd);
-        }
-        gm_scale(out, hd, (float)(1.0 / z));
-    }
-}
-
-/* ---------------------------------------------------------------- one layer over a chunk */
-
-/* Row-wise work of a chunk, spread over the pool when the chunk has several rows (prefill); each
- * row is computed by the same code whatever the thread, so results do not depend on the split. */
+/* Row-wise work of a chunk, spread over the pool when the chunk has several rows; each row is computed
+ * by the same code whatever the thread, so results do not depend on the split. */
 typedef struct rows_job {
     float *y;
     const float *x, *w;
     int dim;
     float eps;
+    const int *idx; /* NULL: rows in order; else row i is idx[i] */
 } rows_job;
 
 static void norm_task(void *ctx, int64_t begin, int64_t end, int thread) {
+    (void)thread;
     const rows_job *j = ctx;
-    for (int64_t i = begin; i < end; i++) gm_rmsnorm_fast(j->y + i * j->dim, j->x + i * j->dim, j->w, j->dim, j->eps);
+    for (int64_t i = begin; i < end; i++) {
+        const int64_t r = j->idx ? j->idx[i] : i;
+        gm_rmsnorm_fast(j->y + i * j->dim, j->x + r * j->dim, j->w, j->dim, j->eps);
+    }
 }
 
-static void norm_rows_pool(gm_pool *pool, float *y, const float *x, const float *w, int n, int dim, float eps) {
-    rows_job j = {y, x, w, dim, eps};
+static void norm_rows(gm_pool *pool, float *y, const float *x, const float *w, int n, int dim, float eps,
+                      const int *idx) {
+    rows_job j = {y, x, w, dim, eps, idx};
     if (n == 1) norm_task(&j, 0, 1, 0);
     else gm_pool_parallel_for(pool, n, 1, norm_task, &j);
 }
 
-static void norm_rows(float *y, const float *x, const float *w, int n, int dim, float eps) {
-    for (int i = 0; i < n; i++) gm_rmsnorm_fast(y + (size_t)i * dim, x + (size_t)i * dim, w, dim, eps);
-}
-
 static void geglu_task(void *ctx, int64_t begin, int64_t end, int thread) {
+    (void)thread;
     const rows_job *j = ctx;
     gm_geglu_fast(j->y + begin, j->x + begin, (int)(end - begin));
 }
 
-/* q/k norms, RoPE, query scale and the cache writes of positions [begin, end) of the chunk. */
+/* NEOX RoPE on the first `dims` dims of each of n_heads heads of hd floats */
+static void rope_heads(float *x, int n_heads, int hd, int dims, const float *cs, const float *sn) {
+    if (dims == hd) {
+        gm_rope_neox(x, n_heads, hd, cs, sn);
+        return;
+    }
+    for (int h = 0; h < n_heads; h++) gm_rope_neox(x + (size_t)h * hd, 1, dims, cs, sn);
+}
+
+/* q/k norms, RoPE, query scale and the cache writes of rows [begin, end) */
 typedef struct qk_job {
     const gm_forward *f;
-    gm_kvcache *cache;
-    int il, pos0;
+    const gm_fwd_row *rows;
+    int il;
 } qk_job;
 
 static void qk_task(void *ctx, int64_t begin, int64_t end, int thread) {
+    (void)thread;
     const qk_job *j = ctx;
     const gm_forward *f = j->f;
     const gm_config *c = &f->m->cfg;
     const gm_layer *L = &f->m->layers[j->il];
-    const int H = c->n_heads, Hkv = c->n_kv_heads, hd = c->head_dim;
+    const gm_layer_config *lc = &L->lc;
+    const int H = lc->n_heads, Hkv = lc->n_kv_heads, hd = lc->head_dim;
     const size_t qd = (size_t)H * hd, kvd = (size_t)Hkv * hd;
-    float *const *rope = f->rope[L->sliding ? 0 : 1];
+    const rope_kind *rk = &f->rope[f->rope_of[j->il]];
+    const bool own_kv = lc->kv_source == j->il;
     for (int64_t i = begin; i < end; i++) {
         float *q = f->q + (size_t)i * qd, *k = f->k + (size_t)i * kvd;
-        if (L->q_norm) {
+        const float *cs = rk->cs + (size_t)i * (rk->dims / 2), *sn = rk->sn + (size_t)i * (rk->dims / 2);
+        if (L->q_norm)
             for (int h = 0; h < H; h++) gm_rmsnorm_fast(q + (size_t)h * hd, q + (size_t)h * hd, L->q_norm, hd, c->norm_eps);
-            for (int h = 0; h < Hkv; h++) gm_rmsnorm_fast(k + (size_t)h * hd, k + (size_t)h * hd, L->k_norm, hd, c->norm_eps);
-        }
-        const float *cs = rope[0] + (size_t)i * (hd / 2), *sn = rope[1] + (size_t)i * (hd / 2);
-        gm_rope_neox(q, H, hd, cs, sn);
-        gm_rope_neox(k, Hkv, hd, cs, sn);
+        rope_heads(q, H, hd, lc->rope_dims, cs, sn);
         gm_scale(q, (int)qd, c->query_scale);
-        memcpy(gm_kv_k(j->cache, j->il, j->pos0 + (int)i), k, kvd * sizeof(float));
-        memcpy(gm_kv_v(j->cache, j->il, j->pos0 + (int)i), f->v + (size_t)i * kvd, kvd * sizeof(float));
+        if (!own_kv) continue;
+        if (L->k_norm)
+            for (int h = 0; h < Hkv; h++) gm_rmsnorm_fast(k + (size_t)h * hd, k + (size_t)h * hd, L->k_norm, hd, c->norm_eps);
+        rope_heads(k, Hkv, hd, lc->rope_dims, cs, sn);
+        const gm_fwd_row *r = &j->rows[i];
+        const gm_kv_type kt = (gm_kv_type)f->lay->dtype;
+        gm_kv_store(gm_kv_row_k(f->lay, r->kv, j->il, r->pos), kt, k, (int)kvd);
+        gm_kv_store(gm_kv_row_v(f->lay, r->kv, j->il, r->pos), kt, f->v + (size_t)i * kvd, (int)kvd);
     }
 }
 
@@ -239,150 +220,157 @@ static void qk_task(void *ctx, int64_t begin, int64_t end, int thread) {
         if (st_) return st_;                                                             \
     } while (0)
 
-static gm_status layer_forward(gm_forward *f, gm_kvcache *cache, int il, int n, int pos0, const gm_fwd_batch *b) {
+static gm_status layer_forward(gm_forward *f, int il, const gm_fwd_row *rows, int n, const gm_fwd_batch *b) {
     const gm_model *m = f->m;
     const gm_config *c = &m->cfg;
     const gm_layer *L = &m->layers[il];
-    const int d = c->d_model, Hkv = c->n_kv_heads, ff = c->d_ff;
+    const int d = c->d_model, ff = L->lc.d_ff;
 
-    norm_rows_pool(f->pool, f->xn, f->x, L->attn_norm, n, d, c->norm_eps);
+    norm_rows(f->pool, f->xn, f->x, L->attn_norm, n, d, c->norm_eps, NULL);
     {
+        const bool own_kv = L->lc.kv_source == il;
         const gm_matrix *W[3] = {&L->wq, &L->wk, &L->wv};
         float *const y[3] = {f->q, f->k, f->v};
-        gm_status st = gm_matmul_multi(W, y, 3, f->xn, n, f->pool, &f->mm);
+        gm_status st = gm_matmul_multi(W, y, own_kv ? 3 : 1, f->xn, n, f->pool, &f->mm);
         if (st) return st;
     }
-    qk_job qj = {f, cache, il, pos0};
+    qk_job qj = {f, rows, il};
     if (n == 1) qk_task(&qj, 0, 1, 0);
     else gm_pool_parallel_for(f->pool, n, 1, qk_task, &qj);
-    attn_job job = {.f = f, .cache = cache, .layer = il, .n = n, .pos0 = pos0,
-                    .bpos0 = b->pos0, .bn = b->n, .bias = b->bias,
-                    .bias_is_mask = b->bias && b->bias_is_mask,
-                    .parts = n == 1 && gm_pool_size(f->pool) > 1 && c->n_heads / Hkv % 2 == 0 ? 2 : 1};
-    const int kstart1 = (L->window > 0 && pos0 - L->window + 1 > 0) ? pos0 - L->window + 1 : 0;
-    if (n == 1 && !b->bias && pos0 + 1 - kstart1 > KV_CHUNK) {
-        /* one query over many keys: split the keys so every thread has work */
-        split_job sj = {f, cache, il, kstart1, pos0 + 1 - kstart1, (pos0 + 1 - kstart1 + KV_CHUNK - 1) / KV_CHUNK};
-        gm_pool_parallel_for(f->pool, (int64_t)Hkv * sj.n_chunks, 1, split_task, &sj);
-        merge_split(f, sj.n_chunks);
-    } else {
-        gm_pool_parallel_for(f->pool, (int64_t)n * Hkv * job.parts, 1, attn_task, &job);
-    }
+    const gm_attn_call ac = {.lay = f->lay, .lc = &L->lc, .il = il, .rows = rows, .n = n, .q = f->q, .att = f->att,
+                             .softcap = c->attn_softcap, .bias = b->bias, .bias_n = b->bias_n,
+                             .bias_is_mask = b->bias && b->bias_is_mask};
+    gm_attention(f->pool, &f->attn, &ac);
     MM(&L->wo, f->att, n, f->o);
-    if (L->post_attn_norm) norm_rows_pool(f->pool, f->o, f->o, L->post_attn_norm, n, d, c->norm_eps);
+    if (L->post_attn_norm) norm_rows(f->pool, f->o, f->o, L->post_attn_norm, n, d, c->norm_eps, NULL);
     gm_add(f->x, f->o, n * d);
 
-    norm_rows_pool(f->pool, f->xn, f->x, L->ffn_norm, n, d, c->norm_eps);
+    norm_rows(f->pool, f->xn, f->x, L->ffn_norm, n, d, c->norm_eps, NULL);
     {
         const gm_matrix *W[2] = {&L->gate, &L->up};
         float *const y[2] = {f->gate, f->up};
         gm_status st = gm_matmul_multi(W, y, 2, f->xn, n, f->pool, &f->mm);
         if (st) return st;
     }
-    rows_job gj = {f->gate, f->up, NULL, 0, 0.0f};
+    rows_job gj = {f->gate, f->up, NULL, 0, 0.0f, NULL};
     if (n == 1) gm_geglu_fast(f->gate, f->up, ff); /* ~1 us: cheaper than a pool round trip */
     else gm_pool_parallel_for(f->pool, (int64_t)n * ff, 1024, geglu_task, &gj);
     MM(&L->down, f->gate, n, f->o);
-    if (L->post_ffn_norm) norm_rows_pool(f->pool, f->o, f->o, L->post_ffn_norm, n, d, c->norm_eps);
+    if (L->post_ffn_norm) norm_rows(f->pool, f->o, f->o, L->post_ffn_norm, n, d, c->norm_eps, NULL);
     gm_add(f->x, f->o, n * d);
     return GM_OK;
 }
 
-/* ---------------------------------------------------------------- a chunk of the batch */
+/* ---------------------------------------------------------------- a chunk of rows */
 
-static void rope_tables(gm_forward *f, int n, int pos0) {
-    const gm_model *m = f->m;
-    const int hd = m->cfg.head_dim;
-    bool done[2] = {false, false};
-    for (int il = 0; il < m->cfg.n_layers; il++) {
-        const gm_layer *L = &m->layers[il];
-        const int kind = L->sliding ? 0 : 1;
-        if (done[kind]) continue;
-        done[kind] = true;
+static void rope_tables(gm_forward *f, const gm_fwd_row *rows, int n) {
+    for (int k = 0; k < f->n_rope; k++) {
+        const rope_kind *r = &f->rope[k];
+        const int h = r->dims / 2;
         for (int i = 0; i < n; i++)
-            gm_rope_cos_sin(f->rope[kind][0] + (size_t)i * (hd / 2), f->rope[kind][1] + (size_t)i * (hd / 2),
-                            L->inv_freq, hd, pos0 + i);
+            gm_rope_cos_sin(r->cs + (size_t)i * h, r->sn + (size_t)i * h, r->inv_freq, r->dims, rows[i].pos);
     }
 }
 
-static gm_status chunk_forward(gm_forward *f, gm_kvcache *cache, const gm_fwd_batch *b, int off, int n) {
+static gm_status embed_rows(gm_forward *f, const gm_fwd_row *rows, int n) {
     const gm_model *m = f->m;
-    const gm_config *c = &m->cfg;
-    const int d = c->d_model, pos0 = b->pos0 + off;
-    const bool last_chunk = off + n == b->n;
-    if (b->embeds) {
-        memcpy(f->x, b->embeds + (size_t)off * d, (size_t)n * d * sizeof(float));
-    } else {
-        for (int i = 0; i < n; i++) {
-            float *row = f->x + (size_t)i * d;
-            gm_status st = gm_matrix_row(&m->embd, b->ids[off + i], row);
-            if (st) return st;
-            gm_scale(row, d, c->embed_scale);
+    const int d = m->cfg.d_model;
+    for (int i = 0; i < n; i++) {
+        float *row = f->x + (size_t)i * d;
+        if (rows[i].embed) {
+            memcpy(row, rows[i].embed, (size_t)d * sizeof *row);
+            continue;
         }
-    }
-    rope_tables(f, n, pos0);
-    for (int il = 0; il < c->n_layers; il++) {
-        if (last_chunk)
-            for (int a = 0; a < b->n_aux; a++)
-                if (b->aux_layers[a] == il)
-                    memcpy(b->aux_out + (size_t)a * d, f->x + (size_t)(n - 1) * d, (size_t)d * sizeof(float));
-        gm_status st = layer_forward(f, cache, il, n, pos0, b);
+        gm_status st = gm_matrix_row(&m->embd, rows[i].token, row);
         if (st) return st;
-    }
-    const int64_t V = c->n_vocab;
-    if (b->on_logits) {
-        norm_rows_pool(f->pool, f->xn, f->x, m->output_norm, n, d, c->norm_eps);
-        /* rows before logits_from are not wanted: skip their 262144-wide LM head rows */
-        const int first = b->logits_from - off > 0 ? b->logits_from - off : 0;
-        for (int r0 = first; r0 < n; r0 += LOGIT_ROWS) {
-            const int nr = n - r0 < LOGIT_ROWS ? n - r0 : LOGIT_ROWS;
-            MM(&m->output, f->xn + (size_t)r0 * d, nr, f->lbuf);
-            if (c->final_softcap > 0.0f) gm_softcap(f->lbuf, (int)(V * nr), c->final_softcap);
-            for (int i = 0; i < nr; i++) b->on_logits(b->user, off + r0 + i, f->lbuf + (size_t)i * V);
-        }
-    }
-    if (!b->logits) return GM_OK;
-    if (b->all_logits) {
-        norm_rows(f->xn, f->x, m->output_norm, n, d, c->norm_eps);
-        float *out = b->logits + (size_t)off * V;
-        MM(&m->output, f->xn, n, out);
-        if (c->final_softcap > 0.0f) gm_softcap(out, (int)(V * n), c->final_softcap);
-    } else if (last_chunk) {
-        gm_rmsnorm_fast(f->xn, f->x + (size_t)(n - 1) * d, m->output_norm, d, c->norm_eps);
-        MM(&m->output, f->xn, 1, b->logits);
-        if (c->final_softcap > 0.0f) gm_softcap(b->logits, (int)V, c->final_softcap);
+        gm_scale(row, d, m->cfg.embed_scale);
     }
     return GM_OK;
 }
 
-gm_status gm_forward_run(gm_forward *f, gm_kvcache *cache, const gm_fwd_batch *b, gm_error *err) {
+/* The LM head over the rows of the chunk that ask, LOGIT_ROWS at a time: straight into the rows'
+ * buffers when they are consecutive rows of one array, else through scratch. */
+static gm_status logits_rows(gm_forward *f, const gm_fwd_batch *b, const gm_fwd_row *rows, int n, int off) {
+    const gm_model *m = f->m;
+    const gm_config *c = &m->cfg;
+    const int d = c->d_model;
+    const int64_t V = c->n_vocab;
+    int nl = 0;
+    for (int i = 0; i < n; i++)
+        if (rows[i].logits) f->lrows[nl++] = i;
+    if (!nl) return GM_OK;
+    norm_rows(f->pool, f->xn, f->x, m->output_norm, nl, d, c->norm_eps, f->lrows);
+    for (int r0 = 0; r0 < nl; r0 += LOGIT_ROWS) {
+        const int nr = nl - r0 < LOGIT_ROWS ? nl - r0 : LOGIT_ROWS;
+        bool direct = rows[f->lrows[r0]].logits_out != NULL;
+        for (int i = 1; direct && i < nr; i++)
+            direct = rows[f->lrows[r0 + i]].logits_out == rows[f->lrows[r0]].logits_out + (size_t)i * V;
+        float *out = direct ? rows[f->lrows[r0]].logits_out : f->lbuf;
+        MM(&m->output, f->xn + (size_t)r0 * d, nr, out);
+        if (c->final_softcap > 0.0f) gm_softcap(out, (int)(V * nr), c->final_softcap);
+        for (int i = 0; !direct && i < nr; i++) {
+            const gm_fwd_row *r = &rows[f->lrows[r0 + i]];
+            if (r->logits_out) memcpy(r->logits_out, out + (size_t)i * V, (size_t)V * sizeof *out);
+            else if (b->on_logits) b->on_logits(b->user, off + f->lrows[r0 + i], out + (size_t)i * V);
+        }
+    }
+    return GM_OK;
+}
+
+static gm_status chunk_forward(gm_forward *f, const gm_fwd_batch *b, int off, int n) {
+    const gm_model *m = f->m;
+    const int d = m->cfg.d_model;
+    const gm_fwd_row *rows = b->rows + off;
+    gm_status st = embed_rows(f, rows, n);
+    if (st) return st;
+    rope_tables(f, rows, n);
+    const int tap = b->aux_row - off; /* the tapped row inside this chunk, if it is here */
+    for (int il = 0; il < m->cfg.n_layers; il++) {
+        if (tap >= 0 && tap < n)
+            for (int a = 0; a < b->n_aux; a++)
+                if (b->aux_layers[a] == il)
+                    memcpy(b->aux_out + (size_t)a * d, f->x + (size_t)tap * d, (size_t)d * sizeof(float));
+        if ((st = layer_forward(f, il, rows, n, b))) return st;
+    }
+    return logits_rows(f, b, rows, n, off);
+}
+
+static gm_status check_batch(const gm_forward *f, const gm_fwd_batch *b, gm_error *err) {
     const gm_config *c = &f->m->cfg;
-    if (b->n <= 0 || b->pos0 < 0) return gm_fail(err, GM_ERR_ARG, "forward: bad batch (n %d, pos0 %d)", b->n, b->pos0);
-    if (!b->embeds && !b->ids) return gm_fail(err, GM_ERR_ARG, "forward: neither ids nor embeddings given");
-    if ((int64_t)b->pos0 + b->n > f->max_ctx)
-        return gm_fail(err, GM_ERR_CONTEXT, "forward: positions up to %lld exceed the context size %d",
-                       (long long)b->pos0 + b->n, f->max_ctx);
-    if (!b->embeds)
-        for (int i = 0; i < b->n; i++)
-            if (b->ids[i] < 0 || b->ids[i] >= c->n_vocab)
-                return gm_fail(err, GM_ERR_ARG, "forward: token id %d at index %d is outside the vocabulary [0, %d)",
-                               (int)b->ids[i], i, c->n_vocab);
-    if (b->bias_is_mask && b->bias && (b->pos0 != 0 || b->n > f->max_batch))
+    if (b->n <= 0 || !b->rows) return gm_fail(err, GM_ERR_ARG, "forward: empty batch");
+    for (int i = 0; i < b->n; i++) {
+        const gm_fwd_row *r = &b->rows[i];
+        if (r->pos < 0 || r->pos >= f->max_ctx || !r->kv)
+            return gm_fail(err, GM_ERR_CONTEXT, "forward: row %d: position %d outside the context size %d", i, r->pos,
+                           f->max_ctx);
+        if (!r->embed && (r->token < 0 || r->token >= c->n_vocab))
+            return gm_fail(err, GM_ERR_ARG, "forward: row %d: token id %d is outside the vocabulary [0, %d)", i,
+                           (int)r->token, c->n_vocab);
+    }
+    if (b->bias && b->bias_is_mask && b->n > f->max_batch)
         return gm_fail(err, GM_ERR_ARG,
-                       "forward: a full attention mask needs the whole prompt in one batch from position 0 "
-                       "(%d positions, batch size %d; raise n_batch)", b->n, f->max_batch);
+                       "forward: a full attention mask needs the whole prompt in one batch (%d positions, batch size "
+                       "%d; raise n_batch)", b->n, f->max_batch);
+    if (b->bias)
+        for (int i = 0; i < b->n; i++)
+            if (b->rows[i].pos >= b->bias_n || b->rows[i].kv != b->rows[0].kv)
+                return gm_fail(err, GM_ERR_ARG, "forward: a bias covers rows of one sequence inside its %d positions",
+                               b->bias_n);
     if (b->n_aux > 0 && (!b->aux_layers || !b->aux_out)) return gm_fail(err, GM_ERR_ARG, "forward: aux taps without buffers");
-    if (b->on_logits && !f->lbuf) {
-        f->lbuf = malloc((size_t)LOGIT_ROWS * (size_t)c->n_vocab * sizeof *f->lbuf);
+    return GM_OK;
+}
+
+gm_status gm_forward_run(gm_forward *f, const gm_fwd_batch *b, gm_error *err) {
+    gm_status st = check_batch(f, b, err);
+    if (st) return st;
+    if (!f->lbuf) { /* the first call that asks for logits of several rows at once */
+        f->lbuf = malloc((size_t)LOGIT_ROWS * (size_t)f->m->cfg.n_vocab * sizeof *f->lbuf);
         if (!f->lbuf) return gm_fail(err, GM_ERR_NOMEM, "forward: cannot allocate the scoring buffer");
     }
-    gm_status st = gm_kvcache_reserve(cache, b->pos0 + b->n, err);
-    if (st) return st;
     for (int off = 0; off < b->n; off += f->max_batch) {
         const int n = b->n - off < f->max_batch ? b->n - off : f->max_batch;
-        st = chunk_forward(f, cache, b, off, n);
-        if (st) return gm_fail(err, st, "forward: a kernel failed (%s) at positions %d..%d", gm_status_name(st),
-                               b->pos0 + off, b->pos0 + off + n - 1);
+        st = chunk_forward(f, b, off, n);
+        if (st) return gm_fail(err, st, "forward: a kernel failed (%s) at rows %d..%d", gm_status_name(st), off, off + n - 1);
     }
     return GM_OK;
 }

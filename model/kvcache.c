@@ -1,61 +1,644 @@
-/* model/kvcache.c — bucketed f32 KV cache (see kvcache.h). */
+/* model/kvcache.c — paged KV blocks, refcounts, LRU eviction and the prefix index (see kvcache.h).
+ *
+ * A block record is in one of four states:
+ *   held     ref > 0 (one or more sequence tables point at it)
+ *   cached   ref == 0, entered in the index: on the LRU list, evictable
+ *   free     ref == 0, not in the index, storage kept for reuse (per-group free list)
+ *   dead     no storage (record reusable)
+ * A held block that is also in the index must not be written: a writer detaches it from the index when
+ * it is the only holder, or copies it when others hold it too. */
 #include "model/kvcache.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "model/model.h"
 
-enum { GM_KV_MIN_BUCKET = 64 };
+enum { NONE = -1 };
 
-static int bucket_for(int n, int max_pos) {
-    int b = GM_KV_MIN_BUCKET;
-    while (b < n && b < max_pos) b *= 2;
-    return b < max_pos ? b : max_pos;
-}
+typedef struct blk {
+    int group;
+    int ref;
+    int entry;       /* index entry, NONE */
+    int prev, next;  /* LRU links while cached */
+    void *data;      /* NULL when dead */
+} blk;
 
-gm_status gm_kvcache_init(gm_kvcache *c, int n_layers, int kv_dim, int max_pos, int initial, gm_error *err) {
-    memset(c, 0, sizeof *c);
-    if (n_layers <= 0 || kv_dim <= 0 || max_pos <= 0)
-        return gm_fail(err, GM_ERR_ARG, "kv cache: bad sizes (layers %d, kv_dim %d, positions %d)", n_layers,
-                       kv_dim, max_pos);
-    c->n_layers = n_layers;
-    c->kv_dim = kv_dim;
-    c->max_pos = max_pos;
-    c->k = calloc((size_t)n_layers, sizeof *c->k);
-    c->v = calloc((size_t)n_layers, sizeof *c->v);
-    if (!c->k || !c->v) {
-        gm_kvcache_free(c);
+typedef struct entry {
+    uint64_t hash, parent;
+    int32_t ids[GM_KV_BLOCK];
+    int blk[GM_KV_GROUPS];
+    bool used;
+} entry;
+
+typedef struct idlist {
+    int *v;
+    int n, cap;
+} idlist;
+
+struct gm_kvpool {
+    gm_kv_layout lay;
+    gm_kv_storage st;
+    size_t budget, used;
+    bool indexed;
+    blk *b;
+    int nb, capb;
+    idlist dead, free[GM_KV_GROUPS];
+    int lru_head, lru_tail, n_cached;
+    entry *e;
+    int ne, cape;
+    idlist free_ent;
+    int *map;        /* open addressing, linear probing: entry id or NONE */
+    size_t map_cap;  /* power of two, > 2 x entries */
+    int64_t reused, evictions;
+};
+
+/* ---------------------------------------------------------------- layout */
+
+gm_status gm_kv_layout_init(gm_kv_layout *lay, const gm_model *m, gm_kv_dtype dtype, gm_error *err) {
+    memset(lay, 0, sizeof *lay);
+    if (dtype != GM_KV_DTYPE_F32 && dtype != GM_KV_DTYPE_F16)
+        return gm_fail(err, GM_ERR_ARG, "kv cache: unknown storage type %d", (int)dtype);
+    const int L = m->cfg.n_layers;
+    lay->n_layers = L;
+    lay->dtype = dtype;
+    lay->elem = dtype == GM_KV_DTYPE_F16 ? 2 : 4;
+    lay->group = calloc((size_t)L, sizeof *lay->group);
+    lay->kv_dim = calloc((size_t)L, sizeof *lay->kv_dim);
+    lay->source = calloc((size_t)L, sizeof *lay->source);
+    lay->k_off = calloc((size_t)L, sizeof *lay->k_off);
+    lay->v_off = calloc((size_t)L, sizeof *lay->v_off);
+    if (!lay->group || !lay->kv_dim || !lay->source || !lay->k_off || !lay->v_off) {
+        gm_kv_layout_free(lay);
         return gm_fail(err, GM_ERR_NOMEM, "kv cache: out of memory");
     }
-    gm_status st = gm_kvcache_reserve(c, initial > 0 ? initial : 1, err);
-    if (st) gm_kvcache_free(c);
-    return st;
-}
-
-gm_status gm_kvcache_reserve(gm_kvcache *c, int n_pos, gm_error *err) {
-    if (n_pos > c->max_pos)
-        return gm_fail(err, GM_ERR_CONTEXT, "kv cache: %d positions exceed the context size %d", n_pos, c->max_pos);
-    if (n_pos <= c->cap) return GM_OK;
-    const int cap = bucket_for(n_pos, c->max_pos);
-    const size_t bytes = (size_t)cap * (size_t)c->kv_dim * sizeof(float);
-    for (int l = 0; l < c->n_layers; l++) {
-        float *k = realloc(c->k[l], bytes);
-        if (!k) return gm_fail(err, GM_ERR_NOMEM, "kv cache: cannot grow to %d positions (%zu bytes a layer)", cap, bytes);
-        c->k[l] = k;
-        float *v = realloc(c->v[l], bytes);
-        if (!v) return gm_fail(err, GM_ERR_NOMEM, "kv cache: cannot grow to %d positions (%zu bytes a layer)", cap, bytes);
-        c->v[l] = v;
+    for (int il = 0; il < L; il++) {
+        const gm_layer_config *l = &m->layers[il].lc;
+        const int src = l->kv_source;
+        const gm_layer_config *s = &m->layers[src].lc;
+        lay->source[il] = src;
+        lay->kv_dim[il] = s->n_kv_heads * s->head_dim;
+        if (src != il) {
+            /* a layer reading another's KV must see the same head shapes and the same window */
+            if (s->kv_source != src || s->head_dim != l->head_dim || s->n_kv_heads != l->n_kv_heads ||
+                s->window != l->window) {
+                gm_kv_layout_free(lay);
+                return gm_fail(err, GM_ERR_UNSUPPORTED,
+                               "kv cache: layer %d shares the KV of layer %d, whose shape or window differs", il, src);
+            }
+            lay->group[il] = NONE;
+            continue;
+        }
+        const int g = l->window > 0 ? GM_KV_SLIDING : GM_KV_FULL;
+        const size_t rows = (size_t)GM_KV_BLOCK * (size_t)lay->kv_dim[il] * lay->elem;
+        lay->group[il] = g;
+        lay->k_off[il] = lay->block_bytes[g];
+        lay->v_off[il] = lay->block_bytes[g] + rows;
+        lay->block_bytes[g] += 2 * rows;
+        if (g == GM_KV_SLIDING && l->window > lay->window) lay->window = l->window;
     }
-    c->cap = cap;
     return GM_OK;
 }
 
-void gm_kvcache_free(gm_kvcache *c) {
-    if (!c) return;
-    for (int l = 0; c->k && l < c->n_layers; l++) free(c->k[l]);
-    for (int l = 0; c->v && l < c->n_layers; l++) free(c->v[l]);
-    free(c->k);
-    free(c->v);
-    memset(c, 0, sizeof *c);
+void gm_kv_layout_free(gm_kv_layout *lay) {
+    free(lay->group);
+    free(lay->kv_dim);
+    free(lay->source);
+    free(lay->k_off);
+    free(lay->v_off);
+    memset(lay, 0, sizeof *lay);
+}
+
+size_t gm_kv_layout_bytes_per_token(const gm_kv_layout *lay) {
+    return (lay->block_bytes[0] + lay->block_bytes[1]) / GM_KV_BLOCK;
+}
+
+static gm_status layout_copy(gm_kv_layout *dst, const gm_kv_layout *src) {
+    *dst = *src;
+    const size_t L = (size_t)src->n_layers;
+    dst->group = malloc(L * sizeof *dst->group);
+    dst->kv_dim = malloc(L * sizeof *dst->kv_dim);
+    dst->source = malloc(L * sizeof *dst->source);
+    dst->k_off = malloc(L * sizeof *dst->k_off);
+    dst->v_off = malloc(L * sizeof *dst->v_off);
+    if (!dst->group || !dst->kv_dim || !dst->source || !dst->k_off || !dst->v_off) {
+        gm_kv_layout_free(dst);
+        return GM_ERR_NOMEM;
+    }
+    memcpy(dst->group, src->group, L * sizeof *dst->group);
+    memcpy(dst->kv_dim, src->kv_dim, L * sizeof *dst->kv_dim);
+    memcpy(dst->source, src->source, L * sizeof *dst->source);
+    memcpy(dst->k_off, src->k_off, L * sizeof *dst->k_off);
+    memcpy(dst->v_off, src->v_off, L * sizeof *dst->v_off);
+    return GM_OK;
+}
+
+/* ---------------------------------------------------------------- small containers */
+
+static bool grow_list(idlist *l, int cap) {
+    if (cap <= l->cap) return true;
+    int *p = realloc(l->v, (size_t)cap * sizeof *p);
+    if (!p) return false;
+    l->v = p;
+    l->cap = cap;
+    return true;
+}
+
+static bool push(idlist *l, int v) {
+    if (l->n == l->cap) {
+        const int cap = l->cap ? 2 * l->cap : 64;
+        int *p = realloc(l->v, (size_t)cap * sizeof *p);
+        if (!p) return false;
+        l->v = p;
+        l->cap = cap;
+    }
+    l->v[l->n++] = v;
+    return true;
+}
+
+static void lru_unlink(gm_kvpool *p, int id) {
+    blk *b = &p->b[id];
+    if (b->prev != NONE) p->b[b->prev].next = b->next;
+    else p->lru_head = b->next;
+    if (b->next != NONE) p->b[b->next].prev = b->prev;
+    else p->lru_tail = b->prev;
+    b->prev = b->next = NONE;
+    p->n_cached--;
+}
+
+static void lru_push(gm_kvpool *p, int id) { /* most recently used at the tail */
+    blk *b = &p->b[id];
+    b->prev = p->lru_tail;
+    b->next = NONE;
+    if (p->lru_tail != NONE) p->b[p->lru_tail].next = id;
+    else p->lru_head = id;
+    p->lru_tail = id;
+    p->n_cached++;
+}
+
+/* ---------------------------------------------------------------- the index (hash -> entry) */
+
+static size_t slot_of(const gm_kvpool *p, uint64_t h) { return (size_t)(h ^ (h >> 29)) & (p->map_cap - 1); }
+
+static int map_find(const gm_kvpool *p, uint64_t h, uint64_t parent, const int32_t *ids) {
+    if (!p->map_cap) return NONE;
+    for (size_t s = slot_of(p, h);; s = (s + 1) & (p->map_cap - 1)) {
+        const int e = p->map[s];
+        if (e == NONE) return NONE;
+        const entry *x = &p->e[e];
+        if (x->hash == h && x->parent == parent && memcmp(x->ids, ids, sizeof x->ids) == 0) return e;
+    }
+}
+
+static bool map_grow(gm_kvpool *p) {
+    const size_t cap = p->map_cap ? 2 * p->map_cap : 256;
+    int *m = malloc(cap * sizeof *m);
+    if (!m) return false;
+    for (size_t i = 0; i < cap; i++) m[i] = NONE;
+    int *old = p->map;
+    const size_t old_cap = p->map_cap;
+    p->map = m;
+    p->map_cap = cap;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i] != NONE) {
+            size_t s = slot_of(p, p->e[old[i]].hash);
+            while (m[s] != NONE) s = (s + 1) & (cap - 1);
+            m[s] = old[i];
+        }
+    free(old);
+    return true;
+}
+
+/* backward-shift deletion keeps linear probing correct without tombstones */
+static void map_remove(gm_kvpool *p, int e) {
+    const size_t mask = p->map_cap - 1;
+    size_t s = slot_of(p, p->e[e].hash);
+    while (p->map[s] != e) s = (s + 1) & mask;
+    size_t hole = s;
+    for (size_t j = (hole + 1) & mask; p->map[j] != NONE; j = (j + 1) & mask) {
+        const size_t home = slot_of(p, p->e[p->map[j]].hash);
+        /* move j into the hole unless its home lies cyclically in (hole, j] */
+        const bool stays = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
+        if (!stays) {
+            p->map[hole] = p->map[j];
+            hole = j;
+        }
+    }
+    p->map[hole] = NONE;
+}
+
+static int entry_new(gm_kvpool *p, uint64_t h, uint64_t parent, const int32_t *ids) {
+    if ((size_t)(p->ne - p->free_ent.n + 1) * 2 > p->map_cap && !map_grow(p)) return NONE;
+    int e;
+    if (p->free_ent.n) {
+        e = p->free_ent.v[--p->free_ent.n];
+    } else {
+        if (p->ne == p->cape) {
+            const int cap = p->cape ? 2 * p->cape : 64;
+            entry *x = realloc(p->e, (size_t)cap * sizeof *x);
+            if (!x) return NONE;
+            p->e = x;
+            p->cape = cap;
+        }
+        e = p->ne++;
+    }
+    entry *x = &p->e[e];
+    x->hash = h;
+    x->parent = parent;
+    memcpy(x->ids, ids, sizeof x->ids);
+    for (int g = 0; g < GM_KV_GROUPS; g++) x->blk[g] = NONE;
+    x->used = true;
+    size_t s = slot_of(p, h);
+    while (p->map[s] != NONE) s = (s + 1) & (p->map_cap - 1);
+    p->map[s] = e;
+    return e;
+}
+
+/* Takes block id out of its entry; the entry goes when it has no block left. */
+static void detach(gm_kvpool *p, int id) {
+    blk *b = &p->b[id];
+    if (b->entry == NONE) return;
+    entry *x = &p->e[b->entry];
+    x->blk[b->group] = NONE;
+    bool empty = true;
+    for (int g = 0; g < GM_KV_GROUPS; g++) empty = empty && x->blk[g] == NONE;
+    if (empty) {
+        map_remove(p, b->entry);
+        x->used = false;
+        push(&p->free_ent, b->entry); /* cannot fail: free_ent never exceeds the entries allocated */
+    }
+    b->entry = NONE;
+}
+
+/* ---------------------------------------------------------------- blocks */
+
+static void to_free(gm_kvpool *p, int id) {
+    if (!push(&p->free[p->b[id].group], id)) { /* no room to remember it: give the storage back */
+        p->st.free(p->st.ctx, p->b[id].data, p->lay.block_bytes[p->b[id].group]);
+        p->used -= p->lay.block_bytes[p->b[id].group];
+        p->b[id].data = NULL;
+        push(&p->dead, id);
+    }
+}
+
+static void unref(gm_kvpool *p, int id) {
+    blk *b = &p->b[id];
+    if (--b->ref > 0) return;
+    if (b->entry != NONE) lru_push(p, id);
+    else to_free(p, id);
+}
+
+static void ref(gm_kvpool *p, int id) {
+    blk *b = &p->b[id];
+    if (b->ref++ == 0 && b->entry != NONE) lru_unlink(p, id);
+}
+
+static void evict_lru(gm_kvpool *p) {
+    const int id = p->lru_head;
+    lru_unlink(p, id);
+    detach(p, id);
+    to_free(p, id);
+    p->evictions++;
+}
+
+static int new_record(gm_kvpool *p) {
+    if (p->dead.n) return p->dead.v[--p->dead.n];
+    if (p->nb == p->capb) {
+        const int cap = p->capb ? 2 * p->capb : 64;
+        blk *b = realloc(p->b, (size_t)cap * sizeof *b);
+        if (!b) return NONE;
+        p->b = b;
+        p->capb = cap;
+    }
+    p->b[p->nb] = (blk){.entry = NONE, .prev = NONE, .next = NONE};
+    return p->nb++;
+}
+
+/* A block of group g with ref 1: a free one, new storage within the budget, or storage won back from
+ * the other group's free blocks and then from the least recently used cached blocks. */
+static int block_alloc(gm_kvpool *p, int g) {
+    const size_t bytes = p->lay.block_bytes[g];
+    for (;;) {
+        if (p->free[g].n) {
+            const int id = p->free[g].v[--p->free[g].n];
+            p->b[id].ref = 1;
+            return id;
+        }
+        if (p->used + bytes <= p->budget) {
+            const int id = new_record(p);
+            if (id == NONE) return NONE;
+            void *d = p->st.alloc(p->st.ctx, bytes);
+            if (!d) {
+                push(&p->dead, id);
+                return NONE;
+            }
+            p->used += bytes;
+            p->b[id] = (blk){.group = g, .ref = 1, .entry = NONE, .prev = NONE, .next = NONE, .data = d};
+            return id;
+        }
+        const int o = 1 - g;
+        if (p->free[o].n) {
+            const int id = p->free[o].v[--p->free[o].n];
+            p->st.free(p->st.ctx, p->b[id].data, p->lay.block_bytes[o]);
+            p->used -= p->lay.block_bytes[o];
+            p->b[id].data = NULL;
+            push(&p->dead, id);
+            continue;
+        }
+        if (p->lru_head == NONE) return NONE;
+        evict_lru(p);
+    }
+}
+
+static gm_status no_room(const gm_kvpool *p, gm_error *err);
+
+/* ---------------------------------------------------------------- pool */
+
+gm_status gm_kvpool_new(const gm_kv_layout *lay, gm_kv_storage st, size_t budget, bool indexed, gm_kvpool **out,
+                        gm_error *err) {
+    *out = NULL;
+    gm_kvpool *p = calloc(1, sizeof *p);
+    if (!p || layout_copy(&p->lay, lay) != GM_OK) {
+        free(p);
+        return gm_fail(err, GM_ERR_NOMEM, "kv cache: out of memory");
+    }
+    p->st = st;
+    p->budget = budget;
+    p->indexed = indexed;
+    p->lru_head = p->lru_tail = NONE;
+    /* bookkeeping for as many blocks as the budget holds, sized now: no allocation in the steady state
+     * of a decode loop */
+    size_t small = 0;
+    for (int g = 0; g < GM_KV_GROUPS; g++)
+        if (lay->block_bytes[g] && (!small || lay->block_bytes[g] < small)) small = lay->block_bytes[g];
+    const size_t most = small ? budget / small + 16 : 16;
+    const int n = most < (size_t)1 << 24 ? (int)most : 1 << 24;
+    bool ok = grow_list(&p->dead, n) && grow_list(&p->free[0], n) && grow_list(&p->free[1], n) &&
+              grow_list(&p->free_ent, n) && (p->b = malloc((size_t)n * sizeof *p->b)) != NULL;
+    if (ok) p->capb = n;
+    if (ok && indexed) {
+        ok = (p->e = malloc((size_t)n * sizeof *p->e)) != NULL;
+        if (ok) p->cape = n;
+        while (ok && p->map_cap < 2 * (size_t)n) ok = map_grow(p);
+    }
+    if (!ok) {
+        gm_kvpool_free(p);
+        return gm_fail(err, GM_ERR_NOMEM, "kv cache: out of memory for the bookkeeping of %d blocks", n);
+    }
+    *out = p;
+    return GM_OK;
+}
+
+void gm_kvpool_free(gm_kvpool *p) {
+    if (!p) return;
+    for (int i = 0; i < p->nb; i++)
+        if (p->b[i].data) p->st.free(p->st.ctx, p->b[i].data, p->lay.block_bytes[p->b[i].group]);
+    free(p->b);
+    free(p->dead.v);
+    for (int g = 0; g < GM_KV_GROUPS; g++) free(p->free[g].v);
+    free(p->e);
+    free(p->free_ent.v);
+    free(p->map);
+    gm_kv_layout_free(&p->lay);
+    free(p);
+}
+
+gm_status gm_kvpool_reserve(gm_kvpool *p, const int n[GM_KV_GROUPS], gm_error *err) {
+    for (int g = 0; g < GM_KV_GROUPS; g++) {
+        const size_t bytes = p->lay.block_bytes[g];
+        while (bytes && p->free[g].n < n[g]) {
+            if (p->used + bytes > p->budget) return no_room(p, err);
+            const int id = new_record(p);
+            void *d = id == NONE ? NULL : p->st.alloc(p->st.ctx, bytes);
+            if (!d) {
+                if (id != NONE) push(&p->dead, id);
+                return gm_fail(err, GM_ERR_NOMEM, "kv cache: out of memory reserving blocks");
+            }
+            p->used += bytes;
+            p->b[id] = (blk){.group = g, .ref = 0, .entry = NONE, .prev = NONE, .next = NONE, .data = d};
+            to_free(p, id);
+        }
+    }
+    return GM_OK;
+}
+
+const gm_kv_layout *gm_kvpool_layout(const gm_kvpool *p) { return &p->lay; }
+
+void gm_kvpool_stats(const gm_kvpool *p, gm_kv_stats *out) {
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < p->nb; i++)
+        if (p->b[i].data && p->b[i].ref > 0) out->blocks_live++;
+    out->blocks_cached = p->n_cached;
+    size_t big = p->lay.block_bytes[0] > p->lay.block_bytes[1] ? p->lay.block_bytes[0] : p->lay.block_bytes[1];
+    out->blocks_free = p->free[0].n + p->free[1].n + (big && p->budget > p->used ? (int64_t)((p->budget - p->used) / big) : 0);
+    out->bytes_used = p->used;
+    out->bytes_budget = p->budget;
+    out->bytes_per_token = gm_kv_layout_bytes_per_token(&p->lay);
+    out->reused_positions = p->reused;
+    out->evictions = p->evictions;
+}
+
+/* ---------------------------------------------------------------- tables */
+
+void gm_kv_table_init(gm_kv_table *t) { memset(t, 0, sizeof *t); }
+
+bool gm_kv_table_reserve(gm_kv_table *t, int n) {
+    if (n <= t->cap) return true;
+    int cap = t->cap ? t->cap : 16;
+    while (cap < n) cap *= 2;
+    for (int g = 0; g < GM_KV_GROUPS; g++) {
+        int32_t *id = realloc(t->id[g], (size_t)cap * sizeof *id);
+        if (!id) return false;
+        t->id[g] = id;
+        void **ptr = realloc(t->ptr[g], (size_t)cap * sizeof *ptr);
+        if (!ptr) return false;
+        t->ptr[g] = ptr;
+        for (int i = t->cap; i < cap; i++) t->id[g][i] = NONE, t->ptr[g][i] = NULL;
+    }
+    uint64_t *h = realloc(t->hash, (size_t)cap * sizeof *h);
+    if (!h) return false;
+    t->hash = h;
+    t->cap = cap;
+    return true;
+}
+
+static void put(gm_kvpool *p, gm_kv_table *t, int g, int i, int id) {
+    t->id[g][i] = id;
+    t->ptr[g][i] = id == NONE ? NULL : p->b[id].data;
+}
+
+static void drop(gm_kvpool *p, gm_kv_table *t, int g, int i) {
+    if (t->id[g][i] == NONE) return;
+    unref(p, t->id[g][i]);
+    put(p, t, g, i, NONE);
+}
+
+void gm_kv_table_drop_from(gm_kvpool *p, gm_kv_table *t, int from_block) {
+    for (int g = 0; g < GM_KV_GROUPS; g++)
+        for (int i = from_block; i < t->cap; i++) drop(p, t, g, i);
+    if (t->n_hashed > from_block) t->n_hashed = from_block;
+}
+
+void gm_kv_table_free(gm_kvpool *p, gm_kv_table *t) {
+    if (p) gm_kv_table_drop_from(p, t, 0);
+    for (int g = 0; g < GM_KV_GROUPS; g++) {
+        free(t->id[g]);
+        free(t->ptr[g]);
+    }
+    free(t->hash);
+    memset(t, 0, sizeof *t);
+}
+
+gm_status gm_kv_table_fork(gm_kvpool *p, gm_kv_table *dst, const gm_kv_table *src, gm_error *err) {
+    if (!gm_kv_table_reserve(dst, src->cap)) return gm_fail(err, GM_ERR_NOMEM, "kv cache: out of memory for a block table");
+    for (int g = 0; g < GM_KV_GROUPS; g++)
+        for (int i = 0; i < src->cap; i++)
+            if (src->id[g][i] != NONE) {
+                ref(p, src->id[g][i]);
+                put(p, dst, g, i, src->id[g][i]);
+            }
+    if (src->n_hashed) memcpy(dst->hash, src->hash, (size_t)src->n_hashed * sizeof *dst->hash);
+    dst->n_hashed = src->n_hashed;
+    return GM_OK;
+}
+
+/* First sliding block a query at pos reads (its window starts at pos - window + 1). */
+static int window_first_block(const gm_kvpool *p, int pos) {
+    const int first = pos - p->lay.window + 1;
+    return first > 0 ? first / GM_KV_BLOCK : 0;
+}
+
+void gm_kv_table_trim_window(gm_kvpool *p, gm_kv_table *t, int next) {
+    if (!p->lay.block_bytes[GM_KV_SLIDING]) return;
+    /* one block of slack: a rollback of up to GM_KV_BLOCK positions keeps its window */
+    const int keep = window_first_block(p, next) - 1;
+    for (int i = 0; i < keep && i < t->cap; i++) drop(p, t, GM_KV_SLIDING, i);
+}
+
+bool gm_kv_table_window_held(const gm_kvpool *p, const gm_kv_table *t, int pos) {
+    if (!p->lay.block_bytes[GM_KV_SLIDING] || pos == 0) return true;
+    const int last = (pos - 1) / GM_KV_BLOCK;
+    for (int i = window_first_block(p, pos); i <= last; i++)
+        if (i >= t->cap || t->id[GM_KV_SLIDING][i] == NONE) return false;
+    return true;
+}
+
+static gm_status no_room(const gm_kvpool *p, gm_error *err) {
+    gm_kv_stats s;
+    gm_kvpool_stats(p, &s);
+    return gm_fail(err, GM_ERR_NOMEM,
+                   "KV cache full: the live sequences hold %lld blocks (%.1f MiB) of a %.1f MiB budget and nothing is "
+                   "left to evict; raise --kv-mem or run fewer or shorter sequences",
+                   (long long)s.blocks_live, (double)s.bytes_used / 1048576.0, (double)s.bytes_budget / 1048576.0);
+}
+
+gm_status gm_kv_table_prepare(gm_kvpool *p, gm_kv_table *t, int p0, int p1, gm_error *err) {
+    if (p1 <= p0) return GM_OK;
+    const int b0 = p0 / GM_KV_BLOCK, b1 = (p1 - 1) / GM_KV_BLOCK;
+    if (!gm_kv_table_reserve(t, b1 + 1)) return gm_fail(err, GM_ERR_NOMEM, "kv cache: out of memory for a block table");
+    for (int g = 0; g < GM_KV_GROUPS; g++) {
+        if (!p->lay.block_bytes[g]) continue;
+        for (int i = b0; i <= b1; i++) {
+            const int id = t->id[g][i];
+            if (id != NONE && p->b[id].ref == 1) {
+                detach(p, id); /* ours alone: its content is about to change, so it leaves the index */
+                continue;
+            }
+            const int nid = block_alloc(p, g);
+            if (nid == NONE) return no_room(p, err);
+            if (id != NONE) { /* shared: copy on write */
+                p->st.copy(p->st.ctx, p->b[nid].data, p->b[id].data, p->lay.block_bytes[g]);
+                unref(p, id);
+            }
+            put(p, t, g, i, nid);
+        }
+    }
+    return GM_OK;
+}
+
+/* ---------------------------------------------------------------- prefix index */
+
+uint64_t gm_kv_chain_hash(uint64_t prev, const int32_t *ids) {
+    /* FNV-1a over the parent hash and the ids, then a 64-bit finaliser (splitmix64) */
+    uint64_t h = 0xcbf29ce484222325ull ^ prev;
+    for (int i = 0; i < GM_KV_BLOCK; i++) {
+        uint32_t v = (uint32_t)ids[i];
+        for (int k = 0; k < 4; k++, v >>= 8) h = (h ^ (v & 0xff)) * 0x100000001b3ull;
+    }
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebull;
+    return h ^ (h >> 31);
+}
+
+void gm_kv_table_hash(gm_kv_table *t, const int32_t *ids, int n_blocks) {
+    if (!gm_kv_table_reserve(t, n_blocks)) return;
+    for (int i = t->n_hashed; i < n_blocks; i++)
+        t->hash[i] = gm_kv_chain_hash(i ? t->hash[i - 1] : 0, ids + (size_t)i * GM_KV_BLOCK);
+    if (n_blocks > t->n_hashed) t->n_hashed = n_blocks;
+}
+
+void gm_kv_table_register(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, int n_blocks) {
+    const int first = t->n_hashed;
+    gm_kv_table_hash(t, ids, n_blocks);
+    if (!p->indexed) return;
+    for (int i = first; i < t->n_hashed; i++) {
+        const uint64_t parent = i ? t->hash[i - 1] : 0;
+        const int32_t *bid = ids + (size_t)i * GM_KV_BLOCK;
+        int e = map_find(p, t->hash[i], parent, bid);
+        if (e == NONE && (e = entry_new(p, t->hash[i], parent, bid)) == NONE) return; /* no memory: just not indexed */
+        for (int g = 0; g < GM_KV_GROUPS; g++) {
+            const int id = t->id[g][i];
+            if (id == NONE || p->e[e].blk[g] != NONE || p->b[id].entry != NONE) continue;
+            p->e[e].blk[g] = id;
+            p->b[id].entry = e;
+        }
+        if (p->e[e].blk[0] == NONE && p->e[e].blk[1] == NONE) { /* nothing of ours entered: drop the empty entry */
+            map_remove(p, e);
+            p->e[e].used = false;
+            push(&p->free_ent, e);
+        }
+    }
+}
+
+int gm_kv_table_adopt(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, int max_blocks) {
+    const int first = t->n_hashed;
+    if (!p->indexed || max_blocks <= first || !gm_kv_table_reserve(t, max_blocks)) return 0;
+    const bool has_full = p->lay.block_bytes[GM_KV_FULL] != 0, has_sl = p->lay.block_bytes[GM_KV_SLIDING] != 0;
+    int *cand = malloc((size_t)(max_blocks - first) * sizeof *cand);
+    if (!cand) return 0;
+    uint64_t prev = first ? t->hash[first - 1] : 0;
+    int top = first;
+    for (; top < max_blocks; top++) { /* the run of blocks whose content is indexed */
+        const int32_t *bid = ids + (size_t)top * GM_KV_BLOCK;
+        const uint64_t h = gm_kv_chain_hash(prev, bid);
+        const int e = map_find(p, h, prev, bid);
+        if (e == NONE || (has_full && p->e[e].blk[GM_KV_FULL] == NONE)) break;
+        cand[top - first] = e;
+        t->hash[top] = h;
+        prev = h;
+    }
+    int j = top;
+    for (; has_sl && j > first; j--) { /* the longest prefix whose window before it is held or indexed */
+        bool ok = true;
+        for (int i = window_first_block(p, j * GM_KV_BLOCK); ok && i < j; i++)
+            ok = i < first ? t->id[GM_KV_SLIDING][i] != NONE : p->e[cand[i - first]].blk[GM_KV_SLIDING] != NONE;
+        if (ok) break;
+    }
+    const int lo = has_sl ? window_first_block(p, j * GM_KV_BLOCK) : 0;
+    for (int i = first; i < j; i++) {
+        const entry *x = &p->e[cand[i - first]];
+        for (int g = 0; g < GM_KV_GROUPS; g++) {
+            if (!p->lay.block_bytes[g] || (g == GM_KV_SLIDING && i < lo)) continue;
+            drop(p, t, g, i);
+            ref(p, x->blk[g]);
+            put(p, t, g, i, x->blk[g]);
+        }
+    }
+    free(cand);
+    t->n_hashed = j;
+    p->reused += (int64_t)(j - first) * GM_KV_BLOCK;
+    return j - first;
 }

@@ -21,6 +21,55 @@ bool gm_layer_is_sliding(const gm_config *c, int il) {
     return (il + 1) % c->sliding_pattern != 0;
 }
 
+gm_layer_config gm_layer_config_uniform(const gm_config *c, int il) {
+    const bool sliding = gm_layer_is_sliding(c, il);
+    /* Gemma 3: local layers use the local base unscaled; global layers the global base with linear
+     * scaling. Gemma 1/2 have one base (the config sets both). */
+    return (gm_layer_config){.head_dim = c->head_dim, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
+                             .d_ff = c->d_ff, .window = sliding ? c->sliding_window : 0,
+                             .rope_base = sliding ? c->rope_base_local : c->rope_base_global,
+                             .rope_scale = sliding ? 1.0f : c->rope_scale_global, .rope_dims = c->head_dim,
+                             .kv_source = il};
+}
+
+gm_layer_max gm_model_layer_max(const gm_model *m) {
+    gm_layer_max x = {0};
+    for (int il = 0; il < m->cfg.n_layers; il++) {
+        const gm_layer_config *l = &m->layers[il].lc;
+#define MAXOF(f, v) x.f = (v) > x.f ? (v) : x.f
+        MAXOF(head_dim, l->head_dim);
+        MAXOF(n_heads, l->n_heads);
+        MAXOF(n_kv_heads, l->n_kv_heads);
+        MAXOF(d_ff, l->d_ff);
+        MAXOF(q_dim, l->n_heads * l->head_dim);
+        MAXOF(kv_dim, l->n_kv_heads * l->head_dim);
+        MAXOF(group, l->n_heads / l->n_kv_heads);
+#undef MAXOF
+    }
+    return x;
+}
+
+const gm_layer_config *gm_model_layer(const gm_model *m, int il) {
+    return m && il >= 0 && il < m->cfg.n_layers ? &m->layers[il].lc : NULL;
+}
+
+/* A layer's facts must describe something the forward pass can run. */
+static gm_status check_layer(const gm_layer_config *l, int il, const char *path, gm_error *err) {
+#define NEED(cond, what)                                                                      \
+    if (!(cond)) return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: cannot run layer %d: %s", path, il, what)
+    NEED(l->n_heads > 0 && l->n_kv_heads > 0 && l->n_heads % l->n_kv_heads == 0,
+         "head counts must be positive and query heads a multiple of KV heads");
+    NEED(l->head_dim > 0 && l->head_dim % 2 == 0 && l->head_dim <= 4096, "head_dim must be even and positive");
+    NEED(l->rope_dims >= 0 && l->rope_dims % 2 == 0 && l->rope_dims <= l->head_dim, "rotated dims must be even, <= head_dim");
+    NEED(l->d_ff > 0, "feed-forward size must be positive");
+    NEED(l->window >= 0, "negative sliding window");
+    NEED(l->rope_base > 0.0f && isfinite(l->rope_base) && l->rope_scale > 0.0f && isfinite(l->rope_scale),
+         "RoPE base and scale must be positive");
+    NEED(l->kv_source >= 0 && l->kv_source <= il, "KV source must be this layer or an earlier one");
+#undef NEED
+    return GM_OK;
+}
+
 /* The config must describe something this forward pass can run; refuse clearly otherwise. */
 static gm_status check_config(const gm_config *c, const char *path, gm_error *err) {
 #define NEED(cond, what)                                                                      \
@@ -104,10 +153,13 @@ static gm_status load_norm(gm_model *m, const char *name, int n, bool required, 
 static gm_status load_layer(gm_model *m, int il, float **store, gm_error *err) {
     const gm_config *c = &m->cfg;
     gm_layer *L = &m->layers[il];
-    const int64_t d = c->d_model, qd = (int64_t)c->n_heads * c->head_dim,
-                  kvd = (int64_t)c->n_kv_heads * c->head_dim, ff = c->d_ff;
+    L->lc = gm_layer_config_uniform(c, il);
+    const gm_layer_config *lc = &L->lc;
+    gm_status st = check_layer(lc, il, gm_source_path(m->src), err);
+    if (st) return st;
+    const int64_t d = c->d_model, qd = (int64_t)lc->n_heads * lc->head_dim,
+                  kvd = (int64_t)lc->n_kv_heads * lc->head_dim, ff = lc->d_ff;
     char name[96];
-    gm_status st;
 #define MAT(field, suffix, cols, rows)                                             \
     snprintf(name, sizeof name, "blk.%d." suffix ".weight", il);                   \
     if ((st = load_matrix(m, name, cols, rows, &L->field, err))) return st;
@@ -126,26 +178,23 @@ static gm_status load_layer(gm_model *m, int il, float **store, gm_error *err) {
     NORM(ffn_norm, "ffn_norm", (int)d, true)
     NORM(post_attn_norm, "post_attention_norm", (int)d, c->has_post_norms)
     NORM(post_ffn_norm, "post_ffw_norm", (int)d, c->has_post_norms)
-    NORM(q_norm, "attn_q_norm", c->head_dim, c->has_qk_norm)
-    NORM(k_norm, "attn_k_norm", c->head_dim, c->has_qk_norm)
+    NORM(q_norm, "attn_q_norm", lc->head_dim, c->has_qk_norm)
+    NORM(k_norm, "attn_k_norm", lc->head_dim, c->has_qk_norm)
 #undef MAT
 #undef NORM
     if (!c->has_post_norms) L->post_attn_norm = L->post_ffn_norm = NULL;
     if (!c->has_qk_norm) L->q_norm = L->k_norm = NULL;
-    L->sliding = gm_layer_is_sliding(c, il);
-    L->window = L->sliding ? c->sliding_window : 0;
-    /* Gemma 3: local layers use the local base unscaled; global layers the global base with
-     * linear scaling. Gemma 1/2 have one base (config sets both). */
     float *inv = *store;
-    if (L->sliding) gm_rope_inv_freq(inv, c->head_dim, c->rope_base_local, 1.0);
-    else gm_rope_inv_freq(inv, c->head_dim, c->rope_base_global, 1.0 / c->rope_scale_global);
+    gm_rope_inv_freq(inv, lc->rope_dims, lc->rope_base, 1.0 / lc->rope_scale);
     L->inv_freq = inv;
-    *store += c->head_dim / 2;
+    *store += lc->rope_dims / 2;
     return GM_OK;
 }
 
 static gm_status load_weights(gm_model *m, gm_error *err) {
     const gm_config *c = &m->cfg;
+    /* per layer: 4 norms of d, q/k norms and RoPE frequencies of at most head_dim each (the per-layer
+     * facts are filled in load_layer, so size by the global head_dim, which bounds Gemma 1-3's) */
     const size_t per_layer = 4 * (size_t)c->d_model + 2 * (size_t)c->head_dim + (size_t)c->head_dim / 2;
     m->f32_store = malloc(((size_t)c->n_layers * per_layer + (size_t)c->d_model) * sizeof(float));
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);

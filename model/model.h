@@ -18,9 +18,8 @@ typedef struct gm_layer {
     const float *ffn_norm;          /* d, pre-FFN norm */
     const float *post_ffn_norm;     /* d, NULL without post norms */
     const float *q_norm, *k_norm;   /* hd, NULL without q/k norm (Gemma 1/2) */
-    bool sliding;                   /* attends to the last `window` positions only */
-    int window;                     /* 0 when global */
-    const float *inv_freq;          /* hd/2 RoPE inverse frequencies (base, linear scale folded) */
+    gm_layer_config lc;             /* shapes, window, RoPE, KV source */
+    const float *inv_freq;          /* rope_dims/2 RoPE inverse frequencies (base, linear scale folded) */
 } gm_layer;
 
 struct gm_model {
@@ -38,5 +37,13 @@ struct gm_model {
 
 /* True when layer il attends through a sliding window (the config's pattern rule). */
 bool gm_layer_is_sliding(const gm_config *c, int il);
+/* Layer il's facts under Gemma 1/2/3's uniform rules (shapes from the global config, window and RoPE
+ * base by the sliding pattern). */
+gm_layer_config gm_layer_config_uniform(const gm_config *c, int il);
+/* The largest of a per-layer field over the model's layers (scratch sizes). */
+typedef struct gm_layer_max {
+    int head_dim, n_heads, n_kv_heads, d_ff, q_dim, kv_dim, group; /* group: n_heads / n_kv_heads */
+} gm_layer_max;
+gm_layer_max gm_model_layer_max(const gm_model *m);
 
 #endif

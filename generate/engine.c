@@ -1,0 +1,430 @@
+/* generate/engine.c — the engine (model, backend, KV pool) and its sequences (see gemma.h, "engine and
+ * sequences").
+ *
+ * A sequence's state: tok[0..n_tok) is its history; positions [0, n_kv) have keys and values in its
+ * block table; logits_valid says its logits buffer holds the logits after tok[n_tok - 1]. An evaluation
+ * first adopts what the prefix index holds of the pending tokens, then computes the rest in forward calls
+ * of at most n_batch rows shared by every sequence being evaluated, then enters the new full blocks in
+ * the index and lets go of sliding-window blocks the sequence no longer needs. */
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "generate/engine.h"
+
+/* ---------------------------------------------------------------- engine */
+
+static gm_status check_engine_options(const gm_config *c, const gm_engine_options *o, gm_error *err) {
+    if (o->n_ctx < 0 || o->n_ctx > c->context_length)
+        return gm_fail(err, GM_ERR_ARG, "engine: n_ctx %d must be in [0, %d] (the model's context length; 0 = default)",
+                       o->n_ctx, c->context_length);
+    if (o->n_batch < 0 || o->n_batch > 65536)
+        return gm_fail(err, GM_ERR_ARG, "engine: n_batch %d must be in [0, 65536] (0 = default)", o->n_batch);
+    if (o->n_threads > 1024) return gm_fail(err, GM_ERR_ARG, "engine: %d threads is more than 1024", o->n_threads);
+    if (o->kv_type != GM_KV_DTYPE_F32 && o->kv_type != GM_KV_DTYPE_F16)
+        return gm_fail(err, GM_ERR_ARG, "engine: unknown KV storage type %d", (int)o->kv_type);
+    return GM_OK;
+}
+
+gm_status gm_engine_new(const gm_model *m, const gm_engine_options *opt, gm_engine **out, gm_error *err) {
+    if (!out) return gm_fail(err, GM_ERR_ARG, "engine: out is NULL");
+    *out = NULL;
+    if (!m) return gm_fail(err, GM_ERR_ARG, "engine: model is NULL");
+    const gm_engine_options o = opt ? *opt : (gm_engine_options){0};
+    const gm_config *c = &m->cfg;
+    gm_status st = check_engine_options(c, &o, err);
+    if (st) return st;
+    gm_engine *e = calloc(1, sizeof *e);
+    if (!e) return gm_fail(err, GM_ERR_NOMEM, "engine: out of memory");
+    e->m = m;
+    e->c = c;
+    e->n_ctx = o.n_ctx ? o.n_ctx : (c->context_length < GM_DEFAULT_MAX_CTX ? c->context_length : GM_DEFAULT_MAX_CTX);
+    e->n_batch = o.n_batch ? (o.n_batch < e->n_ctx ? o.n_batch : e->n_ctx) : (e->n_ctx < 512 ? e->n_ctx : 512);
+    e->prefix_cache = !o.no_prefix_cache;
+    e->rows = malloc((size_t)e->n_batch * sizeof *e->rows);
+    e->row_seq = malloc((size_t)e->n_batch * sizeof *e->row_seq);
+    if (!e->rows || !e->row_seq) st = gm_fail(err, GM_ERR_NOMEM, "engine: out of memory");
+    if (!st) st = gm_kv_layout_init(&e->lay, m, o.kv_type, err);
+    const gm_backend_options bo = {o.n_threads, e->n_batch, e->n_ctx};
+    if (!st) st = gm_backend_cpu_new(m, &e->lay, &bo, &e->be, err);
+    if (!st) {
+        /* default budget: one sequence of n_ctx positions with every layer's blocks (no window savings) */
+        const size_t blocks = (size_t)(e->n_ctx + GM_KV_BLOCK - 1) / GM_KV_BLOCK;
+        const size_t budget = o.kv_mem ? o.kv_mem : blocks * (e->lay.block_bytes[0] + e->lay.block_bytes[1]);
+        st = gm_kvpool_new(&e->lay, e->be->ops->kv_storage(e->be), budget, e->prefix_cache, &e->pool, err);
+    }
+    if (st) {
+        gm_engine_free(e);
+        return st;
+    }
+    *out = e;
+    return GM_OK;
+}
+
+gm_status gm_engine_free(gm_engine *e) {
+    if (!e) return GM_OK;
+    if (e->n_seqs > 0) return GM_ERR_STATE;
+    gm_kvpool_free(e->pool);
+    if (e->be) e->be->ops->free(e->be);
+    gm_kv_layout_free(&e->lay);
+    free(e->rows);
+    free(e->row_seq);
+    free(e);
+    return GM_OK;
+}
+
+const gm_model *gm_engine_model(const gm_engine *e) { return e ? e->m : NULL; }
+int gm_engine_n_ctx(const gm_engine *e) { return e ? e->n_ctx : 0; }
+
+void gm_engine_kv_stats(const gm_engine *e, gm_kv_stats *out) {
+    if (!out) return;
+    if (!e) {
+        memset(out, 0, sizeof *out);
+        return;
+    }
+    gm_kvpool_stats(e->pool, out);
+}
+
+/* ---------------------------------------------------------------- sequences */
+
+gm_status gm_seq_new(gm_engine *e, gm_seq **out, gm_error *err) {
+    if (!out) return gm_fail(err, GM_ERR_ARG, "gm_seq_new: out is NULL");
+    *out = NULL;
+    if (!e) return gm_fail(err, GM_ERR_ARG, "gm_seq_new: engine is NULL");
+    gm_seq *s = calloc(1, sizeof *s);
+    if (!s) return gm_fail(err, GM_ERR_NOMEM, "gm_seq_new: out of memory");
+    s->e = e;
+    s->taint = INT_MAX;
+    gm_kv_table_init(&s->kv);
+    s->tok = malloc((size_t)e->n_ctx * sizeof *s->tok);
+    gm_status st = s->tok && gm_kv_table_reserve(&s->kv, (e->n_ctx + GM_KV_BLOCK - 1) / GM_KV_BLOCK) ? gm_sampler_init(&s->smp, e->c->n_vocab, err)
+                          : gm_fail(err, GM_ERR_NOMEM, "gm_seq_new: out of memory for %d positions", e->n_ctx);
+    if (st) {
+        gm_kv_table_free(NULL, &s->kv);
+        free(s->tok);
+        free(s);
+        return st;
+    }
+    e->n_seqs++;
+    *out = s;
+    return GM_OK;
+}
+
+void gm_seq_free(gm_seq *s) {
+    if (!s) return;
+    gm_kv_table_free(s->e->pool, &s->kv);
+    gm_sampler_free(&s->smp);
+    free(s->tok);
+    free(s->logits);
+    s->e->n_seqs--;
+    free(s);
+}
+
+static gm_status ensure_logits(gm_seq *s, gm_error *err) {
+    if (s->logits) return GM_OK;
+    s->logits = malloc((size_t)s->e->c->n_vocab * sizeof *s->logits);
+    return s->logits ? GM_OK : gm_fail(err, GM_ERR_NOMEM, "sequence: out of memory for logits");
+}
+
+gm_status gm_seq_fork(const gm_seq *s, gm_seq **out, gm_error *err) {
+    if (!s || !out) return gm_fail(err, GM_ERR_ARG, "gm_seq_fork: NULL argument");
+    gm_seq *f;
+    gm_status st = gm_seq_new(s->e, &f, err);
+    if (st) return st;
+    memcpy(f->tok, s->tok, (size_t)s->n_tok * sizeof *s->tok);
+    f->n_tok = s->n_tok;
+    f->n_kv = s->n_kv;
+    f->taint = s->taint;
+    f->seed = s->seed;
+    f->seeded = s->seeded;
+    memcpy(f->smp.rng, s->smp.rng, sizeof f->smp.rng);
+    if (!st && s->logits_valid && !(st = ensure_logits(f, err))) {
+        memcpy(f->logits, s->logits, (size_t)s->e->c->n_vocab * sizeof *f->logits);
+        f->logits_valid = true;
+    }
+    if (!st) st = gm_kv_table_fork(s->e->pool, &f->kv, &s->kv, err);
+    if (st) {
+        gm_seq_free(f);
+        return st;
+    }
+    *out = f;
+    return GM_OK;
+}
+
+void gm_seq_forget(gm_seq *s) {
+    gm_kv_table_drop_from(s->e->pool, &s->kv, 0);
+    s->n_kv = 0;
+    s->logits_valid = false;
+    if (s->taint != INT_MAX) s->taint = INT_MAX; /* nothing computed from embeddings remains */
+}
+
+/* Positions [0, n) of the cache stay; the rest go, and with them any block only they used. */
+static void keep_kv(gm_seq *s, int n) {
+    if (n >= s->n_kv) return;
+    if (!gm_kv_table_window_held(s->e->pool, &s->kv, n)) { /* the window before n is gone: start over */
+        gm_seq_forget(s);
+        return;
+    }
+    s->n_kv = n;
+    gm_kv_table_drop_from(s->e->pool, &s->kv, (n + GM_KV_BLOCK - 1) / GM_KV_BLOCK);
+    if (s->kv.n_hashed > n / GM_KV_BLOCK) s->kv.n_hashed = n / GM_KV_BLOCK;
+}
+
+gm_status gm_seq_truncate(gm_seq *s, int n, gm_error *err) {
+    if (!s) return gm_fail(err, GM_ERR_ARG, "gm_seq_truncate: sequence is NULL");
+    if (n < 0 || n > s->n_tok)
+        return gm_fail(err, GM_ERR_ARG, "gm_seq_truncate: %d is outside the history [0, %d]", n, s->n_tok);
+    if (n == s->n_tok) return GM_OK;
+    s->n_tok = n;
+    s->logits_valid = false;
+    if (n <= s->taint) s->taint = INT_MAX;
+    keep_kv(s, n);
+    return GM_OK;
+}
+
+static gm_status check_ids(const gm_engine *e, const char *fn, const int32_t *ids, int n, gm_error *err) {
+    if (n < 0 || (n > 0 && !ids)) return gm_fail(err, GM_ERR_ARG, "%s: %d ids at %p", fn, n, (const void *)ids);
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= e->c->n_vocab)
+            return gm_fail(err, GM_ERR_ARG, "%s: token id %d at index %d is outside the vocabulary [0, %d)", fn,
+                           (int)ids[i], i, e->c->n_vocab);
+    return GM_OK;
+}
+
+gm_status gm_seq_append(gm_seq *s, const int32_t *ids, int n, gm_error *err) {
+    if (!s) return gm_fail(err, GM_ERR_ARG, "gm_seq_append: sequence is NULL");
+    gm_status st = check_ids(s->e, "gm_seq_append", ids, n, err);
+    if (st) return st;
+    if (n > s->e->n_ctx - s->n_tok)
+        return gm_fail(err, GM_ERR_CONTEXT, "gm_seq_append: %d + %d tokens exceed the context size %d", s->n_tok, n,
+                       s->e->n_ctx);
+    if (n == 0) return GM_OK;
+    memcpy(s->tok + s->n_tok, ids, (size_t)n * sizeof *ids);
+    s->n_tok += n;
+    s->logits_valid = false;
+    return GM_OK;
+}
+
+const int32_t *gm_seq_tokens(const gm_seq *s, int *n) {
+    if (n) *n = s ? s->n_tok : 0;
+    return s ? s->tok : NULL;
+}
+int gm_seq_length(const gm_seq *s) { return s ? s->n_tok : 0; }
+int gm_seq_n_computed(const gm_seq *s) { return s ? s->n_kv : 0; }
+int gm_seq_n_reused(const gm_seq *s) { return s ? s->n_reused : 0; }
+const float *gm_seq_logits(const gm_seq *s) { return s && s->logits_valid ? s->logits : NULL; }
+
+gm_status gm_seq_sample(gm_seq *s, const gm_sampling *opt, int32_t *tok, gm_error *err) {
+    if (!s || !opt) return gm_fail(err, GM_ERR_ARG, "gm_seq_sample: sequence or options are NULL");
+    gm_status st = gm_sampling_validate(opt, err);
+    if (st) return st;
+    if (!s->logits_valid) return gm_fail(err, GM_ERR_STATE, "gm_seq_sample: no logits (evaluate the sequence first)");
+    if (s->n_tok >= s->e->n_ctx)
+        return gm_fail(err, GM_ERR_CONTEXT, "gm_seq_sample: the context is full (%d tokens)", s->e->n_ctx);
+    if (!s->seeded || s->seed != opt->seed) {
+        gm_sampler_seed(&s->smp, opt->seed);
+        s->seed = opt->seed;
+        s->seeded = true;
+    }
+    int32_t t;
+    if ((st = gm_sampler_sample(&s->smp, opt, s->logits, s->tok, s->n_tok, &t, err))) return st;
+    s->tok[s->n_tok++] = t;
+    s->logits_valid = false;
+    if (tok) *tok = t;
+    return GM_OK;
+}
+
+/* ---------------------------------------------------------------- forward calls */
+
+/* One forward call over e->rows[0..n) (rows of a sequence consecutive, from its n_kv): blocks made
+ * writable, the backend run, then each sequence's n_kv advanced and its new full blocks indexed. */
+static gm_status run_rows(gm_engine *e, int n, gm_fwd_batch *b, bool tainted, gm_error *err) {
+    gm_status st = GM_OK;
+    for (int i = 0; i < n && !st; i++)
+        if (i == 0 || e->row_seq[i] != e->row_seq[i - 1]) {
+            int k = 1;
+            while (i + k < n && e->row_seq[i + k] == e->row_seq[i]) k++;
+            gm_seq *s = e->row_seq[i];
+            st = gm_kv_table_prepare(e->pool, &s->kv, e->rows[i].pos, e->rows[i].pos + k, err);
+        }
+    if (st) return st;
+    for (int i = 0; i < n; i++) e->rows[i].kv = &e->row_seq[i]->kv;
+    b->n = n;
+    b->rows = e->rows;
+    if ((st = e->be->ops->forward(e->be, b, err))) return st;
+    for (int i = 0; i < n; i++) {
+        gm_seq *s = e->row_seq[i];
+        s->n_kv = e->rows[i].pos + 1;
+        if (tainted && e->rows[i].pos < s->taint) s->taint = e->rows[i].pos;
+        if (i + 1 < n && e->row_seq[i + 1] == s) continue;
+        /* the last row of s in this call: index its new full blocks, drop what its window no longer needs */
+        const int full = (s->n_kv < s->taint ? s->n_kv : s->taint) / GM_KV_BLOCK;
+        if (full > s->kv.n_hashed) gm_kv_table_register(e->pool, &s->kv, s->tok, full);
+        gm_kv_table_trim_window(e->pool, &s->kv, s->n_kv);
+    }
+    return GM_OK;
+}
+
+/* Before computing: recompute the last position when only its logits are missing, and adopt from the
+ * prefix index what it holds of the pending tokens. */
+static void begin_eval(gm_engine *e, gm_seq *s, bool adopt) {
+    if (s->n_kv >= s->n_tok && !s->logits_valid) keep_kv(s, s->n_tok - 1);
+    if (!adopt || !e->prefix_cache || s->n_kv % GM_KV_BLOCK || s->kv.n_hashed != s->n_kv / GM_KV_BLOCK ||
+        s->taint <= s->n_kv)
+        return;
+    const int first = s->n_kv / GM_KV_BLOCK, max_blocks = (s->n_tok - 1) / GM_KV_BLOCK;
+    if (max_blocks <= first) return;
+    gm_kv_table_drop_from(e->pool, &s->kv, first);
+    const int got = gm_kv_table_adopt(e->pool, &s->kv, s->tok, max_blocks);
+    s->n_kv += got * GM_KV_BLOCK;
+    s->n_reused += got * GM_KV_BLOCK;
+}
+
+typedef struct logits_tramp {
+    gm_engine *e;
+    gm_seq *s;
+    const gm_eval_extras *x;
+} logits_tramp;
+
+/* the generator's scoring callback gets positions; the last one's logits also stay in the sequence */
+static void on_logits_row(void *user, int row, const float *l) {
+    logits_tramp *t = user;
+    const int pos = t->e->rows[row].pos;
+    if (pos == t->s->n_tok - 1) memcpy(t->s->logits, l, (size_t)t->e->c->n_vocab * sizeof *l);
+    if (t->x->on_logits && pos >= t->x->logits_from) t->x->on_logits(t->x->user, pos, l);
+}
+
+gm_status gm_engine_eval_ex(gm_engine *e, gm_seq *s, const gm_eval_extras *x, gm_error *err) {
+    const gm_eval_extras none = {0};
+    if (!x) x = &none;
+    if (s->n_tok == 0) return gm_fail(err, GM_ERR_STATE, "evaluate: the history is empty (prefill first)");
+    gm_status st = ensure_logits(s, err);
+    if (st) return st;
+    if (s->n_kv >= s->n_tok && s->logits_valid && !x->all_logits) return GM_OK;
+    begin_eval(e, s, !x->no_adopt && !x->embeds && !x->bias && !x->all_logits);
+    const int V = e->c->n_vocab, d = e->c->d_model;
+    logits_tramp tr = {e, s, x};
+    gm_fwd_batch b = {.bias = x->bias, .bias_n = x->bias_n, .bias_is_mask = x->bias_is_mask,
+                      .on_logits = on_logits_row, .user = &tr, .aux_layers = x->aux_layers, .n_aux = x->n_aux};
+    if (x->aux_taken) *x->aux_taken = false;
+    s->logits_valid = false;
+    while (s->n_kv < s->n_tok) {
+        const int n = s->n_tok - s->n_kv < e->n_batch ? s->n_tok - s->n_kv : e->n_batch;
+        b.aux_row = -1;
+        for (int i = 0; i < n; i++) {
+            const int pos = s->n_kv + i;
+            const bool last = pos == s->n_tok - 1, all = x->all_logits && pos >= x->logits_from;
+            e->row_seq[i] = s;
+            e->rows[i] = (gm_fwd_row){.pos = pos, .token = s->tok[pos],
+                                      .embed = x->embeds ? x->embeds + (size_t)pos * d : NULL,
+                                      .logits = last || all,
+                                      .logits_out = all ? (x->logits_out ? x->logits_out + (size_t)(pos - x->logits_from) * V : NULL)
+                                                        : (last ? s->logits : NULL)};
+            if (last && x->n_aux) b.aux_row = i;
+        }
+        b.aux_out = x->aux_out;
+        if ((st = run_rows(e, n, &b, x->embeds || x->bias, err))) return st;
+        if (b.aux_row >= 0 && x->aux_taken) *x->aux_taken = true;
+    }
+    if (x->all_logits && x->logits_out && s->n_tok - 1 >= x->logits_from)
+        memcpy(s->logits, x->logits_out + (size_t)(s->n_tok - 1 - x->logits_from) * V, (size_t)V * sizeof *s->logits);
+    s->logits_valid = true;
+    return GM_OK;
+}
+
+gm_status gm_engine_eval(gm_engine *e, gm_seq *const *seqs, int n, gm_error *err) {
+    if (!e || n < 0 || (n > 0 && !seqs)) return gm_fail(err, GM_ERR_ARG, "gm_engine_eval: bad arguments");
+    for (int i = 0; i < n; i++) {
+        if (!seqs[i] || seqs[i]->e != e) return gm_fail(err, GM_ERR_ARG, "gm_engine_eval: sequence %d is not of this engine", i);
+        if (seqs[i]->n_tok == 0) return gm_fail(err, GM_ERR_STATE, "gm_engine_eval: sequence %d has an empty history", i);
+        for (int j = 0; j < i; j++)
+            if (seqs[j] == seqs[i]) return gm_fail(err, GM_ERR_ARG, "gm_engine_eval: sequence %d is given twice", i);
+        gm_status st = ensure_logits(seqs[i], err);
+        if (st) return st;
+    }
+    for (int i = 0; i < n; i++) begin_eval(e, seqs[i], true);
+    gm_fwd_batch b = {.aux_row = -1};
+    for (;;) {
+        /* fill a call: single decode tokens first, then prompt chunks, up to n_batch rows */
+        int k = 0;
+        for (int pass = 0; pass < 2; pass++)
+            for (int i = 0; i < n && k < e->n_batch; i++) {
+                gm_seq *s = seqs[i];
+                const int pending = s->n_tok - s->n_kv;
+                if (pending <= 0 || (pass == 0) != (pending == 1)) continue;
+                const int take = pending < e->n_batch - k ? pending : e->n_batch - k;
+                for (int r = 0; r < take; r++, k++) {
+                    const int pos = s->n_kv + r;
+                    e->row_seq[k] = s;
+                    e->rows[k] = (gm_fwd_row){.pos = pos, .token = s->tok[pos], .logits = pos == s->n_tok - 1,
+                                              .logits_out = pos == s->n_tok - 1 ? s->logits : NULL};
+                }
+            }
+        if (k == 0) break;
+        gm_status st = run_rows(e, k, &b, false, err);
+        if (st) return st;
+        for (int i = 0; i < k; i++)
+            if (e->rows[i].logits) e->row_seq[i]->logits_valid = true;
+    }
+    return GM_OK;
+}
+
+gm_status gm_engine_forward(gm_engine *e, const gm_row *rows, int n, float *logits, gm_error *err) {
+    if (!e || n < 0 || (n > 0 && !rows)) return gm_fail(err, GM_ERR_ARG, "gm_engine_forward: bad arguments");
+    int want = 0;
+    for (int i = 0; i < n; i++) { /* every row checked before anything changes */
+        const gm_row *r = &rows[i];
+        if (!r->seq || r->seq->e != e) return gm_fail(err, GM_ERR_ARG, "gm_engine_forward: row %d: sequence not of this engine", i);
+        int expect = r->seq->n_kv;
+        for (int j = i - 1; j >= 0; j--)
+            if (rows[j].seq == r->seq) {
+                expect = rows[j].pos + 1;
+                break;
+            }
+        if (r->pos != expect)
+            return gm_fail(err, GM_ERR_ARG, "gm_engine_forward: row %d: position %d, the sequence's next is %d", i, r->pos,
+                           expect);
+        if (r->pos >= e->n_ctx)
+            return gm_fail(err, GM_ERR_CONTEXT, "gm_engine_forward: row %d: position %d exceeds the context size %d", i,
+                           r->pos, e->n_ctx);
+        if (r->token < 0 || r->token >= e->c->n_vocab)
+            return gm_fail(err, GM_ERR_ARG, "gm_engine_forward: row %d: token id %d is outside the vocabulary [0, %d)", i,
+                           (int)r->token, e->c->n_vocab);
+        if (r->pos < r->seq->n_tok && r->seq->tok[r->pos] != r->token)
+            return gm_fail(err, GM_ERR_ARG, "gm_engine_forward: row %d: token %d differs from the history's %d at %d", i,
+                           (int)r->token, (int)r->seq->tok[r->pos], r->pos);
+        want += r->logits;
+        gm_status st = ensure_logits(r->seq, err);
+        if (st) return st;
+    }
+    if (want && !logits) return gm_fail(err, GM_ERR_ARG, "gm_engine_forward: %d rows want logits, the buffer is NULL", want);
+    for (int i = 0; i < n; i++) { /* appends, in order */
+        gm_seq *s = rows[i].seq;
+        if (rows[i].pos == s->n_tok) s->tok[s->n_tok++] = rows[i].token;
+        s->logits_valid = false;
+    }
+    gm_fwd_batch b = {.aux_row = -1};
+    const size_t V = (size_t)e->c->n_vocab;
+    int li = 0;
+    for (int off = 0; off < n; off += e->n_batch) {
+        const int k = n - off < e->n_batch ? n - off : e->n_batch;
+        for (int i = 0; i < k; i++) {
+            const gm_row *r = &rows[off + i];
+            e->row_seq[i] = r->seq;
+            e->rows[i] = (gm_fwd_row){.pos = r->pos, .token = r->token, .logits = r->logits,
+                                      .logits_out = r->logits ? logits + (size_t)li++ * V : NULL};
+        }
+        gm_status st = run_rows(e, k, &b, false, err);
+        if (st) return st;
+        for (int i = 0; i < k; i++) {
+            gm_seq *s = e->row_seq[i];
+            if (e->rows[i].logits && e->rows[i].pos == s->n_tok - 1) {
+                memcpy(s->logits, e->rows[i].logits_out, V * sizeof *s->logits);
+                s->logits_valid = true;
+            }
+        }
+    }
+    return GM_OK;
+}

@@ -1,0 +1,64 @@
+/* generate/engine.h — internal: the engine and sequence structures shared by generate/engine.c and the
+ * generator layered on top of them (generate/generator.c). The public API is in gemma.h. */
+#ifndef GM_GENERATE_ENGINE_H
+#define GM_GENERATE_ENGINE_H
+
+#include <limits.h>
+
+#include "gemma.h"
+#include "generate/sampler.h"
+#include "model/backend.h"
+#include "model/kvcache.h"
+#include "model/model.h"
+
+struct gm_engine {
+    const gm_model *m;
+    const gm_config *c;
+    int n_ctx, n_batch;
+    bool prefix_cache;
+    gm_kv_layout lay;
+    gm_kvpool *pool;
+    gm_backend *be;
+    int n_seqs;            /* live sequences */
+    gm_fwd_row *rows;      /* n_batch rows of scratch for eval */
+    gm_seq **row_seq;      /* the sequence of each row */
+};
+
+struct gm_seq {
+    gm_engine *e;
+    int32_t *tok;          /* n_ctx slots */
+    int n_tok;
+    int n_kv;              /* positions whose keys/values are in the blocks */
+    gm_kv_table kv;
+    int taint;             /* first position computed from embeddings or under a bias (INT_MAX: none) */
+    int n_reused;
+    float *logits;         /* n_vocab, allocated on first use */
+    bool logits_valid;     /* logits are those after tok[n_tok - 1] */
+    gm_sampler smp;
+    uint64_t seed;
+    bool seeded;
+};
+
+/* What the generator needs beyond gm_engine_eval, for one sequence. */
+typedef struct gm_eval_extras {
+    bool no_adopt;              /* compute everything pending, even what the prefix index holds */
+    const float *embeds;        /* inputs of positions [0, n) (n x d) instead of token embeddings */
+    const float *bias;          /* as gm_fwd_batch, over positions [0, bias_n) */
+    int bias_n;
+    bool bias_is_mask;
+    bool all_logits;            /* every computed position's logits ... */
+    int logits_from;            /* ... from this position on ... */
+    float *logits_out;          /* ... into this (position - logits_from) x n_vocab array, or ... */
+    void (*on_logits)(void *user, int pos, const float *logits); /* ... to this callback */
+    void *user;
+    const int *aux_layers;      /* taps of the last computed position */
+    int n_aux;
+    float *aux_out;
+    bool *aux_taken;            /* set when the taps were written */
+} gm_eval_extras;
+
+gm_status gm_engine_eval_ex(gm_engine *e, gm_seq *s, const gm_eval_extras *x, gm_error *err);
+/* Drops every block of s: the next evaluation computes (or adopts) from position 0. */
+void gm_seq_forget(gm_seq *s);
+
+#endif

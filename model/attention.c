@@ -1,0 +1,197 @@
+/* model/attention.c — attention over paged KV, chunked by blocks and merged in order (see attention.h). */
+#include "model/attention.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+
+typedef struct keys {
+    int start, end;     /* keys [start, end) */
+    int c0, nc;         /* blocks c0 .. c0 + nc - 1 */
+} keys;
+
+gm_status gm_attn_scratch_init(gm_attn_scratch *s, int n_threads, int max_rows, int max_ctx, int max_group,
+                               int max_heads, int max_hd, gm_error *err) {
+    memset(s, 0, sizeof *s);
+    s->max_rows = max_rows;
+    s->n_threads = n_threads;
+    s->max_chunks = max_ctx / GM_KV_BLOCK + 2; /* a window may start inside a block */
+    s->max_group = max_group;
+    s->max_hd = max_hd;
+    s->local_stride = ((size_t)s->max_chunks * (size_t)max_group * (size_t)(max_hd + 2) +
+                       (size_t)max_group * GM_KV_BLOCK + 15) & ~(size_t)15;
+    /* split items: a few rows (SPLIT_ROWS) over every chunk of every head */
+    s->split_cap = 4 * (size_t)s->max_chunks * (size_t)max_heads * (size_t)(max_hd + 2);
+    s->local = malloc((size_t)n_threads * s->local_stride * sizeof(float));
+    s->split = malloc(s->split_cap * sizeof(float));
+    s->row_keys = malloc((size_t)max_rows * sizeof(keys));
+    if (!s->local || !s->split || !s->row_keys) {
+        gm_attn_scratch_free(s);
+        return gm_fail(err, GM_ERR_NOMEM, "attention: cannot allocate scratch for %d positions", max_ctx);
+    }
+    return GM_OK;
+}
+
+void gm_attn_scratch_free(gm_attn_scratch *s) {
+    free(s->local);
+    free(s->split);
+    free(s->row_keys);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---------------------------------------------------------------- one row's keys */
+
+static keys keys_of(const gm_attn_call *c, int pos) {
+    keys k;
+    if (c->bias && c->bias_is_mask) {
+        k.start = 0, k.end = c->bias_n;
+    } else {
+        const int w = c->lc->window;
+        k.start = w > 0 && pos - w + 1 > 0 ? pos - w + 1 : 0;
+        k.end = pos + 1;
+    }
+    k.c0 = k.start / GM_KV_BLOCK;
+    k.nc = (k.end - 1) / GM_KV_BLOCK - k.c0 + 1;
+    return k;
+}
+
+/* The partial of chunk ch (0-based within the row's chunks) for `group` heads of KV head kvh. */
+static void chunk_partial(const gm_attn_call *c, const gm_fwd_row *r, keys k, int ch, int kvh, const float *q,
+                          int group, float *part, float *scores) {
+    const gm_kv_layout *lay = c->lay;
+    const int blk = k.c0 + ch, hd = c->lc->head_dim;
+    const int k0 = blk * GM_KV_BLOCK > k.start ? blk * GM_KV_BLOCK : k.start;
+    const int k1 = (blk + 1) * GM_KV_BLOCK < k.end ? (blk + 1) * GM_KV_BLOCK : k.end;
+    const size_t head = (size_t)kvh * (size_t)hd * lay->elem;
+    const char *kp = gm_kv_row_k(lay, r->kv, c->il, k0) + head, *vp = gm_kv_row_v(lay, r->kv, c->il, k0) + head;
+    const float *bias = c->bias ? c->bias + (size_t)r->pos * (size_t)c->bias_n + k0 : NULL;
+    gm_attend_partial(part, q, group, kp, vp, (gm_kv_type)lay->dtype, (size_t)lay->kv_dim[c->il], k1 - k0, hd,
+                      c->softcap, bias, scores);
+}
+
+/* Merges nc chunk partials (stride apart; head g at g * (hd + 2)) of `group` heads into out (group x hd).
+ * The one merge every path uses: the same partials give the same bits. */
+static void merge(float *out, const float *parts, size_t stride, int nc, int group, int hd) {
+    for (int g = 0; g < group; g++) {
+        float *o = out + (size_t)g * hd;
+        float mx = -INFINITY;
+        for (int ch = 0; ch < nc; ch++) {
+            const float m = parts[(size_t)ch * stride + (size_t)g * (hd + 2) + hd];
+            mx = m > mx ? m : mx;
+        }
+        memset(o, 0, (size_t)hd * sizeof *o);
+        if (mx == -INFINITY) continue; /* every key masked: zeros, as a softmax over nothing */
+        double z = 0.0;
+        for (int ch = 0; ch < nc; ch++) {
+            const float *p = parts + (size_t)ch * stride + (size_t)g * (hd + 2);
+            if (p[hd] == -INFINITY) continue;
+            const float w = expf(p[hd] - mx);
+            z += (double)w * p[hd + 1];
+            gm_axpy_f32(o, w, p, hd);
+        }
+        gm_scale(o, hd, (float)(1.0 / z));
+    }
+}
+
+/* ---------------------------------------------------------------- work items */
+
+typedef struct attn_job {
+    const gm_attn_call *c;
+    gm_attn_scratch *s;
+    int Hkv, G, parts, group;
+    keys *k;          /* per row */
+    size_t *split_off; /* split mode: first partial of each row */
+} attn_job;
+
+static const float *q_of(const attn_job *j, int row, int kvh, int part) {
+    return j->c->q + (size_t)row * j->G * j->Hkv * j->c->lc->head_dim +
+           ((size_t)kvh * j->G + (size_t)part * j->group) * j->c->lc->head_dim;
+}
+
+static float *att_of(const attn_job *j, int row, int kvh, int part) {
+    return j->c->att + (size_t)row * j->G * j->Hkv * j->c->lc->head_dim +
+           ((size_t)kvh * j->G + (size_t)part * j->group) * j->c->lc->head_dim;
+}
+
+/* item = (row, KV head, part of its query heads): every chunk in turn, then the merge */
+static void row_task(void *ctx, int64_t begin, int64_t end, int thread) {
+    const attn_job *j = ctx;
+    const int hd = j->c->lc->head_dim;
+    const size_t stride = (size_t)j->group * (hd + 2);
+    float *parts = j->s->local + (size_t)thread * j->s->local_stride;
+    float *scores = parts + (size_t)j->s->max_chunks * stride;
+    for (int64_t t = begin; t < end; t++) {
+        const int row = (int)(t / (j->Hkv * j->parts)), kvh = (int)(t / j->parts % j->Hkv), part = (int)(t % j->parts);
+        const keys k = j->k[row];
+        const float *q = q_of(j, row, kvh, part);
+        for (int ch = 0; ch < k.nc; ch++)
+            chunk_partial(j->c, &j->c->rows[row], k, ch, kvh, q, j->group, parts + (size_t)ch * stride, scores);
+        merge(att_of(j, row, kvh, part), parts, stride, k.nc, j->group, hd);
+    }
+}
+
+/* split mode, phase 1: item = (row, KV head, part, chunk) over the flattened chunks of all rows */
+static float *split_part(const attn_job *j, int row, int kvh, int part, int ch) {
+    const size_t stride = (size_t)j->group * (j->c->lc->head_dim + 2);
+    return j->s->split + j->split_off[row] + (((size_t)kvh * j->parts + (size_t)part) * (size_t)j->k[row].nc + (size_t)ch) * stride;
+}
+
+static void split_task(void *ctx, int64_t begin, int64_t end, int thread) {
+    const attn_job *j = ctx;
+    const int per = j->Hkv * j->parts;
+    float *scores = j->s->local + (size_t)thread * j->s->local_stride;
+    for (int64_t t = begin; t < end; t++) {
+        /* items are numbered row by row: row r owns [first_r, first_r + nc_r * per) */
+        int row = 0;
+        int64_t u = t;
+        while (u >= (int64_t)j->k[row].nc * per) u -= (int64_t)j->k[row].nc * per, row++;
+        const int ch = (int)(u / per), kvh = (int)(u % per / j->parts), part = (int)(u % j->parts);
+        chunk_partial(j->c, &j->c->rows[row], j->k[row], ch, kvh, q_of(j, row, kvh, part), j->group,
+                      split_part(j, row, kvh, part, ch), scores);
+    }
+}
+
+static void merge_task(void *ctx, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const attn_job *j = ctx;
+    const int hd = j->c->lc->head_dim;
+    const size_t stride = (size_t)j->group * (hd + 2);
+    for (int64_t t = begin; t < end; t++) {
+        const int row = (int)(t / (j->Hkv * j->parts)), kvh = (int)(t / j->parts % j->Hkv), part = (int)(t % j->parts);
+        merge(att_of(j, row, kvh, part), split_part(j, row, kvh, part, 0), stride, j->k[row].nc, j->group, hd);
+    }
+}
+
+enum { SPLIT_ROWS = 4 };
+
+void gm_attention(gm_pool *pool, gm_attn_scratch *s, const gm_attn_call *c) {
+    const int nt = pool ? gm_pool_size(pool) : 1;
+    keys *kv = (keys *)s->row_keys; /* c->n <= max_rows: the forward pass runs chunks of its scratch size */
+    const bool few = c->n <= SPLIT_ROWS;
+    attn_job j = {.c = c, .s = s, .Hkv = c->lc->n_kv_heads, .G = c->lc->n_heads / c->lc->n_kv_heads};
+    /* a lone KV head over a few rows: split its query heads so every thread has work; each head's
+     * arithmetic is the same whatever group it is computed in */
+    j.parts = c->n * j.Hkv < 2 * nt && j.G % 2 == 0 && nt > 1 ? 2 : 1;
+    j.group = j.G / j.parts;
+    int64_t chunks = 0;
+    for (int i = 0; i < c->n; i++) {
+        kv[i] = keys_of(c, c->rows[i].pos);
+        chunks += kv[i].nc;
+    }
+    j.k = kv;
+    const size_t per_chunk = (size_t)c->lc->n_heads * (size_t)(c->lc->head_dim + 2);
+    size_t off[SPLIT_ROWS];
+    const int64_t items = (int64_t)c->n * j.Hkv * j.parts;
+    if (few && items < 2 * nt && (size_t)chunks * per_chunk <= s->split_cap && chunks > c->n) {
+        size_t acc = 0;
+        for (int i = 0; i < c->n; i++) off[i] = acc, acc += (size_t)kv[i].nc * per_chunk;
+        j.split_off = off;
+        gm_pool_parallel_for(pool, chunks * j.Hkv * j.parts, 1, split_task, &j);
+        gm_pool_parallel_for(pool, items, 1, merge_task, &j);
+    } else {
+        gm_pool_parallel_for(pool, items, 1, row_task, &j);
+    }
+}

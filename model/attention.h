@@ -1,0 +1,49 @@
+/* model/attention.h — attention of rows over their sequences' paged keys and values.
+ *
+ * Every query's keys (its window, or all earlier positions) are cut at the KV block boundaries into
+ * chunks; each chunk gives an unnormalised partial per head (max score, sum of exponentials, weighted
+ * sum of values: kernels/ops.h gm_attend_partial) and the chunks are merged in order by log-sum-exp
+ * rescaling. Prefill and decode run the same chunks and the same merge, so a row's output does not
+ * depend on the batch; only the spread of work over threads changes: many rows run one (row, KV head)
+ * item per task, a few rows over long contexts run one (row, KV head, chunk) item per task so both
+ * threads have work, then merge. */
+#ifndef GM_MODEL_ATTENTION_H
+#define GM_MODEL_ATTENTION_H
+
+#include "kernels/threadpool.h"
+#include "model/forward.h"
+#include "model/kvcache.h"
+
+typedef struct gm_attn_scratch {
+    int n_threads, max_chunks, max_group, max_hd;
+    float *local;    /* per thread: max_chunks partials of max_group heads, then scores */
+    size_t local_stride;
+    float *split;    /* partials of split items */
+    size_t split_cap;
+    int *row_keys;   /* max_rows x 4: each row's key range and chunks */
+    int max_rows;
+} gm_attn_scratch;
+
+gm_status gm_attn_scratch_init(gm_attn_scratch *s, int n_threads, int max_rows, int max_ctx, int max_group,
+                               int max_heads, int max_hd, gm_error *err);
+void gm_attn_scratch_free(gm_attn_scratch *s);
+
+/* One layer over n rows: att[i] (n_heads x head_dim) from q[i] and the cached keys/values of layer il
+ * (already holding this call's rows). bias as in gm_fwd_batch. */
+typedef struct gm_attn_call {
+    const gm_kv_layout *lay;
+    const gm_layer_config *lc;
+    int il;
+    const gm_fwd_row *rows;
+    int n;
+    const float *q;
+    float *att;
+    float softcap;
+    const float *bias;
+    int bias_n;
+    bool bias_is_mask;
+} gm_attn_call;
+
+void gm_attention(gm_pool *pool, gm_attn_scratch *s, const gm_attn_call *c);
+
+#endif

@@ -1,0 +1,528 @@
+/* tests/test_engine.c — the engine and its sequences (gemma.h, "engine and sequences").
+ *
+ * The property under test is exactness: a sequence's logits are BIT-identical (memcmp) whether it runs
+ * alone or in a batch with others, in one pass or in chunks, one token at a time or k at once, on 1 or 2
+ * threads, after a fork, after a truncation, and when its prefix comes from the prefix index instead of
+ * being computed. The references are fresh engines without a prefix index, one sequence at a time.
+ * Also: eviction under a small budget, the out-of-memory error, embeddings never matched by token ids,
+ * F16 storage within a stated tolerance of F32, and misuse errors. Tiny synthetic models (window 8, so
+ * windows and 64-position blocks are crossed within a few hundred tokens) and, when present, the
+ * default model (window 512: a 700-token shared prefix). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gemma.h"
+#include "support/test.h"
+#include "support/tiny_model.h"
+
+static const char *ARCHS[] = {"gemma", "gemma2", "gemma3"};
+static char PATH[3][256];
+static int V;
+
+static gm_model *open_model(int a) {
+    gm_error err = {0};
+    gm_model *m = NULL;
+    CHECK_OK(gm_model_open(PATH[a], NULL, &m, &err), &err);
+    return m;
+}
+
+static gm_engine *new_engine(const gm_model *m, int threads, int n_batch, bool cache, size_t kv_mem, gm_kv_dtype kt) {
+    gm_error err = {0};
+    gm_engine *e = NULL;
+    gm_engine_options o = {.n_threads = threads, .n_ctx = 1024, .n_batch = n_batch, .kv_mem = kv_mem,
+                           .kv_type = kt, .no_prefix_cache = !cache};
+    CHECK_OK(gm_engine_new(m, &o, &e, &err), &err);
+    return e;
+}
+
+static gm_seq *new_seq(gm_engine *e) {
+    gm_error err = {0};
+    gm_seq *s = NULL;
+    CHECK_OK(gm_seq_new(e, &s, &err), &err);
+    return s;
+}
+
+static void tokens(int32_t *ids, int n, uint64_t seed) {
+    for (int i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = TM_BYTE0 + (int32_t)((seed >> 33) % (uint64_t)(tm_vocab_size() - TM_BYTE0));
+    }
+    ids[0] = TM_BOS;
+}
+
+static int32_t argmax(const float *l, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (l[i] > l[best]) best = i;
+    return (int32_t)best;
+}
+
+/* The reference: ids evaluated alone in a fresh engine (no index, one pass), then `steps` greedy tokens one
+ * at a time; logits after the prompt and after each token into ref ((steps + 1) x V), tokens into out. */
+static void reference(const gm_model *m, int threads, gm_kv_dtype kt, const int32_t *ids, int n, int steps,
+                      float *ref, int32_t *out) {
+    gm_engine *e = new_engine(m, threads, 512, false, 0, kt);
+    if (!e) return;
+    gm_seq *s = new_seq(e);
+    gm_error err = {0};
+    CHECK_OK(gm_seq_append(s, ids, n, &err), &err);
+    for (int t = 0; t <= steps; t++) {
+        CHECK_OK(gm_engine_eval(e, &s, 1, &err), &err);
+        const float *l = gm_seq_logits(s);
+        if (!l) break;
+        memcpy(ref + (size_t)t * V, l, (size_t)V * sizeof *l);
+        if (t == steps) break;
+        out[t] = argmax(l, V);
+        CHECK_OK(gm_seq_append(s, &out[t], 1, &err), &err);
+    }
+    gm_seq_free(s);
+    CHECK_EQ_INT(gm_engine_free(e), GM_OK);
+}
+
+/* ---------------------------------------------------------------- batch invariance */
+
+enum { NS = 8, STEPS = 12 };
+static const int LENS[NS] = {1, 5, 63, 64, 65, 130, 200, 17};
+static const int START[NS] = {0, 0, 1, 2, 2, 3, 5, 6}; /* the step at which each sequence arrives */
+
+/* Eight sequences arriving at different steps, evaluated together (prompt chunks of n_batch 64 mixed with
+ * other sequences' decode rows), equal each sequence alone, on the other thread count. */
+static void batch_case(const gm_model *m, const char *name, int threads, gm_kv_dtype kt) {
+    float *ref = malloc((size_t)NS * (STEPS + 1) * V * sizeof *ref);
+    int32_t *ids = malloc((size_t)NS * 256 * sizeof *ids), rtok[NS][STEPS];
+    for (int i = 0; i < NS; i++) {
+        tokens(ids + i * 256, LENS[i], 100 + (uint64_t)i);
+        reference(m, 3 - threads, kt, ids + i * 256, LENS[i], STEPS, ref + (size_t)i * (STEPS + 1) * V, rtok[i]);
+    }
+    gm_engine *e = new_engine(m, threads, 64, true, 0, kt);
+    gm_seq *s[NS] = {0};
+    int done[NS] = {0}, bad = 0;
+    gm_error err = {0};
+    for (int t = 0; e && t < STEPS + 8; t++) {
+        gm_seq *act[NS];
+        int na = 0;
+        for (int i = 0; i < NS; i++) {
+            if (t == START[i]) {
+                s[i] = new_seq(e);
+                CHECK_OK(gm_seq_append(s[i], ids + i * 256, LENS[i], &err), &err);
+            } else if (s[i] && done[i] < STEPS) {
+                const float *l = gm_seq_logits(s[i]);
+                int32_t tk = argmax(l, V);
+                CHECK_OK(gm_seq_append(s[i], &tk, 1, &err), &err);
+                done[i]++;
+            } else {
+                continue;
+            }
+            act[na++] = s[i];
+        }
+        if (!na) continue;
+        CHECK_OK(gm_engine_eval(e, act, na, &err), &err);
+        for (int i = 0; i < NS; i++)
+            if (s[i] && (t == START[i] || (done[i] <= STEPS && t > START[i]))) {
+                const float *l = gm_seq_logits(s[i]);
+                if (!l || memcmp(l, ref + ((size_t)i * (STEPS + 1) + done[i]) * V, (size_t)V * sizeof *l) != 0) {
+                    if (bad++ < 3)
+                        fprintf(stderr, "  %s: sequence %d (prompt %d) differs from alone after %d tokens\n", name, i,
+                                LENS[i], done[i]);
+                }
+            }
+    }
+    CHECK_MSG(bad == 0, "%s (%d threads, %s KV): %d logit rows differ between batch and alone", name, threads,
+              kt == GM_KV_DTYPE_F16 ? "F16" : "F32", bad);
+    for (int i = 0; i < NS; i++) gm_seq_free(s[i]);
+    if (e) CHECK_EQ_INT(gm_engine_free(e), GM_OK);
+    free(ref);
+    free(ids);
+}
+
+TEST(batch_equals_alone) {
+    for (int a = 0; a < 3; a++) {
+        gm_model *m = open_model(a);
+        if (!m) continue;
+        batch_case(m, ARCHS[a], 2, GM_KV_DTYPE_F32);
+        batch_case(m, ARCHS[a], 1, GM_KV_DTYPE_F16);
+        gm_model_free(m);
+    }
+}
+
+/* k tokens verified in one forward call equal k single-token decodes; a rollback then continues exactly. */
+TEST(verify_k_equals_decodes) {
+    gm_model *m = open_model(2);
+    if (!m) return;
+    enum { K = 6 };
+    int32_t ids[80 + K];
+    tokens(ids, 80 + K, 5);
+    float *ref = malloc((size_t)(K + 1) * V * sizeof *ref), *got = malloc((size_t)K * V * sizeof *got);
+    int32_t unused[K];
+    gm_error err = {0};
+    /* reference: decode the K tokens of ids one at a time */
+    gm_engine *e = new_engine(m, 2, 512, false, 0, GM_KV_DTYPE_F32);
+    gm_seq *s = new_seq(e);
+    CHECK_OK(gm_seq_append(s, ids, 80, &err), &err);
+    for (int k = 0; k < K; k++) {
+        CHECK_OK(gm_engine_eval(e, &s, 1, &err), &err);
+        CHECK_OK(gm_seq_append(s, &ids[80 + k], 1, &err), &err);
+    }
+    CHECK_OK(gm_engine_eval(e, &s, 1, &err), &err);
+    gm_seq_free(s);
+    /* the logits after each of the K tokens, alone */
+    for (int k = 0; k < K; k++) {
+        reference(m, 2, GM_KV_DTYPE_F32, ids, 81 + k, 0, ref + (size_t)k * V, unused);
+    }
+    /* one verify pass of K rows */
+    s = new_seq(e);
+    CHECK_OK(gm_seq_append(s, ids, 80, &err), &err);
+    CHECK_OK(gm_engine_eval(e, &s, 1, &err), &err);
+    gm_row rows[K];
+    for (int k = 0; k < K; k++) rows[k] = (gm_row){s, ids[80 + k], 80 + k, true};
+    CHECK_OK(gm_engine_forward(e, rows, K, got, &err), &err);
+    for (int k = 0; k < K; k++)
+        CHECK_MSG(memcmp(got + (size_t)k * V, ref + (size_t)k * V, (size_t)V * sizeof *got) == 0,
+                  "verify row %d differs from a single decode", k);
+    CHECK_EQ_INT(gm_seq_length(s), 80 + K);
+    /* reject the last 3 and take another token: equals a fresh run */
+    CHECK_OK(gm_seq_truncate(s, 80 + 3, &err), &err);
+    CHECK_EQ_INT(gm_seq_n_computed(s), 83);
+    int32_t alt[84];
+    memcpy(alt, ids, 83 * sizeof *alt);
+    alt[83] = TM_BYTE0 + 7;
+    CHECK_OK(gm_seq_append(s, &alt[83], 1, &err), &err);
+    CHECK_OK(gm_engine_eval(e, &s, 1, &err), &err);
+    reference(m, 2, GM_KV_DTYPE_F32, alt, 84, 0, ref, unused);
+    CHECK_MSG(gm_seq_logits(s) && memcmp(gm_seq_logits(s), ref, (size_t)V * sizeof *ref) == 0,
+              "rollback then continue differs from a fresh run");
+    /* misuse: a row that skips a position, a token that contradicts the history */
+    rows[0] = (gm_row){s, 1, gm_seq_length(s) + 1, false};
+    CHECK_EQ_INT(gm_engine_forward(e, rows, 1, NULL, &err), GM_ERR_ARG);
+    rows[0] = (gm_row){s, (ids[3] + 1) % V, 3, false};
+    CHECK_EQ_INT(gm_engine_forward(e, rows, 1, NULL, &err), GM_ERR_ARG);
+    CHECK_EQ_INT(gm_engine_free(e), GM_ERR_STATE); /* a live sequence */
+    gm_seq_free(s);
+    CHECK_EQ_INT(gm_engine_free(e), GM_OK);
+    free(ref);
+    free(got);
+    gm_model_free(m);
+}
+
+/* A fork shares the parent's blocks (the last one partial): both diverge and both stay exact. */
+TEST(fork_then_diverge) {
+    gm_model *m = open_model(1);
+    if (!m) return;
+    int32_t ids[72];
+    tokens(ids, 72, 9);
+    gm_error err = {0};
+    gm_engine *e = new_engine(m, 2, 64, true, 0, GM_KV_DTYPE_F32);
+    gm_seq *p = new_seq(e), *f = NULL;
+    CHECK_OK(gm_seq_append(p, ids, 70, &err), &err);
+    CHECK_OK(gm_engine_eval(e, &p, 1, &err), &err);
+    CHECK_OK(gm_seq_fork(p, &f, &err), &err);
+    CHECK_EQ_INT(gm_seq_n_computed(f), 70);
+    int32_t a[72], b[72];
+    memcpy(a, ids, 70 * sizeof *a);
+    memcpy(b, ids, 70 * sizeof *b);
+    a[70] = TM_BYTE0 + 1, a[71] = TM_BYTE0 + 2;
+    b[70] = TM_BYTE0 + 3, b[71] = TM_BYTE0 + 4;
+    CHECK_OK(gm_seq_append(p, a + 70, 2, &err), &err);
+    CHECK_OK(gm_seq_append(f, b + 70, 2, &err), &err);
+    gm_seq *both[2] = {p, f};
+    CHECK_OK(gm_engine_eval(e, both, 2, &err), &err);
+    float *ref = malloc((size_t)V * sizeof *ref);
+    int32_t unused[1];
+    reference(m, 2, GM_KV_DTYPE_F32, a, 72, 0, ref, unused);
+    CHECK_MSG(memcmp(gm_seq_logits(p), ref, (size_t)V * sizeof *ref) == 0, "parent after the fork differs");
+    reference(m, 2, GM_KV_DTYPE_F32, b, 72, 0, ref, unused);
+    CHECK_MSG(memcmp(gm_seq_logits(f), ref, (size_t)V * sizeof *ref) == 0, "fork differs");
+    gm_seq_free(p);
+    gm_seq_free(f);
+    CHECK_EQ_INT(gm_engine_free(e), GM_OK);
+    free(ref);
+    gm_model_free(m);
+}
+
+/* Truncation then new tokens equals a fresh run: near (blocks kept) and far back (the window before the
+ * new end was released: recomputed, or adopted from the index). */
+TEST(truncate_then_continue) {
+    gm_model *m = open_model(2);
+    if (!m) return;
+    int32_t ids[200];
+    tokens(ids, 200, 11);
+    float *ref = malloc((size_t)V * sizeof *ref);
+    int32_t unused[1];
+    const int cut[] = {140, 100, 5, 64};
+    for (int cache = 0; cache < 2; cache++)
+        for (size_t c = 0; c < sizeof cut / sizeof cut[0]; c++) {
+            gm_error err = {0};
+            gm_engine *e = new_engine(m, 2, 512, cache, 0, GM_KV_DTYPE_F32);
+            gm_seq *s = new_seq(e);
+            CHECK_OK(gm_seq_append(s, ids, 150, &err), &err);
+            CHECK_OK(gm_engine_eval(e, &s, 1, &err), &err);
+            CHECK_OK(gm_seq_truncate(s, cut[c], &err), &err);
+            int32_t more[20];
+            tokens(more, 20, 77 + c);
+            more[0] = TM_BYTE0 + 9;
+            CHECK_OK(gm_seq_append(s, more, 20, &err), &err);
+            CHECK_OK(gm_engine_eval(e, &s, 1, &err), &err);
+            int32_t full[200];
+            memcpy(full, ids, (size_t)cut[c] * sizeof *full);
+            memcpy(full + cut[c], more, 20 * sizeof *full);
+            reference(m, 1, GM_KV_DTYPE_F32, full, cut[c] + 20, 0, ref, unused);
+            CHECK_MSG(gm_seq_logits(s) && memcmp(gm_seq_logits(s), ref, (size_t)V * sizeof *ref) == 0,
+                      "truncate to %d then 20 tokens differs (prefix index %s)", cut[c], cache ? "on" : "off");
+            CHECK_EQ_INT(gm_seq_truncate(s, 1000, &err), GM_ERR_ARG);
+            gm_seq_free(s);
+            gm_engine_free(e);
+        }
+    free(ref);
+    gm_model_free(m);
+}
+
+/* A second sequence whose tokens start like a first one's adopts its blocks — past the window — and gets
+ * the logits of a full recomputation; a sequence alive or freed alike. */
+TEST(prefix_reuse_past_window) {
+    for (int a = 1; a < 3; a++) {
+        gm_model *m = open_model(a);
+        if (!m) continue;
+        int32_t ids[300], other[300];
+        tokens(ids, 300, 21);
+        memcpy(other, ids, 260 * sizeof *other);
+        tokens(other + 260, 40, 22);
+        other[260] = TM_BYTE0 + 5;
+        float *ref = malloc((size_t)V * sizeof *ref);
+        int32_t unused[1];
+        reference(m, 2, GM_KV_DTYPE_F32, other, 300, 0, ref, unused);
+        for (int keep_first = 0; keep_first < 2; keep_first++) {
+            gm_error err = {0};
+            gm_engine *e = new_engine(m, 2, 512, true, 0, GM_KV_DTYPE_F32);
+            gm_seq *s1 = new_seq(e), *s2 = new_seq(e);
+            CHECK_OK(gm_seq_append(s1, ids, 300, &err), &err);
+            CHECK_OK(gm_engine_eval(e, &s1, 1, &err), &err);
+            if (!keep_first) {
+                gm_seq_free(s1);
+                s1 = NULL;
+            }
+            CHECK_OK(gm_seq_append(s2, other, 300, &err), &err);
+            CHECK_OK(gm_engine_eval(e, &s2, 1, &err), &err);
+            CHECK_MSG(gm_seq_n_reused(s2) == 256, "%s: %d positions reused, expected 256 (4 full blocks of 260 shared)",
+                      ARCHS[a], gm_seq_n_reused(s2));
+            CHECK_MSG(gm_seq_logits(s2) && memcmp(gm_seq_logits(s2), ref, (size_t)V * sizeof *ref) == 0,
+                      "%s: logits after a reused prefix differ from recomputation (first sequence %s)", ARCHS[a],
+                      keep_first ? "alive" : "freed");
+            gm_kv_stats st;
+            gm_engine_kv_stats(e, &st);
+            CHECK(st.reused_positions == 256);
+            gm_seq_free(s1);
+            gm_seq_free(s2);
+            CHECK_EQ_INT(gm_engine_free(e), GM_OK);
+        }
+        free(ref);
+        gm_model_free(m);
+    }
+}
+
+/* A small budget: cached blocks are evicted least recently used first and results stay exact; live
+ * sequences that do not fit get GM_ERR_NOMEM with a message, not a crash. */
+TEST(eviction_and_out_of_memory) {
+    gm_model *m = open_model(2);
+    if (!m) return;
+    gm_error err = {0};
+    gm_engine *probe = new_engine(m, 1, 64, true, 0, GM_KV_DTYPE_F32);
+    gm_kv_stats st;
+    gm_engine_kv_stats(probe, &st);
+    gm_engine_free(probe);
+    const size_t per_block = st.bytes_per_token * 64; /* a block of every group */
+    float *ref = malloc((size_t)V * sizeof *ref);
+    int32_t unused[1];
+    gm_engine *e = new_engine(m, 2, 64, true, 8 * per_block, GM_KV_DTYPE_F32);
+    for (int r = 0; r < 6; r++) {
+        int32_t ids[200];
+        tokens(ids, 200, 300 + (uint64_t)r % 3); /* three distinct prompts, twice each */
+        gm_seq *s = new_seq(e);
+        CHECK_OK(gm_seq_append(s, ids, 200, &err), &err);
+        CHECK_OK(gm_engine_eval(e, &s, 1, &err), &err);
+        reference(m, 2, GM_KV_DTYPE_F32, ids, 200, 0, ref, unused);
+        CHECK_MSG(gm_seq_logits(s) && memcmp(gm_seq_logits(s), ref, (size_t)V * sizeof *ref) == 0,
+                  "round %d under a tight budget differs", r);
+        gm_seq_free(s);
+    }
+    gm_engine_kv_stats(e, &st);
+    CHECK_MSG(st.evictions > 0, "no eviction with a budget of 8 blocks (%lld)", (long long)st.evictions);
+    CHECK(st.bytes_used <= st.bytes_budget);
+    gm_engine_free(e);
+    /* live sequences alone exceed the budget */
+    e = new_engine(m, 1, 64, true, 2 * per_block, GM_KV_DTYPE_F32);
+    gm_seq *s = new_seq(e);
+    int32_t ids[400];
+    tokens(ids, 400, 1);
+    CHECK_OK(gm_seq_append(s, ids, 400, &err), &err);
+    CHECK_EQ_INT(gm_engine_eval(e, &s, 1, &err), GM_ERR_NOMEM);
+    CHECK_MSG(strstr(err.msg, "KV cache full") != NULL, "message: %s", err.msg);
+    CHECK(gm_seq_logits(s) == NULL);
+    gm_seq_free(s);
+    CHECK_EQ_INT(gm_engine_free(e), GM_OK);
+    free(ref);
+    gm_model_free(m);
+}
+
+/* Positions computed from caller embeddings are not in the index: a sequence of the same ids computes its
+ * own, and gets the logits of the ids. */
+TEST(embeddings_not_matched_by_ids) {
+    gm_model *m = open_model(2);
+    if (!m) return;
+    const gm_config *c = gm_model_config(m);
+    enum { N = 140 };
+    int32_t ids[N];
+    tokens(ids, N, 41);
+    float *emb = malloc((size_t)N * c->d_model * sizeof *emb), *ref = malloc((size_t)V * sizeof *ref);
+    for (int i = 0; i < N * c->d_model; i++) emb[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
+    gm_error err = {0};
+    gm_generator *g = NULL;
+    gm_generator_options o = {.n_threads = 2, .n_ctx = 1024};
+    CHECK_OK(gm_generator_new(m, &o, &g, &err), &err);
+    CHECK_OK(gm_generator_prefill_from_embeds(g, ids, N, emb, NULL, NULL, &err), &err);
+    gm_engine *e = gm_generator_engine(g);
+    gm_seq *s = new_seq(e);
+    CHECK_OK(gm_seq_append(s, ids, N, &err), &err);
+    CHECK_OK(gm_engine_eval(e, &s, 1, &err), &err);
+    CHECK_EQ_INT(gm_seq_n_reused(s), 0);
+    int32_t unused[1];
+    reference(m, 2, GM_KV_DTYPE_F32, ids, N, 0, ref, unused);
+    CHECK_MSG(gm_seq_logits(s) && memcmp(gm_seq_logits(s), ref, (size_t)V * sizeof *ref) == 0,
+              "ids after an embeddings prefill of the same ids differ from ids alone");
+    gm_seq_free(s);
+    gm_generator_free(g);
+    free(emb);
+    free(ref);
+    gm_model_free(m);
+}
+
+/* F16 keys/values: within a tolerance of F32 (f16 rounding of k and v: relative 2^-11), and the KV memory
+ * halves. */
+TEST(f16_close_to_f32) {
+    for (int a = 0; a < 3; a++) {
+        gm_model *m = open_model(a);
+        if (!m) continue;
+        int32_t ids[150], unused[1];
+        tokens(ids, 150, 51);
+        float *r32 = malloc((size_t)V * sizeof *r32), *r16 = malloc((size_t)V * sizeof *r16);
+        reference(m, 2, GM_KV_DTYPE_F32, ids, 150, 0, r32, unused);
+        reference(m, 2, GM_KV_DTYPE_F16, ids, 150, 0, r16, unused);
+        double d = 0, mx = 0;
+        for (int i = 0; i < V; i++) d = fmax(d, fabs((double)r32[i] - r16[i])), mx = fmax(mx, fabs((double)r32[i]));
+        CHECK_MSG(d <= 1e-2 * fmax(1.0, mx), "%s: F16 KV moved the logits by %.3g (max |logit| %.3g)", ARCHS[a], d, mx);
+        CHECK_MSG(d > 0, "%s: F16 KV gave F32's exact logits: is it really stored in F16?", ARCHS[a]);
+        gm_engine *e32 = new_engine(m, 1, 64, true, 0, GM_KV_DTYPE_F32), *e16 = new_engine(m, 1, 64, true, 0, GM_KV_DTYPE_F16);
+        gm_kv_stats s32, s16;
+        gm_engine_kv_stats(e32, &s32);
+        gm_engine_kv_stats(e16, &s16);
+        CHECK_EQ_INT(s16.bytes_per_token * 2, s32.bytes_per_token);
+        gm_engine_free(e32);
+        gm_engine_free(e16);
+        free(r32);
+        free(r16);
+        gm_model_free(m);
+    }
+}
+
+/* ---------------------------------------------------------------- the default model */
+
+/* A 700-token prompt: one pass equals chunks of 64; a second sequence sharing the 700 tokens reuses 640
+ * positions (10 blocks, past the 512-token window) and gets the same logits; two sequences decoding in one
+ * batch equal each alone. */
+TEST(default_model) {
+    if (access(GM_DEFAULT_MODEL, R_OK) != 0) {
+        fprintf(stderr, "  (default model missing: skipped)\n");
+        return;
+    }
+    gm_error err = {0};
+    gm_model *m = NULL;
+    CHECK_OK(gm_model_open(GM_DEFAULT_MODEL, NULL, &m, &err), &err);
+    if (!m) return;
+    const int Vr = gm_model_config(m)->n_vocab;
+    enum { N = 700 };
+    int32_t ids[N + 10];
+    uint64_t seed = 3;
+    ids[0] = gm_model_config(m)->bos_id;
+    for (int i = 1; i < N + 10; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = 1000 + (int32_t)((seed >> 33) % 20000);
+    }
+    float *one = malloc((size_t)Vr * sizeof *one);
+    gm_engine_options o1 = {.n_threads = 2, .n_ctx = 1024, .n_batch = 512, .no_prefix_cache = true};
+    gm_engine_options o2 = {.n_threads = 1, .n_ctx = 1024, .n_batch = 64, .kv_mem = (size_t)256 << 20};
+    gm_engine *e1 = NULL, *e2 = NULL;
+    CHECK_OK(gm_engine_new(m, &o1, &e1, &err), &err);
+    CHECK_OK(gm_engine_new(m, &o2, &e2, &err), &err);
+    if (!e1 || !e2) return;
+    gm_seq *a = new_seq(e1), *b = new_seq(e2), *c = new_seq(e2);
+    CHECK_OK(gm_seq_append(a, ids, N, &err), &err);
+    CHECK_OK(gm_engine_eval(e1, &a, 1, &err), &err);
+    memcpy(one, gm_seq_logits(a), (size_t)Vr * sizeof *one);
+    CHECK_OK(gm_seq_append(b, ids, N, &err), &err);
+    CHECK_OK(gm_engine_eval(e2, &b, 1, &err), &err);
+    CHECK_MSG(memcmp(one, gm_seq_logits(b), (size_t)Vr * sizeof *one) == 0,
+              "700 tokens in one pass (2 threads) differ from chunks of 64 (1 thread)");
+    CHECK_OK(gm_seq_append(c, ids, N, &err), &err);
+    CHECK_OK(gm_engine_eval(e2, &c, 1, &err), &err);
+    CHECK_MSG(gm_seq_n_reused(c) >= 640, "reused %d positions of a 700-token shared prefix", gm_seq_n_reused(c));
+    CHECK_MSG(memcmp(one, gm_seq_logits(c), (size_t)Vr * sizeof *one) == 0, "logits after the reused prefix differ");
+    /* decode: a alone; b with c and three forks of c in one batch (5 rows: the prefill kernels), other
+     * next tokens for the others */
+    gm_seq *batch[5] = {b, c};
+    for (int i = 2; i < 5; i++) CHECK_OK(gm_seq_fork(c, &batch[i], &err), &err);
+    int bad = 0;
+    for (int t = 0; t < 6; t++) {
+        int32_t tb = ids[N + t];
+        CHECK_OK(gm_seq_append(a, &tb, 1, &err), &err);
+        CHECK_OK(gm_seq_append(b, &tb, 1, &err), &err);
+        for (int i = 1; i < 5; i++) {
+            int32_t tc = ids[N + 9 - t] + i;
+            CHECK_OK(gm_seq_append(batch[i], &tc, 1, &err), &err);
+        }
+        CHECK_OK(gm_engine_eval(e1, &a, 1, &err), &err);
+        CHECK_OK(gm_engine_eval(e2, batch, 5, &err), &err);
+        bad += memcmp(gm_seq_logits(a), gm_seq_logits(b), (size_t)Vr * sizeof *one) != 0;
+    }
+    CHECK_MSG(bad == 0, "%d of 6 decode steps differ between alone (2 threads) and a batch of 5 (1 thread)", bad);
+    gm_seq_free(a);
+    for (int i = 0; i < 5; i++) gm_seq_free(batch[i]);
+    gm_engine_free(e1);
+    gm_engine_free(e2);
+    free(one);
+    gm_model_free(m);
+}
+
+int main(int argc, char **argv) {
+    for (int a = 0; a < 3; a++) {
+        tm_options o;
+        tm_options_default(&o, ARCHS[a]);
+        o.n_layers = a == 2 ? 6 : 3; /* gemma3: layer 5 global, the rest sliding */
+        o.sliding_window = 8;
+        o.context_length = 1024;
+        if (a == 1) o.attn_softcap = 5.0f, o.final_softcap = 10.0f;
+        snprintf(PATH[a], sizeof PATH[a], "/tmp/gm_test_engine_%d_%s.gguf", (int)getpid(), ARCHS[a]);
+        char err[256];
+        if (!tm_write_gguf(&o, PATH[a], err, sizeof err)) {
+            fprintf(stderr, "cannot write %s: %s\n", PATH[a], err);
+            return 1;
+        }
+    }
+    V = tm_vocab_size();
+    const char *only = argc > 1 ? argv[1] : NULL;
+#define MAYBE(t) \
+    if (!only || !strcmp(only, #t)) RUN(t)
+    MAYBE(batch_equals_alone);
+    MAYBE(verify_k_equals_decodes);
+    MAYBE(fork_then_diverge);
+    MAYBE(truncate_then_continue);
+    MAYBE(prefix_reuse_past_window);
+    MAYBE(eviction_and_out_of_memory);
+    MAYBE(embeddings_not_matched_by_ids);
+    MAYBE(f16_close_to_f32);
+    MAYBE(default_model);
+    for (int a = 0; a < 3; a++) unlink(PATH[a]);
+    return test_summary();
+}
