@@ -363,6 +363,7 @@ typedef struct gm_generator_options {
     bool kv_full;     /* reserve the KV budget's blocks up front instead of on demand */
     size_t kv_mem;    /* KV pool budget in bytes; 0: the engine's default */
     gm_kv_dtype kv_type;
+    bool no_prefix_cache; /* do not index computed blocks (benchmarks that repeat one prompt) */
 } gm_generator_options;
 
 

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 double cli_now_s(void) {
@@ -19,6 +20,21 @@ bool cli_parse_int(const char *s, long lo, long hi, int *out) {
     long v = strtol(s, &end, 10);
     if (errno || end == s || *end || v < lo || v > hi) return false;
     *out = (int)v;
+    return true;
+}
+
+bool cli_parse_kv_type(const char *s, gm_kv_dtype *out) {
+    if (!s) return false;
+    if (!strcmp(s, "f32")) *out = GM_KV_DTYPE_F32;
+    else if (!strcmp(s, "f16")) *out = GM_KV_DTYPE_F16;
+    else return false;
+    return true;
+}
+
+bool cli_parse_mib(const char *s, size_t *bytes) {
+    int mib;
+    if (!cli_parse_int(s, 1, 1 << 20, &mib)) return false;
+    *bytes = (size_t)mib << 20;
     return true;
 }
 

@@ -2,7 +2,9 @@
  *
  *   pp<N>: prompt processing — one batched pass over N tokens from an empty cache.
  *   tg<N>: text generation — N single-token passes from an empty cache (the first is the
- *          prompt's only token), as llama-bench's tg does.
+ *          prompt's only token), as llama-bench's tg does; with -s S, S sequences decode together
+ *          (one forward call of S rows per step, each sequence from its own first token): aggregate
+ *          tokens/s of all S, as llama-batched-bench reports it.
  * Each test is repeated (-r) per thread count (-t 1,2); mean and standard deviation of tokens/s.
  * Also: model open time, time to the first generated token of a short prompt, peak RSS. */
 #include <errno.h>
@@ -18,6 +20,7 @@
 #include "tools/commands.h"
 
 #define MAX_THREAD_COUNTS 16
+#define MAX_SEQ_COUNTS 16
 #define MAX_REPS 100
 
 typedef struct {
@@ -25,12 +28,16 @@ typedef struct {
     int pp, tg, reps;
     int threads[MAX_THREAD_COUNTS];
     int n_threads;
+    int seqs[MAX_SEQ_COUNTS];
+    int n_seqs;
+    size_t kv_mem;
+    gm_kv_dtype kv_type;
     bool json;
 } bench_args;
 
 typedef struct {
     const char *test;
-    int n, threads;
+    int n, threads, seqs;
     double mean, sd;
 } bench_row;
 
@@ -55,12 +62,29 @@ static double file_huge_mib(void) {
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: gemma bench [-m MODEL] [-p N] [-n N] [-t LIST] [-r REPS] [--json]\n"
+            "usage: gemma bench [-m MODEL] [-p N] [-n N] [-t LIST] [-s LIST] [-r REPS] [--kv-type f32|f16]\n"
+            "                   [--kv-mem MIB] [--json]\n"
             "  -p N      prompt-processing test of N tokens (default 512; 0 = skip)\n"
             "  -n N      generation test of N tokens (default 128; 0 = skip)\n"
             "  -t LIST   thread counts, comma-separated (default: physical cores)\n"
+            "  -s LIST   sequences decoding together in the generation test, comma-separated (default 1):\n"
+            "            aggregate tokens/s of all of them\n"
             "  -r REPS   repetitions per test (default 3)\n"
+            "  --kv-type f32|f16   KV cache storage (default f32)\n"
+            "  --kv-mem MIB        KV cache budget (default: what the test needs)\n"
             "  --json    machine-readable output\n");
+}
+
+/* "1,2,4" into out[0..max): each in [1, hi] */
+static bool parse_list(const char *v, int hi, int *out, int max, int *n) {
+    char buf[256];
+    if (snprintf(buf, sizeof buf, "%s", v) >= (int)sizeof buf) return false;
+    *n = 0;
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (*n >= max || !cli_parse_int(tok, 1, hi, &out[*n])) return false;
+        (*n)++;
+    }
+    return *n > 0;
 }
 
 static int parse_args(int argc, char **argv, bench_args *a) {
@@ -87,13 +111,13 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         } else if (!strcmp(o, "-r")) {
             ok = cli_parse_int(v, 1, MAX_REPS, &a->reps);
         } else if (!strcmp(o, "-t")) {
-            char buf[256];
-            snprintf(buf, sizeof buf, "%s", v);
-            a->n_threads = 0;
-            for (char *tok = strtok(buf, ","); tok && ok; tok = strtok(NULL, ",")) {
-                ok = a->n_threads < MAX_THREAD_COUNTS && cli_parse_int(tok, 1, 1024, &a->threads[a->n_threads]);
-                a->n_threads++;
-            }
+            ok = parse_list(v, 1024, a->threads, MAX_THREAD_COUNTS, &a->n_threads);
+        } else if (!strcmp(o, "-s")) {
+            ok = parse_list(v, 256, a->seqs, MAX_SEQ_COUNTS, &a->n_seqs);
+        } else if (!strcmp(o, "--kv-type")) {
+            ok = cli_parse_kv_type(v, &a->kv_type);
+        } else if (!strcmp(o, "--kv-mem")) {
+            ok = cli_parse_mib(v, &a->kv_mem);
         } else {
             fprintf(stderr, "gemma bench: unknown option %s\n", o);
             usage(stderr);
@@ -106,6 +130,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         i++;
     }
     if (a->n_threads == 0) a->threads[a->n_threads++] = gm_physical_cores();
+    if (a->n_seqs == 0) a->seqs[a->n_seqs++] = 1;
     return -1;
 }
 
@@ -134,26 +159,58 @@ static gm_status run_pp(gm_generator *g, const int32_t *ids, int n, double *secs
     return st;
 }
 
-static gm_status run_tg(gm_generator *g, const int32_t *ids, int n, double *secs, gm_error *err) {
-    const float *logits;
-    gm_generator_reset(g);
-    double t0 = cli_now_s();
-    gm_status st = gm_generator_prefill_get_last_logits(g, ids, 1, &logits, err);
-    for (int i = 1; i < n && st == GM_OK; i++) st = gm_generator_decode_get_logits(g, ids[i], &logits, err);
+/* S sequences, each from its own first token, decoding n tokens together: one forward call of S rows
+ * per step (the tokens are fixed, not sampled: this measures the forward pass). */
+static gm_status run_tg(gm_engine *e, const int32_t *ids, int n, int S, float *logits, double *secs,
+                        gm_error *err) {
+    gm_seq *s[256] = {0};
+    gm_row rows[256];
+    gm_status st = GM_OK;
+    for (int i = 0; i < S && st == GM_OK; i++) st = gm_seq_new(e, &s[i], err);
+    const double t0 = cli_now_s();
+    for (int k = 0; k < n && st == GM_OK; k++) { /* every row's logits, as a decode step needs them */
+        for (int i = 0; i < S; i++) rows[i] = (gm_row){s[i], ids[(k + 17 * i) % n], k, true};
+        st = gm_engine_forward(e, rows, S, logits, err);
+    }
     *secs = cli_now_s() - t0;
+    for (int i = 0; i < S; i++) gm_seq_free(s[i]);
     return st;
 }
 
-typedef gm_status (*bench_fn)(gm_generator *, const int32_t *, int, double *, gm_error *);
+typedef struct bench_job {
+    gm_generator *g; /* pp */
+    gm_engine *e;    /* tg */
+    int seqs;
+    float *logits;   /* seqs x n_vocab */
+} bench_job;
 
-/* One warm-up pass (page faults, caches), then reps timed passes. */
-static gm_status measure(gm_generator *g, bench_fn fn, const int32_t *ids, int n, int reps, bench_row *row,
-                         gm_error *err) {
+static gm_status job_pass(const bench_job *j, const int32_t *ids, int n, double *secs, gm_error *err) {
+    return j->g ? run_pp(j->g, ids, n, secs, err) : run_tg(j->e, ids, n, j->seqs, j->logits, secs, err);
+}
+
+static gm_status gm_fail_oom(gm_error *err) {
+    snprintf(err->msg, sizeof err->msg, "out of memory");
+    return err->code = GM_ERR_NOMEM;
+}
+
+/* KV bytes of one sequence of n positions, every layer (what an engine's default budget holds). */
+static size_t kv_need(const gm_model *m, int n, gm_kv_dtype kt) {
+    gm_engine *e = NULL;
+    const gm_engine_options o = {.n_threads = 1, .n_ctx = n, .kv_type = kt};
+    if (gm_engine_new(m, &o, &e, NULL) != GM_OK) return 0;
+    gm_kv_stats s;
+    gm_engine_kv_stats(e, &s);
+    gm_engine_free(e);
+    return s.bytes_budget;
+}
+
+/* One warm-up pass (page faults, caches), then reps timed passes; tokens/s counts every sequence's. */
+static gm_status measure(const bench_job *j, const int32_t *ids, int n, int reps, bench_row *row, gm_error *err) {
     double secs, tps[MAX_REPS], sum = 0, sq = 0;
-    gm_status st = fn(g, ids, n, &secs, err);
+    gm_status st = job_pass(j, ids, n, &secs, err);
     for (int r = 0; r < reps && st == GM_OK; r++) {
-        st = fn(g, ids, n, &secs, err);
-        tps[r] = n / secs;
+        st = job_pass(j, ids, n, &secs, err);
+        tps[r] = (double)n * (j->g ? 1 : j->seqs) / secs;
         sum += tps[r];
     }
     if (st != GM_OK) return st;
@@ -195,15 +252,18 @@ static void print_rows(const bench_args *a, const gm_model *m, const bench_row *
                "\"peak_rss_mib\": %.1f, \"huge_page_mib\": %.1f, \"results\": [",
                a->model, c->arch, open_ms, ttft_ms, peak_rss_mib(), huge);
         for (int i = 0; i < n_rows; i++)
-            printf("%s{\"test\": \"%s%d\", \"threads\": %d, \"tokens_per_s\": %.3f, \"stddev\": %.3f}",
-                   i ? ", " : "", rows[i].test, rows[i].n, rows[i].threads, rows[i].mean, rows[i].sd);
+            printf("%s{\"test\": \"%s%d\", \"threads\": %d, \"sequences\": %d, \"kv_type\": \"%s\", "
+                   "\"tokens_per_s\": %.3f, \"stddev\": %.3f}",
+                   i ? ", " : "", rows[i].test, rows[i].n, rows[i].threads, rows[i].seqs,
+                   a->kv_type == GM_KV_DTYPE_F16 ? "f16" : "f32", rows[i].mean, rows[i].sd);
         printf("]}\n");
         return;
     }
-    printf("| model | threads | test | t/s |\n|---|---:|---:|---:|\n");
+    printf("| model | threads | sequences | test | t/s (all sequences) |\n|---|---:|---:|---:|---:|\n");
     for (int i = 0; i < n_rows; i++)
-        printf("| %s %d layers | %d | %s%d | %.2f ± %.2f |\n", c->arch, c->n_layers, rows[i].threads, rows[i].test,
-               rows[i].n, rows[i].mean, rows[i].sd);
+        printf("| %s %d layers | %d | %d | %s%d | %.2f ± %.2f |\n", c->arch, c->n_layers, rows[i].threads,
+               rows[i].seqs, rows[i].test, rows[i].n, rows[i].mean, rows[i].sd);
+    printf("\nKV cache: %s\n", a->kv_type == GM_KV_DTYPE_F16 ? "f16" : "f32");
     printf("\nmodel open %.1f ms; start to first token (8-token prompt) %.1f ms; peak RSS %.1f MiB\n", open_ms,
            ttft_ms, peak_rss_mib());
     if (huge >= 0)
@@ -228,26 +288,40 @@ int cmd_bench(int argc, char **argv) {
     }
     int n_ids = a.pp > a.tg ? a.pp : a.tg;
     int32_t *ids = malloc(sizeof *ids * (size_t)(n_ids > 0 ? n_ids : 1));
-    bench_row rows[2 * MAX_THREAD_COUNTS];
+    bench_row rows[MAX_THREAD_COUNTS * (1 + MAX_SEQ_COUNTS)];
     int n_rows = 0;
     gm_status st = ids ? GM_OK : GM_ERR_NOMEM;
     if (ids) bench_tokens(m, ids, n_ids);
     for (int t = 0; t < a.n_threads && st == GM_OK; t++) {
-        gm_generator *g = NULL;
-        gm_generator_options o = {.n_threads = a.threads[t], .n_ctx = n_ids + 1, .kv_full = true};
-        st = gm_generator_new(m, &o, &g, &err);
-        int threads = a.threads[t];
-        if (st == GM_OK && a.pp > 0) {
-            rows[n_rows] = (bench_row){"pp", a.pp, threads, 0, 0};
-            st = measure(g, run_pp, ids, a.pp, a.reps, &rows[n_rows], &err);
+        const int threads = a.threads[t];
+        if (a.pp > 0) { /* no prefix index: every repetition computes the whole prompt */
+            gm_generator *g = NULL;
+            gm_generator_options o = {.n_threads = threads, .n_ctx = a.pp + 1, .kv_full = true, .kv_mem = a.kv_mem,
+                                      .kv_type = a.kv_type, .no_prefix_cache = true};
+            st = gm_generator_new(m, &o, &g, &err);
+            rows[n_rows] = (bench_row){"pp", a.pp, threads, 1, 0, 0};
+            const bench_job j = {.g = g};
+            if (st == GM_OK) st = measure(&j, ids, a.pp, a.reps, &rows[n_rows], &err);
             n_rows += st == GM_OK;
+            gm_generator_free(g);
         }
-        if (st == GM_OK && a.tg > 0) {
-            rows[n_rows] = (bench_row){"tg", a.tg, threads, 0, 0};
-            st = measure(g, run_tg, ids, a.tg, a.reps, &rows[n_rows], &err);
+        for (int k = 0; k < a.n_seqs && a.tg > 0 && st == GM_OK; k++) {
+            const int S = a.seqs[k];
+            gm_engine *e = NULL;
+            /* default budget: every sequence's blocks of every layer */
+            const gm_engine_options o = {.n_threads = threads, .n_ctx = a.tg + 1, .kv_type = a.kv_type,
+                                         .no_prefix_cache = true, .n_batch = S > 512 ? S : 512,
+                                         .kv_mem = a.kv_mem ? a.kv_mem : kv_need(m, a.tg + 1, a.kv_type) * (size_t)S};
+            st = gm_engine_new(m, &o, &e, &err);
+            rows[n_rows] = (bench_row){"tg", a.tg, threads, S, 0, 0};
+            const bench_job j = {.e = e, .seqs = S,
+                                 .logits = malloc((size_t)S * (size_t)gm_model_config(m)->n_vocab * sizeof(float))};
+            if (st == GM_OK && !j.logits) st = gm_fail_oom(&err);
+            if (st == GM_OK) st = measure(&j, ids, a.tg, a.reps, &rows[n_rows], &err);
             n_rows += st == GM_OK;
+            free(j.logits);
+            if (e) gm_engine_free(e);
         }
-        gm_generator_free(g);
     }
     if (st == GM_OK) print_rows(&a, m, rows, n_rows, open_ms, ttft_ms);
     else fprintf(stderr, "gemma bench: %s\n", err.msg);
