@@ -28,12 +28,14 @@ static bool parse_int(const char *flag, const char *v, long lo, long hi, int *ou
     return false;
 }
 
+/* A finite number. Overflow (1e39: strtof's HUGE_VALF), inf and nan are refused; an underflow
+ * (1e-50: ERANGE with 0 or a subnormal) is accepted as that tiny value, which the range checks of
+ * gm_sampling_validate then judge (a tiny temperature samples greedily). */
 static bool parse_float(const char *flag, const char *v, float *out) {
     char *end;
-    errno = 0;
     float x = v ? strtof(v, &end) : 0;
-    if (!v || errno || end == v || *end || !isfinite(x)) {
-        fprintf(stderr, "gemma: %s expects a number, got '%s'\n", flag, v ? v : "");
+    if (!v || end == v || *end || !isfinite(x)) {
+        fprintf(stderr, "gemma: %s expects a finite number, got '%s'\n", flag, v ? v : "");
         return false;
     }
     *out = x;
