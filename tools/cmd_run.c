@@ -69,7 +69,7 @@ static void usage(FILE *out, bool chat) {
                      "  --chat    wrap the prompt in the model's chat template (one user turn)\n"
                      "  --naive   recompute the whole history for every token (reference path; slow)\n"
                      "  --no-bos  do not prepend <bos>\n"
-                     "  --truncate keep the last tokens of a prompt longer than the context (default: refuse)\n"
+                     "  --truncate keep <bos> and the last tokens of a prompt longer than the context (default: refuse)\n"
                      "  --ignore-eos keep generating past <eos> / <end_of_turn>\n");
     fprintf(out, "common:\n"
                  "  -m PATH   model (.gguf or HF folder; default %s)\n"
@@ -255,6 +255,19 @@ static gm_status generate_stream(session *s, const run_args *a, int n, streamer 
 
 /* ---------------------------------------------------------------- gemma run */
 
+/* -v: the ids fed to the model (the first and last 32 of a longer prompt), to stderr. */
+static void print_ids(const char *what, const int32_t *ids, size_t n) {
+    fprintf(stderr, "gemma %s (%zu):", what, n);
+    for (size_t i = 0; i < n; i++) {
+        if (n > 64 && i == 32) {
+            fprintf(stderr, " ... (%zu more) ...", n - 64);
+            i = n - 32;
+        }
+        fprintf(stderr, " %d", (int)ids[i]);
+    }
+    fputc('\n', stderr);
+}
+
 /* The prompt's token ids: raw text, or one chat turn rendered by the model's template. */
 static gm_status prompt_ids(const session *s, const run_args *a, const char *text, size_t len, int32_t **ids,
                             size_t *n, gm_error *err) {
@@ -312,13 +325,23 @@ int cmd_run(int argc, char **argv) {
                             "to generate); use -c to enlarge it or --truncate to keep the last tokens\n", n_ids, n_ctx);
             goto done;
         }
-        /* keep the last tokens, leaving room for the generation (at least one token) */
+        /* keep the last tokens, leaving room for the generation (at least one token); a leading
+         * <bos> stays in front of them (the model expects it at position 0) */
         int room = a.n_predict < n_ctx / 2 ? a.n_predict : n_ctx / 2;
         if (room < 1) room = 1;
         n_use = (size_t)(n_ctx - room);
-        use = ids + (n_ids - n_use);
-        fprintf(stderr, "gemma run: prompt truncated from %zu to its last %zu tokens\n", n_ids, n_use);
+        const int32_t bos = gm_tokenizer_bos(s.tok);
+        const bool keep_bos = bos >= 0 && ids[0] == bos && n_use >= 2;
+        if (keep_bos) {
+            memmove(ids + 1, ids + (n_ids - (n_use - 1)), (n_use - 1) * sizeof *ids);
+            use = ids;
+        } else {
+            use = ids + (n_ids - n_use);
+        }
+        fprintf(stderr, "gemma run: prompt truncated from %zu to %zu tokens (%sthe last %zu)\n", n_ids, n_use,
+                keep_bos ? "<bos> and " : "", keep_bos ? n_use - 1 : n_use);
     }
+    if (a.verbose) print_ids("run: prompt ids", use, n_use);
     if (gm_generator_prefill(s.g, use, (int)n_use, &err) != GM_OK ||
         gm_detok_stream_new(s.tok, false, &st.ds, &err) != GM_OK) {
         fprintf(stderr, "gemma run: %s\n", err.msg);
