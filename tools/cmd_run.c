@@ -181,13 +181,18 @@ typedef struct streamer {
     double t_first;
     char *reply;     /* chat: the reply text (stop tokens excluded) */
     size_t len, cap;
-    bool failed;
+    bool failed;     /* out of memory, a detokenizer error or a write error: exit 1 */
+    bool out_failed; /* stdout refused a write: stop generating */
 } streamer;
 
+/* A write error on stdout (full disk, closed stdout, the reader gone) marks the stream failed and
+ * stops the generation at this token; main() reports it (cli_stdout_finish). */
 static void stream_text(streamer *st, const char *text, size_t len) {
-    if (!len) return;
-    fwrite(text, 1, len, stdout);
-    fflush(stdout);
+    if (!len || st->out_failed) return;
+    if (fwrite(text, 1, len, stdout) != len || !cli_stdout_flush()) {
+        st->failed = st->out_failed = true;
+        return;
+    }
     if (st->len + len + 1 > st->cap) {
         size_t cap = (st->len + len + 1) * 2;
         char *r = realloc(st->reply, cap);
@@ -212,7 +217,7 @@ static bool on_token(int32_t tok, void *user) {
         return false;
     }
     stream_text(st, text, len);
-    return true;
+    return !st->out_failed;
 }
 
 static void stream_flush(streamer *st) {
@@ -354,8 +359,7 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     stream_flush(&st);
-    fputc('\n', stdout);
-    fflush(stdout);
+    if (st.out_failed || fputc('\n', stdout) == EOF || !cli_stdout_flush()) goto done; /* main() reports it */
     fprintf(stderr, "\nload: %.0f ms | prompt: %zu tokens, %.1f tokens/s | generation: %d tokens, %.1f tokens/s%s\n",
             s.load_s * 1e3, n_use, t_pp > 0 ? (double)n_use / t_pp : 0.0, n_gen,
             (n_gen > 1 && t_tg > 0) ? (n_gen - 1) / t_tg : 0.0, a.naive ? " (naive)" : "");
@@ -445,8 +449,7 @@ static int chat_turn(session *s, const run_args *a, convo *c, const char *user) 
         goto out;
     }
     stream_flush(&st);
-    fputc('\n', stdout);
-    fflush(stdout);
+    if (st.out_failed || fputc('\n', stdout) == EOF || !cli_stdout_flush()) goto out; /* main() reports it */
     if (a->verbose)
         fprintf(stderr, "[%zu prompt tokens (%d reused from the cache, %zu computed) in %.0f ms, %d generated, %.1f tokens/s]\n",
                 n, reused, n - (size_t)reused, t_pp * 1e3, n_gen, (n_gen > 1 && t_tg > 0) ? (n_gen - 1) / t_tg : 0.0);
