@@ -30,6 +30,7 @@ bool cli_parse_int(const char *s, long lo, long hi, int *out) {
 char *cli_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
+    errno = 0;
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
     for (size_t r; buf && (r = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
@@ -40,12 +41,12 @@ char *cli_read_file(const char *path, size_t *len) {
             buf = b;
         }
     }
-    int failed = ferror(f);
+    int failed = ferror(f), read_errno = errno; /* fread's reason: EISDIR for a folder */
     fclose(f);
     if (buf && failed) {
         free(buf);
         buf = NULL;
-        errno = EIO;
+        errno = read_errno ? read_errno : EIO;
     } else if (!buf) {
         errno = ENOMEM;
     }

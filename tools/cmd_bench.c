@@ -94,6 +94,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
                 ok = a->n_threads < MAX_THREAD_COUNTS && cli_parse_int(tok, 1, 1024, &a->threads[a->n_threads]);
                 a->n_threads++;
             }
+            ok = ok && a->n_threads > 0; /* "" or "," */
         } else {
             fprintf(stderr, "gemma bench: unknown option %s\n", o);
             usage(stderr);

@@ -129,6 +129,11 @@ static int parse_args(int argc, char **argv, bool chat, run_args *a) {
         }
         if (used) i++;
     }
+    if (a->n_ctx == 1) { /* 0 = the model's; 1 holds no prompt and no generated token */
+        fprintf(stderr, "gemma %s: -c 1 leaves no room for a prompt and a generated token; use 0 (the model's "
+                        "context) or at least 2\n", chat ? "chat" : "run");
+        return 2;
+    }
     gm_error err = {0};
     if (gm_sampling_validate(&a->s, &err) != GM_OK) {
         fprintf(stderr, "gemma %s: %s\n", chat ? "chat" : "run", err.msg);
@@ -336,7 +341,7 @@ int cmd_run(int argc, char **argv) {
         if (room < 1) room = 1;
         n_use = (size_t)(n_ctx - room);
         const int32_t bos = gm_tokenizer_bos(s.tok);
-        const bool keep_bos = bos >= 0 && ids[0] == bos && n_use >= 2;
+        const bool keep_bos = bos >= 0 && ids[0] == bos; /* n_use >= 1: n_ctx >= 2 (parse_args) */
         if (keep_bos) {
             memmove(ids + 1, ids + (n_ids - (n_use - 1)), (n_use - 1) * sizeof *ids);
             use = ids;
