@@ -16,10 +16,17 @@ gm_status gm_fail(gm_error *err, gm_status code, const char *fmt, ...) {
     return code;
 }
 
-gm_status gm_fail_prefix(gm_error *err, const char *fmt, ...) {
-    if (!err) return GM_ERR_INTERNAL;
+gm_status gm_fail_prefix_code(gm_error *err, gm_status code, const char *fmt, ...) {
+    if (code == GM_OK) code = GM_ERR_INTERNAL;
+    if (!err) return code;
     char old[sizeof err->msg];
-    memcpy(old, err->msg, sizeof old);
+    if (err->code == code) {
+        memcpy(old, err->msg, sizeof old);
+        old[sizeof old - 1] = 0;
+    } else {
+        snprintf(old, sizeof old, "%s", gm_status_name(code));
+    }
+    err->code = code;
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(err->msg, sizeof err->msg, fmt, ap);
@@ -27,11 +34,11 @@ gm_status gm_fail_prefix(gm_error *err, const char *fmt, ...) {
     /* Append the old message after the prefix, truncating at the buffer's end. */
     size_t used = n < 0 ? 0 : (size_t)n < sizeof err->msg ? (size_t)n : sizeof err->msg - 1;
     size_t room = sizeof err->msg - 1 - used;
-    size_t len = strnlen(old, sizeof old - 1);
+    size_t len = strlen(old);
     if (len > room) len = room;
     memcpy(err->msg + used, old, len);
     err->msg[used + len] = 0;
-    return err->code;
+    return code;
 }
 
 const char *gm_status_name(gm_status s) {

@@ -321,19 +321,35 @@ gm_status gm_sampler_sample(gm_sampler *s, const gm_sampling *o, const float *lo
         *out = argmax(s->work, V);
         return GM_OK;
     }
+    /* A temperature so small that 1/T or some logit/T overflows float (T ~ 1e-38 and logits of a few
+     * units; T subnormal) is the T -> 0 limit: greedy, the same token as temperature 0. Scaling on
+     * would turn those logits into +-inf and the softmax into NaN. The argmax of the unscaled logits
+     * is tracked while scaling (ties: the lower id, as argmax) so the fallback costs no extra pass. */
     const float inv_t = 1.0f / o->temperature;
+    if (!isfinite(inv_t)) {
+        *out = argmax(s->work, V);
+        return GM_OK;
+    }
     float *l = s->work, mx = -INFINITY; /* l: scaled in place once; mx: the best */
-    int n_fin = 0;
+    float best_raw = -INFINITY;
+    int n_fin = 0, best_id = 0;
+    bool overflow = false;
     for (int i = 0; i < V; i++) {
         if (isnan(l[i]) || l[i] == -INFINITY) {
             l[i] = -INFINITY;
             continue;
         }
         n_fin++;
+        if (l[i] > best_raw) best_raw = l[i], best_id = i;
         l[i] *= inv_t;
+        overflow |= isinf(l[i]);
         if (l[i] > mx) mx = l[i];
     }
     if (n_fin == 0) return gm_fail(err, GM_ERR_ARG, "sampling: every logit is -inf or NaN");
+    if (overflow) {
+        *out = best_id;
+        return GM_OK;
+    }
     gm_cand *c = s->cand;
     int n;
     if (o->top_k > 0 && o->top_k < n_fin) {

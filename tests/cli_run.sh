@@ -50,6 +50,13 @@ cmp -s "$TMP/out" "$TMP/s1" && ok "same seed, same text across thread counts" ||
 printf 'the the the the the the the the the the the the the the the the the the the the' >"$TMP/long.txt"
 expect "prompt past the context" 1 "--truncate" -- "$GEMMA" run -m "$TINY" -f "$TMP/long.txt" -c 16 -n 4
 expect "--truncate" 0 "truncated" -- "$GEMMA" run -m "$TINY" -f "$TMP/long.txt" -c 16 -n 4 --ignore-eos --truncate
+# --truncate keeps <bos> in front of the last n-1 tokens (12 = 16 - room for 4; <bos> is id 2)
+expect "--truncate keeps <bos>" 0 "<bos> and the last 11" -- "$GEMMA" run -m "$TINY" -f "$TMP/long.txt" -c 16 -n 4 --truncate -v
+grep -q "prompt ids (12): 2 272 265 262 272" "$TMP/err" && ok "truncated prompt starts with <bos>" || bad "truncated ids: $(grep 'prompt ids' "$TMP/err")"
+expect "--truncate --no-bos" 0 "(the last 12)" -- "$GEMMA" run -m "$TINY" -f "$TMP/long.txt" -c 16 -n 4 --truncate --no-bos -v
+grep -q "prompt ids (12): 262 272 265 262" "$TMP/err" && ok "--no-bos: the last 12 tokens" || bad "--no-bos truncated ids: $(grep 'prompt ids' "$TMP/err")"
+expect "--chat --truncate keeps <bos>" 0 "<bos> and the last" -- "$GEMMA" run -m "$TINY" -f "$TMP/long.txt" -c 16 -n 4 --chat --truncate -v
+grep -q "prompt ids (12): 2 " "$TMP/err" && ok "--chat truncated prompt starts with <bos>" || bad "--chat truncated ids: $(grep 'prompt ids' "$TMP/err")"
 expect "context fills up" 0 "context is full" -- "$GEMMA" run -m "$TINY" -p "the" -c 16 -n 40 --ignore-eos
 expect "--chat" 0 "" -- "$GEMMA" run -m "$TINY" -p "hello" --chat -n 4
 

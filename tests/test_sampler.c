@@ -264,6 +264,59 @@ TEST(large_vocab_matches_full_sort) {
     gm_sampler_free(&big);
 }
 
+/* Temperatures near 0 are the greedy limit, whatever the filters: 1/T (or logit/T) overflowing
+ * float must not turn the logits into inf / NaN garbage. Huge temperatures are valid (nearly
+ * uniform) and every draw is still one of the finite candidates. */
+TEST(extreme_temperatures) {
+    const float l[5] = {0.1f, 30.0f, -10.0f, 29.5f, 29.0f}; /* a real model's logit range */
+    const float tiny[] = {1.2e-38f, 1e-45f /* subnormal: 1/T is inf */, 1e-30f, 1e-20f};
+    const int32_t hist[3] = {3, 4, 3};
+    for (size_t k = 0; k < sizeof tiny / sizeof tiny[0]; k++)
+        for (int cfg = 0; cfg < 5; cfg++) {
+            gm_sampling s = gm_sampling_default();
+            s.temperature = tiny[k];
+            s.seed = 11 + (uint64_t)cfg;
+            if (cfg == 1) s.top_k = 3;
+            if (cfg == 2) s.top_p = 0.9f;
+            if (cfg == 3) s.min_p = 0.05f;
+            if (cfg == 4) s.repeat_penalty = 1.1f, s.frequency_penalty = 0.1f;
+            gm_error err = {0};
+            CHECK_OK(gm_sampling_validate(&s, &err), &err);
+            int wrong = 0;
+            for (int i = 0; i < 200; i++) wrong += sample(&s, l, cfg == 4 ? hist : NULL, cfg == 4 ? 3 : 0) != 1;
+            CHECK_MSG(wrong == 0, "temperature %g, config %d: %d of 200 draws were not the argmax", (double)tiny[k],
+                      cfg, wrong);
+        }
+    /* large logits at a small temperature: logit/T overflows even though 1/T does not */
+    const float big[4] = {-30000.0f, 20000.0f, 30000.0f, 29999.0f};
+    gm_sampling s = gm_sampling_default();
+    s.temperature = 1e-35f;
+    for (int i = 0; i < 50; i++) CHECK_EQ_INT(sample(&s, big, NULL, 0), 2);
+    /* huge temperatures: valid, nearly uniform over the finite logits */
+    const float huge[] = {1e30f, 3.4e38f};
+    for (size_t k = 0; k < 2; k++) {
+        s = gm_sampling_default();
+        s.temperature = huge[k];
+        int seen[5] = {0};
+        for (int i = 0; i < 400; i++) {
+            int32_t t = sample(&s, l, NULL, 0);
+            CHECK(t >= 0 && t < 5);
+            if (t >= 0 && t < 5) seen[t]++;
+        }
+        for (int t = 0; t < 5; t++) CHECK_MSG(seen[t] > 40, "temperature %g: token %d drawn %d of 400 times",
+                                              (double)huge[k], t, seen[t]);
+    }
+    /* still rejected: negative, NaN, infinite */
+    const float badt[] = {-1e-38f, -2.0f, NAN, INFINITY, -INFINITY};
+    for (size_t k = 0; k < sizeof badt / sizeof badt[0]; k++) {
+        s = gm_sampling_default();
+        s.temperature = badt[k];
+        gm_error err = {0};
+        CHECK_EQ_INT(gm_sampling_validate(&s, &err), GM_ERR_ARG);
+        CHECK(strstr(err.msg, "temperature") != NULL);
+    }
+}
+
 int main(void) {
     gm_error err = {0};
     if (gm_sampler_init(&S, 16, &err) != GM_OK) {
@@ -277,6 +330,7 @@ int main(void) {
     RUN(seeding);
     RUN(partial_top_k_matches_full_sort);
     RUN(large_vocab_matches_full_sort);
+    RUN(extreme_temperatures);
     gm_sampler_free(&S);
     return test_summary();
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "model/source.h"
+#include "tools/cli_util.h"
 #include "tools/commands.h"
 
 /* ------------------------------------------------------------------ command */
@@ -51,7 +52,7 @@ int cmd_inspect(int argc, char **argv) {
     gm_status st = gm_source_describe(s, have_cfg ? &c : NULL, cerr.msg, json, stdout, &err);
     gm_source_close(s);
     if (st) {
-        fprintf(stderr, "gemma inspect: %s\n", err.msg);
+        if (cli_stdout_flush()) fprintf(stderr, "gemma inspect: %s\n", err.msg); /* else main() reports it */
         return 1;
     }
     if (!have_cfg) {

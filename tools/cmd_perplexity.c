@@ -283,7 +283,10 @@ static int score_chunks(gm_generator *g, const ppl_args *a, const int32_t *toks,
             fprintf(stderr, "\r[%d/%d] ppl %.4f  %.1f tok/s  eta %.0fs   ", ci + 1, n_chunks, ppl, tps,
                     (double)(n_chunks - ci - 1) * a->ctx / tps);
         printf("[%d]%.4f%s", ci + 1, ppl, ci + 1 == n_chunks ? "\n" : ",");
-        fflush(stdout);
+        if (!cli_stdout_flush()) { /* stdout is gone: stop scoring; main() reports it */
+            rc = 1;
+            break;
+        }
     }
     if (tty) fputc('\n', stderr);
     if (rc == 0)

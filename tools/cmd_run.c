@@ -28,12 +28,14 @@ static bool parse_int(const char *flag, const char *v, long lo, long hi, int *ou
     return false;
 }
 
+/* A finite number. Overflow (1e39: strtof's HUGE_VALF), inf and nan are refused; an underflow
+ * (1e-50: ERANGE with 0 or a subnormal) is accepted as that tiny value, which the range checks of
+ * gm_sampling_validate then judge (a tiny temperature samples greedily). */
 static bool parse_float(const char *flag, const char *v, float *out) {
     char *end;
-    errno = 0;
     float x = v ? strtof(v, &end) : 0;
-    if (!v || errno || end == v || *end || !isfinite(x)) {
-        fprintf(stderr, "gemma: %s expects a number, got '%s'\n", flag, v ? v : "");
+    if (!v || end == v || *end || !isfinite(x)) {
+        fprintf(stderr, "gemma: %s expects a finite number, got '%s'\n", flag, v ? v : "");
         return false;
     }
     *out = x;
@@ -67,7 +69,7 @@ static void usage(FILE *out, bool chat) {
                      "  --chat    wrap the prompt in the model's chat template (one user turn)\n"
                      "  --naive   recompute the whole history for every token (reference path; slow)\n"
                      "  --no-bos  do not prepend <bos>\n"
-                     "  --truncate keep the last tokens of a prompt longer than the context (default: refuse)\n"
+                     "  --truncate keep <bos> and the last tokens of a prompt longer than the context (default: refuse)\n"
                      "  --ignore-eos keep generating past <eos> / <end_of_turn>\n");
     fprintf(out, "common:\n"
                  "  -m PATH   model (.gguf or HF folder; default %s)\n"
@@ -127,6 +129,11 @@ static int parse_args(int argc, char **argv, bool chat, run_args *a) {
         }
         if (used) i++;
     }
+    if (a->n_ctx == 1) { /* 0 = the model's; 1 holds no prompt and no generated token */
+        fprintf(stderr, "gemma %s: -c 1 leaves no room for a prompt and a generated token; use 0 (the model's "
+                        "context) or at least 2\n", chat ? "chat" : "run");
+        return 2;
+    }
     gm_error err = {0};
     if (gm_sampling_validate(&a->s, &err) != GM_OK) {
         fprintf(stderr, "gemma %s: %s\n", chat ? "chat" : "run", err.msg);
@@ -179,13 +186,18 @@ typedef struct streamer {
     double t_first;
     char *reply;     /* chat: the reply text (stop tokens excluded) */
     size_t len, cap;
-    bool failed;
+    bool failed;     /* out of memory, a detokenizer error or a write error: exit 1 */
+    bool out_failed; /* stdout refused a write: stop generating */
 } streamer;
 
+/* A write error on stdout (full disk, closed stdout, the reader gone) marks the stream failed and
+ * stops the generation at this token; main() reports it (cli_stdout_finish). */
 static void stream_text(streamer *st, const char *text, size_t len) {
-    if (!len) return;
-    fwrite(text, 1, len, stdout);
-    fflush(stdout);
+    if (!len || st->out_failed) return;
+    if (fwrite(text, 1, len, stdout) != len || !cli_stdout_flush()) {
+        st->failed = st->out_failed = true;
+        return;
+    }
     if (st->len + len + 1 > st->cap) {
         size_t cap = (st->len + len + 1) * 2;
         char *r = realloc(st->reply, cap);
@@ -210,7 +222,7 @@ static bool on_token(int32_t tok, void *user) {
         return false;
     }
     stream_text(st, text, len);
-    return true;
+    return !st->out_failed;
 }
 
 static void stream_flush(streamer *st) {
@@ -252,6 +264,19 @@ static gm_status generate_stream(session *s, const run_args *a, int n, streamer 
 }
 
 /* ---------------------------------------------------------------- gemma run */
+
+/* -v: the ids fed to the model (the first and last 32 of a longer prompt), to stderr. */
+static void print_ids(const char *what, const int32_t *ids, size_t n) {
+    fprintf(stderr, "gemma %s (%zu):", what, n);
+    for (size_t i = 0; i < n; i++) {
+        if (n > 64 && i == 32) {
+            fprintf(stderr, " ... (%zu more) ...", n - 64);
+            i = n - 32;
+        }
+        fprintf(stderr, " %d", (int)ids[i]);
+    }
+    fputc('\n', stderr);
+}
 
 /* The prompt's token ids: raw text, or one chat turn rendered by the model's template. */
 static gm_status prompt_ids(const session *s, const run_args *a, const char *text, size_t len, int32_t **ids,
@@ -310,13 +335,23 @@ int cmd_run(int argc, char **argv) {
                             "to generate); use -c to enlarge it or --truncate to keep the last tokens\n", n_ids, n_ctx);
             goto done;
         }
-        /* keep the last tokens, leaving room for the generation (at least one token) */
+        /* keep the last tokens, leaving room for the generation (at least one token); a leading
+         * <bos> stays in front of them (the model expects it at position 0) */
         int room = a.n_predict < n_ctx / 2 ? a.n_predict : n_ctx / 2;
         if (room < 1) room = 1;
         n_use = (size_t)(n_ctx - room);
-        use = ids + (n_ids - n_use);
-        fprintf(stderr, "gemma run: prompt truncated from %zu to its last %zu tokens\n", n_ids, n_use);
+        const int32_t bos = gm_tokenizer_bos(s.tok);
+        const bool keep_bos = bos >= 0 && ids[0] == bos; /* n_use >= 1: n_ctx >= 2 (parse_args) */
+        if (keep_bos) {
+            memmove(ids + 1, ids + (n_ids - (n_use - 1)), (n_use - 1) * sizeof *ids);
+            use = ids;
+        } else {
+            use = ids + (n_ids - n_use);
+        }
+        fprintf(stderr, "gemma run: prompt truncated from %zu to %zu tokens (%sthe last %zu)\n", n_ids, n_use,
+                keep_bos ? "<bos> and " : "", keep_bos ? n_use - 1 : n_use);
     }
+    if (a.verbose) print_ids("run: prompt ids", use, n_use);
     if (gm_generator_prefill(s.g, use, (int)n_use, &err) != GM_OK ||
         gm_detok_stream_new(s.tok, false, &st.ds, &err) != GM_OK) {
         fprintf(stderr, "gemma run: %s\n", err.msg);
@@ -329,8 +364,7 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     stream_flush(&st);
-    fputc('\n', stdout);
-    fflush(stdout);
+    if (st.out_failed || fputc('\n', stdout) == EOF || !cli_stdout_flush()) goto done; /* main() reports it */
     fprintf(stderr, "\nload: %.0f ms | prompt: %zu tokens, %.1f tokens/s | generation: %d tokens, %.1f tokens/s%s\n",
             s.load_s * 1e3, n_use, t_pp > 0 ? (double)n_use / t_pp : 0.0, n_gen,
             (n_gen > 1 && t_tg > 0) ? (n_gen - 1) / t_tg : 0.0, a.naive ? " (naive)" : "");
@@ -420,8 +454,7 @@ static int chat_turn(session *s, const run_args *a, convo *c, const char *user) 
         goto out;
     }
     stream_flush(&st);
-    fputc('\n', stdout);
-    fflush(stdout);
+    if (st.out_failed || fputc('\n', stdout) == EOF || !cli_stdout_flush()) goto out; /* main() reports it */
     if (a->verbose)
         fprintf(stderr, "[%zu prompt tokens (%d reused from the cache, %zu computed) in %.0f ms, %d generated, %.1f tokens/s]\n",
                 n, reused, n - (size_t)reused, t_pp * 1e3, n_gen, (n_gen > 1 && t_tg > 0) ? (n_gen - 1) / t_tg : 0.0);

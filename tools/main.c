@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tools/cli_util.h"
 #include "tools/commands.h"
 
 #ifndef GM_DEFAULT_MODEL
@@ -40,16 +41,19 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
+    cli_stdout_setup();
     if (argc < 2) {
         usage(stderr);
         return 2;
     }
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(stdout);
-        return 0;
+        return cli_stdout_finish("help", 0);
     }
+    /* every command's output is checked here, once: see cli_stdout_finish */
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
-        if (!strcmp(argv[1], COMMANDS[i].name)) return COMMANDS[i].fn(argc - 1, argv + 1);
+        if (!strcmp(argv[1], COMMANDS[i].name))
+            return cli_stdout_finish(COMMANDS[i].name, COMMANDS[i].fn(argc - 1, argv + 1));
     fprintf(stderr, "gemma: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;
