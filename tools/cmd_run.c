@@ -18,6 +18,8 @@
 typedef struct run_args {
     const char *model, *prompt, *file, *system;
     int n_predict, n_threads, n_ctx;
+    size_t kv_mem;
+    gm_kv_dtype kv_type;
     gm_sampling s;
     bool naive, no_bos, chat, truncate, ignore_eos, verbose;
 } run_args;
@@ -75,6 +77,8 @@ static void usage(FILE *out, bool chat) {
                  "  -m PATH   model (.gguf or HF folder; default %s)\n"
                  "  -t N      threads (default: physical cores, %d)\n"
                  "  -c N      context size (default: the model's, capped at %d)\n"
+                 "  --kv-type f32|f16  KV cache storage (default f32)\n"
+                 "  --kv-mem MIB       KV cache budget (default: one context of every layer)\n"
                  "  --temp T --top-k K --top-p P --min-p M --repeat-penalty R --repeat-last-n N\n"
                  "  --frequency-penalty F --presence-penalty P --seed S   (default: greedy, temperature 0)\n"
                  "  -v        verbose\n",
@@ -100,6 +104,13 @@ static int parse_args(int argc, char **argv, bool chat, run_args *a) {
         else if (IS("-n") || IS("--n-predict")) ok = parse_int(o, v, 0, INT_MAX, &a->n_predict);
         else if (IS("-t") || IS("--threads")) ok = parse_int(o, v, 1, 1024, &a->n_threads);
         else if (IS("-c") || IS("--ctx-size")) ok = parse_int(o, v, 0, INT_MAX, &a->n_ctx);
+        else if (IS("--kv-type")) {
+            ok = cli_parse_kv_type(v, &a->kv_type);
+            if (!ok && v) fprintf(stderr, "gemma: --kv-type expects f32 or f16, got '%s'\n", v);
+        } else if (IS("--kv-mem")) {
+            ok = cli_parse_mib(v, &a->kv_mem);
+            if (!ok && v) fprintf(stderr, "gemma: --kv-mem expects MiB in [1, 1048576], got '%s'\n", v);
+        }
         else if (IS("--temp")) ok = parse_float(o, v, &a->s.temperature);
         else if (IS("--top-k")) ok = parse_int(o, v, INT_MIN, INT_MAX, &a->s.top_k);
         else if (IS("--top-p")) ok = parse_float(o, v, &a->s.top_p);
@@ -159,7 +170,8 @@ static int open_session(const run_args *a, const char *cmd, session *s) {
         fprintf(stderr, "gemma %s: %s\n", cmd, err.msg);
         return 1;
     }
-    gm_generator_options go = {.n_threads = a->n_threads, .n_ctx = a->n_ctx, .ignore_stop = a->ignore_eos};
+    gm_generator_options go = {.n_threads = a->n_threads, .n_ctx = a->n_ctx, .ignore_stop = a->ignore_eos,
+                               .kv_mem = a->kv_mem, .kv_type = a->kv_type};
     if (gm_generator_new(s->m, &go, &s->g, &err) != GM_OK) {
         fprintf(stderr, "gemma %s: %s\n", cmd, err.msg);
         gm_model_free(s->m);
