@@ -80,7 +80,7 @@ static void bench_matvec(int type, shape sh, gm_pool *pool, double *gbs) {
     int64_t calls = 0;
     double t_start = now();
     while (calls < 2 * copies || now() - t_start < 0.3) {
-        gm_matrix M = {type, sh.rows, sh.cols, w + (calls % copies) * mbytes, 0, NULL};
+        gm_matrix M = {type, sh.rows, sh.cols, w + (calls % copies) * mbytes, 0, NULL, NULL};
         double t0 = now();
         gm_matmul(&M, x, 1, y, pool, &sc);
         double dt = now() - t0;
@@ -105,7 +105,7 @@ static void bench_matmul(int type, shape sh, int64_t n_tok, gm_pool *pool, doubl
     unsigned s = 9;
     for (int64_t i = 0; i < n_tok * sh.cols; i++) x[i] = frand(&s);
     gm_matmul_scratch sc = {0};
-    gm_matrix M = {type, sh.rows, sh.cols, w, 0, NULL};
+    gm_matrix M = {type, sh.rows, sh.cols, w, 0, NULL, NULL};
     double best = 1e30, t_start = now();
     for (int it = 0; it < 50 && (it < 2 || now() - t_start < 1.0); it++) {
         double t0 = now();

@@ -1,6 +1,7 @@
 /* kernels/attn_avx2.c — AVX2/FMA inner loops of attention (compiled with -mavx2 -mfma for this file
  * only; kernels/ops.c calls them only when gm_isa_active() >= GM_ISA_AVX2). */
 #include "kernels/ops.h"
+#include "quant/quant.h"
 
 #include <string.h>
 
@@ -22,6 +23,14 @@ float gm_dot_f32_avx2(const float *a, const float *b, int n) {
     float s = _mm_cvtss_f32(h);
     for (; i < n; i++) s += a[i] * b[i];
     return s;
+}
+
+/* f32 -> f16 round to nearest even, as gm_fp32_to_fp16 for finite values */
+void gm_kv_store_f16_avx2(uint16_t *dst, const float *src, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) dst[i] = (uint16_t)_cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
 void gm_axpy_f32_avx2(float *y, float a, const float *x, int n) {
@@ -76,6 +85,10 @@ float gm_dot_f32_avx2(const float *a, const float *b, int n) {
     float s = 0.0f;
     for (int i = 0; i < n; i++) s += a[i] * b[i];
     return s;
+}
+
+void gm_kv_store_f16_avx2(uint16_t *dst, const float *src, int n) {
+    for (int i = 0; i < n; i++) dst[i] = gm_fp32_to_fp16(src[i]);
 }
 
 void gm_axpy_f32_avx2(float *y, float a, const float *x, int n) {

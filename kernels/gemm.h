@@ -36,12 +36,13 @@ void gm_avx512_gemm(int type, const void *w, size_t w_stride, int64_t rows, int6
 #include "quant/quant.h"
 gm_vec_dot_fn gm_avx2_vec_dot(int type);
 gm_quant_row_fn gm_avx2_quant_act(int act_type);
-/* AVX-512 VL/BW/VNNI dot products for the decode path (kernels/vec_avx512.c); NULL: use AVX2's. */
-gm_vec_dot_fn gm_avx512_vec_dot(int type);
-/* Decode dots of a weight row in its file format with a token prepared by gm_avx512_prep (the
- * a / sa / init parts): two blocks per 512-bit vector. Signature of gm_vec_dot_fn with the token
- * in place of a quantized activation row. NULL where there is none (or the CPU lacks VBMI for
- * Q5_0). */
+/* AVX-512 decode matmul straight from the weights (kernels/vec_avx512.c): y[t * ldy + r] for rows
+ * [r0, r1) and n_tok tokens prepared by gm_avx512_prep (tb bytes apart), each (row, token) output
+ * bit-identical to gm_avx512_gemm's. NULL where there is none (or the CPU lacks VBMI for Q5_0). */
+typedef void (*gm_fused_fn)(int64_t n, const void *w, size_t w_stride, int64_t r0, int64_t r1, const void *toks,
+                            size_t tok_bytes, int64_t n_tok, float *y, int64_t ldy);
+gm_fused_fn gm_avx512_fused(int type);
+/* The same for one row and one token, with the signature of gm_vec_dot_fn (tests). */
 gm_vec_dot_fn gm_avx512_tok_dot(int type);
 
 /* Bytes of a prepared token of a quantized type before any per-block extras (a | sa | init | t16). */

@@ -1,18 +1,19 @@
 /* kernels/matmul.c — y = x W^T over weights of any supported type, read in place. Activations are
- * quantized once per call to the weight type's vec_dot_type, then output rows are split across
- * the pool; every (row, token) output is one vec_dot, so the result does not depend on how rows
- * were split. */
+ * quantized once per call and per token, then output rows are split across the pool. The kernels of a
+ * weight come from its record (gm_mm_kernel: a table indexed by type and ISA, bound at open); every
+ * path of one ISA computes a (row, token) output with the same operations in the same order, so the
+ * result depends neither on the row split nor on the other tokens of the call. */
 #include "kernels/matmul.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
+#include "kernels/pack.h"
 #include "quant/quant.h"
-
-#define GM_TILE_MIN_TOKENS 4
 
 typedef struct {
     const gm_matrix *W;
@@ -33,11 +34,65 @@ typedef struct {
 
 static gm_status scratch_reserve(gm_matmul_scratch *s, size_t bytes);
 
-/* W as the AVX-512 kernels see it: its packed copy when it has one (tmp holds the view) */
-static const gm_matrix *avx512_view(const gm_matrix *W, gm_matrix *tmp) {
-    if (!W->packed) return W;
-    *tmp = (gm_matrix){W->packed_type, W->rows, W->cols, W->packed, 0, NULL};
-    return tmp;
+/* ---- the kernel table: [ISA][type slot], filled once */
+
+enum { TYPE_SLOTS = 32, PACKED_SLOT = TYPE_SLOTS, N_SLOTS = TYPE_SLOTS + 1, N_ISA = GM_ISA_AVX512 + 1 };
+
+static gm_mm_kernel table[N_ISA][N_SLOTS];
+static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+
+static gm_mm_kernel resolve(gm_isa isa, int type, bool packed) {
+    gm_mm_kernel k = {.isa = (int)isa, .type = type};
+    const gm_type_traits *wt = gm_type_traits_of(type);
+    const gm_type_traits *at = wt ? gm_type_traits_of(wt->vec_dot_type) : NULL;
+    if (!wt || !wt->vec_dot || !at || !at->quant_row) return k; /* no kernels: GM_ERR_UNSUPPORTED */
+    k.act_type = at->type;
+    k.vec_dot = wt->vec_dot;
+    k.quant = at->quant_row;
+    if (isa >= GM_ISA_AVX2) {
+        if (gm_avx2_vec_dot(type)) k.vec_dot = gm_avx2_vec_dot(type);
+        if (gm_avx2_quant_act(at->type)) k.quant = gm_avx2_quant_act(at->type); /* the reference's bytes exactly */
+    }
+    if (isa >= GM_ISA_AVX512) {
+        const int kt = packed ? GM_KTYPE_Q5_0X16 : type;
+        k.type = kt;
+        k.packed = packed;
+        k.tiles = gm_avx512_supports(kt);
+        k.fused = gm_avx512_fused(kt);
+    }
+    return k;
+}
+
+static void table_init(void) {
+    for (int isa = 0; isa < N_ISA; isa++) {
+        for (int t = 0; t < TYPE_SLOTS; t++) table[isa][t] = resolve((gm_isa)isa, t, false);
+        /* the packed Q5_0 copy serves the AVX-512 kernels only; lower levels read the file's Q5_0 */
+        table[isa][PACKED_SLOT] = resolve((gm_isa)isa, GM_TYPE_Q5_0, isa >= GM_ISA_AVX512);
+    }
+}
+
+static const gm_mm_kernel *lookup(const gm_matrix *W, gm_isa isa) {
+    pthread_once(&table_once, table_init);
+    if (W->type < 0 || W->type >= TYPE_SLOTS) {
+        static const gm_mm_kernel none = {0};
+        return &none;
+    }
+    return &table[isa][W->packed && W->packed_type == GM_KTYPE_Q5_0X16 ? PACKED_SLOT : W->type];
+}
+
+void gm_matrix_bind(gm_matrix *W) { W->kern = lookup(W, gm_isa_active()); }
+
+const gm_mm_kernel *gm_matrix_kernel(const gm_matrix *W) {
+    const gm_isa isa = gm_isa_active();
+    return W->kern && W->kern->isa == (int)isa ? W->kern : lookup(W, isa);
+}
+
+/* W as the AVX-512 kernels of k see it: its packed copy where k reads one */
+static gm_matrix kernel_view(const gm_matrix *W, const gm_mm_kernel *k) {
+    gm_matrix v = *W;
+    if (k->packed) v.data = W->packed;
+    v.type = k->type;
+    return v;
 }
 
 /* rows [r0, r1) x every token; the weight row stays hot in L1 while the tokens stream by */
@@ -149,28 +204,35 @@ static void decode_rows(gm_pool *pool, int64_t n, gm_task_fn fn, void *ctx) {
     gm_pool_parallel_for_chunk(pool, nt, 1, steal_task, &j);
 }
 
-/* decode with prepared tokens: one tok_dot per (row, token) */
-static void tok_rows_task(void *ctx, int64_t r0, int64_t r1, int thread) {
+/* AVX-512, a few tokens: every weight row decoded once into registers for all of them */
+typedef struct {
+    gm_fused_fn fn;
+    const gm_matrix *W;
+    size_t w_stride, tok_bytes;
+    const void *toks;
+    int64_t n_tok;
+    float *y;
+} fused_job;
+
+static void fused_task(void *ctx, int64_t r0, int64_t r1, int thread) {
     (void)thread;
-    const mm_job *j = ctx;
-    const char *w = (const char *)j->W->data;
-    for (int64_t r = r0; r < r1; r++) {
-        const void *wr = w + (size_t)r * j->w_stride;
-        for (int64_t t = 0; t < j->n_tok; t++)
-            j->vec_dot(j->W->cols, &j->y[t * j->W->rows + r], wr, j->act + (size_t)t * j->tok_bytes);
-    }
+    const fused_job *j = ctx;
+    j->fn(j->W->cols, j->W->data, j->w_stride, r0, r1, j->toks, j->tok_bytes, j->n_tok, j->y, j->W->rows);
 }
 
-static gm_status matmul_tok_dot(mm_job *j, gm_vec_dot_fn dot, gm_pool *pool, gm_matmul_scratch *scratch) {
-    j->tok_bytes = gm_avx512_tok_bytes(j->W->type, j->W->cols);
-    if ((uint64_t)j->n_tok > (SIZE_MAX / 2) / j->tok_bytes) return GM_ERR_NOMEM;
-    gm_status st = scratch_reserve(scratch, (size_t)j->n_tok * j->tok_bytes);
+static void prep_tokens(int type, const float *x, int64_t cols, int64_t n_tok, char *toks, size_t tok_bytes) {
+    for (int64_t t = 0; t < n_tok; t++) /* a few tokens only: not worth a pool round trip */
+        gm_avx512_prep(type, x + t * cols, cols, toks + (size_t)t * tok_bytes);
+}
+
+static gm_status matmul_fused(const gm_matrix *K, gm_fused_fn fn, const float *x, int64_t n_tok, float *y,
+                              gm_pool *pool, gm_matmul_scratch *scratch) {
+    const size_t tb = gm_avx512_tok_bytes(K->type, K->cols);
+    gm_status st = scratch_reserve(scratch, (size_t)n_tok * tb);
     if (st != GM_OK) return st;
-    j->act = scratch->buf;
-    j->vec_dot = dot;
-    for (int64_t t = 0; t < j->n_tok; t++) /* a few tokens only: not worth a pool round trip */
-        gm_avx512_prep(j->W->type, j->x + t * j->W->cols, j->W->cols, (char *)j->act + (size_t)t * j->tok_bytes);
-    decode_rows(pool, j->W->rows, tok_rows_task, j);
+    prep_tokens(K->type, x, K->cols, n_tok, scratch->buf, tb);
+    fused_job j = {fn, K, gm_row_bytes(K->type & 0xFF, K->cols), tb, scratch->buf, n_tok, y};
+    decode_rows(pool, K->rows, fused_task, &j);
     return GM_OK;
 }
 
@@ -180,11 +242,11 @@ enum { MM_MULTI_MAX = 4 };
 
 typedef struct {
     int count;
-    int64_t cols, row0[MM_MULTI_MAX + 1]; /* row0[i]: first global row of matrix i */
-    gm_matrix W[MM_MULTI_MAX];            /* as the kernels see them (packed copies where present) */
-    size_t stride[MM_MULTI_MAX];
+    int64_t cols, n_tok, row0[MM_MULTI_MAX + 1]; /* row0[i]: first global row of matrix i */
+    gm_matrix W[MM_MULTI_MAX];                   /* as the kernels see them (packed copies where present) */
+    size_t stride[MM_MULTI_MAX], tok_bytes[MM_MULTI_MAX];
     float *y[MM_MULTI_MAX];
-    gm_vec_dot_fn dot[MM_MULTI_MAX];
+    gm_fused_fn fn[MM_MULTI_MAX];
     const char *tok[MM_MULTI_MAX];
 } multi_job;
 
@@ -193,20 +255,24 @@ static void multi_rows_task(void *ctx, int64_t g0, int64_t g1, int thread) {
     const multi_job *j = ctx;
     for (int i = 0; i < j->count; i++) {
         const int64_t b = g0 > j->row0[i] ? g0 : j->row0[i], e = g1 < j->row0[i + 1] ? g1 : j->row0[i + 1];
-        for (int64_t r = b - j->row0[i]; r < e - j->row0[i]; r++)
-            j->dot[i](j->cols, &j->y[i][r], (const char *)j->W[i].data + (size_t)r * j->stride[i], j->tok[i]);
+        if (b < e)
+            j->fn[i](j->cols, j->W[i].data, j->stride[i], b - j->row0[i], e - j->row0[i], j->tok[i], j->tok_bytes[i],
+                     j->n_tok, j->y[i], j->W[i].rows);
     }
 }
 
 gm_status gm_matmul_multi(const gm_matrix *const *W, float *const *y, int count, const float *x, int64_t n_tok,
                           gm_pool *pool, gm_matmul_scratch *scratch) {
-    bool fused = count >= 1 && count <= MM_MULTI_MAX && n_tok == 1 && gm_isa_active() >= GM_ISA_AVX512;
-    multi_job j = {.count = count, .cols = count > 0 ? W[0]->cols : 0};
+    bool fused = count >= 1 && count <= MM_MULTI_MAX && n_tok >= 1 && n_tok <= GM_FUSED_MAX_TOKENS;
+    multi_job j = {.count = count, .cols = count > 0 ? W[0]->cols : 0, .n_tok = n_tok};
     for (int i = 0; fused && i < count; i++) {
-        gm_matrix tmp;
-        j.W[i] = *avx512_view(W[i], &tmp);
+        const gm_mm_kernel *k = gm_matrix_kernel(W[i]);
+        j.W[i] = *W[i];
+        if (k->packed) j.W[i].data = W[i]->packed;
+        j.W[i].type = k->type;
+        j.fn[i] = k->fused;
         j.stride[i] = gm_row_bytes(W[i]->type, W[i]->cols);
-        fused = W[i]->cols == W[0]->cols && W[i]->rows > 0 && gm_avx512_tok_dot(j.W[i].type) && j.stride[i] != 0;
+        fused = k->fused && W[i]->cols == W[0]->cols && W[i]->rows > 0 && j.stride[i] != 0;
     }
     if (!fused) {
         for (int i = 0; i < count; i++) {
@@ -217,17 +283,17 @@ gm_status gm_matmul_multi(const gm_matrix *const *W, float *const *y, int count,
     }
     size_t total = 0, off[MM_MULTI_MAX];
     for (int i = 0; i < count; i++) {
+        j.tok_bytes[i] = gm_avx512_tok_bytes(j.W[i].type, W[0]->cols);
         off[i] = total;
-        total += gm_avx512_tok_bytes(j.W[i].type, W[0]->cols);
+        total += (size_t)n_tok * j.tok_bytes[i];
     }
     gm_status st = scratch_reserve(scratch, total);
     if (st != GM_OK) return st;
     for (int i = 0; i < count; i++) {
         /* same kernels and token bytes as gm_matmul: identical results to separate calls */
         j.y[i] = y[i];
-        j.dot[i] = gm_avx512_tok_dot(j.W[i].type);
         j.tok[i] = (const char *)scratch->buf + off[i];
-        gm_avx512_prep(j.W[i].type, x, W[0]->cols, (char *)scratch->buf + off[i]);
+        prep_tokens(j.W[i].type, x, W[0]->cols, n_tok, (char *)scratch->buf + off[i], j.tok_bytes[i]);
         j.row0[i + 1] = j.row0[i] + W[i]->rows;
     }
     decode_rows(pool, j.row0[count], multi_rows_task, &j);
@@ -271,33 +337,23 @@ static gm_status scratch_reserve(gm_matmul_scratch *s, size_t bytes) {
 
 gm_status gm_matmul(const gm_matrix *W, const float *x, int64_t n_tok, float *y, gm_pool *pool,
                     gm_matmul_scratch *scratch) {
-    const gm_type_traits *wt = gm_type_traits_of(W->type);
-    if (!wt || !wt->vec_dot) return GM_ERR_UNSUPPORTED;
-    const gm_type_traits *at = gm_type_traits_of(wt->vec_dot_type);
-    if (!at || !at->quant_row) return GM_ERR_UNSUPPORTED;
+    const gm_mm_kernel *k = gm_matrix_kernel(W);
+    if (!k->vec_dot) return GM_ERR_UNSUPPORTED;
+    const gm_type_traits *wt = gm_type_traits_of(W->type), *at = gm_type_traits_of(k->act_type);
     const size_t w_stride = gm_row_bytes(W->type, W->cols);
     const size_t a_stride = gm_row_bytes(at->type, W->cols);
     if (w_stride == 0 || a_stride == 0 || n_tok < 0) return GM_ERR_ARG;
     if (n_tok == 0 || W->rows == 0) return GM_OK;
-    const gm_isa isa = gm_isa_active();
-    mm_job j = {W, wt, w_stride, (const char *)x, a_stride, n_tok, y, x, at, wt->vec_dot, at->quant_row, 0, 0, NULL};
-    if (isa >= GM_ISA_AVX512) {
-        gm_matrix tmp;
-        const gm_matrix *K = avx512_view(W, &tmp); /* the packed copy, where there is one */
-        j.W = K;
-        /* Tiles pay off once a row is reused by several tokens; a single decode token is memory
-         * bound and runs fastest as plain dot products over the weight blocks. */
-        if (n_tok >= GM_TILE_MIN_TOKENS && gm_avx512_supports(K->type)) return matmul_avx512(&j, pool, scratch);
-        if (gm_avx512_tok_dot(K->type)) return matmul_tok_dot(&j, gm_avx512_tok_dot(K->type), pool, scratch);
-        j.W = W;
+    if (k->fused && n_tok <= GM_FUSED_MAX_TOKENS) { /* a few tokens: weights decoded once for all of them */
+        const gm_matrix K = kernel_view(W, k);
+        return matmul_fused(&K, k->fused, x, n_tok, y, pool, scratch);
     }
-    if (isa >= GM_ISA_AVX2) {
-        gm_vec_dot_fn vd = gm_avx2_vec_dot(W->type);
-        gm_quant_row_fn q = gm_avx2_quant_act(at->type);
-        if (isa >= GM_ISA_AVX512 && gm_avx512_vec_dot(W->type)) vd = gm_avx512_vec_dot(W->type);
-        if (vd) j.vec_dot = vd;
-        if (q) j.quant = q; /* produces the reference's bytes exactly */
+    if (k->tiles) { /* the same (row, token) arithmetic as the fused kernels, in 4x4 register tiles */
+        const gm_matrix K = kernel_view(W, k);
+        mm_job j = {.W = &K, .wt = wt, .w_stride = w_stride, .n_tok = n_tok, .y = y, .x = x};
+        return matmul_avx512(&j, pool, scratch);
     }
+    mm_job j = {W, wt, w_stride, (const char *)x, a_stride, n_tok, y, x, at, k->vec_dot, k->quant, 0, 0, NULL};
     if (at->type != GM_TYPE_F32) {
         if ((uint64_t)n_tok > SIZE_MAX / a_stride) return GM_ERR_NOMEM;
         gm_status st = scratch_reserve(scratch, (size_t)n_tok * a_stride);

@@ -3,17 +3,36 @@
  * Activations are quantized on the fly to the weight type's vec_dot_type (as llama.cpp does),
  * then each output is a dot product; work is split by output rows across the pool.
  *
- * Kernels are chosen per call from the ISA level of kernels/cpu.h (GEMMA_ISA=scalar|avx2|avx512
- * lowers it): scalar reference (quant/), AVX2 dot products, AVX-512 VNNI dot products for one token
- * and 4x4 register-tiled VNNI kernels from 4 tokens on (prefill). All paths quantize activations
- * to the same bytes; they differ only in f32 rounding order (see tests/test_matmul.c). */
+ * Kernels come from a table indexed by weight type and ISA level (kernels/cpu.h; GEMMA_ISA=scalar|avx2|
+ * avx512 lowers it), bound into the weight's record at model open: scalar reference (quant/), AVX2 dot
+ * products, AVX-512 VNNI: up to GM_FUSED_MAX_TOKENS tokens straight from the weights (decode, small
+ * batches), more through 4x4 register tiles (prefill). Within one ISA every path computes a (row,
+ * token) output with the same operations in the same order: a token's outputs do not depend on the
+ * other tokens of the call (batch invariance, tests/test_matmul.c). Across ISAs they differ in f32
+ * rounding order only. */
 #ifndef GM_KERNELS_MATMUL_H
 #define GM_KERNELS_MATMUL_H
 
 #include <stdint.h>
 
 #include "gemma.h"
+#include "kernels/gemm.h"
 #include "kernels/threadpool.h"
+
+/* Up to this many tokens, the AVX-512 path decodes each weight chunk once for all of them. */
+#define GM_FUSED_MAX_TOKENS 16
+
+/* The kernels of one weight type at one ISA level. */
+typedef struct gm_mm_kernel {
+    int isa;                /* the level it was resolved for */
+    int type;               /* the type the AVX-512 kernels read (the packed type for a packed copy) */
+    bool packed;            /* AVX-512 kernels read the matrix's packed copy */
+    gm_fused_fn fused;      /* AVX-512: a few tokens straight from the weights; NULL: none */
+    bool tiles;             /* AVX-512: 4x4 register tiles (gm_avx512_gemm) */
+    gm_vec_dot_fn vec_dot;  /* scalar / AVX2: one (row, token) dot over quantized activations; NULL: unsupported */
+    gm_quant_row_fn quant;  /* the activation quantizer of that level */
+    int act_type;           /* the activations' type (the weight type's vec_dot_type) */
+} gm_mm_kernel;
 
 typedef struct gm_matrix {
     int type;          /* gm_type */
@@ -24,7 +43,15 @@ typedef struct gm_matrix {
      * of data while that ISA is active; NULL when there is none. Same bytes per row as data. */
     int packed_type;   /* GM_KTYPE_* */
     const void *packed;
+    /* The kernels, bound once (gm_matrix_bind) at model open; NULL or bound for another ISA level:
+     * looked up in the table on each call (tests build matrices by hand and switch levels). */
+    const gm_mm_kernel *kern;
 } gm_matrix;
+
+/* Binds W's kernels for the active ISA level (after its packed copy, if any, is set). */
+void gm_matrix_bind(gm_matrix *W);
+/* W's kernels at the active level. */
+const gm_mm_kernel *gm_matrix_kernel(const gm_matrix *W);
 
 /* x: n_tok rows of cols floats; y: n_tok rows of rows floats. scratch is grown as needed
  * (pass the same gm_matmul_scratch across calls: no allocation per token in steady state). */

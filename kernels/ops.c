@@ -2,6 +2,7 @@
 #include "kernels/ops.h"
 
 #include "kernels/cpu.h"
+#include "quant/quant.h"
 
 #include <math.h>
 #include <string.h>
@@ -112,109 +113,62 @@ void gm_axpy_f32(float *y, float a, const float *x, int n) {
     else axpy_scalar(y, a, x, n);
 }
 
-typedef float (*dot_fn)(const float *, const float *, int);
-typedef void (*axpy_fn)(float *, float, const float *, int);
+/* ---- attention chunks */
 
-void gm_attend_group(float *out, const float *q, int G, const float *k, const float *v, size_t kv_stride,
-                     int n_keys, int hd, float softcap, const float *bias, int bias_from, float *scores) {
-    if (gm_isa_active() >= GM_ISA_AVX512 && gm_attend_group_avx512_fits(G, hd)) {
-        gm_attend_group_avx512(out, q, G, k, v, kv_stride, n_keys, hd, softcap, bias, bias_from, scores);
-        return;
-    }
-    const bool avx2 = use_avx2();
-    const dot_fn dot = avx2 ? gm_dot_f32_avx2 : dot_scalar;
-    const axpy_fn axpy = avx2 ? gm_axpy_f32_avx2 : axpy_scalar;
-    for (int j = 0; j < n_keys; j++) {
-        const float *kj = k + (size_t)j * kv_stride;
-        for (int g = 0; g < G; g++) scores[(size_t)g * n_keys + j] = dot(q + (size_t)g * hd, kj, hd);
-    }
-    for (int g = 0; g < G; g++) {
-        float *s = scores + (size_t)g * n_keys;
-        if (softcap > 0.0f) gm_softcap(s, n_keys, softcap);
-        if (bias)
-            for (int j = bias_from < 0 ? 0 : bias_from; j < n_keys; j++) s[j] += bias[j - bias_from];
-        gm_softmax(s, n_keys);
-    }
-    memset(out, 0, (size_t)G * hd * sizeof *out);
-    for (int j = 0; j < n_keys; j++) {
-        const float *vj = v + (size_t)j * kv_stride;
-        for (int g = 0; g < G; g++) {
-            const float p = scores[(size_t)g * n_keys + j];
-            if (p != 0.0f) axpy(out + (size_t)g * hd, p, vj, hd);
-        }
-    }
-}
-
-void gm_attend_group_partial(float *part, const float *q, int G, const float *k, const float *v, size_t kv_stride,
-                             int n_keys, int hd, float softcap, float *scores) {
-    if (gm_isa_active() >= GM_ISA_AVX512 && gm_attend_group_avx512_fits(G, hd)) {
-        gm_attend_group_partial_avx512(part, q, G, k, v, kv_stride, n_keys, hd, softcap, scores);
-        return;
-    }
-    for (int g = 0; g < G; g++) {
-        float *s = scores + (size_t)g * n_keys, *o = part + (size_t)g * (hd + 2);
-        for (int i = 0; i < n_keys; i++) s[i] = gm_dot_f32(q + (size_t)g * hd, k + (size_t)i * kv_stride, hd);
-        if (softcap > 0.0f) gm_softcap(s, n_keys, softcap);
-        float mx = -INFINITY;
-        for (int i = 0; i < n_keys; i++) mx = s[i] > mx ? s[i] : mx;
-        double sum = 0.0;
-        memset(o, 0, (size_t)hd * sizeof *o);
-        for (int i = 0; i < n_keys; i++) {
-            const float p = expf(s[i] - mx);
-            sum += p;
-            gm_axpy_f32(o, p, v + (size_t)i * kv_stride, hd);
-        }
-        o[hd] = mx;
-        o[hd + 1] = (float)sum;
-    }
-}
-
-void gm_attend(float *out, const float *q, const float *k, const float *v, size_t kv_stride,
-               int n_keys, int hd, float softcap, const float *bias, int bias_from, float *scores) {
-    gm_attend_group(out, q, 1, k, v, kv_stride, n_keys, hd, softcap, bias, bias_from, scores);
-}
-
-/* TEMPORARY: see ops.h */
-#include "quant/quant.h"
 size_t gm_kv_type_size(gm_kv_type t) { return t == GM_KV_F16 ? 2 : 4; }
+
 void gm_kv_store(void *dst, gm_kv_type t, const float *src, int n) {
     if (t == GM_KV_F32) {
         memcpy(dst, src, (size_t)n * sizeof(float));
         return;
     }
+    if (use_avx2()) {
+        gm_kv_store_f16_avx2(dst, src, n);
+        return;
+    }
     uint16_t *h = dst;
     for (int i = 0; i < n; i++) h[i] = gm_fp32_to_fp16(src[i]);
 }
-static float kv_at(const void *p, gm_kv_type t, size_t i) {
-    return t == GM_KV_F16 ? gm_fp16_to_fp32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+
+/* Row j of a chunk as f32: in place for F32, converted into buf for F16. */
+static const float *kv_row(const void *base, gm_kv_type t, size_t j, size_t stride, int hd, float *buf) {
+    if (t == GM_KV_F32) return (const float *)base + j * stride;
+    const uint16_t *h = (const uint16_t *)base + j * stride;
+    for (int i = 0; i < hd; i++) buf[i] = gm_fp16_to_fp32(h[i]);
+    return buf;
 }
+
 void gm_attend_partial(float *part, const float *q, int G, const void *k, const void *v, gm_kv_type kt,
                        size_t kv_stride, int n_keys, int hd, float softcap, const float *bias, float *scores) {
-    if (kt == GM_KV_F32 && !bias) {
-        gm_attend_group_partial(part, q, G, k, v, kv_stride, n_keys, hd, softcap, scores);
+    if (gm_isa_active() >= GM_ISA_AVX512 && gm_attend_partial_avx512_fits(G, hd)) {
+        gm_attend_partial_avx512(part, q, G, k, v, kt, kv_stride, n_keys, hd, softcap, bias, scores);
         return;
+    }
+    float buf[4096]; /* one converted F16 row (head_dim <= 4096: model/model.c) */
+    for (int j = 0; j < n_keys; j++) {
+        const float *kj = kv_row(k, kt, (size_t)j, kv_stride, hd, buf);
+        for (int g = 0; g < G; g++) scores[(size_t)g * n_keys + j] = gm_dot_f32(q + (size_t)g * hd, kj, hd);
     }
     for (int g = 0; g < G; g++) {
         float *s = scores + (size_t)g * n_keys, *o = part + (size_t)g * (hd + 2);
-        for (int i = 0; i < n_keys; i++) {
-            float d = 0;
-            for (int e = 0; e < hd; e++) d += q[(size_t)g * hd + e] * kv_at(k, kt, (size_t)i * kv_stride + e);
-            s[i] = d;
-        }
         if (softcap > 0.0f) gm_softcap(s, n_keys, softcap);
         if (bias)
-            for (int i = 0; i < n_keys; i++) s[i] += bias[i];
+            for (int j = 0; j < n_keys; j++) s[j] += bias[j];
         float mx = -INFINITY;
-        for (int i = 0; i < n_keys; i++) mx = s[i] > mx ? s[i] : mx;
+        for (int j = 0; j < n_keys; j++) mx = s[j] > mx ? s[j] : mx;
         double sum = 0.0;
-        memset(o, 0, (size_t)hd * sizeof *o);
-        if (mx != -INFINITY)
-            for (int i = 0; i < n_keys; i++) {
-                const float p = expf(s[i] - mx);
-                sum += p;
-                for (int e = 0; e < hd; e++) o[e] += p * kv_at(v, kt, (size_t)i * kv_stride + e);
-            }
+        for (int j = 0; j < n_keys; j++) sum += s[j] = mx == -INFINITY ? 0.0f : expf(s[j] - mx);
+        const float inv = sum > 0.0 ? (float)(1.0 / sum) : 0.0f;
+        for (int j = 0; j < n_keys; j++) s[j] *= inv;
         o[hd] = mx;
         o[hd + 1] = (float)sum;
+        memset(o, 0, (size_t)hd * sizeof *o);
+    }
+    for (int j = 0; j < n_keys; j++) {
+        const float *vj = kv_row(v, kt, (size_t)j, kv_stride, hd, buf);
+        for (int g = 0; g < G; g++) {
+            const float p = scores[(size_t)g * n_keys + j];
+            if (p != 0.0f) gm_axpy_f32(part + (size_t)g * (hd + 2), p, vj, hd);
+        }
     }
 }

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* y = x * rsqrt(mean(x^2) + eps) * w over n elements (w already holds 1 + w for Gemma).
  * The sum of squares is accumulated in double, as ggml does. y may alias x. */
@@ -36,33 +37,24 @@ void gm_geglu_fast(float *gate, const float *up, int n);
 void gm_scale(float *x, int n, float s);
 void gm_add(float *y, const float *x, int n); /* y += x */
 
-/* One query head attending over n_keys consecutive cached positions.
- *   q: hd floats (RoPE and query scale already applied)
- *   k, v: the first key/value of the range; consecutive positions are kv_stride floats apart
- *   softcap: 0 = none, else scores are capped (Gemma 2) before the bias / mask
- *   bias: NULL, or additive bias for keys j >= bias_from (bias[j - bias_from]); -inf masks
- *   scores: scratch of n_keys floats
- *   out: hd floats */
-void gm_attend(float *out, const float *q, const float *k, const float *v, size_t kv_stride,
-               int n_keys, int hd, float softcap, const float *bias, int bias_from, float *scores);
+/* ---- attention over one chunk of cached keys (model/attention.c merges the chunks) */
 
-/* The same for G query heads that share one KV head (GQA): q and out hold G consecutive heads of hd
- * floats; each key / value row is read once for the whole group. scores: G x n_keys floats. */
-void gm_attend_group(float *out, const float *q, int G, const float *k, const float *v, size_t kv_stride,
-                     int n_keys, int hd, float softcap, const float *bias, int bias_from, float *scores);
-
-/* One chunk of keys of a split decode attention, unnormalised: for each of the G heads,
- * part[g * (hd + 2) ...] = sum_j exp(s_j - m) v_j (hd floats), then m = max_j s_j, then
- * sum_j exp(s_j - m); s_j = q_g . k_j (softcapped when softcap > 0). The chunks of a query are merged
- * exactly by log-sum-exp rescaling (model/forward.c). scores: G x n_keys floats, n_keys >= 1. */
-void gm_attend_group_partial(float *part, const float *q, int G, const float *k, const float *v, size_t kv_stride,
-                             int n_keys, int hd, float softcap, float *scores);
-
-/* TEMPORARY (replaced by the kv-attention kernels branch): partial attention over F32/F16 keys with a
- * per-key bias; see the contract in that branch. */
 typedef enum gm_kv_type { GM_KV_F32 = 0, GM_KV_F16 = 1 } gm_kv_type;
+/* Bytes of one stored element. */
 size_t gm_kv_type_size(gm_kv_type t);
+/* Stores n floats of src into dst as type t (F16: round to nearest even, as F16C). */
 void gm_kv_store(void *dst, gm_kv_type t, const float *src, int n);
+
+/* One chunk of keys for G query heads sharing one KV head: for head g, the chunk's softmax-weighted
+ * values and what merging chunks needs,
+ *   part[g*(hd+2) + 0..hd) = sum_j p_j v_j with p_j = exp(s_j - m) / z, part[g*(hd+2)+hd] = m = max_j s_j,
+ *   part[g*(hd+2)+hd+1] = z = sum_j exp(s_j - m),
+ * where s_j = softcap(q_g . k_j) + bias[j] (bias NULL: 0; softcap 0: none; -INFINITY masks key j). Every
+ * key masked: m = -INFINITY, sum 0, zeros. q: G heads of hd floats (RoPE and query scale applied);
+ * k, v: the chunk's first key / value, elements of type kt, consecutive keys kv_stride elements apart;
+ * scores: G x n_keys floats of scratch; n_keys >= 1. A head's result depends only on its own inputs:
+ * the same bits whatever G, whatever the group or thread it is computed in. Chunks of one query are
+ * merged by log-sum-exp rescaling (a single chunk is the attention itself). Dispatches by gm_isa_active(). */
 void gm_attend_partial(float *part, const float *q, int G, const void *k, const void *v, gm_kv_type kt,
                        size_t kv_stride, int n_keys, int hd, float softcap, const float *bias, float *scores);
 
@@ -70,13 +62,11 @@ void gm_attend_partial(float *part, const float *q, int G, const void *k, const 
 float gm_dot_f32(const float *a, const float *b, int n);
 void gm_axpy_f32(float *y, float a, const float *x, int n); /* y += a x */
 float gm_dot_f32_avx2(const float *a, const float *b, int n);
-/* AVX-512 gm_attend_group (kernels/attn_avx512.c) for shapes where _fits says so; gm_attend_group
- * dispatches to it by itself. */
-bool gm_attend_group_avx512_fits(int G, int hd);
-void gm_attend_group_avx512(float *out, const float *q, int G, const float *k, const float *v, size_t kv_stride,
-                            int n_keys, int hd, float softcap, const float *bias, int bias_from, float *scores);
-void gm_attend_group_partial_avx512(float *part, const float *q, int G, const float *k, const float *v,
-                                    size_t kv_stride, int n_keys, int hd, float softcap, float *scores);
 void gm_axpy_f32_avx2(float *y, float a, const float *x, int n);
+void gm_kv_store_f16_avx2(uint16_t *dst, const float *src, int n);
+/* AVX-512 gm_attend_partial (kernels/attn_avx512.c) for shapes where _fits says so. */
+bool gm_attend_partial_avx512_fits(int G, int hd);
+void gm_attend_partial_avx512(float *part, const float *q, int G, const void *k, const void *v, gm_kv_type kt,
+                              size_t kv_stride, int n_keys, int hd, float softcap, const float *bias, float *scores);
 
 #endif

@@ -1,7 +1,13 @@
-/* kernels/vec_avx512.c — decode (one token) dot products over the standard block layouts using
- * AVX-512 VL/BW mask registers and VNNI on 256-bit vectors: the high bits of Q5_0 come straight
- * from the qh word as a byte mask, and vpdpbusd replaces maddubs + madd. Same contract as the
- * AVX2 kernels (kernels/vec_avx2.c), tested against the scalar reference. */
+/* kernels/vec_avx512.c — decode matmuls (a few tokens) over the standard block layouts, straight from
+ * the weights: each 64-code chunk of a weight row is decoded into registers once (codes, lane scales)
+ * and multiplied into every token of the call, up to FUSED_T at a time.
+ *
+ * Batch invariance: every (row, token) output goes through exactly the operations of the 4x4 tiles of
+ * kernels/gemm_avx512.c, in the same order — per chunk acc = fma(cvt(vpdpbusd(init, u, a)), sw * sa,
+ * acc) with one accumulator, then the offset groups (acc -= off * t16), then one 16-lane reduction — so
+ * a token gives the same bits alone, with 7 others here, or among 500 in a prefill tile. The codes and
+ * scales decoded here equal the tiles' unpacked rows (zero codes and scales past the last block).
+ * Float weights likewise follow the float tiles (one fma chain of 16 lanes per token). */
 #include "kernels/gemm.h"
 #include "kernels/pack.h"
 
@@ -16,113 +22,23 @@
 
 #include "kernels/x86_common.h"
 
-/* 4-byte group sums of w * a for signed w, |w| <= 127 */
-static inline __m256i dot_s8(__m256i w, __m256i a) {
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w), _mm256_sign_epi8(a, w));
-}
+/* ---- tokens prepared by gm_avx512_prep (kernels/gemm.h: codes a, per-lane scales sa, per-lane integer
+ * offsets init, 16-code sums t16) */
 
-static void dot_q8_0(int64_t n, float *s, const void *w, const void *a) {
-    const gm_block_q8_0 *x = w, *y = a;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 2 <= n / 32; i += 2) { /* two independent chains hide the FMA latency */
-        const __m256i p0 = dot_s8(_mm256_loadu_si256((const __m256i *)x[i].qs), _mm256_loadu_si256((const __m256i *)y[i].qs));
-        const __m256i p1 =
-            dot_s8(_mm256_loadu_si256((const __m256i *)x[i + 1].qs), _mm256_loadu_si256((const __m256i *)y[i + 1].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(h2f(x[i + 1].d) * h2f(y[i + 1].d)), acc1);
-    }
-    for (; i < n / 32; i++) {
-        const __m256i p = dot_s8(_mm256_loadu_si256((const __m256i *)x[i].qs), _mm256_loadu_si256((const __m256i *)y[i].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc0);
-    }
-    *s = hsum8(_mm256_add_ps(acc0, acc1));
-}
+enum { FUSED_T = 8 };
 
-static inline __m256i q5_0_codes(const gm_block_q5_0 *b) { /* signed codes - 16 .. 15 */
-    uint32_t qh;
-    memcpy(&qh, b->qh, 4);
-    const __m256i v = nibbles(b->qs);
-    return _mm256_mask_sub_epi8(v, (__mmask32)~qh, v, _mm256_set1_epi8(16));
-}
-
-static void dot_q5_0(int64_t n, float *s, const void *w, const void *a) {
-    const gm_block_q5_0 *x = w;
-    const gm_block_q8_0 *y = a;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 2 <= n / 32; i += 2) {
-        const __m256i p0 = dot_s8(q5_0_codes(&x[i]), _mm256_loadu_si256((const __m256i *)y[i].qs));
-        const __m256i p1 = dot_s8(q5_0_codes(&x[i + 1]), _mm256_loadu_si256((const __m256i *)y[i + 1].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(h2f(x[i + 1].d) * h2f(y[i + 1].d)), acc1);
-    }
-    for (; i < n / 32; i++) {
-        const __m256i p = dot_s8(q5_0_codes(&x[i]), _mm256_loadu_si256((const __m256i *)y[i].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc0);
-    }
-    *s = hsum8(_mm256_add_ps(acc0, acc1));
-}
-
-static void dot_q4_0(int64_t n, float *s, const void *w, const void *a) {
-    const gm_block_q4_0 *x = w;
-    const gm_block_q8_0 *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / 32; i++) {
-        const __m256i q = _mm256_sub_epi8(nibbles(x[i].qs), _mm256_set1_epi8(8));
-        const __m256i p = dot_s8(q, _mm256_loadu_si256((const __m256i *)y[i].qs));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc);
-    }
-    *s = hsum8(acc);
-}
-
-/* Q4_K: unsigned nibbles times signed activations is vpdpbusd's native form; the 6-bit scales
- * multiply the 8 lanes of each sub-block in 32-bit integers (exact: |lane| < 2^14 * 63). */
-static void dot_q4_K(int64_t n, float *s, const void *w, const void *a) {
-    const gm_block_q4_K *x = w;
-    const gm_block_q8_K *y = a;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0;
-    for (int64_t i = 0; i < n / 256; i++) {
-        int sc[8], mn[8], msum = 0;
-        for (int j = 0; j < 8; j++) {
-            gm_k4_scale_min(j, x[i].scales, &sc[j], &mn[j]);
-            msum += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
-        }
-        __m256i isum = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * c));
-            const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            const __m256i plo = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo,
-                                                    _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * c)));
-            const __m256i phi = _mm256_dpbusd_epi32(_mm256_setzero_si256(), hi,
-                                                    _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * c + 32)));
-            isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(plo, _mm256_set1_epi32(sc[2 * c])));
-            isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(phi, _mm256_set1_epi32(sc[2 * c + 1])));
-        }
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(x[i].d) * y[i].d), acc);
-        mins += h2f(x[i].dmin) * y[i].d * (float)msum;
-    }
-    *s = hsum8(acc) - mins;
-}
-
-
-/* ---- dots against a token prepared by gm_avx512_prep (kernels/gemm.h layout: codes a, per-lane
- * scales sa, per-lane integer offsets init). Two weight blocks fill one 512-bit vector; the weight
- * code offset is folded into vpdpbusd's accumulator input (init), so each 64 codes cost one dpbusd,
- * one convert and one FMA. */
-
-typedef struct {
+typedef struct tok_ptrs {
     const int8_t *a;
     const float *sa;
     const int32_t *init;
+    const float *t16;
 } tok_ptrs;
 
 static inline tok_ptrs tok_of(const void *tok, int64_t n) {
     const int64_t np = (n + 63) / 64 * 64;
     const char *p = tok;
-    return (tok_ptrs){(const int8_t *)p, (const float *)(p + np), (const int32_t *)(p + 2 * np)};
+    return (tok_ptrs){(const int8_t *)p, (const float *)(p + np), (const int32_t *)(p + 2 * np),
+                      (const float *)(p + 3 * np)};
 }
 
 /* f16 scales of blocks 0 and 1 -> 8 lanes each */
@@ -130,113 +46,6 @@ static inline __m512 two_scales(uint16_t d0, uint16_t d1) {
     const __m512 d = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)d0 | (uint32_t)d1 << 16))));
     return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), d);
 }
-
-/* Q8_0 weights: codes w ^ 0x80 are unsigned; init holds -128 * (lane sum of a). */
-static void tok_dot_q8_0(int64_t n, float *s, const void *w, const void *tok) {
-    const gm_block_q8_0 *x = w;
-    const tok_ptrs t = tok_of(tok, n);
-    const int64_t nb = n / 32;
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-        __m512i q = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x[b].qs));
-        q = _mm512_inserti64x4(q, _mm256_loadu_si256((const __m256i *)x[b + 1].qs), 1);
-        const __m512i p = _mm512_dpbusd_epi32(_mm512_loadu_si512(t.init + 8 * b), _mm512_xor_si512(q, flip),
-                                              _mm512_loadu_si512(t.a + 32 * b));
-        const __m512 sc = _mm512_mul_ps(two_scales(x[b].d, x[b + 1].d), _mm512_loadu_ps(t.sa + 8 * b));
-        if (b & 2) acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc1);
-        else acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc0);
-    }
-    if (b < nb) { /* odd block count: the last block alone in the low half */
-        const __m512i q = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x[b].qs));
-        const __m512i p = _mm512_maskz_dpbusd_epi32(0x00FF, _mm512_loadu_si512(t.init + 8 * b), _mm512_xor_si512(q, flip),
-                                                    _mm512_loadu_si512(t.a + 32 * b));
-        const __m512 sc = _mm512_mul_ps(two_scales(x[b].d, 0), _mm512_loadu_ps(t.sa + 8 * b));
-        acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc0);
-    }
-    *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-}
-
-/* Q5_0 weights: one masked load covers two 22-byte blocks; vpermb spreads the 16 nibble bytes of
- * each block over its 32 lanes (low nibbles first, as the element order), the qh words become one
- * 64-bit mask that sets bit 4. Codes are unsigned 0..31; init holds -16 * (lane sum of a). */
-__attribute__((target("avx512vbmi"))) static void tok_dot_q5_0(int64_t n, float *s, const void *w, const void *tok) {
-    const gm_block_q5_0 *x = w;
-    const tok_ptrs t = tok_of(tok, n);
-    const int64_t nb = n / 32;
-    const unsigned char *base = w;
-    /* lane i < 32: byte 6 + i % 16 of block 0; lane i >= 32: byte 28 + i % 16 (block 1 at +22) */
-    const __m512i idx = _mm512_set_epi8(43, 42, 41, 40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28,
-                                        43, 42, 41, 40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28,
-                                        21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
-                                        21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6);
-    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
-    const __mmask64 hi_lanes = 0xFFFF0000FFFF0000ull;
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b += 2) {
-        const bool pair = b + 1 < nb;
-        const __m512i v = _mm512_maskz_loadu_epi8(pair ? (1ull << 44) - 1 : (1ull << 22) - 1, base + 22 * b);
-        const __m512i t0 = _mm512_permutexvar_epi8(idx, v);
-        const __m512i c = _mm512_and_si512(_mm512_mask_blend_epi8(hi_lanes, t0, _mm512_srli_epi16(t0, 4)), m4);
-        uint32_t qh0, qh1 = 0;
-        memcpy(&qh0, x[b].qh, 4);
-        if (pair) memcpy(&qh1, x[b + 1].qh, 4);
-        const __m512i u = _mm512_mask_add_epi8(c, (__mmask64)((uint64_t)qh0 | (uint64_t)qh1 << 32), c, b4);
-        __m512i p = _mm512_dpbusd_epi32(_mm512_loadu_si512(t.init + 8 * b), u, _mm512_loadu_si512(t.a + 32 * b));
-        if (!pair) p = _mm512_maskz_mov_epi32(0x00FF, p);
-        const __m512 sc = _mm512_mul_ps(two_scales(x[b].d, pair ? x[b + 1].d : 0), _mm512_loadu_ps(t.sa + 8 * b));
-        if (b & 2) acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc1);
-        else acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc0);
-    }
-    *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-}
-
-/* Q5_0x16 weights (kernels/pack.h): per pair one broadcast load, one variable shift and one and give
- * the 64 low-4-bit codes, one 64-bit load the fifth-bit mask; the 16 scales of a group are converted
- * once and multiplied by the token's block scales (sab), then each pair picks its two. Same
- * integer and float operations, in the same order, as tok_dot_q5_0: bit-identical results. */
-static void tok_dot_q5_0x16(int64_t n, float *s, const void *w, const void *tok) {
-    const tok_ptrs t = tok_of(tok, n);
-    const float *sab = (const float *)((const char *)tok + gm_avx512_qtok_bytes(n));
-    const uint8_t *p = w;
-    const int64_t nb = n / 32, npair = nb / 2;
-    const __m512i pick0 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), two = _mm512_set1_epi32(2);
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    for (int64_t p0 = 0; p0 < npair; p0 += 8) {
-        const gm_q5_0x16_group G = gm_q5_0x16_group_at(npair, p0);
-        const __mmask16 m = (__mmask16)((1u << (2 * G.gp)) - 1);
-        const __m512 d = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p + G.d));
-        const __m512 ds = _mm512_mul_ps(d, _mm512_maskz_loadu_ps(m, sab + 2 * p0));
-        __m512i pick = pick0;
-        for (int64_t k = 0; k < G.gp; k++) {
-            const int64_t b = 2 * (p0 + k);
-            const __m512i u = q5_0x16_pair_codes(p + G.qs + 32 * k, p + G.qh + 8 * k);
-            const __m512i pd = _mm512_dpbusd_epi32(_mm512_loadu_si512(t.init + 8 * b), u, _mm512_loadu_si512(t.a + 32 * b));
-            const __m512 sc = _mm512_permutexvar_ps(pick, ds);
-            pick = _mm512_add_epi32(pick, two);
-            if (b & 2) acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pd), sc, acc1);
-            else acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pd), sc, acc0);
-        }
-    }
-    if (nb & 1) { /* the last block, in file layout, alone in the low half (as tok_dot_q5_0) */
-        const int64_t b = nb - 1;
-        const gm_block_q5_0 *x = (const gm_block_q5_0 *)(p + 44 * npair);
-        uint32_t qh;
-        memcpy(&qh, x->qh, 4);
-        const __m256i v = nibbles(x->qs);
-        const __m512i u = _mm512_castsi256_si512(_mm256_mask_add_epi8(v, qh, v, _mm256_set1_epi8(16)));
-        const __m512i pd = _mm512_maskz_mov_epi32(
-            0x00FF, _mm512_dpbusd_epi32(_mm512_loadu_si512(t.init + 8 * b), u, _mm512_loadu_si512(t.a + 32 * b)));
-        const __m512 sc = _mm512_mul_ps(two_scales(x->d, 0), _mm512_loadu_ps(t.sa + 8 * b));
-        if (b & 2) acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pd), sc, acc1);
-        else acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pd), sc, acc0);
-    }
-    *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-}
-
-/* ---- K-quants against a Q8_K-prepared token: sa is one value per 256 codes, so the per-sub-block
- * integer scales multiply vpdpbusd's lanes exactly in int32 and one FMA per 256 codes remains. */
 
 /* 32 code bytes -> 64 lanes: the bytes in both halves, the high half shifted right by `hs` bits
  * (16-bit shifts; the caller masks each byte) */
@@ -266,61 +75,285 @@ static inline __m512i k4_sc_mn(const uint8_t *s12) { /* int32 lanes: sc0..sc7, m
     return _mm512_cvtepu8_epi32(_mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo));
 }
 
-static void tok_dot_q4_K(int64_t n, float *s, const void *w, const void *tok) {
+/* One 64-code chunk c of a weight row into every token's accumulator: the tiles' arithmetic. */
+#define GM_UNROLL_T _Pragma("GCC unroll 8")
+static inline __attribute__((always_inline)) void chunk_into(const int T, __m512 *acc, __m512i u, __m512 sw,
+                                                             const tok_ptrs *t, int64_t c) {
+    GM_UNROLL_T
+    for (int k = 0; k < T; k++) {
+        const __m512i is = _mm512_dpbusd_epi32(_mm512_loadu_si512(t[k].init + 16 * c), u, _mm512_loadu_si512(t[k].a + 64 * c));
+        acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(sw, _mm512_loadu_ps(t[k].sa + 16 * c)), acc[k]);
+    }
+}
+
+/* The offsets of 256-code group g (16 floats: one per 16 codes), subtracted after every chunk, as the tiles. */
+static inline __attribute__((always_inline)) void offsets_into(const int T, __m512 *acc, __m512 off, const tok_ptrs *t,
+                                                               int64_t g) {
+    GM_UNROLL_T
+    for (int k = 0; k < T; k++) acc[k] = _mm512_fnmadd_ps(off, _mm512_loadu_ps(t[k].t16 + 16 * g), acc[k]);
+}
+
+static inline __attribute__((always_inline)) void store_T(const int T, const __m512 *acc, float *y, int64_t ldy) {
+    GM_UNROLL_T
+    for (int k = 0; k < T; k++) y[(int64_t)k * ldy] = _mm512_reduce_add_ps(acc[k]);
+}
+
+#define ACC_ZERO(T)                                                                                                \
+    __m512 acc[FUSED_T];                                                                                           \
+    GM_UNROLL_T                                                                                                    \
+    for (int k = 0; k < (T); k++) acc[k] = _mm512_setzero_ps()
+
+/* Q8_0: codes w ^ 0x80 (init holds -128 x the lane sums of a); a lone last block fills the low half */
+static inline __attribute__((always_inline)) void row_q8_0(const int T, int64_t n, const void *w, const tok_ptrs *t,
+                                                           float *y, int64_t ldy) {
+    const gm_block_q8_0 *x = w;
+    const int64_t nb = n / 32;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    ACC_ZERO(T);
+    for (int64_t b = 0; b < nb; b += 2) {
+        const bool pair = b + 1 < nb;
+        __m512i q = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x[b].qs));
+        if (pair) q = _mm512_inserti64x4(q, _mm256_loadu_si256((const __m256i *)x[b + 1].qs), 1);
+        const __m512i u = _mm512_maskz_xor_epi32(pair ? (__mmask16)0xFFFF : (__mmask16)0x00FF, q, flip);
+        chunk_into(T, acc, u, two_scales(x[b].d, pair ? x[b + 1].d : 0), t, b / 2);
+    }
+    store_T(T, acc, y, ldy);
+}
+
+/* Q5_0: one masked load covers two 22-byte blocks; vpermb spreads the 16 nibble bytes of each block
+ * over its 32 lanes (low nibbles first, the element order), the qh words become one 64-bit mask that
+ * sets bit 4. Codes 0..31 (init holds -16 x the lane sums). Needs VBMI. */
+__attribute__((target("avx512vbmi"))) static inline __attribute__((always_inline)) void row_q5_0(const int T, int64_t n, const void *w, const tok_ptrs *t,
+                                                           float *y, int64_t ldy) {
+    const gm_block_q5_0 *x = w;
+    const unsigned char *base = w;
+    const int64_t nb = n / 32;
+    /* lane i < 32: byte 6 + i % 16 of block 0; lane i >= 32: byte 28 + i % 16 (block 1 at +22) */
+    const __m512i idx = _mm512_set_epi8(43, 42, 41, 40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28,
+                                        43, 42, 41, 40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28,
+                                        21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
+                                        21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
+    const __mmask64 hi_lanes = 0xFFFF0000FFFF0000ull;
+    ACC_ZERO(T);
+    for (int64_t b = 0; b < nb; b += 2) {
+        const bool pair = b + 1 < nb;
+        const __m512i v = _mm512_maskz_loadu_epi8(pair ? (1ull << 44) - 1 : (1ull << 22) - 1, base + 22 * b);
+        const __m512i t0 = _mm512_permutexvar_epi8(idx, v);
+        __m512i c = _mm512_and_si512(_mm512_mask_blend_epi8(hi_lanes, t0, _mm512_srli_epi16(t0, 4)), m4);
+        if (!pair) c = _mm512_maskz_mov_epi8(0xFFFFFFFFull, c); /* no second block: zero codes, as the tiles */
+        uint32_t qh0, qh1 = 0;
+        memcpy(&qh0, x[b].qh, 4);
+        if (pair) memcpy(&qh1, x[b + 1].qh, 4);
+        const __m512i u = _mm512_mask_add_epi8(c, (__mmask64)((uint64_t)qh0 | (uint64_t)qh1 << 32), c, b4);
+        chunk_into(T, acc, u, two_scales(x[b].d, pair ? x[b + 1].d : 0), t, b / 2);
+    }
+    store_T(T, acc, y, ldy);
+}
+
+/* Q4_K: chunk c of a block = sub-blocks 2c (low nibbles) and 2c+1 (high); lane scales d * sc_j, then the
+ * offsets dmin * mn_j (two 16-code groups each) over the whole row */
+static inline __attribute__((always_inline)) void row_q4_K(const int T, int64_t n, const void *w, const tok_ptrs *t,
+                                                           float *y, int64_t ldy) {
     const gm_block_q4_K *x = w;
-    const tok_ptrs t = tok_of(tok, n);
-    const float *t16 = (const float *)((const char *)tok + 3 * ((n + 63) / 64 * 64));
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512 acc = _mm512_setzero_ps(), macc = _mm512_setzero_ps();
+    ACC_ZERO(T);
     for (int64_t i = 0; i < n / 256; i++) {
         const __m512i sm = k4_sc_mn(x[i].scales);
-        __m512i isum = _mm512_setzero_si512();
+        const __m512 d = _mm512_set1_ps(h2f(x[i].d));
         for (int c = 0; c < 4; c++) {
             const __m512i u = _mm512_and_si512(both_halves(_mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * c)), 4), m4);
-            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512(t.a + 256 * i + 64 * c));
-            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p, spread(sm, 2 * c, 8)));
+            chunk_into(T, acc, u, _mm512_mul_ps(d, _mm512_cvtepi32_ps(spread(sm, 2 * c, 8))), t, 4 * i + c);
         }
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(h2f(x[i].d) * t.sa[64 * i]), acc);
-        /* mins: dmin * mn_j times the 16-code sums (t16 already carries the token scale) */
-        const __m512 mg = _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(
-            _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8), sm));
-        macc = _mm512_fmadd_ps(_mm512_mul_ps(mg, _mm512_set1_ps(h2f(x[i].dmin))), _mm512_loadu_ps(t16 + 16 * i), macc);
     }
-    *s = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(macc);
+    const __m512i pairs = _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
+    for (int64_t i = 0; i < n / 256; i++) {
+        const __m512 mn = _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(pairs, k4_sc_mn(x[i].scales)));
+        offsets_into(T, acc, _mm512_mul_ps(_mm512_set1_ps(h2f(x[i].dmin)), mn), t, i);
+    }
+    store_T(T, acc, y, ldy);
 }
 
 /* Q6_K: per half of a block, 64 ql bytes give the low nibbles of two 64-code chunks and 32 qh bytes
- * their 2 high bits; codes are unsigned 0..63, init holds -32 * (lane sum of a); the signed 8-bit
- * scales cover 16 codes (4 lanes) each. */
-static void tok_dot_q6_K(int64_t n, float *s, const void *w, const void *tok) {
+ * their 2 high bits; codes 0..63 (init holds -32 x the lane sums); the signed 8-bit scales cover 16
+ * codes (4 lanes) each */
+static inline __attribute__((always_inline)) void row_q6_K(const int T, int64_t n, const void *w, const tok_ptrs *t,
+                                                           float *y, int64_t ldy) {
     const gm_block_q6_K *x = w;
-    const tok_ptrs t = tok_of(tok, n);
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-    __m512 acc = _mm512_setzero_ps();
+    ACC_ZERO(T);
     for (int64_t i = 0; i < n / 256; i++) {
         const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x[i].scales));
-        __m512i isum = _mm512_setzero_si512();
+        const __m512 d = _mm512_set1_ps(h2f(x[i].d));
         for (int h = 0; h < 2; h++) {
             const __m512i ql = _mm512_loadu_si512(x[i].ql + 64 * h);
             const __m512i qh = both_halves(_mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h)), 2);
             const __m512i u0 = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_slli_epi16(qh, 4), m30));
             const __m512i u1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(qh, m30));
-            const int64_t c0 = 4 * i + 2 * h;
-            const __m512i p0 = _mm512_dpbusd_epi32(_mm512_loadu_si512(t.init + 16 * c0), u0, _mm512_loadu_si512(t.a + 64 * c0));
-            const __m512i p1 =
-                _mm512_dpbusd_epi32(_mm512_loadu_si512(t.init + 16 * c0 + 16), u1, _mm512_loadu_si512(t.a + 64 * c0 + 64));
-            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p0, spread(sc, 8 * h, 4)));
-            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p1, spread(sc, 8 * h + 4, 4)));
+            chunk_into(T, acc, u0, _mm512_mul_ps(d, _mm512_cvtepi32_ps(spread(sc, 8 * h, 4))), t, 4 * i + 2 * h);
+            chunk_into(T, acc, u1, _mm512_mul_ps(d, _mm512_cvtepi32_ps(spread(sc, 8 * h + 4, 4))), t, 4 * i + 2 * h + 1);
         }
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(h2f(x[i].d) * t.sa[64 * i]), acc);
+    }
+    store_T(T, acc, y, ldy);
+}
+
+/* Float weights: 16 weights as f32 (zero past n, as the float tiles' padded rows), one fma chain per
+ * token over the prepared f32 tokens (padded to 64 with zeros) */
+static inline __attribute__((always_inline)) __m512 load16(int type, const void *w, int64_t i, int64_t n) {
+    const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : n > i ? (__mmask16)((1u << (n - i)) - 1) : 0;
+    if (type == GM_TYPE_F32) return _mm512_maskz_loadu_ps(m, (const float *)w + i);
+    const __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)w + i);
+    if (type == GM_TYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+static inline __attribute__((always_inline)) void row_float(const int type, const int T, int64_t n, const void *w,
+                                                            const float *const *x, float *y, int64_t ldy) {
+    ACC_ZERO(T);
+    const int64_t nv = (n + 63) / 64 * 4;
+    for (int64_t c = 0; c < nv; c++) {
+        const __m512 wv = load16(type, w, 16 * c, n);
+        GM_UNROLL_T
+        for (int k = 0; k < T; k++) acc[k] = _mm512_fmadd_ps(wv, _mm512_load_ps(x[k] + 16 * c), acc[k]);
+    }
+    store_T(T, acc, y, ldy);
+}
+
+/* rows [r0, r1) x tokens [0, n_tok) in groups of FUSED_T, each group's T a compile-time constant */
+#define FUSED_QUANT(name, row_fn, attrs)                                                                        \
+    attrs static void name(int64_t n, const void *w, size_t ws, int64_t r0, int64_t r1, const void *toks,      \
+                           size_t tb, int64_t n_tok, float *y, int64_t ldy) {                                  \
+        for (int64_t t0 = 0; t0 < n_tok; t0 += FUSED_T) {                                                       \
+            const int T = n_tok - t0 < FUSED_T ? (int)(n_tok - t0) : FUSED_T;                                   \
+            tok_ptrs tp[FUSED_T];                                                                               \
+            for (int k = 0; k < T; k++) tp[k] = tok_of((const char *)toks + (size_t)(t0 + k) * tb, n);          \
+            for (int64_t r = r0; r < r1; r++) {                                                                 \
+                const void *wr = (const char *)w + (size_t)r * ws;                                              \
+                float *yr = y + t0 * ldy + r;                                                                   \
+                switch (T) {                                                                                    \
+                case 1: row_fn(1, n, wr, tp, yr, ldy); break;                                                   \
+                case 2: row_fn(2, n, wr, tp, yr, ldy); break;                                                   \
+                case 3: row_fn(3, n, wr, tp, yr, ldy); break;                                                   \
+                case 4: row_fn(4, n, wr, tp, yr, ldy); break;                                                   \
+                case 5: row_fn(5, n, wr, tp, yr, ldy); break;                                                   \
+                case 6: row_fn(6, n, wr, tp, yr, ldy); break;                                                   \
+                case 7: row_fn(7, n, wr, tp, yr, ldy); break;                                                   \
+                default: row_fn(8, n, wr, tp, yr, ldy); break;                                                  \
+                }                                                                                               \
+            }                                                                                                   \
+        }                                                                                                       \
+    }
+
+FUSED_QUANT(fused_q8_0, row_q8_0, )
+FUSED_QUANT(fused_q5_0, row_q5_0, __attribute__((target("avx512vbmi"))))
+FUSED_QUANT(fused_q4_K, row_q4_K, )
+FUSED_QUANT(fused_q6_K, row_q6_K, )
+
+#define FUSED_FLOAT(name, type)                                                                                 \
+    static void name(int64_t n, const void *w, size_t ws, int64_t r0, int64_t r1, const void *toks, size_t tb,  \
+                     int64_t n_tok, float *y, int64_t ldy) {                                                    \
+        for (int64_t t0 = 0; t0 < n_tok; t0 += FUSED_T) {                                                       \
+            const int T = n_tok - t0 < FUSED_T ? (int)(n_tok - t0) : FUSED_T;                                   \
+            const float *x[FUSED_T];                                                                            \
+            for (int k = 0; k < T; k++) x[k] = (const float *)((const char *)toks + (size_t)(t0 + k) * tb);     \
+            for (int64_t r = r0; r < r1; r++) {                                                                 \
+                const void *wr = (const char *)w + (size_t)r * ws;                                              \
+                float *yr = y + t0 * ldy + r;                                                                   \
+                switch (T) {                                                                                    \
+                case 1: row_float(type, 1, n, wr, x, yr, ldy); break;                                           \
+                case 2: row_float(type, 2, n, wr, x, yr, ldy); break;                                           \
+                case 3: row_float(type, 3, n, wr, x, yr, ldy); break;                                           \
+                case 4: row_float(type, 4, n, wr, x, yr, ldy); break;                                           \
+                case 5: row_float(type, 5, n, wr, x, yr, ldy); break;                                           \
+                case 6: row_float(type, 6, n, wr, x, yr, ldy); break;                                           \
+                case 7: row_float(type, 7, n, wr, x, yr, ldy); break;                                           \
+                default: row_float(type, 8, n, wr, x, yr, ldy); break;                                          \
+                }                                                                                               \
+            }                                                                                                   \
+        }                                                                                                       \
+    }
+
+FUSED_FLOAT(fused_f32, GM_TYPE_F32)
+FUSED_FLOAT(fused_f16, GM_TYPE_F16)
+FUSED_FLOAT(fused_bf16, GM_TYPE_BF16)
+
+/* Q5_0x16 weights (kernels/pack.h): per pair one broadcast load, one variable shift and one and give
+ * the 64 low-4-bit codes, one 64-bit load the fifth-bit mask; the 16 scales of a group are converted
+ * once and multiplied by the token's block scales (sab), then each pair picks its two. Same
+ * integer and float operations, in the same order, as the Q5_0 chunks below and the tiles (whose
+ * products sw * sa round the same: the product of the same two floats). */
+static void tok_dot_q5_0x16(int64_t n, float *s, const void *w, const void *tok) {
+    const tok_ptrs t = tok_of(tok, n);
+    const float *sab = (const float *)((const char *)tok + gm_avx512_qtok_bytes(n));
+    const uint8_t *p = w;
+    const int64_t nb = n / 32, npair = nb / 2;
+    const __m512i pick0 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), two = _mm512_set1_epi32(2);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t p0 = 0; p0 < npair; p0 += 8) {
+        const gm_q5_0x16_group G = gm_q5_0x16_group_at(npair, p0);
+        const __mmask16 m = (__mmask16)((1u << (2 * G.gp)) - 1);
+        const __m512 d = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p + G.d));
+        const __m512 ds = _mm512_mul_ps(d, _mm512_maskz_loadu_ps(m, sab + 2 * p0));
+        __m512i pick = pick0;
+        for (int64_t k = 0; k < G.gp; k++) {
+            const int64_t b = 2 * (p0 + k);
+            const __m512i u = q5_0x16_pair_codes(p + G.qs + 32 * k, p + G.qh + 8 * k);
+            const __m512i pd = _mm512_dpbusd_epi32(_mm512_loadu_si512(t.init + 8 * b), u, _mm512_loadu_si512(t.a + 32 * b));
+            const __m512 sc = _mm512_permutexvar_ps(pick, ds);
+            pick = _mm512_add_epi32(pick, two);
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pd), sc, acc);
+        }
+    }
+    if (nb & 1) { /* the last block, in file layout, alone in the low half (as tok_dot_q5_0) */
+        const int64_t b = nb - 1;
+        const gm_block_q5_0 *x = (const gm_block_q5_0 *)(p + 44 * npair);
+        uint32_t qh;
+        memcpy(&qh, x->qh, 4);
+        const __m256i v = nibbles(x->qs);
+        const __m512i u = _mm512_castsi256_si512(_mm256_mask_add_epi8(v, qh, v, _mm256_set1_epi8(16)));
+        const __m512i pd = _mm512_maskz_mov_epi32(
+            0x00FF, _mm512_dpbusd_epi32(_mm512_loadu_si512(t.init + 8 * b), u, _mm512_loadu_si512(t.a + 32 * b)));
+        const __m512 sc = _mm512_mul_ps(two_scales(x->d, 0), _mm512_loadu_ps(t.sa + 8 * b));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pd), sc, acc);
     }
     *s = _mm512_reduce_add_ps(acc);
 }
 
-/* Float weights (F16, BF16, F32) take the AVX2 dots, whose f32 activations are what gm_avx512_prep
- * leaves for float types: 256-bit conversions run faster than 512-bit ones on Zen 4 (F16 tg128 one
- * thread 39 vs 36 tok/s), and decode still gets the one-slice-per-thread split and the fused q/k/v
- * and gate/up calls of the token-dot path. */
+/* the packed layout has a one-token dot only: tokens one after the other (each token's bits are its own) */
+static void fused_q5_0x16(int64_t n, const void *w, size_t ws, int64_t r0, int64_t r1, const void *toks, size_t tb,
+                          int64_t n_tok, float *y, int64_t ldy) {
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t k = 0; k < n_tok; k++)
+            tok_dot_q5_0x16(n, y + k * ldy + r, (const char *)w + (size_t)r * ws, (const char *)toks + (size_t)k * tb);
+}
+
+gm_fused_fn gm_avx512_fused(int type) {
+    switch (type) {
+    case GM_TYPE_Q8_0: return fused_q8_0;
+    case GM_TYPE_Q5_0: return gm_cpu_features_get()->avx512vbmi ? fused_q5_0 : NULL;
+    case GM_KTYPE_Q5_0X16: return fused_q5_0x16;
+    case GM_TYPE_Q4_K: return fused_q4_K;
+    case GM_TYPE_Q6_K: return fused_q6_K;
+    case GM_TYPE_F32: return fused_f32;
+    case GM_TYPE_F16: return fused_f16;
+    case GM_TYPE_BF16: return fused_bf16;
+    default: return NULL;
+    }
+}
+
+/* One row, one token: the same kernels as gm_vec_dot_fn (tests compare them with the scalar dots). */
+#define TOK_DOT(name, fused)                                                                                    \
+    static void name(int64_t n, float *s, const void *w, const void *tok) { fused(n, w, 0, 0, 1, tok, 0, 1, s, 1); }
+TOK_DOT(tok_dot_q8_0, fused_q8_0)
+TOK_DOT(tok_dot_q4_K, fused_q4_K)
+TOK_DOT(tok_dot_q6_K, fused_q6_K)
+TOK_DOT(tok_dot_f32, fused_f32)
+TOK_DOT(tok_dot_f16, fused_f16)
+TOK_DOT(tok_dot_bf16, fused_bf16)
+__attribute__((target("avx512vbmi"))) static void tok_dot_q5_0(int64_t n, float *s, const void *w, const void *tok) {
+    fused_q5_0(n, w, 0, 0, 1, tok, 0, 1, s, 1);
+}
+
 gm_vec_dot_fn gm_avx512_tok_dot(int type) {
     switch (type) {
     case GM_TYPE_Q8_0: return tok_dot_q8_0;
@@ -328,26 +361,16 @@ gm_vec_dot_fn gm_avx512_tok_dot(int type) {
     case GM_KTYPE_Q5_0X16: return tok_dot_q5_0x16;
     case GM_TYPE_Q4_K: return tok_dot_q4_K;
     case GM_TYPE_Q6_K: return tok_dot_q6_K;
-    case GM_TYPE_F16:
-    case GM_TYPE_BF16:
-    case GM_TYPE_F32: return gm_avx2_vec_dot(type);
-    default: return NULL;
-    }
-}
-
-gm_vec_dot_fn gm_avx512_vec_dot(int type) {
-    switch (type) {
-    case GM_TYPE_Q8_0: return dot_q8_0;
-    case GM_TYPE_Q5_0: return dot_q5_0;
-    case GM_TYPE_Q4_0: return dot_q4_0;
-    case GM_TYPE_Q4_K: return dot_q4_K;
+    case GM_TYPE_F32: return tok_dot_f32;
+    case GM_TYPE_F16: return tok_dot_f16;
+    case GM_TYPE_BF16: return tok_dot_bf16;
     default: return NULL;
     }
 }
 
 #else
 
-gm_vec_dot_fn gm_avx512_vec_dot(int type) { (void)type; return NULL; }
+gm_fused_fn gm_avx512_fused(int type) { (void)type; return NULL; }
 gm_vec_dot_fn gm_avx512_tok_dot(int type) { (void)type; return NULL; }
 
 #endif

@@ -72,8 +72,10 @@ static void chunk_partial(const gm_attn_call *c, const gm_fwd_row *r, keys k, in
                       c->softcap, bias, scores);
 }
 
-/* Merges nc chunk partials (stride apart; head g at g * (hd + 2)) of `group` heads into out (group x hd).
- * The one merge every path uses: the same partials give the same bits. */
+/* Merges nc chunk partials (stride apart; head g at g * (hd + 2): its chunk's softmax-weighted values, max
+ * score m_c, sum z_c) of `group` heads into out (group x hd): out = sum_c a_c o_c with a_c = e^(m_c - m) z_c
+ * / sum_c e^(m_c - m) z_c. One chunk gives a = 1 exactly: out is its partial. The one merge every path uses:
+ * the same partials give the same bits. */
 static void merge(float *out, const float *parts, size_t stride, int nc, int group, int hd) {
     for (int g = 0; g < group; g++) {
         float *o = out + (size_t)g * hd;
@@ -87,12 +89,13 @@ static void merge(float *out, const float *parts, size_t stride, int nc, int gro
         double z = 0.0;
         for (int ch = 0; ch < nc; ch++) {
             const float *p = parts + (size_t)ch * stride + (size_t)g * (hd + 2);
-            if (p[hd] == -INFINITY) continue;
-            const float w = expf(p[hd] - mx);
-            z += (double)w * p[hd + 1];
-            gm_axpy_f32(o, w, p, hd);
+            if (p[hd] != -INFINITY) z += (double)expf(p[hd] - mx) * p[hd + 1];
         }
-        gm_scale(o, hd, (float)(1.0 / z));
+        for (int ch = 0; ch < nc; ch++) {
+            const float *p = parts + (size_t)ch * stride + (size_t)g * (hd + 2);
+            if (p[hd] == -INFINITY) continue;
+            gm_axpy_f32(o, (float)((double)expf(p[hd] - mx) * p[hd + 1] / z), p, hd);
+        }
     }
 }
 

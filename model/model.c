@@ -284,6 +284,17 @@ static gm_status pack_weights(gm_model *m, gm_error *err) {
     return GM_OK;
 }
 
+/* Kernel choice, once per matrix (after packing: a packed copy changes it). */
+static void bind_kernels(gm_model *m) {
+    gm_matrix_bind(&m->embd);
+    gm_matrix_bind(&m->output);
+    for (int il = 0; il < m->cfg.n_layers; il++) {
+        gm_layer *L = &m->layers[il];
+        gm_matrix *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) gm_matrix_bind(w[i]);
+    }
+}
+
 /* The vocabulary travels with the weights: GGUF metadata, or the HF folder's tokenizer files. */
 static gm_status load_tokenizer(gm_model *m, gm_error *err) {
     gm_status st = gm_source_is_gguf(m->src) ? gm_tokenizer_from_gguf(gm_source_gguf(m->src), &m->tok, err)
@@ -315,6 +326,7 @@ gm_status gm_model_open(const char *path, const gm_model_options *opt, gm_model 
     if (!st) st = check_config(&m->cfg, path, err);
     if (!st) st = load_weights(m, err);
     if (!st) st = pack_weights(m, err);
+    if (!st) bind_kernels(m);
     if (!st) st = load_tokenizer(m, err);
     if (st) {
         gm_model_free(m);

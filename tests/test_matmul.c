@@ -69,7 +69,7 @@ static void check_type(int type, int64_t rows, int64_t cols, int64_t n_tok, gm_p
         wt->dequant_row(W + r * rb, wf + r * cols, cols);
     }
     for (int64_t i = 0; i < n_tok * cols; i++) x[i] = frand() * 4;
-    gm_matrix M = {type, rows, cols, W, 0, NULL};
+    gm_matrix M = {type, rows, cols, W, 0, NULL, NULL};
     gm_matmul_scratch s = {0};
     CHECK_EQ_INT(gm_matmul(&M, x, n_tok, y0, NULL, &s), GM_OK);
     CHECK_EQ_INT(gm_matmul(&M, x, n_tok, y1, p1, &s), GM_OK);
@@ -117,11 +117,11 @@ TEST(matmul_bad_args) {
     float x[64] = {0}, y[64];
     unsigned char w[64 * 40] = {0};
     gm_matmul_scratch s = {0};
-    gm_matrix bad_type = {GM_TYPE_Q2_K, 1, 256, w, 0, NULL};
+    gm_matrix bad_type = {GM_TYPE_Q2_K, 1, 256, w, 0, NULL, NULL};
     CHECK_EQ_INT(gm_matmul(&bad_type, x, 1, y, NULL, &s), GM_ERR_UNSUPPORTED);
-    gm_matrix bad_cols = {GM_TYPE_Q8_0, 1, 33, w, 0, NULL};
+    gm_matrix bad_cols = {GM_TYPE_Q8_0, 1, 33, w, 0, NULL, NULL};
     CHECK_EQ_INT(gm_matmul(&bad_cols, x, 1, y, NULL, &s), GM_ERR_ARG);
-    gm_matrix ok = {GM_TYPE_Q8_0, 1, 32, w, 0, NULL};
+    gm_matrix ok = {GM_TYPE_Q8_0, 1, 32, w, 0, NULL, NULL};
     CHECK_EQ_INT(gm_matmul(&ok, x, 0, y, NULL, &s), GM_OK);
     gm_matmul_scratch_free(&s);
     gm_matmul_scratch_free(NULL);
@@ -167,7 +167,7 @@ static void simd_case(int type, int64_t rows, int64_t cols, int64_t n_tok, gm_po
     }
     for (int64_t i = 0; i < n_tok * cols; i++) x[i] = frand() * ((i / cols) % 2 ? 0.01f : 8.f);
     if (n_tok > 1) memset(x + cols, 0, cols * 4); /* an all-zero token */
-    gm_matrix M = {type, rows, cols, W, 0, NULL};
+    gm_matrix M = {type, rows, cols, W, 0, NULL, NULL};
     gm_matmul_scratch s = {0};
     for (int isa = GM_ISA_AVX2; isa <= (int)gm_isa_supported(); isa++) {
         gm_isa_set((gm_isa)isa);
@@ -267,14 +267,14 @@ TEST(simd_quant_act_exact) {
     }
 }
 
-/* AVX2 and AVX-512 dots directly against the scalar dots on identical operands. */
+/* AVX2 dots directly against the scalar dots on identical operands (AVX-512 computes through the
+ * fused / tile kernels: avx512_tok_dot_vs_scalar). */
 TEST(simd_vec_dot_vs_scalar) {
     if (gm_isa_supported() < GM_ISA_AVX2) return;
     for (size_t k = 0; k < sizeof k_types / sizeof k_types[0]; k++) {
         const gm_type_traits *wt = gm_type_traits_of(k_types[k]), *at = gm_type_traits_of(wt->vec_dot_type);
-        gm_vec_dot_fn vds[2] = {gm_avx2_vec_dot(k_types[k]),
-                                gm_isa_supported() >= GM_ISA_AVX512 ? gm_avx512_vec_dot(k_types[k]) : NULL};
-        for (int level = 0; level < 2; level++) {
+        gm_vec_dot_fn vds[1] = {gm_avx2_vec_dot(k_types[k])};
+        for (int level = 0; level < 1; level++) {
             gm_vec_dot_fn vd = vds[level];
             if (!vd) continue; /* Q8_1 / Q8_K weights: scalar only */
             const int64_t n = wt->block_elems == 256 ? 1280 : (wt->block_elems == 1 ? 77 : 224);
@@ -361,7 +361,7 @@ TEST(matmul_multi_equals_separate) {
             gm_type_traits_of(types[i])->quant_row(row, (char *)data[i] + rb * (size_t)r, cols);
         }
         free(row);
-        W[i] = (gm_matrix){types[i], rows[i], cols, data[i], 0, NULL};
+        W[i] = (gm_matrix){types[i], rows[i], cols, data[i], 0, NULL, NULL};
     }
     float *x = malloc(sizeof(float) * cols * 5);
     for (int64_t i = 0; i < cols * 5; i++) x[i] = frand() * 2;
@@ -406,7 +406,7 @@ TEST(decode_split_with_stealing_covers_every_row) {
         wt->quant_row(tmp, W + r * rb, cols);
     }
     for (int i = 0; i < cols; i++) x[i] = frand();
-    gm_matrix M = {GM_TYPE_Q8_0, rows, cols, W, 0, NULL};
+    gm_matrix M = {GM_TYPE_Q8_0, rows, cols, W, 0, NULL, NULL};
     gm_matmul_scratch s = {0};
     CHECK_EQ_INT(gm_matmul(&M, x, 1, y0, NULL, &s), GM_OK);
     int bad = 0;

@@ -7,6 +7,7 @@
 
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
+#include "quant/quant.h"
 #include "support/test.h"
 
 static float frand(unsigned *s) {
@@ -63,122 +64,138 @@ TEST(geglu_per_element_independent_of_n) {
     CHECK(memcmp(a, b, sizeof a) == 0);
 }
 
-/* double reference of grouped attention with an optional bias */
-static void attend_ref(double *out, const float *q, int G, const float *k, const float *v, size_t ks, int nk, int hd,
-                       const float *bias, int bias_from) {
+/* Partial attention (kernels/ops.h gm_attend_partial) against a double-precision reference computed from
+ * the same stored keys/values (F16-rounded for F16): o equals the softmax-weighted values within
+ * 2e-5, m equals the largest score; every ISA level, F32 and F16 keys, bias with masked keys, soft-cap. */
+static unsigned short to_h(float x) { return gm_fp32_to_fp16(x); }
+
+static void partial_ref(double *out, double *m, const float *q, int G, const float *k, const float *v, size_t ks,
+                        int nk, int hd, float softcap, const float *bias) {
     double *sc = malloc((size_t)nk * sizeof *sc);
     for (int g = 0; g < G; g++) {
         double mx = -INFINITY;
         for (int j = 0; j < nk; j++) {
             double d = 0;
             for (int i = 0; i < hd; i++) d += (double)q[g * hd + i] * k[j * ks + i];
-            if (bias && j >= bias_from) d += bias[j - bias_from];
+            if (softcap > 0) d = softcap * tanh(d / softcap);
+            if (bias) d += bias[j];
             sc[j] = d;
             mx = d > mx ? d : mx;
         }
+        m[g] = mx;
         double z = 0;
-        for (int j = 0; j < nk; j++) z += sc[j] = isinf(sc[j]) ? 0 : exp(sc[j] - mx);
+        for (int j = 0; j < nk; j++) z += sc[j] = isinf(sc[j]) || isinf(mx) ? 0 : exp(sc[j] - mx);
         for (int i = 0; i < hd; i++) {
             double o = 0;
             for (int j = 0; j < nk; j++) o += sc[j] * v[j * ks + i];
-            out[g * hd + i] = o / z;
+            out[g * hd + i] = z > 0 ? o / z : 0;
         }
     }
     free(sc);
 }
 
-TEST(attend_group_avx512_matches_reference) {
-    if (gm_isa_supported() < GM_ISA_AVX512) return;
-    unsigned s = 3;
-    const int shapes[][3] = {{4, 256, 1}, {4, 256, 67}, {1, 64, 5}, {3, 128, 130}, {2, 64, 513}};
-    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
-        const int G = shapes[c][0], hd = shapes[c][1], nk = shapes[c][2];
-        const size_t ks = (size_t)hd + 16; /* rows of a wider cache */
-        CHECK(gm_attend_group_avx512_fits(G, hd));
-        float *q = malloc(sizeof(float) * G * hd), *k = malloc(sizeof(float) * ks * nk),
-              *v = malloc(sizeof(float) * ks * nk), *out = malloc(sizeof(float) * G * hd),
-              *sc = malloc(sizeof(float) * G * nk), *bias = malloc(sizeof(float) * nk);
-        double *ref = malloc(sizeof(double) * G * hd);
-        for (int i = 0; i < G * hd; i++) q[i] = frand(&s) * 0.2f;
-        for (size_t i = 0; i < ks * nk; i++) k[i] = frand(&s), v[i] = frand(&s);
-        for (int j = 0; j < nk; j++) bias[j] = j % 3 == 1 ? -INFINITY : frand(&s);
-        for (int with_bias = 0; with_bias < 2; with_bias++) {
-            const float *b = with_bias ? bias : NULL;
-            gm_attend_group_avx512(out, q, G, k, v, ks, nk, hd, 0.0f, b, 0, sc);
-            attend_ref(ref, q, G, k, v, ks, nk, hd, b, 0);
-            double worst = 0;
-            for (int i = 0; i < G * hd; i++) worst = fmax(worst, fabs(out[i] - ref[i]));
-            CHECK_MSG(worst < 2e-5, "G %d hd %d keys %d bias %d: max error %g", G, hd, nk, with_bias, worst);
-        }
-        free(q), free(k), free(v), free(out), free(sc), free(bias), free(ref);
+static void partial_case(int G, int hd, int nk, gm_kv_type kt, bool with_bias, float softcap, bool all_masked,
+                         unsigned *s) {
+    const size_t ks = (size_t)hd + 16; /* rows of a wider cache */
+    float *q = malloc(sizeof(float) * G * hd), *k = malloc(sizeof(float) * ks * nk), *v = malloc(sizeof(float) * ks * nk),
+          *part = malloc(sizeof(float) * G * (hd + 2)), *sc = malloc(sizeof(float) * G * nk),
+          *bias = malloc(sizeof(float) * nk);
+    unsigned short *kh = malloc(2 * ks * nk), *vh = malloc(2 * ks * nk);
+    double *ref = malloc(sizeof(double) * G * hd), m[8];
+    for (int i = 0; i < G * hd; i++) q[i] = frand(s) * 0.2f;
+    for (size_t i = 0; i < ks * nk; i++) {
+        k[i] = frand(s), v[i] = frand(s);
+        kh[i] = to_h(k[i]), vh[i] = to_h(v[i]);
+        if (kt == GM_KV_F16) k[i] = gm_fp16_to_fp32(kh[i]), v[i] = gm_fp16_to_fp32(vh[i]);
     }
-    CHECK(!gm_attend_group_avx512_fits(5, 256));
-    CHECK(!gm_attend_group_avx512_fits(4, 80));
-}
-
-/* A head's output does not depend on the group it is computed with: the decode step splits a group
- * of 4 query heads into two calls of 2 (model/forward.c) and must get the same bits. */
-static void group_split_same(void (*fn)(float *, const float *, int, const float *, const float *, size_t, int, int,
-                                        float, const float *, int, float *),
-                             const char *name) {
-    unsigned s = 5;
-    const int hd = 256, nk = 77;
-    float *q = malloc(sizeof(float) * 4 * hd), *k = malloc(sizeof(float) * hd * nk), *v = malloc(sizeof(float) * hd * nk);
-    float *o4 = malloc(sizeof(float) * 4 * hd), *o2 = malloc(sizeof(float) * 4 * hd), *sc = malloc(sizeof(float) * 4 * nk);
-    for (int i = 0; i < 4 * hd; i++) q[i] = frand(&s) * 0.3f;
-    for (int i = 0; i < hd * nk; i++) k[i] = frand(&s), v[i] = frand(&s);
-    fn(o4, q, 4, k, v, hd, nk, hd, 0.0f, NULL, 0, sc);
-    fn(o2, q, 2, k, v, hd, nk, hd, 0.0f, NULL, 0, sc);
-    fn(o2 + 2 * hd, q + 2 * hd, 2, k, v, hd, nk, hd, 0.0f, NULL, 0, sc);
-    CHECK_MSG(memcmp(o4, o2, sizeof(float) * 4 * hd) == 0, "%s: heads computed 4 at a time and 2 at a time differ", name);
-    free(q), free(k), free(v), free(o4), free(o2), free(sc);
-}
-
-TEST(attend_group_split_is_exact) {
-    group_split_same(gm_attend_group, "gm_attend_group");
-    if (gm_isa_supported() >= GM_ISA_AVX512) group_split_same(gm_attend_group_avx512, "gm_attend_group_avx512");
-    const gm_isa top = gm_isa_active();
-    gm_isa_set(GM_ISA_SCALAR);
-    group_split_same(gm_attend_group, "gm_attend_group (scalar)");
-    gm_isa_set(top);
-}
-
-/* The unnormalised chunk attention of split decode: o / sum equals the normalised attention, m is
- * the largest score, and the AVX-512 and scalar versions agree. */
-TEST(attend_group_partial_matches_full) {
-    unsigned s = 11;
-    const int shapes[][3] = {{4, 256, 1}, {4, 256, 17}, {2, 256, 64}, {1, 64, 33}, {3, 128, 50}};
-    const gm_isa top = gm_isa_active();
-    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
-        const int G = shapes[c][0], hd = shapes[c][1], nk = shapes[c][2];
-        float *q = malloc(sizeof(float) * G * hd), *k = malloc(sizeof(float) * hd * nk), *v = malloc(sizeof(float) * hd * nk);
-        float *full = malloc(sizeof(float) * G * hd), *part = malloc(sizeof(float) * G * (hd + 2)),
-              *ref = malloc(sizeof(float) * G * (hd + 2)), *sc = malloc(sizeof(float) * G * nk);
-        for (int i = 0; i < G * hd; i++) q[i] = frand(&s) * 0.3f;
-        for (int i = 0; i < hd * nk; i++) k[i] = frand(&s), v[i] = frand(&s);
-        for (int cap = 0; cap < 2; cap++) {
-            const float softcap = cap ? 2.0f : 0.0f;
-            gm_isa_set(GM_ISA_SCALAR);
-            gm_attend_group_partial(ref, q, G, k, v, hd, nk, hd, softcap, sc);
-            gm_isa_set(top);
-            gm_attend_group_partial(part, q, G, k, v, hd, nk, hd, softcap, sc);
-            gm_attend_group(full, q, G, k, v, hd, nk, hd, softcap, NULL, 0, sc);
-            double worst = 0, worst_ref = 0;
-            for (int g = 0; g < G; g++) {
-                const float *o = part + (size_t)g * (hd + 2), *r = ref + (size_t)g * (hd + 2);
-                CHECK_MSG(fabsf(o[hd] - r[hd]) <= 1e-5f * (1 + fabsf(r[hd])), "G %d hd %d keys %d: max %g vs %g", G, hd,
-                          nk, o[hd], r[hd]);
-                CHECK(fabs(o[hd + 1] - r[hd + 1]) <= 1e-5 * r[hd + 1]);
-                for (int i = 0; i < hd; i++) {
-                    worst = fmax(worst, fabs(o[i] / o[hd + 1] - full[(size_t)g * hd + i]));
-                    worst_ref = fmax(worst_ref, fabs(o[i] - r[i]) / r[hd + 1]);
-                }
+    for (int j = 0; j < nk; j++) bias[j] = all_masked || j % 3 == 1 ? -INFINITY : frand(s);
+    const float *b = with_bias || all_masked ? bias : NULL;
+    partial_ref(ref, m, q, G, k, v, ks, nk, hd, softcap, b);
+    const void *kp = kt == GM_KV_F16 ? (const void *)kh : k, *vp = kt == GM_KV_F16 ? (const void *)vh : v;
+    const gm_isa top = gm_isa_supported();
+    for (int isa = 0; isa <= (int)top; isa++) {
+        gm_isa_set((gm_isa)isa);
+        gm_attend_partial(part, q, G, kp, vp, kt, ks, nk, hd, softcap, b, sc);
+        double worst = 0;
+        for (int g = 0; g < G; g++) {
+            const float *o = part + (size_t)g * (hd + 2);
+            if (all_masked) {
+                CHECK_MSG(o[hd] == -INFINITY && o[hd + 1] == 0.0f, "%s: fully masked chunk gives m %g sum %g",
+                          gm_isa_name((gm_isa)isa), o[hd], o[hd + 1]);
+                for (int i = 0; i < hd; i++) worst = fmax(worst, fabs(o[i]));
+                continue;
             }
-            CHECK_MSG(worst < 2e-5 && worst_ref < 2e-5, "G %d hd %d keys %d cap %d: o/sum vs full %g, vs scalar %g", G,
-                      hd, nk, cap, worst, worst_ref);
+            CHECK_MSG(fabs(o[hd] - m[g]) <= 1e-5 * (1 + fabs(m[g])), "%s: m %g vs %g", gm_isa_name((gm_isa)isa), o[hd],
+                      m[g]);
+            for (int i = 0; i < hd; i++) worst = fmax(worst, fabs(o[i] - ref[(size_t)g * hd + i]));
         }
-        free(q), free(k), free(v), free(full), free(part), free(ref), free(sc);
+        CHECK_MSG(worst < 2e-5, "%s G %d hd %d keys %d %s bias %d cap %g masked %d: max error %g",
+                  gm_isa_name((gm_isa)isa), G, hd, nk, kt == GM_KV_F16 ? "f16" : "f32", with_bias, softcap, all_masked,
+                  worst);
     }
+    gm_isa_set(top);
+    free(q), free(k), free(v), free(part), free(sc), free(bias), free(kh), free(vh), free(ref);
+}
+
+TEST(attend_partial_matches_reference) {
+    unsigned s = 3;
+    const int shapes[][3] = {{4, 256, 1}, {4, 256, 64}, {1, 64, 7}, {3, 128, 33}, {2, 64, 64}, {8, 64, 17}};
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++)
+        for (int kt = 0; kt < 2; kt++)
+            for (int bias = 0; bias < 2; bias++) {
+                partial_case(shapes[c][0], shapes[c][1], shapes[c][2], (gm_kv_type)kt, bias, 0.0f, false, &s);
+                partial_case(shapes[c][0], shapes[c][1], shapes[c][2], (gm_kv_type)kt, bias, 2.0f, false, &s);
+            }
+    partial_case(4, 256, 9, GM_KV_F32, true, 0.0f, true, &s);
+    partial_case(2, 64, 9, GM_KV_F16, true, 0.0f, true, &s);
+    CHECK(!gm_attend_partial_avx512_fits(5, 256));
+    CHECK(!gm_attend_partial_avx512_fits(4, 80));
+}
+
+/* A head's output does not depend on the group it is computed with (the forward pass splits a group of 4
+ * query heads in two items when rows are few) or on the ISA's dispatch: bit for bit, every level. */
+TEST(attend_partial_group_split_is_exact) {
+    unsigned s = 5;
+    const int hd = 256, nk = 61;
+    float *q = malloc(sizeof(float) * 4 * hd), *k = malloc(sizeof(float) * hd * nk), *v = malloc(sizeof(float) * hd * nk);
+    float *o4 = malloc(sizeof(float) * 4 * (hd + 2)), *o2 = malloc(sizeof(float) * 4 * (hd + 2)),
+          *o1 = malloc(sizeof(float) * 4 * (hd + 2)), *sc = malloc(sizeof(float) * 4 * nk), *bias = malloc(sizeof(float) * nk);
+    unsigned short *kh = malloc(2 * hd * nk), *vh = malloc(2 * hd * nk);
+    for (int i = 0; i < 4 * hd; i++) q[i] = frand(&s) * 0.3f;
+    for (int i = 0; i < hd * nk; i++) k[i] = frand(&s), v[i] = frand(&s), kh[i] = to_h(k[i]), vh[i] = to_h(v[i]);
+    for (int j = 0; j < nk; j++) bias[j] = j % 5 == 2 ? -INFINITY : frand(&s);
+    const gm_isa top = gm_isa_supported();
+    for (int isa = 0; isa <= (int)top; isa++)
+        for (int kt = 0; kt < 2; kt++) {
+            gm_isa_set((gm_isa)isa);
+            const void *kp = kt ? (const void *)kh : k, *vp = kt ? (const void *)vh : v;
+            const size_t P = (size_t)hd + 2;
+            gm_attend_partial(o4, q, 4, kp, vp, (gm_kv_type)kt, hd, nk, hd, 0.0f, bias, sc);
+            gm_attend_partial(o2, q, 2, kp, vp, (gm_kv_type)kt, hd, nk, hd, 0.0f, bias, sc);
+            gm_attend_partial(o2 + 2 * P, q + 2 * hd, 2, kp, vp, (gm_kv_type)kt, hd, nk, hd, 0.0f, bias, sc);
+            for (int g = 0; g < 4; g++)
+                gm_attend_partial(o1 + g * P, q + g * hd, 1, kp, vp, (gm_kv_type)kt, hd, nk, hd, 0.0f, bias, sc);
+            CHECK_MSG(memcmp(o4, o2, sizeof(float) * 4 * P) == 0 && memcmp(o4, o1, sizeof(float) * 4 * P) == 0,
+                      "%s %s: heads computed 4, 2 or 1 at a time differ", gm_isa_name((gm_isa)isa), kt ? "f16" : "f32");
+        }
+    gm_isa_set(top);
+    free(q), free(k), free(v), free(o4), free(o2), free(o1), free(sc), free(bias), free(kh), free(vh);
+}
+
+/* gm_kv_store: F16 equals the scalar converter for every ISA. */
+TEST(kv_store_f16_exact) {
+    unsigned s = 9;
+    float x[301];
+    unsigned short a[301], b[301];
+    for (int i = 0; i < 301; i++) x[i] = frand(&s) * (i % 7 ? 3.0f : 6e4f) + (i % 11 ? 0.0f : 1e-6f);
+    for (int i = 0; i < 301; i++) a[i] = gm_fp32_to_fp16(x[i]);
+    const gm_isa top = gm_isa_supported();
+    for (int isa = 0; isa <= (int)top; isa++) {
+        gm_isa_set((gm_isa)isa);
+        gm_kv_store(b, GM_KV_F16, x, 301);
+        CHECK_MSG(memcmp(a, b, sizeof a) == 0, "%s: F16 store differs from gm_fp32_to_fp16", gm_isa_name((gm_isa)isa));
+    }
+    gm_isa_set(top);
 }
 
 TEST(rmsnorm_avx512_matches_scalar) {
@@ -205,8 +222,8 @@ int main(void) {
     RUN(rmsnorm_avx512_matches_scalar);
     RUN(geglu_matches_reference);
     RUN(geglu_per_element_independent_of_n);
-    RUN(attend_group_avx512_matches_reference);
-    RUN(attend_group_split_is_exact);
-    RUN(attend_group_partial_matches_full);
+    RUN(attend_partial_matches_reference);
+    RUN(attend_partial_group_split_is_exact);
+    RUN(kv_store_f16_exact);
     return test_summary();
 }
