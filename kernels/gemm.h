@@ -37,11 +37,17 @@ void gm_avx512_gemm(int type, const void *w, size_t w_stride, int64_t rows, int6
 gm_vec_dot_fn gm_avx2_vec_dot(int type);
 gm_quant_row_fn gm_avx2_quant_act(int act_type);
 /* AVX-512 decode matmul straight from the weights (kernels/vec_avx512.c): y[t * ldy + r] for rows
- * [r0, r1) and n_tok tokens prepared by gm_avx512_prep (tb bytes apart), each (row, token) output
- * bit-identical to gm_avx512_gemm's. NULL where there is none (or the CPU lacks VBMI for Q5_0). */
-typedef void (*gm_fused_fn)(int64_t n, const void *w, size_t w_stride, int64_t r0, int64_t r1, const void *toks,
-                            size_t tok_bytes, int64_t n_tok, float *y, int64_t ldy);
+ * [r0, r1) and n_tok tokens, each (row, token) output bit-identical to gm_avx512_gemm's. The tokens come
+ * prepared by gm_avx512_prep and interleaved by gm_avx512_group in groups of GM_FUSED_GROUP (the last
+ * group may be smaller but takes group_bytes too). NULL where there is none (or no VBMI for Q5_0). */
+enum { GM_FUSED_GROUP = 8 };
+typedef void (*gm_fused_fn)(int64_t n, const void *w, size_t w_stride, int64_t r0, int64_t r1, const void *groups,
+                            size_t group_bytes, int64_t n_tok, float *y, int64_t ldy);
 gm_fused_fn gm_avx512_fused(int type);
+/* Bytes of a group of T prepared tokens of n elements for `type`, and the interleave itself (toks: T
+ * prepared tokens tb bytes apart; out 64-byte aligned). */
+size_t gm_avx512_group_bytes(int type, int64_t n, int T);
+void gm_avx512_group(int type, int64_t n, const void *toks, size_t tb, int T, void *out);
 /* The same for one row and one token, with the signature of gm_vec_dot_fn (tests). */
 gm_vec_dot_fn gm_avx512_tok_dot(int type);
 

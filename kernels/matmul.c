@@ -54,11 +54,9 @@ static gm_mm_kernel resolve(gm_isa isa, int type, bool packed) {
         if (gm_avx2_quant_act(at->type)) k.quant = gm_avx2_quant_act(at->type); /* the reference's bytes exactly */
     }
     if (isa >= GM_ISA_AVX512) {
-        const int kt = packed ? GM_KTYPE_Q5_0X16 : type;
-        k.type = kt;
-        k.packed = packed;
-        k.tiles = gm_avx512_supports(kt);
-        k.fused = gm_avx512_fused(kt);
+        k.fused = gm_avx512_fused(type); /* reads the file layout */
+        k.packed = packed;               /* the tiles read the packed copy */
+        k.tiles = gm_avx512_supports(packed ? GM_KTYPE_Q5_0X16 : type);
     }
     return k;
 }
@@ -87,11 +85,10 @@ const gm_mm_kernel *gm_matrix_kernel(const gm_matrix *W) {
     return W->kern && W->kern->isa == (int)isa ? W->kern : lookup(W, isa);
 }
 
-/* W as the AVX-512 kernels of k see it: its packed copy where k reads one */
-static gm_matrix kernel_view(const gm_matrix *W, const gm_mm_kernel *k) {
+/* W as the AVX-512 tiles see it: its packed copy where there is one */
+static gm_matrix tile_view(const gm_matrix *W, const gm_mm_kernel *k) {
     gm_matrix v = *W;
-    if (k->packed) v.data = W->packed;
-    v.type = k->type;
+    if (k->packed) v.data = W->packed, v.type = W->packed_type;
     return v;
 }
 
@@ -208,8 +205,8 @@ static void decode_rows(gm_pool *pool, int64_t n, gm_task_fn fn, void *ctx) {
 typedef struct {
     gm_fused_fn fn;
     const gm_matrix *W;
-    size_t w_stride, tok_bytes;
-    const void *toks;
+    size_t w_stride, group_bytes;
+    const void *groups;
     int64_t n_tok;
     float *y;
 } fused_job;
@@ -217,21 +214,36 @@ typedef struct {
 static void fused_task(void *ctx, int64_t r0, int64_t r1, int thread) {
     (void)thread;
     const fused_job *j = ctx;
-    j->fn(j->W->cols, j->W->data, j->w_stride, r0, r1, j->toks, j->tok_bytes, j->n_tok, j->y, j->W->rows);
+    j->fn(j->W->cols, j->W->data, j->w_stride, r0, r1, j->groups, j->group_bytes, j->n_tok, j->y, j->W->rows);
 }
 
-static void prep_tokens(int type, const float *x, int64_t cols, int64_t n_tok, char *toks, size_t tok_bytes) {
-    for (int64_t t = 0; t < n_tok; t++) /* a few tokens only: not worth a pool round trip */
-        gm_avx512_prep(type, x + t * cols, cols, toks + (size_t)t * tok_bytes);
+/* Bytes of n_tok tokens prepared for the fused kernels: the groups, then one token of scratch. */
+static size_t fused_bytes(int type, int64_t cols, int64_t n_tok, size_t *group_bytes) {
+    *group_bytes = (gm_avx512_group_bytes(type, cols, GM_FUSED_GROUP) + 63) / 64 * 64;
+    return (size_t)((n_tok + GM_FUSED_GROUP - 1) / GM_FUSED_GROUP) * *group_bytes +
+           (size_t)GM_FUSED_GROUP * gm_avx512_tok_bytes(type, cols);
+}
+
+/* x's n_tok tokens quantized (gm_avx512_prep) and interleaved by groups into out (a few tokens: not worth
+ * a pool round trip) */
+static void prep_groups(int type, const float *x, int64_t cols, int64_t n_tok, char *out, size_t group_bytes) {
+    const size_t tb = gm_avx512_tok_bytes(type, cols);
+    const int64_t n_groups = (n_tok + GM_FUSED_GROUP - 1) / GM_FUSED_GROUP;
+    char *tmp = out + (size_t)n_groups * group_bytes;
+    for (int64_t g = 0; g < n_groups; g++) {
+        const int T = n_tok - g * GM_FUSED_GROUP < GM_FUSED_GROUP ? (int)(n_tok - g * GM_FUSED_GROUP) : GM_FUSED_GROUP;
+        for (int k = 0; k < T; k++) gm_avx512_prep(type, x + (g * GM_FUSED_GROUP + k) * cols, cols, tmp + (size_t)k * tb);
+        gm_avx512_group(type, cols, tmp, tb, T, out + (size_t)g * group_bytes);
+    }
 }
 
 static gm_status matmul_fused(const gm_matrix *K, gm_fused_fn fn, const float *x, int64_t n_tok, float *y,
                               gm_pool *pool, gm_matmul_scratch *scratch) {
-    const size_t tb = gm_avx512_tok_bytes(K->type, K->cols);
-    gm_status st = scratch_reserve(scratch, (size_t)n_tok * tb);
+    size_t gb;
+    gm_status st = scratch_reserve(scratch, fused_bytes(K->type, K->cols, n_tok, &gb));
     if (st != GM_OK) return st;
-    prep_tokens(K->type, x, K->cols, n_tok, scratch->buf, tb);
-    fused_job j = {fn, K, gm_row_bytes(K->type & 0xFF, K->cols), tb, scratch->buf, n_tok, y};
+    prep_groups(K->type, x, K->cols, n_tok, scratch->buf, gb);
+    fused_job j = {fn, K, gm_row_bytes(K->type & 0xFF, K->cols), gb, scratch->buf, n_tok, y};
     decode_rows(pool, K->rows, fused_task, &j);
     return GM_OK;
 }
@@ -244,7 +256,7 @@ typedef struct {
     int count;
     int64_t cols, n_tok, row0[MM_MULTI_MAX + 1]; /* row0[i]: first global row of matrix i */
     gm_matrix W[MM_MULTI_MAX];                   /* as the kernels see them (packed copies where present) */
-    size_t stride[MM_MULTI_MAX], tok_bytes[MM_MULTI_MAX];
+    size_t stride[MM_MULTI_MAX], group_bytes[MM_MULTI_MAX];
     float *y[MM_MULTI_MAX];
     gm_fused_fn fn[MM_MULTI_MAX];
     const char *tok[MM_MULTI_MAX];
@@ -256,8 +268,8 @@ static void multi_rows_task(void *ctx, int64_t g0, int64_t g1, int thread) {
     for (int i = 0; i < j->count; i++) {
         const int64_t b = g0 > j->row0[i] ? g0 : j->row0[i], e = g1 < j->row0[i + 1] ? g1 : j->row0[i + 1];
         if (b < e)
-            j->fn[i](j->cols, j->W[i].data, j->stride[i], b - j->row0[i], e - j->row0[i], j->tok[i], j->tok_bytes[i],
-                     j->n_tok, j->y[i], j->W[i].rows);
+            j->fn[i](j->cols, j->W[i].data, j->stride[i], b - j->row0[i], e - j->row0[i], j->tok[i],
+                     j->group_bytes[i], j->n_tok, j->y[i], j->W[i].rows);
     }
 }
 
@@ -268,8 +280,6 @@ gm_status gm_matmul_multi(const gm_matrix *const *W, float *const *y, int count,
     for (int i = 0; fused && i < count; i++) {
         const gm_mm_kernel *k = gm_matrix_kernel(W[i]);
         j.W[i] = *W[i];
-        if (k->packed) j.W[i].data = W[i]->packed;
-        j.W[i].type = k->type;
         j.fn[i] = k->fused;
         j.stride[i] = gm_row_bytes(W[i]->type, W[i]->cols);
         fused = k->fused && W[i]->cols == W[0]->cols && W[i]->rows > 0 && j.stride[i] != 0;
@@ -283,9 +293,8 @@ gm_status gm_matmul_multi(const gm_matrix *const *W, float *const *y, int count,
     }
     size_t total = 0, off[MM_MULTI_MAX];
     for (int i = 0; i < count; i++) {
-        j.tok_bytes[i] = gm_avx512_tok_bytes(j.W[i].type, W[0]->cols);
         off[i] = total;
-        total += (size_t)n_tok * j.tok_bytes[i];
+        total += (fused_bytes(j.W[i].type, W[0]->cols, n_tok, &j.group_bytes[i]) + 63) / 64 * 64;
     }
     gm_status st = scratch_reserve(scratch, total);
     if (st != GM_OK) return st;
@@ -293,7 +302,7 @@ gm_status gm_matmul_multi(const gm_matrix *const *W, float *const *y, int count,
         /* same kernels and token bytes as gm_matmul: identical results to separate calls */
         j.y[i] = y[i];
         j.tok[i] = (const char *)scratch->buf + off[i];
-        prep_tokens(j.W[i].type, x, W[0]->cols, n_tok, (char *)scratch->buf + off[i], j.tok_bytes[i]);
+        prep_groups(j.W[i].type, x, W[0]->cols, n_tok, (char *)scratch->buf + off[i], j.group_bytes[i]);
         j.row0[i + 1] = j.row0[i] + W[i]->rows;
     }
     decode_rows(pool, j.row0[count], multi_rows_task, &j);
@@ -344,12 +353,10 @@ gm_status gm_matmul(const gm_matrix *W, const float *x, int64_t n_tok, float *y,
     const size_t a_stride = gm_row_bytes(at->type, W->cols);
     if (w_stride == 0 || a_stride == 0 || n_tok < 0) return GM_ERR_ARG;
     if (n_tok == 0 || W->rows == 0) return GM_OK;
-    if (k->fused && n_tok <= GM_FUSED_MAX_TOKENS) { /* a few tokens: weights decoded once for all of them */
-        const gm_matrix K = kernel_view(W, k);
-        return matmul_fused(&K, k->fused, x, n_tok, y, pool, scratch);
-    }
+    if (k->fused && n_tok <= GM_FUSED_MAX_TOKENS) /* a few tokens: weights decoded once for all of them */
+        return matmul_fused(W, k->fused, x, n_tok, y, pool, scratch);
     if (k->tiles) { /* the same (row, token) arithmetic as the fused kernels, in 4x4 register tiles */
-        const gm_matrix K = kernel_view(W, k);
+        const gm_matrix K = tile_view(W, k);
         mm_job j = {.W = &K, .wt = wt, .w_stride = w_stride, .n_tok = n_tok, .y = y, .x = x};
         return matmul_avx512(&j, pool, scratch);
     }

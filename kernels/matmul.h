@@ -25,8 +25,8 @@
 /* The kernels of one weight type at one ISA level. */
 typedef struct gm_mm_kernel {
     int isa;                /* the level it was resolved for */
-    int type;               /* the type the AVX-512 kernels read (the packed type for a packed copy) */
-    bool packed;            /* AVX-512 kernels read the matrix's packed copy */
+    int type;               /* the weight type */
+    bool packed;            /* AVX-512 tiles read the matrix's packed copy (the fused kernels the file's) */
     gm_fused_fn fused;      /* AVX-512: a few tokens straight from the weights; NULL: none */
     bool tiles;             /* AVX-512: 4x4 register tiles (gm_avx512_gemm) */
     gm_vec_dot_fn vec_dot;  /* scalar / AVX2: one (row, token) dot over quantized activations; NULL: unsupported */

@@ -22,23 +22,50 @@
 
 #include "kernels/x86_common.h"
 
-/* ---- tokens prepared by gm_avx512_prep (kernels/gemm.h: codes a, per-lane scales sa, per-lane integer
- * offsets init, 16-code sums t16) */
+/* ---- tokens: prepared by gm_avx512_prep (kernels/gemm.h: codes a, per-lane scales sa, per-lane integer
+ * offsets init, 16-code sums t16), then interleaved by groups of up to FUSED_T tokens so that a chunk's
+ * operands of every token of the group sit at fixed offsets from one pointer (eight tokens' separate
+ * pointers would not fit the registers):
+ *   quantized: per 64-code chunk c: a[T] (64 B each) | sa[T] (16 floats) | init[T] (16 int32), then per
+ *              256-code group g: t16[T] (16 floats);
+ *   float:     per 16-float chunk: x[T] (16 floats). */
 
 enum { FUSED_T = 8 };
 
-typedef struct tok_ptrs {
+static bool is_float_type(int type) { return type == GM_TYPE_F32 || type == GM_TYPE_F16 || type == GM_TYPE_BF16; }
+
+size_t gm_avx512_group_bytes(int type, int64_t n, int T) {
+    const int64_t np = (n + 63) / 64 * 64, n256 = (n + 255) / 256 * 256;
+    if (is_float_type(type)) return (size_t)np * 4 * (size_t)T;
+    return (size_t)(np / 64) * 192 * (size_t)T + (size_t)(n256 / 256) * 64 * (size_t)T;
+}
+
+void gm_avx512_group(int type, int64_t n, const void *toks, size_t tb, int T, void *out) {
+    const int64_t np = (n + 63) / 64 * 64, n256 = (n + 255) / 256 * 256;
+    char *o = out;
+    const char *t = toks;
+    if (is_float_type(type)) {
+        for (int64_t c = 0; c < np / 16; c++)
+            for (int k = 0; k < T; k++, o += 64) memcpy(o, t + (size_t)k * tb + 64 * c, 64);
+        return;
+    }
+    for (int64_t c = 0; c < np / 64; c++)
+        for (int part = 0; part < 3; part++) /* a, sa, init: each advances 64 bytes per chunk */
+            for (int k = 0; k < T; k++, o += 64) memcpy(o, t + (size_t)k * tb + (size_t)part * np + 64 * c, 64);
+    for (int64_t g = 0; g < n256 / 256; g++)
+        for (int k = 0; k < T; k++, o += 64) memcpy(o, t + (size_t)k * tb + 3 * np + 64 * g, 64);
+}
+
+typedef struct tok_ptrs { /* one token in the plain prepared layout (the packed Q5_0 dot) */
     const int8_t *a;
     const float *sa;
     const int32_t *init;
-    const float *t16;
 } tok_ptrs;
 
 static inline tok_ptrs tok_of(const void *tok, int64_t n) {
     const int64_t np = (n + 63) / 64 * 64;
     const char *p = tok;
-    return (tok_ptrs){(const int8_t *)p, (const float *)(p + np), (const int32_t *)(p + 2 * np),
-                      (const float *)(p + 3 * np)};
+    return (tok_ptrs){(const int8_t *)p, (const float *)(p + np), (const int32_t *)(p + 2 * np)};
 }
 
 /* f16 scales of blocks 0 and 1 -> 8 lanes each */
@@ -75,58 +102,81 @@ static inline __m512i k4_sc_mn(const uint8_t *s12) { /* int32 lanes: sc0..sc7, m
     return _mm512_cvtepu8_epi32(_mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo));
 }
 
-/* One 64-code chunk c of a weight row into every token's accumulator: the tiles' arithmetic. */
-#define GM_UNROLL_T _Pragma("GCC unroll 8")
-static inline __attribute__((always_inline)) void chunk_into(const int T, __m512 *acc, __m512i u, __m512 sw,
-                                                             const tok_ptrs *t, int64_t c) {
-    GM_UNROLL_T
+/* One 64-code chunk c of NR weight rows into every token's accumulators: the tiles' arithmetic. The
+ * callers run one row at a time (NR = 1): two rows at once share each token operand but interleave two
+ * weight streams, and decode, bound by streaming the weights, ran at half speed that way. */
+#define GM_UNROLL _Pragma("GCC unroll 8")
+static inline __attribute__((always_inline)) void chunk_into(const int NR, const int T, __m512 (*acc)[FUSED_T],
+                                                             const __m512i *u, const __m512 *sw, const char *grp,
+                                                             int64_t c) {
+    const char *p = grp + (size_t)c * 192 * (size_t)T;
+    GM_UNROLL
     for (int k = 0; k < T; k++) {
-        const __m512i is = _mm512_dpbusd_epi32(_mm512_loadu_si512(t[k].init + 16 * c), u, _mm512_loadu_si512(t[k].a + 64 * c));
-        acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(sw, _mm512_loadu_ps(t[k].sa + 16 * c)), acc[k]);
+        const __m512i a = _mm512_load_si512(p + 64 * k), init = _mm512_load_si512(p + 64 * (2 * T + k));
+        const __m512 sa = _mm512_load_ps((const float *)(p + 64 * (T + k)));
+        GM_UNROLL
+        for (int r = 0; r < NR; r++)
+            acc[r][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, u[r], a)), _mm512_mul_ps(sw[r], sa),
+                                        acc[r][k]);
     }
 }
 
 /* The offsets of 256-code group g (16 floats: one per 16 codes), subtracted after every chunk, as the tiles. */
-static inline __attribute__((always_inline)) void offsets_into(const int T, __m512 *acc, __m512 off, const tok_ptrs *t,
+static inline __attribute__((always_inline)) void offsets_into(const int NR, const int T, __m512 (*acc)[FUSED_T],
+                                                               const __m512 *off, const char *grp, int64_t nch,
                                                                int64_t g) {
-    GM_UNROLL_T
-    for (int k = 0; k < T; k++) acc[k] = _mm512_fnmadd_ps(off, _mm512_loadu_ps(t[k].t16 + 16 * g), acc[k]);
+    const float *p = (const float *)(grp + (size_t)nch * 192 * (size_t)T + (size_t)g * 64 * (size_t)T);
+    GM_UNROLL
+    for (int k = 0; k < T; k++) {
+        const __m512 t16 = _mm512_load_ps(p + 16 * k);
+        GM_UNROLL
+        for (int r = 0; r < NR; r++) acc[r][k] = _mm512_fnmadd_ps(off[r], t16, acc[r][k]);
+    }
 }
 
-static inline __attribute__((always_inline)) void store_T(const int T, const __m512 *acc, float *y, int64_t ldy) {
-    GM_UNROLL_T
-    for (int k = 0; k < T; k++) y[(int64_t)k * ldy] = _mm512_reduce_add_ps(acc[k]);
+static inline __attribute__((always_inline)) void store_acc(const int NR, const int T, __m512 (*acc)[FUSED_T], float *y,
+                                                            int64_t ldy) {
+    GM_UNROLL
+    for (int r = 0; r < NR; r++)
+        GM_UNROLL
+        for (int k = 0; k < T; k++) y[(int64_t)k * ldy + r] = _mm512_reduce_add_ps(acc[r][k]);
 }
 
-#define ACC_ZERO(T)                                                                                                \
-    __m512 acc[FUSED_T];                                                                                           \
-    GM_UNROLL_T                                                                                                    \
-    for (int k = 0; k < (T); k++) acc[k] = _mm512_setzero_ps()
+#define ACC_ZERO(NR, T)                                                                                            \
+    __m512 acc[2][FUSED_T];                                                                                        \
+    GM_UNROLL                                                                                                      \
+    for (int r = 0; r < (NR); r++)                                                                                 \
+        GM_UNROLL                                                                                                  \
+        for (int k = 0; k < (T); k++) acc[r][k] = _mm512_setzero_ps()
 
 /* Q8_0: codes w ^ 0x80 (init holds -128 x the lane sums of a); a lone last block fills the low half */
-static inline __attribute__((always_inline)) void row_q8_0(const int T, int64_t n, const void *w, const tok_ptrs *t,
-                                                           float *y, int64_t ldy) {
-    const gm_block_q8_0 *x = w;
+static inline __attribute__((always_inline)) void row_q8_0(const int NR, const int T, int64_t n, const void *w,
+                                                           size_t ws, const char *t, float *y, int64_t ldy) {
     const int64_t nb = n / 32;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
-    ACC_ZERO(T);
+    ACC_ZERO(NR, T);
     for (int64_t b = 0; b < nb; b += 2) {
         const bool pair = b + 1 < nb;
-        __m512i q = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x[b].qs));
-        if (pair) q = _mm512_inserti64x4(q, _mm256_loadu_si256((const __m256i *)x[b + 1].qs), 1);
-        const __m512i u = _mm512_maskz_xor_epi32(pair ? (__mmask16)0xFFFF : (__mmask16)0x00FF, q, flip);
-        chunk_into(T, acc, u, two_scales(x[b].d, pair ? x[b + 1].d : 0), t, b / 2);
+        __m512i u[2];
+        __m512 sw[2];
+        GM_UNROLL
+        for (int r = 0; r < NR; r++) {
+            const gm_block_q8_0 *x = (const gm_block_q8_0 *)((const char *)w + (size_t)r * ws);
+            __m512i q = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x[b].qs));
+            if (pair) q = _mm512_inserti64x4(q, _mm256_loadu_si256((const __m256i *)x[b + 1].qs), 1);
+            u[r] = _mm512_maskz_xor_epi32(pair ? (__mmask16)0xFFFF : (__mmask16)0x00FF, q, flip);
+            sw[r] = two_scales(x[b].d, pair ? x[b + 1].d : 0);
+        }
+        chunk_into(NR, T, acc, u, sw, t, b / 2);
     }
-    store_T(T, acc, y, ldy);
+    store_acc(NR, T, acc, y, ldy);
 }
 
 /* Q5_0: one masked load covers two 22-byte blocks; vpermb spreads the 16 nibble bytes of each block
  * over its 32 lanes (low nibbles first, the element order), the qh words become one 64-bit mask that
  * sets bit 4. Codes 0..31 (init holds -16 x the lane sums). Needs VBMI. */
-__attribute__((target("avx512vbmi"))) static inline __attribute__((always_inline)) void row_q5_0(const int T, int64_t n, const void *w, const tok_ptrs *t,
-                                                           float *y, int64_t ldy) {
-    const gm_block_q5_0 *x = w;
-    const unsigned char *base = w;
+__attribute__((target("avx512vbmi"))) static inline __attribute__((always_inline)) void
+row_q5_0(const int NR, const int T, int64_t n, const void *w, size_t ws, const char *t, float *y, int64_t ldy) {
     const int64_t nb = n / 32;
     /* lane i < 32: byte 6 + i % 16 of block 0; lane i >= 32: byte 28 + i % 16 (block 1 at +22) */
     const __m512i idx = _mm512_set_epi8(43, 42, 41, 40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28,
@@ -135,66 +185,97 @@ __attribute__((target("avx512vbmi"))) static inline __attribute__((always_inline
                                         21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6);
     const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
     const __mmask64 hi_lanes = 0xFFFF0000FFFF0000ull;
-    ACC_ZERO(T);
+    ACC_ZERO(NR, T);
     for (int64_t b = 0; b < nb; b += 2) {
         const bool pair = b + 1 < nb;
-        const __m512i v = _mm512_maskz_loadu_epi8(pair ? (1ull << 44) - 1 : (1ull << 22) - 1, base + 22 * b);
-        const __m512i t0 = _mm512_permutexvar_epi8(idx, v);
-        __m512i c = _mm512_and_si512(_mm512_mask_blend_epi8(hi_lanes, t0, _mm512_srli_epi16(t0, 4)), m4);
-        if (!pair) c = _mm512_maskz_mov_epi8(0xFFFFFFFFull, c); /* no second block: zero codes, as the tiles */
-        uint32_t qh0, qh1 = 0;
-        memcpy(&qh0, x[b].qh, 4);
-        if (pair) memcpy(&qh1, x[b + 1].qh, 4);
-        const __m512i u = _mm512_mask_add_epi8(c, (__mmask64)((uint64_t)qh0 | (uint64_t)qh1 << 32), c, b4);
-        chunk_into(T, acc, u, two_scales(x[b].d, pair ? x[b + 1].d : 0), t, b / 2);
+        __m512i u[2];
+        __m512 sw[2];
+        GM_UNROLL
+        for (int r = 0; r < NR; r++) {
+            const unsigned char *base = (const unsigned char *)w + (size_t)r * ws;
+            const gm_block_q5_0 *x = (const gm_block_q5_0 *)base;
+            /* no second block: the masked load leaves its lanes zero, as the tiles' padding */
+            const __m512i v = _mm512_maskz_loadu_epi8(pair ? (1ull << 44) - 1 : (1ull << 22) - 1, base + 22 * b);
+            const __m512i t0 = _mm512_permutexvar_epi8(idx, v);
+            const __m512i c = _mm512_and_si512(_mm512_mask_blend_epi8(hi_lanes, t0, _mm512_srli_epi16(t0, 4)), m4);
+            uint32_t qh0, qh1 = 0;
+            memcpy(&qh0, x[b].qh, 4);
+            if (pair) memcpy(&qh1, x[b + 1].qh, 4);
+            u[r] = _mm512_mask_add_epi8(c, (__mmask64)((uint64_t)qh0 | (uint64_t)qh1 << 32), c, b4);
+            sw[r] = two_scales(x[b].d, pair ? x[b + 1].d : 0);
+        }
+        chunk_into(NR, T, acc, u, sw, t, b / 2);
     }
-    store_T(T, acc, y, ldy);
+    store_acc(NR, T, acc, y, ldy);
 }
 
 /* Q4_K: chunk c of a block = sub-blocks 2c (low nibbles) and 2c+1 (high); lane scales d * sc_j, then the
  * offsets dmin * mn_j (two 16-code groups each) over the whole row */
-static inline __attribute__((always_inline)) void row_q4_K(const int T, int64_t n, const void *w, const tok_ptrs *t,
-                                                           float *y, int64_t ldy) {
-    const gm_block_q4_K *x = w;
+static inline __attribute__((always_inline)) void row_q4_K(const int NR, const int T, int64_t n, const void *w,
+                                                           size_t ws, const char *t, float *y, int64_t ldy) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    ACC_ZERO(T);
+    ACC_ZERO(NR, T);
     for (int64_t i = 0; i < n / 256; i++) {
-        const __m512i sm = k4_sc_mn(x[i].scales);
-        const __m512 d = _mm512_set1_ps(h2f(x[i].d));
+        __m512i sm[2];
+        __m512 d[2];
+        GM_UNROLL
+        for (int r = 0; r < NR; r++) {
+            const gm_block_q4_K *x = (const gm_block_q4_K *)((const char *)w + (size_t)r * ws);
+            sm[r] = k4_sc_mn(x[i].scales);
+            d[r] = _mm512_set1_ps(h2f(x[i].d));
+        }
         for (int c = 0; c < 4; c++) {
-            const __m512i u = _mm512_and_si512(both_halves(_mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * c)), 4), m4);
-            chunk_into(T, acc, u, _mm512_mul_ps(d, _mm512_cvtepi32_ps(spread(sm, 2 * c, 8))), t, 4 * i + c);
+            __m512i u[2];
+            __m512 sw[2];
+            GM_UNROLL
+            for (int r = 0; r < NR; r++) {
+                const gm_block_q4_K *x = (const gm_block_q4_K *)((const char *)w + (size_t)r * ws);
+                u[r] = _mm512_and_si512(both_halves(_mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * c)), 4), m4);
+                sw[r] = _mm512_mul_ps(d[r], _mm512_cvtepi32_ps(spread(sm[r], 2 * c, 8)));
+            }
+            chunk_into(NR, T, acc, u, sw, t, 4 * i + c);
         }
     }
     const __m512i pairs = _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
     for (int64_t i = 0; i < n / 256; i++) {
-        const __m512 mn = _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(pairs, k4_sc_mn(x[i].scales)));
-        offsets_into(T, acc, _mm512_mul_ps(_mm512_set1_ps(h2f(x[i].dmin)), mn), t, i);
+        __m512 off[2];
+        GM_UNROLL
+        for (int r = 0; r < NR; r++) {
+            const gm_block_q4_K *x = (const gm_block_q4_K *)((const char *)w + (size_t)r * ws);
+            const __m512 mn = _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(pairs, k4_sc_mn(x[i].scales)));
+            off[r] = _mm512_mul_ps(_mm512_set1_ps(h2f(x[i].dmin)), mn);
+        }
+        offsets_into(NR, T, acc, off, t, (n + 63) / 64, i);
     }
-    store_T(T, acc, y, ldy);
+    store_acc(NR, T, acc, y, ldy);
 }
 
 /* Q6_K: per half of a block, 64 ql bytes give the low nibbles of two 64-code chunks and 32 qh bytes
  * their 2 high bits; codes 0..63 (init holds -32 x the lane sums); the signed 8-bit scales cover 16
  * codes (4 lanes) each */
-static inline __attribute__((always_inline)) void row_q6_K(const int T, int64_t n, const void *w, const tok_ptrs *t,
-                                                           float *y, int64_t ldy) {
-    const gm_block_q6_K *x = w;
+static inline __attribute__((always_inline)) void row_q6_K(const int NR, const int T, int64_t n, const void *w,
+                                                           size_t ws, const char *t, float *y, int64_t ldy) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-    ACC_ZERO(T);
+    ACC_ZERO(NR, T);
     for (int64_t i = 0; i < n / 256; i++) {
-        const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x[i].scales));
-        const __m512 d = _mm512_set1_ps(h2f(x[i].d));
-        for (int h = 0; h < 2; h++) {
-            const __m512i ql = _mm512_loadu_si512(x[i].ql + 64 * h);
-            const __m512i qh = both_halves(_mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h)), 2);
-            const __m512i u0 = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_slli_epi16(qh, 4), m30));
-            const __m512i u1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(qh, m30));
-            chunk_into(T, acc, u0, _mm512_mul_ps(d, _mm512_cvtepi32_ps(spread(sc, 8 * h, 4))), t, 4 * i + 2 * h);
-            chunk_into(T, acc, u1, _mm512_mul_ps(d, _mm512_cvtepi32_ps(spread(sc, 8 * h + 4, 4))), t, 4 * i + 2 * h + 1);
+        for (int c = 0; c < 4; c++) {
+            const int h = c / 2;
+            __m512i u[2];
+            __m512 sw[2];
+            GM_UNROLL
+            for (int r = 0; r < NR; r++) {
+                const gm_block_q6_K *x = (const gm_block_q6_K *)((const char *)w + (size_t)r * ws);
+                const __m512i ql = _mm512_loadu_si512(x[i].ql + 64 * h);
+                const __m512i qh = both_halves(_mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h)), 2);
+                u[r] = c % 2 == 0 ? _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_slli_epi16(qh, 4), m30))
+                                  : _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(qh, m30));
+                const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x[i].scales));
+                sw[r] = _mm512_mul_ps(_mm512_set1_ps(h2f(x[i].d)), _mm512_cvtepi32_ps(spread(sc, 4 * c, 4)));
+            }
+            chunk_into(NR, T, acc, u, sw, t, 4 * i + c);
         }
     }
-    store_T(T, acc, y, ldy);
+    store_acc(NR, T, acc, y, ldy);
 }
 
 /* Float weights: 16 weights as f32 (zero past n, as the float tiles' padded rows), one fma chain per
@@ -207,75 +288,70 @@ static inline __attribute__((always_inline)) __m512 load16(int type, const void 
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-static inline __attribute__((always_inline)) void row_float(const int type, const int T, int64_t n, const void *w,
-                                                            const float *const *x, float *y, int64_t ldy) {
-    ACC_ZERO(T);
+static inline __attribute__((always_inline)) void row_float(const int type, const int NR, const int T, int64_t n,
+                                                            const void *w, size_t ws, const char *grp, float *y,
+                                                            int64_t ldy) {
+    ACC_ZERO(NR, T);
     const int64_t nv = (n + 63) / 64 * 4;
     for (int64_t c = 0; c < nv; c++) {
-        const __m512 wv = load16(type, w, 16 * c, n);
-        GM_UNROLL_T
-        for (int k = 0; k < T; k++) acc[k] = _mm512_fmadd_ps(wv, _mm512_load_ps(x[k] + 16 * c), acc[k]);
+        __m512 wv[2];
+        GM_UNROLL
+        for (int r = 0; r < NR; r++) wv[r] = load16(type, (const char *)w + (size_t)r * ws, 16 * c, n);
+        const float *x = (const float *)(grp + (size_t)c * 64 * (size_t)T);
+        GM_UNROLL
+        for (int k = 0; k < T; k++) {
+            const __m512 xv = _mm512_load_ps(x + 16 * k);
+            GM_UNROLL
+            for (int r = 0; r < NR; r++) acc[r][k] = _mm512_fmadd_ps(wv[r], xv, acc[r][k]);
+        }
     }
-    store_T(T, acc, y, ldy);
+    store_acc(NR, T, acc, y, ldy);
 }
 
-/* rows [r0, r1) x tokens [0, n_tok) in groups of FUSED_T, each group's T a compile-time constant */
-#define FUSED_QUANT(name, row_fn, attrs)                                                                        \
-    attrs static void name(int64_t n, const void *w, size_t ws, int64_t r0, int64_t r1, const void *toks,      \
-                           size_t tb, int64_t n_tok, float *y, int64_t ldy) {                                  \
+/* rows [r0, r1) x tokens [0, n_tok): groups of FUSED_T interleaved tokens
+ * (gm_avx512_group), gb bytes apart, each group's T a compile-time constant */
+#define ROWS_T(row_fn, NR)                                                                                      \
+    switch (T) {                                                                                                \
+    case 1: row_fn(NR, 1, n, wr, ws, g, yr, ldy); break;                                                        \
+    case 2: row_fn(NR, 2, n, wr, ws, g, yr, ldy); break;                                                        \
+    case 3: row_fn(NR, 3, n, wr, ws, g, yr, ldy); break;                                                        \
+    case 4: row_fn(NR, 4, n, wr, ws, g, yr, ldy); break;                                                        \
+    case 5: row_fn(NR, 5, n, wr, ws, g, yr, ldy); break;                                                        \
+    case 6: row_fn(NR, 6, n, wr, ws, g, yr, ldy); break;                                                        \
+    case 7: row_fn(NR, 7, n, wr, ws, g, yr, ldy); break;                                                        \
+    default: row_fn(NR, 8, n, wr, ws, g, yr, ldy); break;                                                       \
+    }
+
+#define FUSED(name, row_fn, attrs)                                                                              \
+    attrs static void name(int64_t n, const void *w, size_t ws, int64_t r0, int64_t r1, const void *groups,     \
+                           size_t gb, int64_t n_tok, float *y, int64_t ldy) {                                  \
         for (int64_t t0 = 0; t0 < n_tok; t0 += FUSED_T) {                                                       \
             const int T = n_tok - t0 < FUSED_T ? (int)(n_tok - t0) : FUSED_T;                                   \
-            tok_ptrs tp[FUSED_T];                                                                               \
-            for (int k = 0; k < T; k++) tp[k] = tok_of((const char *)toks + (size_t)(t0 + k) * tb, n);          \
+            const char *g = (const char *)groups + (size_t)(t0 / FUSED_T) * gb;                                 \
             for (int64_t r = r0; r < r1; r++) {                                                                 \
                 const void *wr = (const char *)w + (size_t)r * ws;                                              \
                 float *yr = y + t0 * ldy + r;                                                                   \
-                switch (T) {                                                                                    \
-                case 1: row_fn(1, n, wr, tp, yr, ldy); break;                                                   \
-                case 2: row_fn(2, n, wr, tp, yr, ldy); break;                                                   \
-                case 3: row_fn(3, n, wr, tp, yr, ldy); break;                                                   \
-                case 4: row_fn(4, n, wr, tp, yr, ldy); break;                                                   \
-                case 5: row_fn(5, n, wr, tp, yr, ldy); break;                                                   \
-                case 6: row_fn(6, n, wr, tp, yr, ldy); break;                                                   \
-                case 7: row_fn(7, n, wr, tp, yr, ldy); break;                                                   \
-                default: row_fn(8, n, wr, tp, yr, ldy); break;                                                  \
-                }                                                                                               \
+                ROWS_T(row_fn, 1)                                                                               \
             }                                                                                                   \
         }                                                                                                       \
     }
 
-FUSED_QUANT(fused_q8_0, row_q8_0, )
-FUSED_QUANT(fused_q5_0, row_q5_0, __attribute__((target("avx512vbmi"))))
-FUSED_QUANT(fused_q4_K, row_q4_K, )
-FUSED_QUANT(fused_q6_K, row_q6_K, )
-
-#define FUSED_FLOAT(name, type)                                                                                 \
-    static void name(int64_t n, const void *w, size_t ws, int64_t r0, int64_t r1, const void *toks, size_t tb,  \
-                     int64_t n_tok, float *y, int64_t ldy) {                                                    \
-        for (int64_t t0 = 0; t0 < n_tok; t0 += FUSED_T) {                                                       \
-            const int T = n_tok - t0 < FUSED_T ? (int)(n_tok - t0) : FUSED_T;                                   \
-            const float *x[FUSED_T];                                                                            \
-            for (int k = 0; k < T; k++) x[k] = (const float *)((const char *)toks + (size_t)(t0 + k) * tb);     \
-            for (int64_t r = r0; r < r1; r++) {                                                                 \
-                const void *wr = (const char *)w + (size_t)r * ws;                                              \
-                float *yr = y + t0 * ldy + r;                                                                   \
-                switch (T) {                                                                                    \
-                case 1: row_float(type, 1, n, wr, x, yr, ldy); break;                                           \
-                case 2: row_float(type, 2, n, wr, x, yr, ldy); break;                                           \
-                case 3: row_float(type, 3, n, wr, x, yr, ldy); break;                                           \
-                case 4: row_float(type, 4, n, wr, x, yr, ldy); break;                                           \
-                case 5: row_float(type, 5, n, wr, x, yr, ldy); break;                                           \
-                case 6: row_float(type, 6, n, wr, x, yr, ldy); break;                                           \
-                case 7: row_float(type, 7, n, wr, x, yr, ldy); break;                                           \
-                default: row_float(type, 8, n, wr, x, yr, ldy); break;                                          \
-                }                                                                                               \
-            }                                                                                                   \
-        }                                                                                                       \
+#define ROW_FLOAT(name, type)                                                                                   \
+    static inline __attribute__((always_inline)) void name(const int NR, const int T, int64_t n, const void *w, \
+                                                           size_t ws, const char *g, float *y, int64_t ldy) {   \
+        row_float(type, NR, T, n, w, ws, g, y, ldy);                                                            \
     }
+ROW_FLOAT(row_f32, GM_TYPE_F32)
+ROW_FLOAT(row_f16, GM_TYPE_F16)
+ROW_FLOAT(row_bf16, GM_TYPE_BF16)
 
-FUSED_FLOAT(fused_f32, GM_TYPE_F32)
-FUSED_FLOAT(fused_f16, GM_TYPE_F16)
-FUSED_FLOAT(fused_bf16, GM_TYPE_BF16)
+FUSED(fused_q8_0, row_q8_0, )
+FUSED(fused_q5_0, row_q5_0, __attribute__((target("avx512vbmi"))))
+FUSED(fused_q4_K, row_q4_K, )
+FUSED(fused_q6_K, row_q6_K, )
+FUSED(fused_f32, row_f32, )
+FUSED(fused_f16, row_f16, )
+FUSED(fused_bf16, row_bf16, )
 
 /* Q5_0x16 weights (kernels/pack.h): per pair one broadcast load, one variable shift and one and give
  * the 64 low-4-bit codes, one 64-bit load the fifth-bit mask; the 16 scales of a group are converted
@@ -319,19 +395,11 @@ static void tok_dot_q5_0x16(int64_t n, float *s, const void *w, const void *tok)
     *s = _mm512_reduce_add_ps(acc);
 }
 
-/* the packed layout has a one-token dot only: tokens one after the other (each token's bits are its own) */
-static void fused_q5_0x16(int64_t n, const void *w, size_t ws, int64_t r0, int64_t r1, const void *toks, size_t tb,
-                          int64_t n_tok, float *y, int64_t ldy) {
-    for (int64_t r = r0; r < r1; r++)
-        for (int64_t k = 0; k < n_tok; k++)
-            tok_dot_q5_0x16(n, y + k * ldy + r, (const char *)w + (size_t)r * ws, (const char *)toks + (size_t)k * tb);
-}
 
 gm_fused_fn gm_avx512_fused(int type) {
     switch (type) {
     case GM_TYPE_Q8_0: return fused_q8_0;
     case GM_TYPE_Q5_0: return gm_cpu_features_get()->avx512vbmi ? fused_q5_0 : NULL;
-    case GM_KTYPE_Q5_0X16: return fused_q5_0x16;
     case GM_TYPE_Q4_K: return fused_q4_K;
     case GM_TYPE_Q6_K: return fused_q6_K;
     case GM_TYPE_F32: return fused_f32;
@@ -341,18 +409,22 @@ gm_fused_fn gm_avx512_fused(int type) {
     }
 }
 
-/* One row, one token: the same kernels as gm_vec_dot_fn (tests compare them with the scalar dots). */
-#define TOK_DOT(name, fused)                                                                                    \
-    static void name(int64_t n, float *s, const void *w, const void *tok) { fused(n, w, 0, 0, 1, tok, 0, 1, s, 1); }
-TOK_DOT(tok_dot_q8_0, fused_q8_0)
-TOK_DOT(tok_dot_q4_K, fused_q4_K)
-TOK_DOT(tok_dot_q6_K, fused_q6_K)
-TOK_DOT(tok_dot_f32, fused_f32)
-TOK_DOT(tok_dot_f16, fused_f16)
-TOK_DOT(tok_dot_bf16, fused_bf16)
-__attribute__((target("avx512vbmi"))) static void tok_dot_q5_0(int64_t n, float *s, const void *w, const void *tok) {
-    fused_q5_0(n, w, 0, 0, 1, tok, 0, 1, s, 1);
-}
+/* One row, one token, with the signature of gm_vec_dot_fn (tests compare these with the scalar dots): the
+ * token interleaved as a group of one, then the fused kernel. For rows up to 4096 codes. */
+#define TOK_DOT(name, fused, type, attrs)                                                                       \
+    attrs static void name(int64_t n, float *s, const void *w, const void *tok) {                               \
+        static _Thread_local _Alignas(64) char grp[4096 / 64 * 192 + 4096 / 256 * 64 + 64 * 64];               \
+        if (gm_avx512_group_bytes(type, n, 1) > sizeof grp) return;                                             \
+        gm_avx512_group(type, n, tok, 0, 1, grp);                                                               \
+        fused(n, w, 0, 0, 1, grp, 0, 1, s, 1);                                                                  \
+    }
+TOK_DOT(tok_dot_q8_0, fused_q8_0, GM_TYPE_Q8_0, )
+TOK_DOT(tok_dot_q5_0, fused_q5_0, GM_TYPE_Q5_0, __attribute__((target("avx512vbmi"))))
+TOK_DOT(tok_dot_q4_K, fused_q4_K, GM_TYPE_Q4_K, )
+TOK_DOT(tok_dot_q6_K, fused_q6_K, GM_TYPE_Q6_K, )
+TOK_DOT(tok_dot_f32, fused_f32, GM_TYPE_F32, )
+TOK_DOT(tok_dot_f16, fused_f16, GM_TYPE_F16, )
+TOK_DOT(tok_dot_bf16, fused_bf16, GM_TYPE_BF16, )
 
 gm_vec_dot_fn gm_avx512_tok_dot(int type) {
     switch (type) {
@@ -371,6 +443,10 @@ gm_vec_dot_fn gm_avx512_tok_dot(int type) {
 #else
 
 gm_fused_fn gm_avx512_fused(int type) { (void)type; return NULL; }
+size_t gm_avx512_group_bytes(int type, int64_t n, int T) { (void)type; (void)n; (void)T; return 0; }
+void gm_avx512_group(int type, int64_t n, const void *toks, size_t tb, int T, void *out) {
+    (void)type; (void)n; (void)toks; (void)tb; (void)T; (void)out;
+}
 gm_vec_dot_fn gm_avx512_tok_dot(int type) { (void)type; return NULL; }
 
 #endif
