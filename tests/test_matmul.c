@@ -422,6 +422,57 @@ TEST(decode_split_with_stealing_covers_every_row) {
     free(W); free(y0); free(y1);
 }
 
+/* Batch invariance: a token's outputs are the same bits computed alone, in a batch of 2, 3, 5, 9, 17 or 70
+ * (the fused decode kernels up to 16 tokens, the tiles beyond, on AVX-512) with different companions, on
+ * 1 or 2 threads, and through gm_matmul_multi: for every type and every ISA level. */
+TEST(batch_invariance_every_type_and_isa) {
+    gm_pool *p2 = gm_pool_new(2);
+    const int batches[] = {1, 2, 3, 5, 9, 17, 70};
+    for (size_t k = 0; k < sizeof k_types / sizeof k_types[0]; k++) {
+        const int type = k_types[k];
+        const gm_type_traits *wt = gm_type_traits_of(type);
+        const int64_t rows = 37, cols = wt->block_elems == 256 ? 768 : 352; /* 352: an odd number of 32-blocks */
+        const size_t rb = gm_row_bytes(type, cols);
+        unsigned char *W = malloc(rows * rb);
+        float *tmp = malloc(cols * 4), *x = malloc(70 * cols * 4), *alone = malloc(rows * 4), *y = malloc(70 * rows * 4);
+        float *y2 = malloc(70 * rows * 4);
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t i = 0; i < cols; i++) tmp[i] = frand() * (r % 5 ? 1.f : 20.f);
+            wt->quant_row(tmp, W + r * rb, cols);
+        }
+        for (int64_t i = 0; i < 70 * cols; i++) x[i] = frand() * ((i / cols) % 3 ? 1.f : 7.f);
+        gm_matrix M = {type, rows, cols, W, 0, NULL, NULL};
+        gm_matmul_scratch s = {0};
+        for (int isa = 0; isa <= (int)gm_isa_supported(); isa++) {
+            gm_isa_set((gm_isa)isa);
+            int bad = 0;
+            for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++) {
+                const int n = batches[b];
+                /* token 0 of the batch is x row 69; the others differ per batch size */
+                float *xb = malloc((size_t)n * cols * 4);
+                memcpy(xb, x + 69 * cols, cols * 4);
+                for (int t = 1; t < n; t++) memcpy(xb + t * cols, x + ((t * 7 + n) % 69) * cols, cols * 4);
+                CHECK_EQ_INT(gm_matmul(&M, xb, n, y, b % 2 ? p2 : NULL, &s), GM_OK);
+                if (n == 1) memcpy(alone, y, rows * 4);
+                bad += memcmp(alone, y, rows * 4) != 0;
+                const gm_matrix *Ws[2] = {&M, &M};
+                float *const ys[2] = {y2, y2 + (size_t)n * rows};
+                if (n <= 35) {
+                    CHECK_EQ_INT(gm_matmul_multi(Ws, ys, 2, xb, n, p2, &s), GM_OK);
+                    bad += memcmp(alone, y2, rows * 4) != 0 || memcmp(alone, y2 + (size_t)n * rows, rows * 4) != 0;
+                }
+                free(xb);
+            }
+            CHECK_MSG(bad == 0, "%s %s: %d batches give token 0 other bits than alone", gm_isa_name((gm_isa)isa),
+                      wt->name, bad);
+        }
+        gm_isa_set(gm_isa_supported());
+        gm_matmul_scratch_free(&s);
+        free(W), free(tmp), free(x), free(alone), free(y), free(y2);
+    }
+    gm_pool_free(p2);
+}
+
 TEST(isa_clamp) {
     const gm_isa top = gm_isa_supported();
     CHECK(gm_isa_set(GM_ISA_AVX512) == top || top == GM_ISA_AVX512);
@@ -439,6 +490,7 @@ int main(void) {
     RUN(avx512_tok_dot_vs_scalar);
     RUN(matmul_multi_equals_separate);
     RUN(decode_split_with_stealing_covers_every_row);
+    RUN(batch_invariance_every_type_and_isa);
     RUN(isa_clamp);
     RUN(matmul_bad_args);
     return test_summary();
