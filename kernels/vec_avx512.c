@@ -26,8 +26,8 @@
  * offsets init, 16-code sums t16), then interleaved by groups of up to FUSED_T tokens so that a chunk's
  * operands of every token of the group sit at fixed offsets from one pointer (eight tokens' separate
  * pointers would not fit the registers):
- *   quantized: per 64-code chunk c: a[T] (64 B each) | sa[T] (16 floats) | init[T] (16 int32), then per
- *              256-code group g: t16[T] (16 floats);
+ *   quantized: per 64-code chunk c: a[T] ^ 0x80 (64 B each: the codes as unsigned bytes) | sa[T] (16
+ *              floats), then per 256-code group g: t16[T] (16 floats);
  *   float:     per 16-float chunk: x[T] (16 floats). */
 
 enum { FUSED_T = 8 };
@@ -37,7 +37,7 @@ static bool is_float_type(int type) { return type == GM_TYPE_F32 || type == GM_T
 size_t gm_avx512_group_bytes(int type, int64_t n, int T) {
     const int64_t np = (n + 63) / 64 * 64, n256 = (n + 255) / 256 * 256;
     if (is_float_type(type)) return (size_t)np * 4 * (size_t)T;
-    return (size_t)(np / 64) * 192 * (size_t)T + (size_t)(n256 / 256) * 64 * (size_t)T;
+    return (size_t)(np / 64) * 128 * (size_t)T + (size_t)(n256 / 256) * 64 * (size_t)T;
 }
 
 void gm_avx512_group(int type, int64_t n, const void *toks, size_t tb, int T, void *out) {
@@ -49,9 +49,12 @@ void gm_avx512_group(int type, int64_t n, const void *toks, size_t tb, int T, vo
             for (int k = 0; k < T; k++, o += 64) memcpy(o, t + (size_t)k * tb + 64 * c, 64);
         return;
     }
-    for (int64_t c = 0; c < np / 64; c++)
-        for (int part = 0; part < 3; part++) /* a, sa, init: each advances 64 bytes per chunk */
-            for (int k = 0; k < T; k++, o += 64) memcpy(o, t + (size_t)k * tb + (size_t)part * np + 64 * c, 64);
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    for (int64_t c = 0; c < np / 64; c++) {
+        for (int k = 0; k < T; k++, o += 64) /* a and sa each advance 64 bytes per chunk */
+            _mm512_store_si512(o, _mm512_xor_si512(_mm512_loadu_si512(t + (size_t)k * tb + 64 * c), flip));
+        for (int k = 0; k < T; k++, o += 64) memcpy(o, t + (size_t)k * tb + np + 64 * c, 64);
+    }
     for (int64_t g = 0; g < n256 / 256; g++)
         for (int k = 0; k < T; k++, o += 64) memcpy(o, t + (size_t)k * tb + 3 * np + 64 * g, 64);
 }
@@ -102,21 +105,32 @@ static inline __m512i k4_sc_mn(const uint8_t *s12) { /* int32 lanes: sc0..sc7, m
     return _mm512_cvtepu8_epi32(_mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo));
 }
 
-/* One 64-code chunk c of NR weight rows into every token's accumulators: the tiles' arithmetic. The
- * callers run one row at a time (NR = 1): two rows at once share each token operand but interleave two
- * weight streams, and decode, bound by streaming the weights, ran at half speed that way. */
+/* One 64-code chunk c of a weight row into every token's accumulators: the tiles' arithmetic. The tiles
+ * take the weight codes unsigned (w + o) and the token's integer offsets init = -o x (lane sums of a) as
+ * vpdpbusd's accumulator; here the token is the unsigned operand (a + 128) and the offset belongs to the
+ * row: comp = -128 x (lane sums of w). Both give the same exact int32 lane sums of a x w, so the same
+ * floats follow, while the tokens need one operand fewer from memory per chunk (the loads, not the
+ * arithmetic, bound eight tokens). w: signed codes (zero where the tiles pad). */
+static inline __attribute__((always_inline)) __m512i row_comp(__m512i w) {
+    const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), w);
+    return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s, 7));
+}
+
 #define GM_UNROLL _Pragma("GCC unroll 8")
 static inline __attribute__((always_inline)) void chunk_into(const int NR, const int T, __m512 (*acc)[FUSED_T],
-                                                             const __m512i *u, const __m512 *sw, const char *grp,
+                                                             const __m512i *w, const __m512 *sw, const char *grp,
                                                              int64_t c) {
-    const char *p = grp + (size_t)c * 192 * (size_t)T;
+    const char *p = grp + (size_t)c * 128 * (size_t)T;
+    __m512i comp[2];
+    GM_UNROLL
+    for (int r = 0; r < NR; r++) comp[r] = row_comp(w[r]);
     GM_UNROLL
     for (int k = 0; k < T; k++) {
-        const __m512i a = _mm512_load_si512(p + 64 * k), init = _mm512_load_si512(p + 64 * (2 * T + k));
+        const __m512i a = _mm512_load_si512(p + 64 * k);
         const __m512 sa = _mm512_load_ps((const float *)(p + 64 * (T + k)));
         GM_UNROLL
         for (int r = 0; r < NR; r++)
-            acc[r][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, u[r], a)), _mm512_mul_ps(sw[r], sa),
+            acc[r][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(comp[r], a, w[r])), _mm512_mul_ps(sw[r], sa),
                                         acc[r][k]);
     }
 }
@@ -125,7 +139,7 @@ static inline __attribute__((always_inline)) void chunk_into(const int NR, const
 static inline __attribute__((always_inline)) void offsets_into(const int NR, const int T, __m512 (*acc)[FUSED_T],
                                                                const __m512 *off, const char *grp, int64_t nch,
                                                                int64_t g) {
-    const float *p = (const float *)(grp + (size_t)nch * 192 * (size_t)T + (size_t)g * 64 * (size_t)T);
+    const float *p = (const float *)(grp + (size_t)nch * 128 * (size_t)T + (size_t)g * 64 * (size_t)T);
     GM_UNROLL
     for (int k = 0; k < T; k++) {
         const __m512 t16 = _mm512_load_ps(p + 16 * k);
@@ -149,11 +163,10 @@ static inline __attribute__((always_inline)) void store_acc(const int NR, const 
         GM_UNROLL                                                                                                  \
         for (int k = 0; k < (T); k++) acc[r][k] = _mm512_setzero_ps()
 
-/* Q8_0: codes w ^ 0x80 (init holds -128 x the lane sums of a); a lone last block fills the low half */
+/* Q8_0: the signed codes as they are; a lone last block fills the low half */
 static inline __attribute__((always_inline)) void row_q8_0(const int NR, const int T, int64_t n, const void *w,
                                                            size_t ws, const char *t, float *y, int64_t ldy) {
     const int64_t nb = n / 32;
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
     ACC_ZERO(NR, T);
     for (int64_t b = 0; b < nb; b += 2) {
         const bool pair = b + 1 < nb;
@@ -164,7 +177,7 @@ static inline __attribute__((always_inline)) void row_q8_0(const int NR, const i
             const gm_block_q8_0 *x = (const gm_block_q8_0 *)((const char *)w + (size_t)r * ws);
             __m512i q = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x[b].qs));
             if (pair) q = _mm512_inserti64x4(q, _mm256_loadu_si256((const __m256i *)x[b + 1].qs), 1);
-            u[r] = _mm512_maskz_xor_epi32(pair ? (__mmask16)0xFFFF : (__mmask16)0x00FF, q, flip);
+            u[r] = _mm512_maskz_mov_epi32(pair ? (__mmask16)0xFFFF : (__mmask16)0x00FF, q);
             sw[r] = two_scales(x[b].d, pair ? x[b + 1].d : 0);
         }
         chunk_into(NR, T, acc, u, sw, t, b / 2);
@@ -174,7 +187,7 @@ static inline __attribute__((always_inline)) void row_q8_0(const int NR, const i
 
 /* Q5_0: one masked load covers two 22-byte blocks; vpermb spreads the 16 nibble bytes of each block
  * over its 32 lanes (low nibbles first, the element order), the qh words become one 64-bit mask that
- * sets bit 4. Codes 0..31 (init holds -16 x the lane sums). Needs VBMI. */
+ * sets bit 4; signed codes -16..15 (zero where there is no second block). Needs VBMI. */
 __attribute__((target("avx512vbmi"))) static inline __attribute__((always_inline)) void
 row_q5_0(const int NR, const int T, int64_t n, const void *w, size_t ws, const char *t, float *y, int64_t ldy) {
     const int64_t nb = n / 32;
@@ -201,7 +214,8 @@ row_q5_0(const int NR, const int T, int64_t n, const void *w, size_t ws, const c
             uint32_t qh0, qh1 = 0;
             memcpy(&qh0, x[b].qh, 4);
             if (pair) memcpy(&qh1, x[b + 1].qh, 4);
-            u[r] = _mm512_mask_add_epi8(c, (__mmask64)((uint64_t)qh0 | (uint64_t)qh1 << 32), c, b4);
+            const __m512i uc = _mm512_mask_add_epi8(c, (__mmask64)((uint64_t)qh0 | (uint64_t)qh1 << 32), c, b4);
+            u[r] = _mm512_maskz_sub_epi8(pair ? ~0ull : 0xFFFFFFFFull, uc, b4);
             sw[r] = two_scales(x[b].d, pair ? x[b + 1].d : 0);
         }
         chunk_into(NR, T, acc, u, sw, t, b / 2);
@@ -251,8 +265,7 @@ static inline __attribute__((always_inline)) void row_q4_K(const int NR, const i
 }
 
 /* Q6_K: per half of a block, 64 ql bytes give the low nibbles of two 64-code chunks and 32 qh bytes
- * their 2 high bits; codes 0..63 (init holds -32 x the lane sums); the signed 8-bit scales cover 16
- * codes (4 lanes) each */
+ * their 2 high bits; signed codes -32..31; the signed 8-bit scales cover 16 codes (4 lanes) each */
 static inline __attribute__((always_inline)) void row_q6_K(const int NR, const int T, int64_t n, const void *w,
                                                            size_t ws, const char *t, float *y, int64_t ldy) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
@@ -267,8 +280,10 @@ static inline __attribute__((always_inline)) void row_q6_K(const int NR, const i
                 const gm_block_q6_K *x = (const gm_block_q6_K *)((const char *)w + (size_t)r * ws);
                 const __m512i ql = _mm512_loadu_si512(x[i].ql + 64 * h);
                 const __m512i qh = both_halves(_mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h)), 2);
-                u[r] = c % 2 == 0 ? _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_slli_epi16(qh, 4), m30))
-                                  : _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(qh, m30));
+                const __m512i uc =
+                    c % 2 == 0 ? _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_slli_epi16(qh, 4), m30))
+                               : _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(qh, m30));
+                u[r] = _mm512_sub_epi8(uc, _mm512_set1_epi8(32));
                 const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x[i].scales));
                 sw[r] = _mm512_mul_ps(_mm512_set1_ps(h2f(x[i].d)), _mm512_cvtepi32_ps(spread(sc, 4 * c, 4)));
             }
