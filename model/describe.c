@@ -280,12 +280,62 @@ static const char *format_text(const gm_source *s, char *buf, size_t n) {
     return buf;
 }
 
+/* ---- per-layer table: runs of layers with the same facts (Gemma 1-3: the uniform rules of model/model.c) */
+
+static bool same_layer(const gm_layer_config *a, const gm_layer_config *b, int ia, int ib) {
+    return a->head_dim == b->head_dim && a->n_heads == b->n_heads && a->n_kv_heads == b->n_kv_heads &&
+           a->d_ff == b->d_ff && a->window == b->window && a->rope_base == b->rope_base &&
+           a->rope_scale == b->rope_scale && a->rope_dims == b->rope_dims && (a->kv_source == ia) == (b->kv_source == ib);
+}
+
+/* calls fn(first, last, facts) for each run of alike layers */
+static void layer_runs(const gm_config *c, void (*fn)(int, int, const gm_layer_config *, void *), void *user) {
+    for (int i = 0; i < c->n_layers;) {
+        const gm_layer_config a = gm_layer_config_uniform(c, i);
+        int j = i + 1;
+        for (; j < c->n_layers; j++) {
+            const gm_layer_config b = gm_layer_config_uniform(c, j);
+            if (!same_layer(&a, &b, i, j)) break;
+        }
+        fn(i, j - 1, &a, user);
+        i = j;
+    }
+}
+
+static void layer_line(int first, int last, const gm_layer_config *l, void *user) {
+    FILE *out = user;
+    char span[32];
+    snprintf(span, sizeof span, first == last ? "%d" : "%d-%d", first, last);
+    fprintf(out, "  %-8s %-7s window %-5d head_dim %-4d heads %d/%d  ffn %-6d rope base %g scale %g (%d dims)  kv %s\n", span,
+            l->window ? "sliding" : "full", l->window, l->head_dim, l->n_heads, l->n_kv_heads, l->d_ff, l->rope_base,
+            l->rope_scale, l->rope_dims, l->kv_source == first ? "own" : "shared");
+}
+
+static void layer_obj(int first, int last, const gm_layer_config *l, void *user) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "first", first);
+    cJSON_AddNumberToObject(o, "last", last);
+    cJSON_AddStringToObject(o, "kind", l->window ? "sliding" : "full");
+    cJSON_AddNumberToObject(o, "window", l->window);
+    cJSON_AddNumberToObject(o, "head_dim", l->head_dim);
+    cJSON_AddNumberToObject(o, "n_heads", l->n_heads);
+    cJSON_AddNumberToObject(o, "n_kv_heads", l->n_kv_heads);
+    cJSON_AddNumberToObject(o, "d_ff", l->d_ff);
+    cJSON_AddNumberToObject(o, "rope_base", float_for_json(l->rope_base));
+    cJSON_AddNumberToObject(o, "rope_scale", float_for_json(l->rope_scale));
+    cJSON_AddNumberToObject(o, "rope_dims", l->rope_dims);
+    cJSON_AddBoolToObject(o, "kv_shared", l->kv_source != first);
+    cJSON_AddItemToArray(user, o);
+}
+
 static void describe_text(const gm_source *s, const gm_config *c, bool have_cfg, const tok_summary *tok, FILE *out) {
     char fmt[4200];
     fprintf(out, "file: %s\nformat: %s\n", gm_source_path(s), format_text(s, fmt, sizeof fmt));
     if (have_cfg) {
         fprintf(out, "architecture: %s (Gemma %d)\n", c->arch, c->generation);
         config_text(c, out);
+        fprintf(out, "layers:\n");
+        layer_runs(c, layer_line, out);
     }
     tokenizer_text(tok, c, have_cfg, out);
     totals tt;
@@ -302,6 +352,9 @@ static bool describe_json(const gm_source *s, const gm_config *c, bool have_cfg,
     if (have_cfg) {
         cJSON_AddStringToObject(o, "architecture", c->arch);
         cJSON_AddItemToObject(o, "config", config_json(c));
+        cJSON *layers = cJSON_CreateArray();
+        layer_runs(c, layer_obj, layers);
+        cJSON_AddItemToObject(o, "layers", layers);
     } else {
         cJSON_AddNullToObject(o, "config");
         cJSON_AddStringToObject(o, "config_error", cfg_err);

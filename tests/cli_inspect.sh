@@ -42,6 +42,8 @@ for t in Q5_0 Q4_K Q6_K F32; do
 done
 check "236 tensors" grep -Eq "^  tensors +236$" "$tmp/out"
 check "vocab 262144" grep -Eq "^  vocab size +262144$" "$tmp/out"
+check "layer table: 0-4 sliding, window 512" grep -Eq "^  0-4 +sliding +window 512 +head_dim 256 +heads 4/1" "$tmp/out"
+check "layer table: 17 full" grep -Eq "^  17 +full +window 0 " "$tmp/out"
 
 "$bin" inspect --json >"$tmp/json" 2>"$tmp/err"
 check "--json exits 0" test $? -eq 0
@@ -50,6 +52,7 @@ if command -v python3 >/dev/null; then
 fi
 check "--json has n_layers 18" grep -Eq '"n_layers":[[:space:]]*18' "$tmp/json"
 check "--json has by_type Q6_K" grep -Eq '"Q6_K":[[:space:]]*9' "$tmp/json"
+check "--json has the layer runs" grep -Eq '"kind":[[:space:]]*"sliding"' "$tmp/json"
 "$bin" inspect --mtp --json >/dev/null 2>&1
 check "--mtp accepted" test $? -eq 0
 exit $fail
