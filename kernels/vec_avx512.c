@@ -163,64 +163,67 @@ static inline __attribute__((always_inline)) void store_acc(const int NR, const 
         GM_UNROLL                                                                                                  \
         for (int k = 0; k < (T); k++) acc[r][k] = _mm512_setzero_ps()
 
-/* Q8_0: the signed codes as they are; a lone last block fills the low half */
-static inline __attribute__((always_inline)) void row_q8_0(const int NR, const int T, int64_t n, const void *w,
-                                                           size_t ws, const char *t, float *y, int64_t ldy) {
+/* The 32-code block formats (Q8_0, Q5_0): a chunk is a pair of blocks, a lone last block fills the low
+ * half. decode gives the pair's signed codes (zero where there is no second block) and lane scales. */
+typedef void (*pair_decode_fn)(const unsigned char *row, int64_t b, bool pair, __m512i *u, __m512 *sw);
+
+static inline __attribute__((always_inline)) void rows_of_pairs(const int NR, const int T, int64_t n, const void *w,
+                                                                size_t ws, const char *t, float *y, int64_t ldy,
+                                                                pair_decode_fn decode) {
     const int64_t nb = n / 32;
     ACC_ZERO(NR, T);
     for (int64_t b = 0; b < nb; b += 2) {
-        const bool pair = b + 1 < nb;
         __m512i u[2];
         __m512 sw[2];
         GM_UNROLL
-        for (int r = 0; r < NR; r++) {
-            const gm_block_q8_0 *x = (const gm_block_q8_0 *)((const char *)w + (size_t)r * ws);
-            __m512i q = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x[b].qs));
-            if (pair) q = _mm512_inserti64x4(q, _mm256_loadu_si256((const __m256i *)x[b + 1].qs), 1);
-            u[r] = _mm512_maskz_mov_epi32(pair ? (__mmask16)0xFFFF : (__mmask16)0x00FF, q);
-            sw[r] = two_scales(x[b].d, pair ? x[b + 1].d : 0);
-        }
+        for (int r = 0; r < NR; r++) decode((const unsigned char *)w + (size_t)r * ws, b, b + 1 < nb, &u[r], &sw[r]);
         chunk_into(NR, T, acc, u, sw, t, b / 2);
     }
     store_acc(NR, T, acc, y, ldy);
 }
 
-/* Q5_0: one masked load covers two 22-byte blocks; vpermb spreads the 16 nibble bytes of each block
- * over its 32 lanes (low nibbles first, the element order), the qh words become one 64-bit mask that
- * sets bit 4; signed codes -16..15 (zero where there is no second block). Needs VBMI. */
+/* Q8_0: the signed codes as they are */
+static inline __attribute__((always_inline)) void pair_q8_0(const unsigned char *row, int64_t b, bool pair, __m512i *u,
+                                                            __m512 *sw) {
+    const gm_block_q8_0 *x = (const gm_block_q8_0 *)row;
+    __m512i q = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x[b].qs));
+    if (pair) q = _mm512_inserti64x4(q, _mm256_loadu_si256((const __m256i *)x[b + 1].qs), 1);
+    *u = _mm512_maskz_mov_epi32(pair ? (__mmask16)0xFFFF : (__mmask16)0x00FF, q);
+    *sw = two_scales(x[b].d, pair ? x[b + 1].d : 0);
+}
+
+/* Q5_0: one masked load covers two 22-byte blocks; vpermb spreads the 16 nibble bytes of each block over
+ * its 32 lanes (low nibbles first, the element order), the qh words become one 64-bit mask that sets bit 4;
+ * signed codes -16..15. Needs VBMI. */
 __attribute__((target("avx512vbmi"))) static inline __attribute__((always_inline)) void
-row_q5_0(const int NR, const int T, int64_t n, const void *w, size_t ws, const char *t, float *y, int64_t ldy) {
-    const int64_t nb = n / 32;
+pair_q5_0(const unsigned char *row, int64_t b, bool pair, __m512i *u, __m512 *sw) {
     /* lane i < 32: byte 6 + i % 16 of block 0; lane i >= 32: byte 28 + i % 16 (block 1 at +22) */
     const __m512i idx = _mm512_set_epi8(43, 42, 41, 40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28,
                                         43, 42, 41, 40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28,
                                         21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
                                         21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6);
     const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
-    const __mmask64 hi_lanes = 0xFFFF0000FFFF0000ull;
-    ACC_ZERO(NR, T);
-    for (int64_t b = 0; b < nb; b += 2) {
-        const bool pair = b + 1 < nb;
-        __m512i u[2];
-        __m512 sw[2];
-        GM_UNROLL
-        for (int r = 0; r < NR; r++) {
-            const unsigned char *base = (const unsigned char *)w + (size_t)r * ws;
-            const gm_block_q5_0 *x = (const gm_block_q5_0 *)base;
-            /* no second block: the masked load leaves its lanes zero, as the tiles' padding */
-            const __m512i v = _mm512_maskz_loadu_epi8(pair ? (1ull << 44) - 1 : (1ull << 22) - 1, base + 22 * b);
-            const __m512i t0 = _mm512_permutexvar_epi8(idx, v);
-            const __m512i c = _mm512_and_si512(_mm512_mask_blend_epi8(hi_lanes, t0, _mm512_srli_epi16(t0, 4)), m4);
-            uint32_t qh0, qh1 = 0;
-            memcpy(&qh0, x[b].qh, 4);
-            if (pair) memcpy(&qh1, x[b + 1].qh, 4);
-            const __m512i uc = _mm512_mask_add_epi8(c, (__mmask64)((uint64_t)qh0 | (uint64_t)qh1 << 32), c, b4);
-            u[r] = _mm512_maskz_sub_epi8(pair ? ~0ull : 0xFFFFFFFFull, uc, b4);
-            sw[r] = two_scales(x[b].d, pair ? x[b + 1].d : 0);
-        }
-        chunk_into(NR, T, acc, u, sw, t, b / 2);
-    }
-    store_acc(NR, T, acc, y, ldy);
+    const gm_block_q5_0 *x = (const gm_block_q5_0 *)row;
+    /* no second block: the masked load leaves its lanes zero, as the tiles' padding */
+    const __m512i v = _mm512_maskz_loadu_epi8(pair ? (1ull << 44) - 1 : (1ull << 22) - 1, row + 22 * b);
+    const __m512i t0 = _mm512_permutexvar_epi8(idx, v);
+    const __m512i c = _mm512_and_si512(_mm512_mask_blend_epi8(0xFFFF0000FFFF0000ull, t0, _mm512_srli_epi16(t0, 4)), m4);
+    uint32_t qh0, qh1 = 0;
+    memcpy(&qh0, x[b].qh, 4);
+    if (pair) memcpy(&qh1, x[b + 1].qh, 4);
+    const __m512i uc = _mm512_mask_add_epi8(c, (__mmask64)((uint64_t)qh0 | (uint64_t)qh1 << 32), c, b4);
+    *u = _mm512_maskz_sub_epi8(pair ? ~0ull : 0xFFFFFFFFull, uc, b4);
+    *sw = two_scales(x[b].d, pair ? x[b + 1].d : 0);
+}
+
+static inline __attribute__((always_inline)) void row_q8_0(const int NR, const int T, int64_t n, const void *w,
+                                                           size_t ws, const char *t, float *y, int64_t ldy) {
+    rows_of_pairs(NR, T, n, w, ws, t, y, ldy, pair_q8_0);
+}
+
+__attribute__((target("avx512vbmi"))) static inline __attribute__((always_inline)) void
+row_q5_0(const int NR, const int T, int64_t n, const void *w, size_t ws, const char *t, float *y, int64_t ldy) {
+    rows_of_pairs(NR, T, n, w, ws, t, y, ldy, pair_q5_0);
 }
 
 /* Q4_K: chunk c of a block = sub-blocks 2c (low nibbles) and 2c+1 (high); lane scales d * sc_j, then the

@@ -146,13 +146,7 @@ static bool grow_list(idlist *l, int cap) {
 }
 
 static bool push(idlist *l, int v) {
-    if (l->n == l->cap) {
-        const int cap = l->cap ? 2 * l->cap : 64;
-        int *p = realloc(l->v, (size_t)cap * sizeof *p);
-        if (!p) return false;
-        l->v = p;
-        l->cap = cap;
-    }
+    if (l->n == l->cap && !grow_list(l, l->cap ? 2 * l->cap : 64)) return false;
     l->v[l->n++] = v;
     return true;
 }
