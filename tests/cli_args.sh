@@ -6,15 +6,7 @@
 # tokenizer folder.
 # usage: cli_args.sh <gemma binary> <source dir>
 set -u
-GEMMA=$1
-SRC=$2
-TINY=$SRC/tests/data/tiny/gemma3.gguf
-TOK=$SRC/tests/data/tokenizer/tiny/hf_json
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fail=1; }
+. "$2/tests/support/cli_common.sh"
 
 # expect <name> <exit code> <stderr substring or ""> -- command...   (stdin: /dev/null, 60 s cap)
 expect() {

@@ -5,15 +5,7 @@
 # Uses the committed tiny GGUF; the real model only for the early-stop timing check.
 # usage: cli_output.sh <gemma binary> <source dir>
 set -u
-GEMMA=$1
-SRC=$2
-TINY=$SRC/tests/data/tiny/gemma3.gguf
-TOK=$SRC/tests/data/tokenizer/tiny/hf_json
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fail=1; }
+. "$2/tests/support/cli_common.sh"
 [ -w /dev/full ] || { echo "skip: no /dev/full"; exit 77; }
 
 printf 'the cat sat on the mat. the dog ate the cat. ' >"$TMP/text.txt"

@@ -5,14 +5,7 @@
 # and the default real model when present.
 # usage: cli_run.sh <gemma binary> <source dir>
 set -u
-GEMMA=$1
-SRC=$2
-TINY=$SRC/tests/data/tiny/gemma3.gguf
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fail=1; }
+. "$2/tests/support/cli_common.sh"
 
 # expect <name> <exit code> <stderr substring or ""> -- command...
 expect() {
