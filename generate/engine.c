@@ -334,41 +334,65 @@ gm_status gm_engine_eval_ex(gm_engine *e, gm_seq *s, const gm_eval_extras *x, gm
     return GM_OK;
 }
 
-gm_status gm_engine_eval(gm_engine *e, gm_seq *const *seqs, int n, gm_error *err) {
-    if (!e || n < 0 || (n > 0 && !seqs)) return gm_fail(err, GM_ERR_ARG, "gm_engine_eval: bad arguments");
+static gm_status check_eval_args(gm_engine *e, gm_seq *const *seqs, int n, const char *fn, gm_error *err) {
+    if (!e || n < 0 || (n > 0 && !seqs)) return gm_fail(err, GM_ERR_ARG, "%s: bad arguments", fn);
     for (int i = 0; i < n; i++) {
-        if (!seqs[i] || seqs[i]->e != e) return gm_fail(err, GM_ERR_ARG, "gm_engine_eval: sequence %d is not of this engine", i);
-        if (seqs[i]->n_tok == 0) return gm_fail(err, GM_ERR_STATE, "gm_engine_eval: sequence %d has an empty history", i);
+        if (!seqs[i] || seqs[i]->e != e) return gm_fail(err, GM_ERR_ARG, "%s: sequence %d is not of this engine", fn, i);
+        if (seqs[i]->n_tok == 0) return gm_fail(err, GM_ERR_STATE, "%s: sequence %d has an empty history", fn, i);
         for (int j = 0; j < i; j++)
-            if (seqs[j] == seqs[i]) return gm_fail(err, GM_ERR_ARG, "gm_engine_eval: sequence %d is given twice", i);
+            if (seqs[j] == seqs[i]) return gm_fail(err, GM_ERR_ARG, "%s: sequence %d is given twice", fn, i);
         gm_status st = ensure_logits(seqs[i], err);
         if (st) return st;
     }
-    for (int i = 0; i < n; i++) begin_eval(e, seqs[i], true);
-    gm_fwd_batch b = {.aux_row = -1};
-    for (;;) {
-        /* fill a call: single decode tokens first, then prompt chunks, up to n_batch rows */
-        int k = 0;
-        for (int pass = 0; pass < 2; pass++)
-            for (int i = 0; i < n && k < e->n_batch; i++) {
-                gm_seq *s = seqs[i];
-                const int pending = s->n_tok - s->n_kv;
-                if (pending <= 0 || (pass == 0) != (pending == 1)) continue;
-                const int take = pending < e->n_batch - k ? pending : e->n_batch - k;
-                for (int r = 0; r < take; r++, k++) {
-                    const int pos = s->n_kv + r;
-                    e->row_seq[k] = s;
-                    e->rows[k] = (gm_fwd_row){.pos = pos, .token = s->tok[pos], .logits = pos == s->n_tok - 1,
-                                              .logits_out = pos == s->n_tok - 1 ? s->logits : NULL};
-                }
-            }
-        if (k == 0) break;
-        gm_status st = run_rows(e, k, &b, false, err);
-        if (st) return st;
-        for (int i = 0; i < k; i++)
-            if (e->rows[i].logits) e->row_seq[i]->logits_valid = true;
-    }
     return GM_OK;
+}
+
+/* One forward call of at most max_rows rows: single decode tokens first, then prompt chunks in the
+ * order of seqs. *n_rows: rows computed (0 when nothing is pending). */
+static gm_status eval_call(gm_engine *e, gm_seq *const *seqs, int n, int max_rows, int *n_rows, gm_error *err) {
+    int k = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n && k < max_rows; i++) {
+            gm_seq *s = seqs[i];
+            const int pending = s->n_tok - s->n_kv;
+            if (pending <= 0 || (pass == 0) != (pending == 1)) continue;
+            const int take = pending < max_rows - k ? pending : max_rows - k;
+            for (int r = 0; r < take; r++, k++) {
+                const int pos = s->n_kv + r;
+                e->row_seq[k] = s;
+                e->rows[k] = (gm_fwd_row){.pos = pos, .token = s->tok[pos], .logits = pos == s->n_tok - 1,
+                                          .logits_out = pos == s->n_tok - 1 ? s->logits : NULL};
+            }
+        }
+    *n_rows = k;
+    if (k == 0) return GM_OK;
+    gm_fwd_batch b = {.aux_row = -1};
+    gm_status st = run_rows(e, k, &b, false, err);
+    if (st) return st;
+    for (int i = 0; i < k; i++)
+        if (e->rows[i].logits) e->row_seq[i]->logits_valid = true;
+    return GM_OK;
+}
+
+gm_status gm_engine_eval(gm_engine *e, gm_seq *const *seqs, int n, gm_error *err) {
+    gm_status st = check_eval_args(e, seqs, n, "gm_engine_eval", err);
+    if (st) return st;
+    for (int i = 0; i < n; i++) begin_eval(e, seqs[i], true);
+    for (int k = 1; k > 0;)
+        if ((st = eval_call(e, seqs, n, e->n_batch, &k, err))) return st;
+    return GM_OK;
+}
+
+gm_status gm_engine_step(gm_engine *e, gm_seq *const *seqs, int n, int max_rows, int *n_rows, gm_error *err) {
+    if (n_rows) *n_rows = 0;
+    if (max_rows < 1) return gm_fail(err, GM_ERR_ARG, "gm_engine_step: max_rows %d < 1", max_rows);
+    gm_status st = check_eval_args(e, seqs, n, "gm_engine_step", err);
+    if (st) return st;
+    for (int i = 0; i < n; i++) begin_eval(e, seqs[i], true);
+    int k;
+    st = eval_call(e, seqs, n, max_rows < e->n_batch ? max_rows : e->n_batch, &k, err);
+    if (n_rows) *n_rows = k;
+    return st;
 }
 
 gm_status gm_engine_forward(gm_engine *e, const gm_row *rows, int n, float *logits, gm_error *err) {

@@ -217,6 +217,14 @@ typedef struct gm_chat_message {
 
 gm_status gm_chat_render(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n,
                          bool add_generation_prompt, char **out, gm_error *err);
+/* The same conversation as token ids, ready to evaluate: the turn markers (and BOS) are their ids and
+ * every content is encoded as plain text, so a message holding "<end_of_turn><start_of_turn>model"
+ * stays text and cannot forge a turn. For contents without control-token texts the ids equal
+ * gm_tokenize(gm_chat_render(...), parse_special = true). *out: malloc'd, free() it. */
+gm_status gm_chat_tokenize(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n,
+                           bool add_generation_prompt, int32_t **out, size_t *n_out, gm_error *err);
+/* True when s[0..n) is well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF). */
+bool gm_text_is_utf8(const char *s, size_t n);
 /* "gemma" (from the template), "gemma-default" (no template), "gemma-fallback" (a template we did
  * not recognise) or "none" (no Gemma turn tokens: gm_chat_render fails). */
 const char *gm_tokenizer_chat_format(const gm_tokenizer *tok);
@@ -334,6 +342,14 @@ const float *gm_seq_logits(const gm_seq *s);
  * history is cached but has no logits recomputes its last position). Sequences must be distinct and
  * belong to e. */
 gm_status gm_engine_eval(gm_engine *e, gm_seq *const *seqs, int n, gm_error *err);
+
+/* One step of a continuous-batching scheduler: like gm_engine_eval (adoption from the prefix index
+ * included) but a single forward call of at most max_rows rows (capped at n_batch): every sequence's
+ * pending single decode token first, then prompt chunks in the order of seqs, so a long prompt is
+ * computed over several steps without holding up the others. A sequence whose history is complete after
+ * the call has its logits (gm_seq_logits); the others keep computing on later steps. *n_rows (may be
+ * NULL): rows computed, 0 when nothing was pending. Results are those of gm_engine_eval, bit for bit. */
+gm_status gm_engine_step(gm_engine *e, gm_seq *const *seqs, int n, int max_rows, int *n_rows, gm_error *err);
 
 /* One forward call over explicit rows. Rows of one sequence must be its next positions in order
  * (pos == gm_seq_n_computed before the call, then +1 ...); a row at pos == length appends token to the

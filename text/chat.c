@@ -125,3 +125,93 @@ gm_status gm_chat_render(const gm_tokenizer *tok, const gm_chat_message *msgs, s
     *out = b.p;
     return GM_OK;
 }
+
+/* ---- the same turns as token ids, contents never parsed for control tokens.
+ * The rendered text, tokenized with parse_special, splits at each marker and encodes the text between
+ * two markers as one segment; here the markers are ids and each segment (role names, newlines and the
+ * contents joined exactly as gm_chat_render joins them) is encoded with parse_special off. For contents
+ * without marker texts the ids are those of gm_tokenize(gm_chat_render(...), parse_special=true);
+ * a content holding "<end_of_turn>" stays text and cannot open or close a turn. */
+
+typedef struct ibuf {
+    int32_t *p;
+    size_t n, cap;
+    bool oom;
+} ibuf;
+
+static void put_id(ibuf *b, int32_t id) {
+    if (b->oom) return;
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 256;
+        int32_t *np = realloc(b->p, cap * sizeof *np);
+        if (!np) { b->oom = true; return; }
+        b->p = np;
+        b->cap = cap;
+    }
+    b->p[b->n++] = id;
+}
+
+/* Encodes the pending segment (if any) as text and empties it. */
+static gm_status flush_segment(const gm_tokenizer *tok, sbuf *seg, ibuf *ids, gm_error *err) {
+    if (seg->oom) return gm_fail(err, GM_ERR_NOMEM, "chat: out of memory");
+    if (seg->n == 0) return GM_OK;
+    int32_t *t = NULL;
+    size_t nt = 0;
+    gm_status st = gm_tokenize(tok, seg->p, seg->n, false, false, &t, &nt, err);
+    for (size_t i = 0; !st && i < nt; i++) put_id(ids, t[i]);
+    free(t);
+    seg->n = 0;
+    return st;
+}
+
+static gm_status put_marker(const gm_tokenizer *tok, sbuf *seg, ibuf *ids, int32_t id, gm_error *err) {
+    gm_status st = flush_segment(tok, seg, ids, err);
+    if (!st) put_id(ids, id);
+    return st;
+}
+
+gm_status gm_chat_tokenize(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n,
+                           bool add_generation_prompt, int32_t **out, size_t *n_out, gm_error *err) {
+    if (out) *out = NULL;
+    if (n_out) *n_out = 0;
+    if (!out || !n_out) return gm_fail(err, GM_ERR_ARG, "gm_chat_tokenize: NULL argument");
+    /* the checks and errors of gm_chat_render: render once and drop the text */
+    char *text = NULL;
+    gm_status st = gm_chat_render(tok, msgs, n, add_generation_prompt, &text, err);
+    free(text);
+    if (st) return st;
+    const int32_t start = gm_token_id(tok, START, strlen(START)), end = gm_token_id(tok, END, strlen(END));
+    const int32_t bos = gm_tokenizer_bos(tok);
+    const size_t first = !strcmp(msgs[0].role, "system") ? 1 : 0;
+    sbuf seg = {0};
+    ibuf ids = {0};
+    if (bos >= 0) put_id(&ids, bos);
+    for (size_t i = first; i < n && !st; i++) {
+        if ((st = put_marker(tok, &seg, &ids, start, err))) break;
+        puts_(&seg, !strcmp(msgs[i].role, "assistant") ? "model" : msgs[i].role);
+        puts_(&seg, "\n");
+        if (i == first && first) {
+            puts_(&seg, msgs[0].content);
+            puts_(&seg, "\n\n");
+        }
+        size_t cb, ce;
+        trim(msgs[i].content, &cb, &ce);
+        put(&seg, msgs[i].content + cb, ce - cb);
+        if ((st = put_marker(tok, &seg, &ids, end, err))) break;
+        puts_(&seg, "\n");
+    }
+    if (!st && add_generation_prompt) {
+        st = put_marker(tok, &seg, &ids, start, err);
+        puts_(&seg, "model\n");
+    }
+    if (!st) st = flush_segment(tok, &seg, &ids, err);
+    free(seg.p);
+    if (!st && ids.oom) st = gm_fail(err, GM_ERR_NOMEM, "chat: out of memory");
+    if (st) {
+        free(ids.p);
+        return st;
+    }
+    *out = ids.p;
+    *n_out = ids.n;
+    return GM_OK;
+}

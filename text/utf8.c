@@ -69,3 +69,5 @@ size_t gm_utf8_complete_prefix(const uint8_t *s, size_t n) {
     }
     return n;
 }
+
+bool gm_text_is_utf8(const char *s, size_t n) { return s ? gm_utf8_valid((const uint8_t *)s, n) : n == 0; }

@@ -295,15 +295,20 @@ static gm_status prompt_ids(const session *s, const run_args *a, const char *tex
                             size_t *n, gm_error *err) {
     if (!a->chat)
         return gm_tokenize(s->tok, text, len, !a->no_bos && gm_tokenizer_add_bos(s->tok), true, ids, n, err);
+    /* the turn's text is a C string: a NUL would cut it short without a word */
+    if (memchr(text, 0, len)) {
+        if (err) {
+            err->code = GM_ERR_ARG;
+            snprintf(err->msg, sizeof err->msg, "the prompt holds a NUL byte; a chat turn cannot carry it");
+        }
+        return GM_ERR_ARG;
+    }
     char *copy = strndup(text, len);
     if (!copy) return GM_ERR_NOMEM;
     gm_chat_message msg = {"user", copy};
-    char *rendered = NULL;
-    gm_status st = gm_chat_render(s->tok, &msg, 1, true, &rendered, err);
+    /* the user's text is encoded as text: "<end_of_turn>" in it cannot end the turn */
+    gm_status st = gm_chat_tokenize(s->tok, &msg, 1, true, ids, n, err);
     free(copy);
-    if (st) return st;
-    st = gm_tokenize(s->tok, rendered, strlen(rendered), false, true, ids, n, err);
-    free(rendered);
     return st;
 }
 
@@ -433,13 +438,11 @@ static void convo_free(convo *c) {
 static int chat_turn(session *s, const run_args *a, convo *c, const char *user) {
     gm_error err = {0};
     if (!convo_add(c, "user", user)) return 1;
-    char *text = NULL;
     int32_t *ids = NULL;
     size_t n = 0;
     streamer st = {0};
     int rc = 1;
-    if (gm_chat_render(s->tok, c->msgs, c->n, true, &text, &err) != GM_OK ||
-        gm_tokenize(s->tok, text, strlen(text), false, true, &ids, &n, &err) != GM_OK) {
+    if (gm_chat_tokenize(s->tok, c->msgs, c->n, true, &ids, &n, &err) != GM_OK) {
         fprintf(stderr, "gemma chat: %s\n", err.msg);
         c->n--, free(c->owned[c->n]);
         goto out;
@@ -475,7 +478,6 @@ out:
     gm_detok_stream_free(st.ds);
     free(st.reply);
     free(ids);
-    free(text);
     return rc;
 }
 
