@@ -1,0 +1,472 @@
+/* server/scheduler.c — continuous batching: the one thread that owns the engine.
+ *
+ * Each step: admit queued jobs while their choices fit in --parallel; drop jobs whose client went away;
+ * one gm_engine_step over every active sequence — a decode row for each generating choice, then up to
+ * --chunk tokens of pending prompts (oldest first), so a long prompt never freezes the other streams;
+ * then sample every sequence that has logits. A prompt is computed once: when it is done, the first
+ * sequence is forked into the request's n choices (shared KV blocks). The engine's prefix index makes
+ * a repeated prefix (a chat's earlier turns, a system prompt) cost nothing, past the sliding window too.
+ * Batch invariance of the engine makes every result independent of what else runs in the step. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/server.h"
+
+struct srv_sched {
+    gm_engine *e;
+    const gm_tokenizer *tok;
+    srv_options o;
+    srv_metrics *met;
+    int n_vocab;
+    pthread_t th;
+    bool th_started;
+    pthread_mutex_t mu; /* guards the queue and stopping */
+    pthread_cond_t cv;
+    job *q_head, *q_tail;
+    int n_queued;
+    bool stopping;
+    /* scheduler thread only */
+    job **active;
+    int n_active, slots_used;
+    gm_seq **seqs;
+    float *logits_copy;
+};
+
+int sched_n_ctx(const srv_sched *s) { return gm_engine_n_ctx(s->e); }
+
+/* ---------------------------------------------------------------- the queue */
+
+bool sched_submit(srv_sched *s, job *j) {
+    pthread_mutex_lock(&s->mu);
+    const bool ok = !s->stopping && s->n_queued < s->o.queue;
+    if (ok) {
+        pthread_mutex_lock(&j->mu);
+        j->refs++;
+        pthread_mutex_unlock(&j->mu);
+        j->next = NULL;
+        if (s->q_tail) s->q_tail->next = j;
+        else s->q_head = j;
+        s->q_tail = j;
+        s->n_queued++;
+        pthread_cond_signal(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
+/* The oldest queued job if its choices fit in the free slots, which it then takes (first come, first
+ * served: a big request is not overtaken by small ones). */
+static job *pop_fitting(srv_sched *s) {
+    job *j = s->q_head;
+    if (!j || s->slots_used + j->n > s->o.parallel) return NULL;
+    s->slots_used += j->n;
+    s->q_head = j->next;
+    if (!s->q_head) s->q_tail = NULL;
+    s->n_queued--;
+    j->next = NULL;
+    return j;
+}
+
+/* ---------------------------------------------------------------- finishing */
+
+static void free_choices(job *j) {
+    for (int i = 0; i < j->n; i++) {
+        gm_seq_free(j->ch[i].seq);
+        j->ch[i].seq = NULL;
+        gm_detok_stream_free(j->ch[i].ds);
+        j->ch[i].ds = NULL;
+    }
+}
+
+/* Ends an active job (finished, failed or abandoned): its sequences go back to the engine (their
+ * blocks stay in the prefix index), the connection thread is woken, the scheduler's reference dropped. */
+static void retire(srv_sched *s, int k) {
+    job *j = s->active[k];
+    pthread_mutex_lock(&j->mu);
+    free_choices(j);
+    int gen = 0;
+    for (int i = 0; i < j->n; i++) gen += j->ch[i].n_gen;
+    j->done = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    if (!j->err_http) metrics_tokens(s->met, j->n_prompt, j->cached, gen);
+    s->slots_used -= j->n;
+    memmove(s->active + k, s->active + k + 1, (size_t)(s->n_active - k - 1) * sizeof *s->active);
+    s->n_active--;
+    job_release(j);
+}
+
+static void fail_job(job *j, int http, const char *type, const char *msg) {
+    pthread_mutex_lock(&j->mu);
+    if (!j->err_http) job_fail(j, http, type, NULL, "%s", msg);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* ---------------------------------------------------------------- admission */
+
+static void admit(srv_sched *s, job *j) {
+    gm_error err = {0};
+    s->active[s->n_active++] = j; /* its slots were counted when it left the queue */
+    gm_seq *seq = NULL;
+    gm_status st = gm_seq_new(s->e, &seq, &err);
+    if (!st) st = gm_seq_append(seq, j->prompt, j->n_prompt, &err);
+    pthread_mutex_lock(&j->mu);
+    j->ch[0].seq = seq;
+    if (st) job_fail(j, st == GM_ERR_CONTEXT ? 400 : 500, "server_error", NULL, "%s", err.msg);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* ---------------------------------------------------------------- one token */
+
+static bool is_generating(const choice *c) { return c->seq && !c->finish; }
+
+static bool grow_text(choice *c, size_t add) {
+    if (c->len + add + 1 <= c->cap) return true;
+    size_t cap = (c->len + add + 1) * 2 + 64;
+    char *p = realloc(c->text, cap);
+    if (!p) return false;
+    c->text = p;
+    c->cap = cap;
+    return true;
+}
+
+/* After new text: cut at the earliest stop string (it and what follows are never shown), else hold
+ * back the longest tail that could still grow into one. */
+static void apply_stops(const job *j, choice *c, size_t old_len) {
+    size_t best = SIZE_MAX;
+    for (int k = 0; k < j->n_stop; k++) {
+        const size_t sl = strlen(j->stop[k]);
+        const size_t from = old_len >= sl - 1 ? old_len - (sl - 1) : 0;
+        if (c->len < from + sl) continue;
+        const char *p = memmem(c->text + from, c->len - from, j->stop[k], sl);
+        if (p && (size_t)(p - c->text) < best) best = (size_t)(p - c->text);
+    }
+    if (best != SIZE_MAX) {
+        c->len = best;
+        c->text[c->len] = 0;
+        c->visible = c->len;
+        c->finish = "stop";
+        return;
+    }
+    size_t hold = 0;
+    for (int k = 0; k < j->n_stop; k++) {
+        const size_t sl = strlen(j->stop[k]);
+        for (size_t h = sl - 1; h > hold; h--)
+            if (h <= c->len && !memcmp(c->text + c->len - h, j->stop[k], h)) {
+                hold = h;
+                break;
+            }
+    }
+    if (c->len - hold > c->visible) c->visible = c->len - hold;
+}
+
+static void append_text(choice *c, const char *t, size_t n) {
+    if (!n || !grow_text(c, n)) return;
+    memcpy(c->text + c->len, t, n);
+    c->len += n;
+    c->text[c->len] = 0;
+}
+
+/* log-softmax of the raw logits: the sampled token's and the top k */
+static void record_logprobs(const job *j, choice *c, const float *l, int V, int32_t tok) {
+    if (c->n_lp == c->cap_lp) {
+        int cap = c->cap_lp ? c->cap_lp * 2 : 32;
+        lp_entry *p = realloc(c->lp, (size_t)cap * sizeof *p);
+        if (!p) return;
+        c->lp = p;
+        c->cap_lp = cap;
+    }
+    float mx = l[0];
+    for (int i = 1; i < V; i++) mx = l[i] > mx ? l[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < V; i++) sum += exp((double)l[i] - mx);
+    const float lse = mx + (float)log(sum);
+    lp_entry *e = &c->lp[c->n_lp++];
+    memset(e, 0, sizeof *e);
+    e->id = tok;
+    e->lp = l[tok] - lse;
+    const int k = j->top_logprobs;
+    for (int i = 0; i < V && k > 0; i++) { /* insertion into the k best so far */
+        if (e->n_top == k && l[i] <= e->top_lp[k - 1]) continue;
+        int p = e->n_top < k ? e->n_top++ : k - 1;
+        while (p > 0 && e->top_lp[p - 1] < l[i]) {
+            e->top_lp[p] = e->top_lp[p - 1];
+            e->top_id[p] = e->top_id[p - 1];
+            p--;
+        }
+        e->top_lp[p] = l[i];
+        e->top_id[p] = i;
+    }
+    for (int i = 0; i < e->n_top; i++) e->top_lp[i] -= lse;
+}
+
+/* Samples choice i's next token and turns it into text; false on an engine error (j failed). */
+static bool sample_choice(srv_sched *s, job *j, int i, double now) {
+    choice *c = &j->ch[i];
+    gm_error err = {0};
+    const float *l = gm_seq_logits(c->seq);
+    if (j->logprobs && l) memcpy(s->logits_copy, l, (size_t)s->n_vocab * sizeof *l);
+    gm_sampling smp = j->smp;
+    smp.seed = j->smp.seed + (uint64_t)i;
+    int32_t tok;
+    gm_status st = gm_seq_sample(c->seq, &smp, &tok, &err);
+    pthread_mutex_lock(&j->mu);
+    if (st) {
+        job_fail(j, 500, "server_error", NULL, "sampling failed: %s", err.msg);
+        pthread_mutex_unlock(&j->mu);
+        return false;
+    }
+    c->n_gen++;
+    if (c->n_gen > 1) metrics_itl(s->met, now - c->t_last);
+    c->t_last = now;
+    const size_t old_len = c->len;
+    if (gm_token_is_eog(s->tok, tok)) {
+        const char *t;
+        size_t n;
+        gm_detok_stream_flush(c->ds, &t, &n);
+        append_text(c, t, n);
+        c->finish = "stop";
+    } else {
+        const char *t = NULL;
+        size_t n = 0;
+        if (!gm_detok_stream_push(c->ds, tok, &t, &n, &err)) append_text(c, t, n);
+    }
+    if (j->logprobs) record_logprobs(j, c, s->logits_copy, s->n_vocab, tok);
+    if (!c->finish) apply_stops(j, c, old_len);
+    const int limit = j->max_tokens > 0 ? j->max_tokens : INT32_MAX;
+    if (!c->finish && (c->n_gen >= limit || gm_seq_length(c->seq) >= gm_engine_n_ctx(s->e))) {
+        const char *t;
+        size_t n;
+        gm_detok_stream_flush(c->ds, &t, &n);
+        const size_t before = c->len;
+        append_text(c, t, n);
+        apply_stops(j, c, before);
+        if (!c->finish) c->finish = "length";
+    }
+    if (c->finish) c->visible = c->len;
+    if (j->logprobs && c->n_lp) c->lp[c->n_lp - 1].text_end = c->len;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    return true;
+}
+
+/* The prompt is computed: fork it into the n choices and give each its detokenizer. */
+static bool start_choices(srv_sched *s, job *j, double now) {
+    gm_error err = {0};
+    gm_status st = GM_OK;
+    pthread_mutex_lock(&j->mu);
+    j->cached = gm_seq_n_reused(j->ch[0].seq);
+    if (j->cached > j->n_prompt) j->cached = j->n_prompt;
+    for (int i = 1; i < j->n && !st; i++) st = gm_seq_fork(j->ch[0].seq, &j->ch[i].seq, &err);
+    for (int i = 0; i < j->n && !st; i++) st = gm_detok_stream_new(s->tok, false, &j->ch[i].ds, &err);
+    if (st) job_fail(j, 500, "server_error", NULL, "%s", err.msg);
+    j->started = true;
+    j->t_first = now;
+    pthread_mutex_unlock(&j->mu);
+    if (!st) metrics_ttft(s->met, now - j->t_submit);
+    return !st;
+}
+
+/* ---------------------------------------------------------------- the loop */
+
+static bool job_over(job *j) {
+    bool over = j->err_http != 0;
+    if (!over && j->started) {
+        over = true;
+        for (int i = 0; i < j->n; i++) over = over && j->ch[i].finish;
+    }
+    return over;
+}
+
+/* Gathers the sequences with work for this step; returns how many, *n_decode of them decoding. */
+static int gather(srv_sched *s, int *n_decode) {
+    int n = 0;
+    *n_decode = 0;
+    for (int k = 0; k < s->n_active; k++) {
+        job *j = s->active[k];
+        if (!j->started) {
+            s->seqs[n++] = j->ch[0].seq;
+            continue;
+        }
+        for (int i = 0; i < j->n; i++)
+            if (is_generating(&j->ch[i])) s->seqs[n++] = j->ch[i].seq, (*n_decode)++;
+    }
+    return n;
+}
+
+/* After an engine error in a step: a full KV cache fails the newest request still in its prompt (or
+ * the newest of all) so the others can go on; anything else fails every active request. */
+static void on_step_error(srv_sched *s, gm_status st, const gm_error *err) {
+    if (st == GM_ERR_NOMEM) {
+        int victim = s->n_active - 1;
+        for (int k = s->n_active - 1; k >= 0; k--)
+            if (!s->active[k]->started) {
+                victim = k;
+                break;
+            }
+        fail_job(s->active[victim], 503, "server_error", err->msg);
+        return;
+    }
+    for (int k = 0; k < s->n_active; k++) fail_job(s->active[k], 500, "server_error", err->msg);
+}
+
+static void step(srv_sched *s) {
+    int n_decode;
+    const int n = gather(s, &n_decode);
+    if (n == 0) return;
+    gm_error err = {0};
+    gm_status st = gm_engine_step(s->e, s->seqs, n, n_decode + s->o.chunk, NULL, &err);
+    if (st) {
+        on_step_error(s, st, &err);
+        return;
+    }
+    const double now = srv_now();
+    for (int k = 0; k < s->n_active; k++) {
+        job *j = s->active[k];
+        if (j->err_http) continue;
+        if (!j->started) {
+            if (!gm_seq_logits(j->ch[0].seq) || !start_choices(s, j, now)) continue;
+        }
+        for (int i = 0; i < j->n; i++)
+            if (is_generating(&j->ch[i]) && gm_seq_logits(j->ch[i].seq) && !sample_choice(s, j, i, now)) break;
+    }
+}
+
+/* Retires what is over: finished, failed, or abandoned by its client. */
+static void sweep(srv_sched *s) {
+    for (int k = s->n_active - 1; k >= 0; k--) {
+        job *j = s->active[k];
+        pthread_mutex_lock(&j->mu);
+        const bool over = job_over(j) || j->cancelled;
+        pthread_mutex_unlock(&j->mu);
+        if (over) retire(s, k);
+    }
+}
+
+static void publish_state(srv_sched *s) {
+    gm_kv_stats kv;
+    gm_engine_kv_stats(s->e, &kv);
+    pthread_mutex_lock(&s->mu);
+    const int queued = s->n_queued;
+    pthread_mutex_unlock(&s->mu);
+    metrics_state(s->met, queued, s->slots_used, &kv);
+}
+
+/* Shutdown: every active and queued job fails (streams end with an error event and [DONE]). */
+static void drain(srv_sched *s) {
+    for (int k = s->n_active - 1; k >= 0; k--) {
+        fail_job(s->active[k], 503, "server_error", "the server is shutting down");
+        retire(s, k);
+    }
+    pthread_mutex_lock(&s->mu);
+    job *j = s->q_head;
+    s->q_head = s->q_tail = NULL;
+    s->n_queued = 0;
+    pthread_mutex_unlock(&s->mu);
+    while (j) {
+        job *next = j->next;
+        pthread_mutex_lock(&j->mu);
+        job_fail(j, 503, "server_error", NULL, "the server is shutting down");
+        j->done = true;
+        pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+        job_release(j);
+        j = next;
+    }
+}
+
+static void *sched_main(void *arg) {
+    srv_sched *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->stopping && s->n_active == 0 && !s->q_head) pthread_cond_wait(&s->cv, &s->mu);
+        if (s->stopping) {
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        job *admitted[SRV_MAX_N * 64];
+        int n_adm = 0;
+        for (job *j; n_adm < (int)(sizeof admitted / sizeof *admitted) && (j = pop_fitting(s));) admitted[n_adm++] = j;
+        pthread_mutex_unlock(&s->mu);
+        for (int i = 0; i < n_adm; i++) admit(s, admitted[i]);
+        sweep(s);
+        step(s);
+        sweep(s);
+        publish_state(s);
+    }
+    drain(s);
+    publish_state(s);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- life cycle */
+
+/* Every layer's keys and values for one position. */
+static size_t kv_bytes_per_token(const gm_model *m, gm_kv_dtype t) {
+    const gm_config *c = gm_model_config(m);
+    size_t b = 0;
+    for (int il = 0; il < c->n_layers; il++) {
+        const gm_layer_config *l = gm_model_layer(m, il);
+        b += 2 * (size_t)l->n_kv_heads * l->head_dim * (t == GM_KV_DTYPE_F16 ? 2 : 4);
+    }
+    return b;
+}
+
+gm_status sched_new(gm_model *m, const srv_options *o, srv_metrics *metrics, srv_sched **out, gm_error *err) {
+    srv_sched *s = calloc(1, sizeof *s);
+    if (!s) return GM_ERR_NOMEM;
+    s->o = *o;
+    s->met = metrics;
+    s->tok = gm_model_tokenizer(m);
+    s->n_vocab = gm_model_config(m)->n_vocab;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    gm_engine_options eo = {.n_threads = o->threads, .n_ctx = o->n_ctx, .kv_type = o->kv_type,
+                            .no_prefix_cache = o->no_prefix_cache};
+    eo.n_batch = o->parallel + o->chunk > 512 ? o->parallel + o->chunk : 512;
+    /* default budget: every parallel sequence at full context with every position of every layer; the
+     * sliding layers need far less, which leaves the rest to the prefix cache */
+    eo.kv_mem = o->kv_mem ? o->kv_mem : (size_t)o->parallel * (size_t)o->n_ctx * kv_bytes_per_token(m, o->kv_type);
+    gm_status st = gm_engine_new(m, &eo, &s->e, err);
+    s->active = calloc((size_t)o->parallel, sizeof *s->active);
+    s->seqs = calloc((size_t)o->parallel, sizeof *s->seqs);
+    s->logits_copy = malloc((size_t)s->n_vocab * sizeof *s->logits_copy);
+    if (!st && (!s->active || !s->seqs || !s->logits_copy))
+        st = err ? (snprintf(err->msg, sizeof err->msg, "out of memory"), err->code = GM_ERR_NOMEM) : GM_ERR_NOMEM;
+    if (!st && pthread_create(&s->th, NULL, sched_main, s)) {
+        if (err) snprintf(err->msg, sizeof err->msg, "cannot start the scheduler thread");
+        st = GM_ERR_INTERNAL;
+    }
+    s->th_started = !st;
+    if (st) {
+        sched_free(s);
+        return st;
+    }
+    *out = s;
+    return GM_OK;
+}
+
+void sched_stop(srv_sched *s) {
+    if (!s || !s->th_started) return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->th, NULL);
+    s->th_started = false;
+}
+
+void sched_free(srv_sched *s) {
+    if (!s) return;
+    sched_stop(s);
+    if (s->e) gm_engine_free(s->e);
+    free(s->active);
+    free(s->seqs);
+    free(s->logits_copy);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}

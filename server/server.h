@@ -1,0 +1,173 @@
+/* server/server.h — `gemma serve`: an OpenAI-compatible HTTP server over one engine.
+ *
+ *   http.c       libmicrohttpd: routing, limits, API key, request log, the SSE writer (a thread per
+ *                connection; each blocks on its job while the scheduler fills it)
+ *   openai.c     request JSON -> a job (validation, 400s) and a job -> response / stream chunks JSON
+ *   scheduler.c  the one thread that owns the engine: admits queued jobs, runs one forward call per step
+ *                (a decode row for every active sequence plus a chunk of pending prompt), samples
+ *   job.c        a request's state, shared by its connection thread and the scheduler (lock + condvar)
+ *   metrics.c    counters, gauges and histograms; Prometheus text
+ *   webui.c      the chat page at / (server/chat.html, embedded at build time)
+ *
+ * Threads: the scheduler is the only thread that touches the engine and sequences; connection threads
+ * only tokenize (the tokenizer is immutable) and read/write jobs under the job's lock. */
+#ifndef GM_SERVER_SERVER_H
+#define GM_SERVER_SERVER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gemma.h"
+
+enum { SRV_MAX_N = 8, SRV_MAX_STOP = 16, SRV_MAX_STOP_LEN = 256, SRV_MAX_TOP_LOGPROBS = 20 };
+
+typedef struct srv_options {
+    const char *model_path;
+    const char *model_name; /* the id /v1/models reports and responses echo */
+    const char *host;
+    int port;
+    int threads;
+    int n_ctx;              /* positions per sequence */
+    int parallel;           /* sequences generating at once (a request with n = k takes k) */
+    int queue;              /* requests waiting for a slot; one more gets 429 */
+    int chunk;              /* prompt tokens per step (chunked prefill) */
+    size_t kv_mem;
+    gm_kv_dtype kv_type;
+    bool no_prefix_cache;
+    const char *api_key;
+    size_t max_body;        /* bytes */
+    int max_prompt;         /* prompt tokens */
+    int max_tokens;         /* cap on a request's max_tokens */
+    bool quiet;             /* no request log */
+} srv_options;
+
+/* ---------------------------------------------------------------- jobs (job.c) */
+
+typedef enum { JOB_CHAT, JOB_COMPLETION } job_kind;
+
+/* One generated token's log-probabilities (log-softmax of the raw logits). */
+typedef struct lp_entry {
+    int32_t id;
+    float lp;
+    int n_top;
+    int32_t top_id[SRV_MAX_TOP_LOGPROBS];
+    float top_lp[SRV_MAX_TOP_LOGPROBS];
+    size_t text_end;        /* bytes of the choice's text once this token is decoded */
+} lp_entry;
+
+typedef struct choice {
+    gm_seq *seq;
+    gm_detok_stream *ds;
+    char *text;             /* decoded so far (cut at the stop string once finished) */
+    size_t len, cap;
+    size_t visible;         /* bytes no stop string can still claim */
+    size_t sent;            /* bytes already streamed */
+    int n_gen;              /* tokens sampled */
+    const char *finish;     /* NULL while generating; "stop" or "length" */
+    lp_entry *lp;
+    int n_lp, cap_lp, lp_sent;
+    bool role_sent, finish_sent;
+    double t_last;          /* when its last token came (inter-token latency) */
+} choice;
+
+typedef struct job {
+    /* the request, fixed before submission */
+    job_kind kind;
+    bool stream, include_usage;
+    int n;                  /* choices */
+    gm_sampling smp;        /* choice i samples with seed + i */
+    int max_tokens;         /* 0: up to the context */
+    char *stop[SRV_MAX_STOP];
+    int n_stop;
+    bool logprobs;
+    int top_logprobs;
+    int32_t *prompt;
+    int n_prompt;
+    char id[48];
+    long created;
+    const char *model;
+    int conn_fd;            /* the client's socket, watched for a hang-up while waiting; -1: none */
+
+    /* progress, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    choice ch[SRV_MAX_N];
+    int cached;             /* prompt tokens taken from the prefix cache */
+    bool started;           /* prompt computed, choices forked */
+    bool done;
+    int err_http;           /* non-zero: failed with this status */
+    char err_type[40], err_code[40], err_msg[300];
+    bool cancelled;         /* the client went away (set by the connection thread) */
+    int refs;
+    double t_submit, t_first;
+
+    /* the connection thread's stream writer */
+    char *out;
+    size_t out_len, out_pos, out_cap;
+    bool stream_closed;
+    struct job *next;       /* queue link (scheduler) */
+} job;
+
+job *job_new(void);
+void job_release(job *j); /* drops one reference; frees at zero */
+void job_fail(job *j, int http, const char *type, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* Appends bytes to the stream writer's buffer; false on out of memory. */
+bool job_out(job *j, const char *s, size_t n);
+
+/* ---------------------------------------------------------------- metrics (metrics.c) */
+
+typedef struct srv_metrics srv_metrics;
+srv_metrics *metrics_new(void);
+void metrics_free(srv_metrics *m);
+void metrics_request(srv_metrics *m, const char *endpoint, int status);
+void metrics_tokens(srv_metrics *m, int prompt, int cached, int generated);
+void metrics_ttft(srv_metrics *m, double seconds);
+void metrics_itl(srv_metrics *m, double seconds);
+void metrics_state(srv_metrics *m, int queued, int active, const gm_kv_stats *kv);
+/* Prometheus text exposition; malloc'd. */
+char *metrics_render(srv_metrics *m, const char *model);
+
+/* ---------------------------------------------------------------- scheduler (scheduler.c) */
+
+typedef struct srv_sched srv_sched;
+gm_status sched_new(gm_model *m, const srv_options *o, srv_metrics *metrics, srv_sched **out, gm_error *err);
+/* Queues j (the scheduler takes a reference); false when the queue is full or the server stops. */
+bool sched_submit(srv_sched *s, job *j);
+/* Ends every stream (their clients get an error event), refuses new jobs, joins the thread. */
+void sched_stop(srv_sched *s);
+void sched_free(srv_sched *s);
+int sched_n_ctx(const srv_sched *s);
+
+/* ---------------------------------------------------------------- OpenAI JSON (openai.c) */
+
+/* Parses a /v1/chat/completions or /v1/completions body into j (prompt tokenized, fields checked).
+ * false: j carries the 400 (job_fail). */
+bool openai_parse(job *j, job_kind kind, const char *body, size_t len, const gm_tokenizer *tok,
+                  const srv_options *o, int n_ctx);
+/* The non-streaming response body; malloc'd. */
+char *openai_response(job *j, const gm_tokenizer *tok);
+/* Appends the SSE events for what j has made visible since the last call (under j->mu); true once
+ * the stream is complete ([DONE] written). */
+bool openai_stream_more(job *j, const gm_tokenizer *tok);
+/* s[0..n) with invalid UTF-8 and NULs replaced by U+FFFD (JSON strings carry neither); malloc'd. */
+char *srv_clean_utf8(const char *s, size_t n);
+/* {"error": {...}} for j's failure (or the given one); malloc'd. */
+char *openai_error_json(const char *type, const char *code, const char *msg);
+
+/* ---------------------------------------------------------------- the page (webui.c) */
+
+extern const char srv_chat_html[];
+extern const size_t srv_chat_html_len;
+
+/* ---------------------------------------------------------------- the server (http.c) */
+
+/* Opens the model, starts the scheduler and the HTTP daemon, serves until SIGINT / SIGTERM, then stops
+ * cleanly. Returns the process exit status. */
+int srv_run(const srv_options *o);
+
+double srv_now(void);
+
+#endif

@@ -1,0 +1,124 @@
+/* tools/cmd_serve.c — `gemma serve`: options, then the server (server/). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/server.h"
+#include "tools/cli_util.h"
+#include "tools/commands.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: gemma serve [-m MODEL] [--host ADDR] [--port N] [options]\n"
+            "An OpenAI-compatible HTTP server with continuous batching and a prefix cache; a chat page at /.\n"
+            "Endpoints: POST /v1/chat/completions, POST /v1/completions (stream or not), GET /v1/models,\n"
+            "GET /health, GET /metrics (Prometheus), POST /tokenize, POST /detokenize, GET / (chat page).\n"
+            "\n"
+            "  -m, --model PATH      model file or folder (default %s)\n"
+            "  --alias NAME          the model id reported and echoed (default: the file name)\n"
+            "  --host ADDR           address to listen on (default 127.0.0.1: this machine only;\n"
+            "                        0.0.0.0 or :: opens it to the network — set --api-key then)\n"
+            "  --port N              TCP port (default 8080; 0 = any free port, printed at start)\n"
+            "  -t, --threads N       compute threads (default: physical cores)\n"
+            "  -c, --ctx N           context per sequence, prompt + output (default 4096)\n"
+            "  -np, --parallel N     sequences generating at once; a request with n = k takes k (default 4)\n"
+            "  --queue N             requests waiting for a free slot; beyond that 429 (default 64)\n"
+            "  --chunk N             prompt tokens computed per step beside the decode rows: smaller keeps\n"
+            "                        streams smooth while a long prompt arrives (default 256)\n"
+            "  --kv-mem MIB          KV cache budget, live sequences and prefix cache together\n"
+            "                        (default: --parallel x --ctx positions of every layer)\n"
+            "  --kv-type f32|f16     KV storage (default f32)\n"
+            "  --no-prefix-cache     recompute every prompt (no reuse across requests)\n"
+            "  --api-key KEY         require 'Authorization: Bearer KEY' (also $GEMMA_API_KEY);\n"
+            "                        /health and the page stay open\n"
+            "  --max-body BYTES      largest request body (default 8388608; larger: 413)\n"
+            "  --max-prompt N        most prompt tokens a request may have (default: the context - 1)\n"
+            "  --max-tokens N        largest max_tokens a request may ask (default: the context)\n"
+            "  --quiet               no request log on stderr\n"
+            "\n"
+            "Request fields: messages | prompt, max_tokens, max_completion_tokens, temperature (default 1),\n"
+            "top_p, top_k, min_p, presence_penalty, frequency_penalty, repeat_penalty, repeat_last_n, seed,\n"
+            "stop (string or list), n (1..8), logprobs, top_logprobs, stream, stream_options.include_usage.\n"
+            "Chat message contents are text: control-token spellings in them cannot open or close a turn;\n"
+            "/v1/completions prompts are raw (control-token texts are parsed, to write one's own template).\n"
+            "SIGINT / SIGTERM: stop accepting, end open streams with an error event, exit 0.\n",
+            gm_cli_default_model());
+}
+
+/* -1: go on; otherwise the exit status */
+static int parse_args(int argc, char **argv, srv_options *o) {
+    int max_body = 8 << 20;
+    o->max_prompt = o->max_tokens = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--no-prefix-cache")) {
+            o->no_prefix_cache = true;
+            continue;
+        } else if (!strcmp(a, "--quiet")) {
+            o->quiet = true;
+            continue;
+        } else if (!v) {
+            fprintf(stderr, "gemma serve: option %s needs a value (see --help)\n", a);
+            return 2;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            o->model_path = v;
+        } else if (!strcmp(a, "--alias")) {
+            ok = *v != 0;
+            o->model_name = v;
+        } else if (!strcmp(a, "--host")) {
+            ok = *v != 0;
+            o->host = v;
+        } else if (!strcmp(a, "--port")) {
+            ok = cli_parse_int(v, 0, 65535, &o->port);
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            ok = cli_parse_int(v, 1, 1024, &o->threads);
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
+            ok = cli_parse_int(v, 16, 1 << 20, &o->n_ctx);
+        } else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) {
+            ok = cli_parse_int(v, 1, 64, &o->parallel);
+        } else if (!strcmp(a, "--queue")) {
+            ok = cli_parse_int(v, 0, 4096, &o->queue);
+        } else if (!strcmp(a, "--chunk")) {
+            ok = cli_parse_int(v, 1, 4096, &o->chunk);
+        } else if (!strcmp(a, "--kv-mem")) {
+            ok = cli_parse_mib(v, &o->kv_mem);
+        } else if (!strcmp(a, "--kv-type")) {
+            ok = cli_parse_kv_type(v, &o->kv_type);
+        } else if (!strcmp(a, "--api-key")) {
+            ok = *v != 0;
+            o->api_key = v;
+        } else if (!strcmp(a, "--max-body")) {
+            ok = cli_parse_int(v, 1024, 1 << 30, &max_body);
+        } else if (!strcmp(a, "--max-prompt")) {
+            ok = cli_parse_int(v, 1, 1 << 20, &o->max_prompt);
+        } else if (!strcmp(a, "--max-tokens")) {
+            ok = cli_parse_int(v, 1, 1 << 20, &o->max_tokens);
+        } else {
+            fprintf(stderr, "gemma serve: unknown option %s (see --help)\n", a);
+            return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "gemma serve: invalid value '%s' for %s\n", v, a);
+            return 2;
+        }
+        i++;
+    }
+    o->max_body = (size_t)max_body;
+    if (o->max_prompt < 0) o->max_prompt = o->n_ctx - 1;
+    if (o->max_tokens < 0) o->max_tokens = o->n_ctx;
+    return -1;
+}
+
+int cmd_serve(int argc, char **argv) {
+    srv_options o = {.model_path = gm_cli_default_model(), .host = "127.0.0.1", .port = 8080, .n_ctx = 4096,
+                     .parallel = 4, .queue = 64, .chunk = 256};
+    const char *key = getenv("GEMMA_API_KEY");
+    if (key && *key) o.api_key = key;
+    const int rc = parse_args(argc, argv, &o);
+    if (rc >= 0) return rc;
+    return srv_run(&o);
+}
