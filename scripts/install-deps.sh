@@ -9,6 +9,10 @@ command -v clang >/dev/null || need+=(clang)
 [ -f /usr/include/microhttpd.h ] || need+=(libmicrohttpd-dev)
 command -v python3 >/dev/null || need+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need+=(python3-venv)
+# the server's chat-page test drives a real browser
+command -v chromium >/dev/null || need+=(chromium)
+command -v chromedriver >/dev/null || need+=(chromium-driver)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The Python environment of the server tests: .venv-test/ (git-ignored) with the official `openai`
+# client and `selenium` (drives Debian's chromium for the chat-page test). Made once; later runs
+# only check it. Prints the venv's python on stdout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=.venv-test
+PY=$VENV/bin/python
+if ! "$PY" -c "import openai, selenium" >/dev/null 2>&1; then
+  echo "making $VENV (openai, selenium from PyPI)" >&2
+  python3 -m venv "$VENV" >&2
+  "$PY" -m pip install -q --disable-pip-version-check "openai==2.8.1" "selenium==4.38.0" >&2
+fi
+echo "$PWD/$PY"
