@@ -30,6 +30,7 @@ struct srv_metrics {
     int n_req;
     uint64_t prompt_tokens, cached_tokens, generated_tokens;
     int queued, active;
+    int64_t preemptions;
     gm_kv_stats kv;
     histogram ttft, itl;
 };
@@ -90,8 +91,9 @@ void metrics_itl(srv_metrics *m, double s) {
     pthread_mutex_unlock(&m->mu);
 }
 
-void metrics_state(srv_metrics *m, int queued, int active, const gm_kv_stats *kv) {
+void metrics_state(srv_metrics *m, int queued, int active, int64_t preemptions, const gm_kv_stats *kv) {
     pthread_mutex_lock(&m->mu);
+    m->preemptions = preemptions;
     m->queued = queued;
     m->active = active;
     m->kv = *kv;
@@ -160,6 +162,8 @@ char *metrics_render(srv_metrics *m, const char *model) {
     put_value(&t, "gemma_kv_bytes_used", "gauge", "Bytes of KV storage in use (live and cached).", (double)m->kv.bytes_used);
     put_value(&t, "gemma_kv_bytes_budget", "gauge", "The KV budget (--kv-mem).", (double)m->kv.bytes_budget);
     put_value(&t, "gemma_kv_evictions_total", "counter", "Cached KV blocks evicted.", (double)m->kv.evictions);
+    put_value(&t, "gemma_preemptions_total", "counter",
+              "Requests sent back to the queue mid-prompt because the KV budget was full.", (double)m->preemptions);
     put_histogram(&t, "gemma_time_to_first_token_seconds", "From request to its first token.", &m->ttft);
     put_histogram(&t, "gemma_inter_token_latency_seconds", "Between two tokens of one choice.", &m->itl);
     pthread_mutex_unlock(&m->mu);

@@ -28,6 +28,8 @@ struct srv_sched {
     job *q_head, *q_tail;
     int n_queued;
     bool stopping;
+    bool hold;             /* a request was sent back for lack of KV memory: admit nothing until one ends */
+    int64_t preemptions;
     /* scheduler thread only */
     job **active;
     int n_active, slots_used;
@@ -61,7 +63,7 @@ bool sched_submit(srv_sched *s, job *j) {
  * served: a big request is not overtaken by small ones). */
 static job *pop_fitting(srv_sched *s) {
     job *j = s->q_head;
-    if (!j || s->slots_used + j->n > s->o.parallel) return NULL;
+    if (!j || s->hold || s->slots_used + j->n > s->o.parallel) return NULL;
     s->slots_used += j->n;
     s->q_head = j->next;
     if (!s->q_head) s->q_tail = NULL;
@@ -96,6 +98,9 @@ static void retire(srv_sched *s, int k) {
     s->slots_used -= j->n;
     memmove(s->active + k, s->active + k + 1, (size_t)(s->n_active - k - 1) * sizeof *s->active);
     s->n_active--;
+    pthread_mutex_lock(&s->mu);
+    s->hold = false;
+    pthread_mutex_unlock(&s->mu);
     job_release(j);
 }
 
@@ -297,20 +302,42 @@ static int gather(srv_sched *s, int *n_decode) {
     return n;
 }
 
-/* After an engine error in a step: a full KV cache fails the newest request still in its prompt (or
- * the newest of all) so the others can go on; anything else fails every active request. */
+/* A request still in its prompt goes back to the head of the queue: its sequence is freed (the blocks
+ * it computed stay in the prefix index, so it resumes from them when admitted again), and nothing new
+ * is admitted until a running request ends. */
+static void requeue(srv_sched *s, int k) {
+    job *j = s->active[k];
+    pthread_mutex_lock(&j->mu);
+    free_choices(j);
+    pthread_mutex_unlock(&j->mu);
+    s->slots_used -= j->n;
+    memmove(s->active + k, s->active + k + 1, (size_t)(s->n_active - k - 1) * sizeof *s->active);
+    s->n_active--;
+    pthread_mutex_lock(&s->mu);
+    j->next = s->q_head;
+    s->q_head = j;
+    if (!s->q_tail) s->q_tail = j;
+    s->n_queued++;
+    s->hold = true;
+    pthread_mutex_unlock(&s->mu);
+    s->preemptions++;
+}
+
+/* After an engine error in a step. A full KV cache (the live sequences need more than --kv-mem) sends
+ * the newest request still in its prompt back to the queue while others run; with none, the newest
+ * request fails (503) so the rest can finish; a request that does not fit alone fails. Anything else
+ * fails every active request. */
 static void on_step_error(srv_sched *s, gm_status st, const gm_error *err) {
-    if (st == GM_ERR_NOMEM) {
-        int victim = s->n_active - 1;
+    if (st == GM_ERR_NOMEM && s->n_active > 1) {
         for (int k = s->n_active - 1; k >= 0; k--)
-            if (!s->active[k]->started) {
-                victim = k;
-                break;
+            if (!s->active[k]->started && !s->active[k]->err_http) {
+                requeue(s, k);
+                return;
             }
-        fail_job(s->active[victim], 503, "server_error", err->msg);
+        fail_job(s->active[s->n_active - 1], 503, "server_error", err->msg);
         return;
     }
-    for (int k = 0; k < s->n_active; k++) fail_job(s->active[k], 500, "server_error", err->msg);
+    for (int k = 0; k < s->n_active; k++) fail_job(s->active[k], st == GM_ERR_NOMEM ? 503 : 500, "server_error", err->msg);
 }
 
 static void step(srv_sched *s) {
@@ -352,7 +379,7 @@ static void publish_state(srv_sched *s) {
     pthread_mutex_lock(&s->mu);
     const int queued = s->n_queued;
     pthread_mutex_unlock(&s->mu);
-    metrics_state(s->met, queued, s->slots_used, &kv);
+    metrics_state(s->met, queued, s->slots_used, s->preemptions, &kv);
 }
 
 /* Shutdown: every active and queued job fails (streams end with an error event and [DONE]). */

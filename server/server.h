@@ -126,7 +126,7 @@ void metrics_request(srv_metrics *m, const char *endpoint, int status);
 void metrics_tokens(srv_metrics *m, int prompt, int cached, int generated);
 void metrics_ttft(srv_metrics *m, double seconds);
 void metrics_itl(srv_metrics *m, double seconds);
-void metrics_state(srv_metrics *m, int queued, int active, const gm_kv_stats *kv);
+void metrics_state(srv_metrics *m, int queued, int active, int64_t preemptions, const gm_kv_stats *kv);
 /* Prometheus text exposition; malloc'd. */
 char *metrics_render(srv_metrics *m, const char *model);
 

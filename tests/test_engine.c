@@ -149,6 +149,64 @@ TEST(batch_equals_alone) {
     }
 }
 
+/* A continuous-batching scheduler's loop: gm_engine_step with a small row budget (decode rows + 16 prompt
+ * tokens), so prompts are computed over many steps beside other sequences' decodes; every sequence's
+ * logits equal the sequence alone, and no step exceeds its budget. */
+TEST(step_equals_alone) {
+    enum { N = 4 };
+    static const int lens[N] = {1, 70, 130, 200};
+    gm_model *m = open_model(2);
+    if (!m) return;
+    float *ref = malloc((size_t)N * (STEPS + 1) * V * sizeof *ref);
+    int32_t *ids = malloc((size_t)N * 256 * sizeof *ids), rtok[N][STEPS];
+    for (int i = 0; i < N; i++) {
+        tokens(ids + i * 256, lens[i], 300 + (uint64_t)i);
+        reference(m, 1, GM_KV_DTYPE_F32, ids + i * 256, lens[i], STEPS, ref + (size_t)i * (STEPS + 1) * V, rtok[i]);
+    }
+    gm_engine *e = new_engine(m, 2, 512, true, 0, GM_KV_DTYPE_F32);
+    gm_seq *s[N];
+    int done[N] = {0}, bad = 0, steps = 0;
+    gm_error err = {0};
+    for (int i = 0; i < N; i++) {
+        s[i] = new_seq(e);
+        CHECK_OK(gm_seq_append(s[i], ids + i * 256, lens[i], &err), &err);
+    }
+    for (bool busy = true; busy && steps < 200; steps++) {
+        gm_seq *act[N];
+        int na = 0, decoding = 0;
+        for (int i = 0; i < N; i++)
+            if (done[i] <= STEPS) {
+                act[na++] = s[i];
+                decoding += gm_seq_length(s[i]) - gm_seq_n_computed(s[i]) == 1;
+            }
+        int rows = -1;
+        CHECK_OK(gm_engine_step(e, act, na, decoding + 16, &rows, &err), &err);
+        CHECK(rows > 0 && rows <= decoding + 16);
+        busy = false;
+        for (int i = 0; i < N; i++) {
+            const float *l = done[i] <= STEPS ? gm_seq_logits(s[i]) : NULL;
+            if (l) {
+                if (memcmp(l, ref + ((size_t)i * (STEPS + 1) + done[i]) * V, (size_t)V * sizeof *l) != 0 && bad++ < 3)
+                    fprintf(stderr, "  sequence %d (prompt %d) differs from alone after %d tokens\n", i, lens[i], done[i]);
+                if (done[i] < STEPS) CHECK_OK(gm_seq_append(s[i], &rtok[i][done[i]], 1, &err), &err);
+                done[i]++;
+            }
+            busy = busy || done[i] <= STEPS;
+        }
+    }
+    CHECK_MSG(bad == 0, "%d logit rows differ between stepped and alone", bad);
+    CHECK(steps > 200 / 16); /* the 200-token prompt took many steps */
+    int rows = -1;
+    CHECK_OK(gm_engine_step(e, s, N, 8, &rows, &err), &err);
+    CHECK_EQ_INT(rows, 0); /* nothing pending */
+    CHECK_EQ_INT(gm_engine_step(e, s, N, 0, &rows, &err), GM_ERR_ARG);
+    for (int i = 0; i < N; i++) gm_seq_free(s[i]);
+    CHECK_EQ_INT(gm_engine_free(e), GM_OK);
+    gm_model_free(m);
+    free(ref);
+    free(ids);
+}
+
 /* k tokens verified in one forward call equal k single-token decodes; a rollback then continues exactly. */
 TEST(verify_k_equals_decodes) {
     gm_model *m = open_model(2);
@@ -515,6 +573,7 @@ int main(int argc, char **argv) {
 #define MAYBE(t) \
     if (!only || !strcmp(only, #t)) RUN(t)
     MAYBE(batch_equals_alone);
+    MAYBE(step_equals_alone);
     MAYBE(verify_k_equals_decodes);
     MAYBE(fork_then_diverge);
     MAYBE(truncate_then_continue);

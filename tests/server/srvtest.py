@@ -78,7 +78,7 @@ class Server:
     def rss_kib(self):
         with open(f"/proc/{self.proc.pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith("RssAnon:"):  # heap and KV; file pages of the model are not growth
                     return int(line.split()[1])
         return 0
 
