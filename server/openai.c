@@ -251,7 +251,9 @@ static bool output_fields(job *j, const cJSON *root, job_kind kind, const srv_op
                  j->n, o->parallel);
         return false;
     }
-    if (!get_bool(j, root, "stream", &j->stream) || !get_stop(j, root)) return false;
+    if (!get_bool(j, root, "stream", &j->stream) || !get_bool(j, root, "ignore_eos", &j->ignore_eos) ||
+        !get_stop(j, root))
+        return false;
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
     if (so && !cJSON_IsNull(so)) {
         if (!cJSON_IsObject(so)) return bad(j, "'%s' must be an object", "stream_options");

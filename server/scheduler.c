@@ -228,7 +228,7 @@ static bool sample_choice(srv_sched *s, job *j, int i, double now) {
     if (c->n_gen > 1) metrics_itl(s->met, now - c->t_last);
     c->t_last = now;
     const size_t old_len = c->len;
-    if (gm_token_is_eog(s->tok, tok)) {
+    if (gm_token_is_eog(s->tok, tok) && !j->ignore_eos) {
         const char *t;
         size_t n;
         gm_detok_stream_flush(c->ds, &t, &n);

@@ -83,6 +83,7 @@ typedef struct job {
     int n_stop;
     bool logprobs;
     int top_logprobs;
+    bool ignore_eos;        /* llama-server's extension: generate past <eos> / <end_of_turn> (benchmarks) */
     int32_t *prompt;
     int n_prompt;
     char id[48];

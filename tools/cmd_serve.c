@@ -38,7 +38,8 @@ static void usage(FILE *out) {
             "\n"
             "Request fields: messages | prompt, max_tokens, max_completion_tokens, temperature (default 1),\n"
             "top_p, top_k, min_p, presence_penalty, frequency_penalty, repeat_penalty, repeat_last_n, seed,\n"
-            "stop (string or list), n (1..8), logprobs, top_logprobs, stream, stream_options.include_usage.\n"
+            "stop (string or list), n (1..8), logprobs, top_logprobs, stream, stream_options.include_usage,\n"
+            "ignore_eos (llama-server's: generate past the end of turn; for benchmarks).\n"
             "Chat message contents are text: control-token spellings in them cannot open or close a turn;\n"
             "/v1/completions prompts are raw (control-token texts are parsed, to write one's own template).\n"
             "SIGINT / SIGTERM: stop accepting, end open streams with an error event, exit 0.\n",
