@@ -30,6 +30,7 @@ typedef struct server {
     srv_metrics *met;
     char model_id[128];
     int n_ctx;
+    int inflight;       /* requests not yet completed (atomic): shutdown lets them finish writing */
 } server;
 
 /* One request on a connection. */
@@ -427,6 +428,7 @@ static MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *ur
     req *r = *con_cls;
     if (!r) {
         if (!(r = calloc(1, sizeof *r))) return MHD_NO;
+        __atomic_add_fetch(&s->inflight, 1, __ATOMIC_ACQ_REL);
         r->t0 = srv_now();
         r->endpoint = endpoint_name(rt);
         *con_cls = r;
@@ -485,6 +487,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     free(r->body);
     free(r);
     *con_cls = NULL;
+    __atomic_sub_fetch(&s->inflight, 1, __ATOMIC_ACQ_REL);
 }
 
 /* ---------------------------------------------------------------- start and stop */
@@ -547,7 +550,7 @@ int srv_run(const srv_options *o) {
         fprintf(stderr, "gemma serve: %s\n", msg);
         goto out;
     }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
     d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, &s, MHD_OPTION_SOCK_ADDR,
                          (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, &s,
@@ -567,7 +570,12 @@ int srv_run(const srv_options *o) {
     fprintf(stderr, "gemma serve: %s: stopping (ending open streams)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     rc = 0;
 out:
-    sched_stop(s.sched); /* every open job ends; the connection threads answer and return */
+    if (d) MHD_quiesce_daemon(d); /* no new connections */
+    sched_stop(s.sched);          /* every open job ends: its connection thread writes the end and returns */
+    for (int i = 0; d && i < 200 && __atomic_load_n(&s.inflight, __ATOMIC_ACQUIRE) > 0; i++) {
+        struct timespec ts = {0, 25 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     if (d) MHD_stop_daemon(d);
     sched_free(s.sched);
     metrics_free(s.met);

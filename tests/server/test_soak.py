@@ -62,7 +62,7 @@ def test_soak(env):
     for t in threads:
         t.join()
     assert not errors, errors[:3]
-    assert sum(done) >= 16, done
+    assert sum(done) >= (8 if os.environ.get("GM_SANITIZER_BUILD") else 16), done
     m = s.metrics()
     assert m["gemma_sequences_active"] == 0
     if os.environ.get("GM_SANITIZER_BUILD"):
