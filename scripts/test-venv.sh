@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=.venv-test
 PY=$VENV/bin/python
+# the server tests run in parallel under CTest: one of them makes the venv, the others wait for it
+exec 9>"/tmp/gemma-test-venv.$(id -u).lock"
+flock 9
 if ! "$PY" -c "import openai, selenium" >/dev/null 2>&1; then
   echo "making $VENV (openai, selenium from PyPI)" >&2
   python3 -m venv "$VENV" >&2
