@@ -46,6 +46,15 @@ typedef struct req {
 
 /* ---------------------------------------------------------------- replies */
 
+static const char *g_cors; /* --cors, set once before the daemon starts */
+
+static void add_common_headers(struct MHD_Response *resp) {
+    if (g_cors) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", g_cors);
+        MHD_add_response_header(resp, "Vary", "Origin");
+    }
+}
+
 static MHD_Result reply(struct MHD_Connection *c, req *r, int status, const char *type, char *body) {
     if (!body) {
         status = 500;
@@ -59,6 +68,7 @@ static MHD_Result reply(struct MHD_Connection *c, req *r, int status, const char
         return MHD_NO;
     }
     MHD_add_response_header(resp, "Content-Type", type);
+    add_common_headers(resp);
     if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
     if (status == 429) MHD_add_response_header(resp, "Retry-After", "1");
     r->status = status;
@@ -207,6 +217,7 @@ static MHD_Result start_stream(struct MHD_Connection *c, server *s, req *r, job 
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    add_common_headers(resp);
     r->status = 200;
     MHD_Result ret = MHD_queue_response(c, 200, resp);
     MHD_destroy_response(resp);
@@ -401,6 +412,18 @@ static MHD_Result dispatch(struct MHD_Connection *c, server *s, req *r, route rt
 static MHD_Result first_call(struct MHD_Connection *c, server *s, req *r, route rt, bool want_post, const char *method) {
     const bool is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     if (rt == R_NONE) return reply_error(c, r, 404, "invalid_request_error", NULL, "no such endpoint");
+    if (g_cors && !strcmp(method, "OPTIONS")) { /* a browser's preflight: no key needed to ask */
+        struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        if (!resp) return MHD_NO;
+        add_common_headers(resp);
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", want_post ? "POST, OPTIONS" : "GET, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+        r->status = 204;
+        MHD_Result ret = MHD_queue_response(c, 204, resp);
+        MHD_destroy_response(resp);
+        return ret;
+    }
     if (want_post ? !is_post : !is_get) {
         char msg[96];
         snprintf(msg, sizeof msg, "this endpoint takes %s", want_post ? "POST" : "GET");
@@ -520,6 +543,7 @@ static void model_id_of(const char *path, char *out, size_t n) {
 int srv_run(const srv_options *o) {
     server s = {.o = o};
     gm_error err = {0};
+    g_cors = o->cors;
     /* SIGINT / SIGTERM go to sigwait below, not to a random thread */
     sigset_t sigs;
     sigemptyset(&sigs);

@@ -37,6 +37,7 @@ typedef struct srv_options {
     gm_kv_dtype kv_type;
     bool no_prefix_cache;
     const char *api_key;
+    const char *cors;       /* Access-Control-Allow-Origin for browsers on other origins; NULL: none */
     size_t max_body;        /* bytes */
     int max_prompt;         /* prompt tokens */
     int max_tokens;         /* cap on a request's max_tokens */

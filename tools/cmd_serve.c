@@ -31,6 +31,8 @@ static void usage(FILE *out) {
             "  --no-prefix-cache     recompute every prompt (no reuse across requests)\n"
             "  --api-key KEY         require 'Authorization: Bearer KEY' (also $GEMMA_API_KEY);\n"
             "                        /health and the page stay open\n"
+            "  --cors ORIGIN         let pages from ORIGIN (or *) call the API from a browser (CORS);\n"
+            "                        default: none, only the page served here\n"
             "  --max-body BYTES      largest request body (default 8388608; larger: 413)\n"
             "  --max-prompt N        most prompt tokens a request may have (default: the context - 1)\n"
             "  --max-tokens N        largest max_tokens a request may ask (default: the context)\n"
@@ -92,6 +94,9 @@ static int parse_args(int argc, char **argv, srv_options *o) {
         } else if (!strcmp(a, "--api-key")) {
             ok = *v != 0;
             o->api_key = v;
+        } else if (!strcmp(a, "--cors")) {
+            ok = *v != 0;
+            o->cors = v;
         } else if (!strcmp(a, "--max-body")) {
             ok = cli_parse_int(v, 1024, 1 << 30, &max_body);
         } else if (!strcmp(a, "--max-prompt")) {

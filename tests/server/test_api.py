@@ -477,6 +477,18 @@ def test_api_key(env):
         assert r.choices[0].text is not None
 
 
+def test_cors(env):
+    st, h, _ = env["srv"].request("OPTIONS", "/v1/chat/completions", headers={"Origin": "http://x"})
+    assert st == 405, "no CORS unless asked"
+    with Server(env["bin"], "--cors", "*", "--api-key", "k", "--quiet", model=env["model"], parallel=1) as s:
+        st, h, _ = s.request("OPTIONS", "/v1/chat/completions", headers={"Origin": "http://x"})
+        h = dict(h)
+        assert st == 204 and h["Access-Control-Allow-Origin"] == "*", (st, h)
+        assert "Authorization" in h["Access-Control-Allow-Headers"] and "POST" in h["Access-Control-Allow-Methods"]
+        st, h, _ = s.request("GET", "/v1/models", headers={"Authorization": "Bearer k"})
+        assert st == 200 and dict(h)["Access-Control-Allow-Origin"] == "*"
+
+
 def test_queue_full_and_sigterm(env):
     """--parallel 1 --queue 1: a third request is refused with 429; SIGTERM ends the open stream with an
     error event and [DONE], and the server exits 0."""
@@ -525,7 +537,7 @@ def main():
             test_stream_format, test_stop_across_tokens, test_seed_reproducible, test_n_choices, test_logprobs,
             test_errors_openai_client, test_malformed_requests, test_chat_injection, test_tokenize_roundtrip,
             test_parallel_equals_sequential, test_cached_prefix, test_disconnect_frees_sequence, test_metrics,
-            test_api_key, test_queue_full_and_sigterm,
+            test_api_key, test_cors, test_queue_full_and_sigterm,
         ], env)
         if rc:
             print("".join(srv.log[-30:]))
