@@ -32,7 +32,8 @@ struct srv_sched {
     int64_t preemptions;
     /* scheduler thread only */
     job **active;
-    int n_active, slots_used;
+    int n_active;
+    int slots_used;        /* choices of the active jobs (written under mu: sched_submit reads it) */
     gm_seq **seqs;
     float *logits_copy;
 };
@@ -43,7 +44,9 @@ int sched_n_ctx(const srv_sched *s) { return gm_engine_n_ctx(s->e); }
 
 bool sched_submit(srv_sched *s, job *j) {
     pthread_mutex_lock(&s->mu);
-    const bool ok = !s->stopping && s->n_queued < s->o.queue;
+    /* --queue counts requests that must wait: one that fits the free slots now is always taken */
+    const bool fits_now = !s->q_head && !s->hold && s->slots_used + j->n <= s->o.parallel;
+    const bool ok = !s->stopping && (fits_now || s->n_queued < s->o.queue);
     if (ok) {
         pthread_mutex_lock(&j->mu);
         j->refs++;
@@ -95,10 +98,10 @@ static void retire(srv_sched *s, int k) {
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     if (!j->err_http) metrics_tokens(s->met, j->n_prompt, j->cached, gen);
-    s->slots_used -= j->n;
     memmove(s->active + k, s->active + k + 1, (size_t)(s->n_active - k - 1) * sizeof *s->active);
     s->n_active--;
     pthread_mutex_lock(&s->mu);
+    s->slots_used -= j->n;
     s->hold = false;
     pthread_mutex_unlock(&s->mu);
     job_release(j);
@@ -310,10 +313,10 @@ static void requeue(srv_sched *s, int k) {
     pthread_mutex_lock(&j->mu);
     free_choices(j);
     pthread_mutex_unlock(&j->mu);
-    s->slots_used -= j->n;
     memmove(s->active + k, s->active + k + 1, (size_t)(s->n_active - k - 1) * sizeof *s->active);
     s->n_active--;
     pthread_mutex_lock(&s->mu);
+    s->slots_used -= j->n;
     j->next = s->q_head;
     s->q_head = j;
     if (!s->q_tail) s->q_tail = j;

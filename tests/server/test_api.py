@@ -477,6 +477,21 @@ def test_api_key(env):
         assert r.choices[0].text is not None
 
 
+def test_queue_zero(env):
+    """--queue 0: a request that fits a free slot runs; one more while the slot is busy gets 429."""
+    with Server(env["bin"], "--queue", "0", "--quiet", model=env["model"], parallel=1) as s:
+        st, body = s.post("/v1/completions", {"prompt": "Hi", "max_tokens": 2})
+        assert st == 200, body
+        t = threading.Thread(target=lambda: s.post("/v1/completions", {"prompt": PROMPTS[1], "max_tokens": 300,
+                                                                       "ignore_eos": True}))
+        t.start()
+        while s.metrics()["gemma_sequences_active"] < 1:
+            time.sleep(0.02)
+        st, body = s.post("/v1/completions", {"prompt": "Hi", "max_tokens": 2})
+        assert st == 429, (st, body)
+        t.join(300)
+
+
 def test_cors(env):
     st, h, _ = env["srv"].request("OPTIONS", "/v1/chat/completions", headers={"Origin": "http://x"})
     assert st == 405, "no CORS unless asked"
@@ -537,7 +552,7 @@ def main():
             test_stream_format, test_stop_across_tokens, test_seed_reproducible, test_n_choices, test_logprobs,
             test_errors_openai_client, test_malformed_requests, test_chat_injection, test_tokenize_roundtrip,
             test_parallel_equals_sequential, test_cached_prefix, test_disconnect_frees_sequence, test_metrics,
-            test_api_key, test_cors, test_queue_full_and_sigterm,
+            test_api_key, test_queue_zero, test_cors, test_queue_full_and_sigterm,
         ], env)
         if rc:
             print("".join(srv.log[-30:]))
