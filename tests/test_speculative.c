@@ -143,6 +143,31 @@ TEST(greedy_draft_tiny) {
     gm_model_free(other);
 }
 
+/* Proposals that keep failing shut the gate: a near-uniform sampled text (temperature 4) with 1-gram
+ * lookup verifies proposals in few steps; the same with fixed k verifies in most (the control). */
+TEST(gate_backs_off) {
+    gm_model *m = open_model(PATH[2]);
+    if (!m) return;
+    gm_sampling s = gm_sampling_default();
+    s.temperature = 4.0f;
+    s.seed = 5;
+    int32_t ids[256], out[300];
+    const int np = copy_prompt(ids, 3, 20);
+    gm_spec_options so = {.kind = GM_SPEC_LOOKUP, .ngram_min = 1, .k_max = 4};
+    gm_spec_stats st = {0}, ctl = {0};
+    generate(m, &so, ids, np, 300, &s, out, &st);
+    so.fixed_k = true;
+    generate(m, &so, ids, np, 300, &s, out, &ctl);
+    const double rate = (double)st.verify_passes / (double)st.steps, rate_ctl = (double)ctl.verify_passes / (double)ctl.steps;
+    fprintf(stderr, "  verify passes: %lld of %lld steps (gate), %lld of %lld (fixed k); accepted %lld of %lld\n",
+            (long long)st.verify_passes, (long long)st.steps, (long long)ctl.verify_passes, (long long)ctl.steps,
+            (long long)ctl.accepted, (long long)ctl.drafted);
+    CHECK_MSG(rate_ctl > 0.3, "the control proposes in only %.2f of its steps: the test does not exercise the gate",
+              rate_ctl);
+    CHECK_MSG(rate < 0.15, "the gate let proposals through in %.2f of the steps", rate);
+    gm_model_free(m);
+}
+
 /* ---------------------------------------------------------------- rollback */
 
 /* Steps with rejections leave a sequence whose cache equals a fresh computation of its history; the
@@ -569,6 +594,7 @@ int main(int argc, char **argv) {
     MAYBE(lookup_proposals);
     MAYBE(greedy_lookup_tiny);
     MAYBE(greedy_draft_tiny);
+    MAYBE(gate_backs_off);
     MAYBE(rollback);
     MAYBE(many_sequences);
     MAYBE(sampling_lookup_distribution);
