@@ -336,12 +336,12 @@ static int judge(gm_spec *sp, const gm_sampling *o, int32_t *t, gm_status *st, g
             if (i < sp->n_draft && *t == sp->draft[i]) continue;
             return i;
         }
+        if (i == sp->n_draft) { /* past the proposals: an ordinary draw (one pass over the vocabulary) */
+            *st = gm_sampler_sample(sm, o, L, q->tok, nh, t, err);
+            return *st ? -1 : i;
+        }
         int nc;
         if ((*st = gm_sampler_dist(sm, o, L, q->tok, nh, &nc, err))) return -1;
-        if (i == sp->n_draft) {
-            *t = draw(sm, sm->cand, nc, NULL, -1);
-            return i;
-        }
         const int32_t d = sp->draft[i];
         const float *qrow = sp->q_dense ? sp->q + (size_t)i * sp->V : NULL;
         double pd = 0.0;
