@@ -42,6 +42,7 @@ struct gm_spec {
     int32_t shadow;        /* the lookup proposal's first token while the gate is shut; -1: none */
     int32_t draft[GM_SPEC_MAX_K];
     int n_draft;
+    int k_want;            /* draft model: drafts to make this step */
     bool q_dense;          /* q[j * V ..] is the draft's distribution for draft[j]; else point masses */
     float *q;              /* k_max x V, allocated when a sampled draft first needs it */
     float *logits;         /* (k_max + 1) x V */
@@ -118,9 +119,9 @@ static int32_t draw(gm_sampler *sm, const gm_cand *c, int n, const float *qrow, 
     return last;
 }
 
-/* The draft sequence follows the target's history (rolled back to the common prefix), then drafts k
- * tokens one forward call at a time. */
-static gm_status draft_propose(gm_spec *sp, const gm_sampling *o, int k, gm_error *err) {
+/* The draft sequence follows the target's history (rolled back to the common prefix); k_want drafts are
+ * then made by draft_rounds. */
+static gm_status draft_begin(gm_spec *sp, const gm_sampling *o, int k, gm_error *err) {
     gm_seq *q = sp->s, *d = sp->ds;
     if (k > d->e->n_ctx - q->n_tok) k = d->e->n_ctx - q->n_tok;
     if (k <= 0) return GM_OK;
@@ -128,30 +129,62 @@ static gm_status draft_propose(gm_spec *sp, const gm_sampling *o, int k, gm_erro
     while (common < q->n_tok && common < d->n_tok && q->tok[common] == d->tok[common]) common++;
     gm_status st = gm_seq_truncate(d, common, err);
     if (!st) st = gm_seq_append(d, q->tok + common, q->n_tok - common, err);
+    sp->q_dense = o->temperature > 0.0f;
+    if (!st && sp->q_dense && !sp->q && !(sp->q = malloc((size_t)sp->o.k_max * sp->V * sizeof *sp->q)))
+        st = gm_fail(err, GM_ERR_NOMEM, "speculative: out of memory for the draft distributions");
+    if (!st) sp->k_want = k;
+    return st;
+}
+
+/* The next draft token from the draft sequence's logits: greedy, or drawn from q (kept) with the draft's
+ * own RNG. */
+static gm_status draft_pick(gm_spec *sp, const gm_sampling *o, gm_error *err) {
+    gm_seq *d = sp->ds;
     gm_sampling dopt = *o;
     dopt.seed ^= DRAFT_SEED_MIX;
-    const bool sample = o->temperature > 0.0f;
-    if (!st && sample && !sp->q && !(sp->q = malloc((size_t)sp->o.k_max * sp->V * sizeof *sp->q)))
-        st = gm_fail(err, GM_ERR_NOMEM, "speculative: out of memory for the draft distributions");
-    for (int j = 0; j < k && !st; j++) {
-        if ((st = gm_engine_eval(d->e, &d, 1, err))) break;
-        sp->st.draft_evals++;
-        gm_sampler *sm = gm_seq_sampler(d, &dopt);
-        int32_t t;
-        if (!sample) {
-            st = gm_sampler_sample(sm, &dopt, d->logits, d->tok, d->n_tok, &t, err);
-        } else {
-            int nc;
-            if ((st = gm_sampler_dist(sm, &dopt, d->logits, d->tok, d->n_tok, &nc, err))) break;
-            float *qrow = sp->q + (size_t)j * sp->V;
-            memset(qrow, 0, (size_t)sp->V * sizeof *qrow);
-            for (int i = 0; i < nc; i++) qrow[sm->cand[i].id] = sm->cand[i].logit;
-            t = draw(sm, sm->cand, nc, NULL, -1);
-        }
-        if (!st) st = gm_seq_append(d, &t, 1, err);
-        if (!st) sp->draft[sp->n_draft++] = t;
+    gm_sampler *sm = gm_seq_sampler(d, &dopt);
+    int32_t t;
+    gm_status st;
+    if (!sp->q_dense) {
+        st = gm_sampler_sample(sm, &dopt, d->logits, d->tok, d->n_tok, &t, err);
+    } else {
+        int nc;
+        if ((st = gm_sampler_dist(sm, &dopt, d->logits, d->tok, d->n_tok, &nc, err))) return st;
+        float *qrow = sp->q + (size_t)sp->n_draft * sp->V;
+        memset(qrow, 0, (size_t)sp->V * sizeof *qrow);
+        for (int i = 0; i < nc; i++) qrow[sm->cand[i].id] = sm->cand[i].logit;
+        t = draw(sm, sm->cand, nc, NULL, -1);
     }
-    sp->q_dense = sample;
+    if (!st) st = gm_seq_append(d, &t, 1, err);
+    if (!st) sp->draft[sp->n_draft++] = t;
+    return st;
+}
+
+/* Draft-model proposals of every sequence, one token per round: the draft sequences that share a draft
+ * engine are evaluated together in one gm_engine_eval call per round. */
+static gm_status draft_rounds(gm_spec *const *sps, int n, const gm_sampling *s, gm_error *err) {
+    gm_seq *one[16], **list = n <= 16 ? one : malloc((size_t)n * sizeof *list);
+    int *idx = malloc((size_t)n * sizeof *idx);
+    gm_status st = list && idx ? GM_OK : gm_fail(err, GM_ERR_NOMEM, "speculative: out of memory");
+    while (!st) {
+        gm_engine *de = NULL; /* one engine per call: the first that still has drafting to do */
+        int m = 0;
+        for (int i = 0; i < n; i++) {
+            gm_spec *sp = sps[i];
+            if (!sp->ds || sp->n_draft >= sp->k_want || (de && sp->ds->e != de)) continue;
+            de = sp->ds->e;
+            idx[m] = i;
+            list[m++] = sp->ds;
+        }
+        if (!m) break;
+        st = gm_engine_eval(de, list, m, err);
+        for (int j = 0; j < m && !st; j++) {
+            sps[idx[j]]->st.draft_evals++;
+            st = draft_pick(sps[idx[j]], &s[idx[j]], err);
+        }
+    }
+    if (list != one) free(list);
+    free(idx);
     return st ? gm_fail_prefix(err, "speculative: draft model: ") : GM_OK;
 }
 
@@ -166,7 +199,7 @@ static gm_status propose(gm_spec *sp, const gm_sampling *o, int max_new, gm_erro
     sp->shadow = -1;
     if (k > q->e->n_ctx - q->n_tok - 1) k = q->e->n_ctx - q->n_tok - 1;
     if (max_new > 0 && k > max_new - 1) k = max_new - 1;
-    sp->n_draft = 0;
+    sp->n_draft = sp->k_want = 0;
     sp->q_dense = false;
     if (k <= 0) return GM_OK;
     if (sp->o.kind == GM_SPEC_LOOKUP) {
@@ -176,7 +209,7 @@ static gm_status propose(gm_spec *sp, const gm_sampling *o, int max_new, gm_erro
     }
     if (!open && !probe) return GM_OK;
     sp->shut_steps = 0;
-    return draft_propose(sp, o, k, err);
+    return draft_begin(sp, o, k, err);
 }
 
 /* ---------------------------------------------------------------- new / free */
@@ -384,6 +417,7 @@ gm_status gm_spec_step_many(gm_spec *const *sps, int n, const gm_sampling *s, co
     for (int i = 0; i < n; i++) sps[i]->n_out = 0;
     if ((st = prepare(sps, n, err))) return st;
     for (int i = 0; i < n && !st; i++) st = propose(sps[i], &s[i], max_new ? max_new[i] : 0, err);
+    if (!st) st = draft_rounds(sps, n, s, err);
     if (!st) st = verify(sps, n, err);
     for (int i = 0; i < n && !st; i++) st = accept(sps[i], &s[i], err);
     if (st) /* no half step: proposals a failed pass appended go */
