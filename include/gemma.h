@@ -376,11 +376,15 @@ gm_status gm_seq_sample(gm_seq *s, const gm_sampling *opt, int32_t *tok, gm_erro
  *    it drafts k tokens one at a time (greedy when the target is greedy, else sampled from q with
  *    the same settings, q kept for the rejection test).
  * k adapts per sequence: it doubles after a pass that accepted every guess and drops to one more
- * than the accepted count after a rejection (never above k_max); with no n-gram match lookup
- * proposes nothing and the step is a plain decode.
+ * than the accepted count after a rejection (never above k_max). A gate stops proposing while the
+ * running rate at which a step's first guess is accepted is below 1/2 (an extra verify row is far
+ * from free on a CPU); lookup keeps scoring its guesses meanwhile so the gate reopens when the text
+ * turns to copying, a draft model probes with one token every 8 steps. With nothing proposed the
+ * step is a plain decode. fixed_k turns adaptation and the gate off.
  *
  * Batching. A gm_spec holds one sequence's proposer state. gm_spec_step_many runs one step for
- * several sequences of one engine with all their verify rows in a single gm_engine_forward call. */
+ * several sequences of one engine with all their verify rows in a single gm_engine_forward call
+ * (and the drafts of sequences sharing a draft engine in shared calls of that engine). */
 typedef struct gm_spec gm_spec;
 
 typedef enum gm_spec_kind {
@@ -393,7 +397,7 @@ enum { GM_SPEC_MAX_K = 32 }; /* the largest k_max */
 typedef struct gm_spec_options {
     gm_spec_kind kind;
     int k_max;         /* most tokens proposed per pass, [1, GM_SPEC_MAX_K]; 0: 8 */
-    bool fixed_k;      /* always propose k_max (no adaptation): tests and experiments */
+    bool fixed_k;      /* always propose k_max (no adaptation, no gate): tests and experiments */
     int ngram_min;     /* lookup: shortest n-gram matched, [1, 16]; 0: 2 */
     int ngram_max;     /* lookup: longest n-gram matched, [ngram_min, 16]; 0: 4 */
     gm_engine *draft;  /* GM_SPEC_DRAFT: an engine over the draft model (kept by the caller, freed after
