@@ -216,6 +216,15 @@ int gm_seq_n_computed(const gm_seq *s) { return s ? s->n_kv : 0; }
 int gm_seq_n_reused(const gm_seq *s) { return s ? s->n_reused : 0; }
 const float *gm_seq_logits(const gm_seq *s) { return s && s->logits_valid ? s->logits : NULL; }
 
+gm_sampler *gm_seq_sampler(gm_seq *s, const gm_sampling *opt) {
+    if (!s->seeded || s->seed != opt->seed) {
+        gm_sampler_seed(&s->smp, opt->seed);
+        s->seed = opt->seed;
+        s->seeded = true;
+    }
+    return &s->smp;
+}
+
 gm_status gm_seq_sample(gm_seq *s, const gm_sampling *opt, int32_t *tok, gm_error *err) {
     if (!s || !opt) return gm_fail(err, GM_ERR_ARG, "gm_seq_sample: sequence or options are NULL");
     gm_status st = gm_sampling_validate(opt, err);
@@ -223,13 +232,8 @@ gm_status gm_seq_sample(gm_seq *s, const gm_sampling *opt, int32_t *tok, gm_erro
     if (!s->logits_valid) return gm_fail(err, GM_ERR_STATE, "gm_seq_sample: no logits (evaluate the sequence first)");
     if (s->n_tok >= s->e->n_ctx)
         return gm_fail(err, GM_ERR_CONTEXT, "gm_seq_sample: the context is full (%d tokens)", s->e->n_ctx);
-    if (!s->seeded || s->seed != opt->seed) {
-        gm_sampler_seed(&s->smp, opt->seed);
-        s->seed = opt->seed;
-        s->seeded = true;
-    }
     int32_t t;
-    if ((st = gm_sampler_sample(&s->smp, opt, s->logits, s->tok, s->n_tok, &t, err))) return st;
+    if ((st = gm_sampler_sample(gm_seq_sampler(s, opt), opt, s->logits, s->tok, s->n_tok, &t, err))) return st;
     s->tok[s->n_tok++] = t;
     s->logits_valid = false;
     if (tok) *tok = t;

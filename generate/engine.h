@@ -58,6 +58,8 @@ typedef struct gm_eval_extras {
 } gm_eval_extras;
 
 gm_status gm_engine_eval_ex(gm_engine *e, gm_seq *s, const gm_eval_extras *x, gm_error *err);
+/* s's sampler, seeded from opt->seed on first use or when the seed changed (as gm_seq_sample does). */
+gm_sampler *gm_seq_sampler(gm_seq *s, const gm_sampling *opt);
 /* Drops every block of s: the next evaluation computes (or adopts) from position 0. */
 void gm_seq_forget(gm_seq *s);
 

@@ -22,6 +22,7 @@ struct gm_generator {
     int n_aux;
     float *aux_rows;
     int n_aux_rows;
+    gm_spec *spec;         /* speculative decoding in the cached generate calls (NULL: off) */
 };
 
 static void collect_stop_ids(gm_generator *g) {
@@ -64,6 +65,7 @@ gm_status gm_generator_new(const gm_model *m, const gm_generator_options *opt, g
 
 void gm_generator_free(gm_generator *g) {
     if (!g) return;
+    gm_spec_free(g->spec);
     gm_seq_free(g->s);
     gm_engine_free(g->e);
     free(g->aux_ids);
@@ -187,6 +189,43 @@ static gm_status generate_loop(gm_generator *g, step_fn step, int n, const gm_sa
     return GM_OK;
 }
 
+/* Speculative generation: each step appends up to k + 1 tokens; they are handed out one by one, and
+ * those after a stop (stop token, callback, n) are rolled back so the history is what was emitted. */
+static gm_status spec_loop(gm_generator *g, int n, const gm_sampling *s, int32_t *out, gm_token_fn cb, void *user,
+                           int *n_out, gm_error *err) {
+    for (int done = 0; done < n;) {
+        gm_status st = check_step(g, "generate", s, err);
+        if (st) return st;
+        const int32_t *t;
+        int k;
+        if ((st = gm_spec_step(g->spec, s, n - done, &t, &k, err))) return gm_fail_prefix(err, "generate: ");
+        for (int i = 0; i < k; i++) {
+            if (out) out[done] = t[i];
+            if (n_out) *n_out = ++done;
+            const bool stop = (cb && !cb(t[i], user)) || (!g->opt.ignore_stop && gm_generator_is_stop(g, t[i]));
+            if (stop || done == n) {
+                gm_seq_truncate(g->s, g->s->n_tok - (k - 1 - i), NULL);
+                return GM_OK;
+            }
+        }
+    }
+    return GM_OK;
+}
+
+gm_status gm_generator_set_speculative(gm_generator *g, const gm_spec_options *o, gm_error *err) {
+    if (!g) return gm_fail(err, GM_ERR_ARG, "gm_generator_set_speculative: generator is NULL");
+    gm_spec *sp = NULL;
+    if (o) {
+        gm_status st = gm_spec_new(g->s, o, &sp, err);
+        if (st) return st;
+    }
+    gm_spec_free(g->spec);
+    g->spec = sp;
+    return GM_OK;
+}
+
+gm_spec *gm_generator_speculative(const gm_generator *g) { return g ? g->spec : NULL; }
+
 gm_status gm_generator_generate(gm_generator *g, int n, const gm_sampling *s, int32_t *out, int *n_out,
                                 gm_error *err) {
     return generate_loop(g, gm_generator_step, n, s, out, NULL, NULL, n_out, err);
@@ -194,11 +233,19 @@ gm_status gm_generator_generate(gm_generator *g, int n, const gm_sampling *s, in
 
 gm_status gm_generator_generate_cached(gm_generator *g, int n, const gm_sampling *s, int32_t *out, int *n_out,
                                        gm_error *err) {
+    if (g && g->spec && n > 0) {
+        if (n_out) *n_out = 0;
+        return spec_loop(g, n, s, out, NULL, NULL, n_out, err);
+    }
     return generate_loop(g, gm_generator_step_cached, n, s, out, NULL, NULL, n_out, err);
 }
 
 gm_status gm_generator_generate_cached_with(gm_generator *g, int n, const gm_sampling *s, gm_token_fn on_token,
                                             void *user, int *n_out, gm_error *err) {
+    if (g && g->spec && n > 0) {
+        if (n_out) *n_out = 0;
+        return spec_loop(g, n, s, NULL, on_token, user, n_out, err);
+    }
     return generate_loop(g, gm_generator_step_cached, n, s, NULL, on_token, user, n_out, err);
 }
 

@@ -305,10 +305,15 @@ static int top_p_prefix(gm_cand *c, int n, float top_p, double z_all) {
     }
 }
 
-gm_status gm_sampler_sample(gm_sampler *s, const gm_sampling *o, const float *logits, const int32_t *hist,
-                            int n_hist, int32_t *out, gm_error *err) {
+/* The candidates a draw picks from: either *forced >= 0 (greedy, or the tiny-temperature limit) or
+ * s->cand[0..*n) with scaled logits, the best first, and *mx the best scaled logit. Shared by the draw
+ * (gm_sampler_sample) and the distribution (gm_sampler_dist) so both see the same set. */
+static gm_status candidates(gm_sampler *s, const gm_sampling *o, const float *logits, const int32_t *hist,
+                            int n_hist, int *n_out, float *mx_out, int32_t *forced, gm_error *err) {
     gm_status st = gm_sampling_validate(o, err);
     if (st) return st;
+    int32_t *out = forced;
+    *out = -1;
     const int V = s->n_vocab;
     const bool penalties = o->repeat_penalty != 1.0f || o->frequency_penalty != 0.0f || o->presence_penalty != 0.0f;
     if (o->temperature == 0.0f && !penalties) { /* plain greedy: no copy of the logits */
@@ -378,6 +383,18 @@ gm_status gm_sampler_sample(gm_sampler *s, const gm_sampling *o, const float *lo
             if (c[i].logit >= floor_l) c[m++] = c[i];
         n = m; /* c[0] (the best) always survives */
     }
+    *n_out = n;
+    *mx_out = mx;
+    return GM_OK;
+}
+
+gm_status gm_sampler_sample(gm_sampler *s, const gm_sampling *o, const float *logits, const int32_t *hist,
+                            int n_hist, int32_t *out, gm_error *err) {
+    int n;
+    float mx;
+    gm_status st = candidates(s, o, logits, hist, n_hist, &n, &mx, out, err);
+    if (st || *out >= 0) return st;
+    const gm_cand *c = s->cand;
     double z = 0.0;
     for (int i = 0; i < n; i++) z += exp((double)c[i].logit - mx);
     const double u = gm_sampler_uniform(s) * z;
@@ -390,5 +407,22 @@ gm_status gm_sampler_sample(gm_sampler *s, const gm_sampling *o, const float *lo
         }
     }
     *out = c[n - 1].id;
+    return GM_OK;
+}
+
+gm_status gm_sampler_dist(gm_sampler *s, const gm_sampling *o, const float *logits, const int32_t *hist, int n_hist,
+                          int *n, gm_error *err) {
+    float mx;
+    int32_t forced;
+    gm_status st = candidates(s, o, logits, hist, n_hist, n, &mx, &forced, err);
+    if (st) return st;
+    if (forced >= 0) {
+        s->cand[0] = (gm_cand){1.0f, forced};
+        *n = 1;
+        return GM_OK;
+    }
+    double z = 0.0;
+    for (int i = 0; i < *n; i++) z += exp((double)s->cand[i].logit - mx);
+    for (int i = 0; i < *n; i++) s->cand[i].logit = (float)(exp((double)s->cand[i].logit - mx) / z);
     return GM_OK;
 }

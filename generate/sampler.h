@@ -36,6 +36,13 @@ double gm_sampler_uniform(gm_sampler *s);
 gm_status gm_sampler_sample(gm_sampler *s, const gm_sampling *opt, const float *logits, const int32_t *hist,
                             int n_hist, int32_t *out, gm_error *err);
 
+/* The distribution gm_sampler_sample draws from, after penalties, temperature and the filters:
+ * s->cand[0..*n) with .logit holding each candidate's probability (they sum to 1; best first). Greedy
+ * (temperature 0) is one candidate with probability 1. Consumes no random numbers. For speculative
+ * decoding's rejection scheme, which needs p(x) rather than a draw. */
+gm_status gm_sampler_dist(gm_sampler *s, const gm_sampling *opt, const float *logits, const int32_t *hist, int n_hist,
+                          int *n, gm_error *err);
+
 /* Exposed for tests: moves the k largest (logit desc, id asc) of c[0..n) to c[0..k), sorted. */
 void gm_cand_top_k(gm_cand *c, int n, int k);
 

@@ -367,6 +367,86 @@ gm_status gm_engine_forward(gm_engine *e, const gm_row *rows, int n, float *logi
  * seed changes; truncation keeps the stream) and appends it. */
 gm_status gm_seq_sample(gm_seq *s, const gm_sampling *opt, int32_t *tok, gm_error *err);
 
+/* ------------------------------------------------------------------ speculative decoding */
+
+/* Speculative decoding: a proposer guesses the next k tokens of a sequence, the target model checks
+ * them in ONE forward pass (the last accepted token + the k guesses, logits for each row), and the
+ * sequence keeps the guesses the target agrees with plus one token of the target's own; the rest is
+ * rolled back with gm_seq_truncate. A pass reads the weights once for up to k + 1 tokens.
+ *
+ * Exactness. Greedy (temperature 0): a guess is accepted iff it is the token the target would have
+ * picked (argmax after penalties), so the output is byte-identical to decoding without speculation
+ * (the engine's rows are batch-invariant). Sampling: the standard rejection scheme: a guess x drawn
+ * from the proposer's q is accepted with probability min(1, p(x)/q(x)), where p is the target's
+ * distribution after the sequence's sampling settings (penalties, temperature, top-k/p, min-p);
+ * on rejection the token is drawn from the normalised residual max(0, p - q). The output then has
+ * the target's distribution (not the same stream as without speculation: the RNG is used
+ * differently). Prompt lookup's q is a point mass. The random numbers are the target sequence's
+ * (seeded from gm_sampling.seed as gm_seq_sample does); a draft model draws from its own sequence's.
+ *
+ * Proposers.
+ *  GM_SPEC_LOOKUP: the longest recent n-gram (ngram_max down to ngram_min tokens) that ends the
+ *    history and occurred earlier in it (prompt and output) proposes the tokens that followed it.
+ *  GM_SPEC_DRAFT: a second, smaller model with the same vocabulary (checked token by token) runs
+ *    in the caller's engine `draft`, in a sequence of its own that follows the target's history;
+ *    it drafts k tokens one at a time (greedy when the target is greedy, else sampled from q with
+ *    the same settings, q kept for the rejection test).
+ * k adapts per sequence: it doubles after a pass that accepted every guess and drops to one more
+ * than the accepted count after a rejection (never above k_max). A gate stops proposing while the
+ * running rate at which a step's first guess is accepted is below 1/2 (an extra verify row is far
+ * from free on a CPU); lookup keeps scoring its guesses meanwhile so the gate reopens when the text
+ * turns to copying, a draft model probes with one token every 8 steps. With nothing proposed the
+ * step is a plain decode. fixed_k turns adaptation and the gate off.
+ *
+ * Batching. A gm_spec holds one sequence's proposer state. gm_spec_step_many runs one step for
+ * several sequences of one engine with all their verify rows in a single gm_engine_forward call
+ * (and the drafts of sequences sharing a draft engine in shared calls of that engine). */
+typedef struct gm_spec gm_spec;
+
+typedef enum gm_spec_kind {
+    GM_SPEC_LOOKUP = 1,
+    GM_SPEC_DRAFT = 2,
+} gm_spec_kind;
+
+enum { GM_SPEC_MAX_K = 32 }; /* the largest k_max */
+
+typedef struct gm_spec_options {
+    gm_spec_kind kind;
+    int k_max;         /* most tokens proposed per pass, [1, GM_SPEC_MAX_K]; 0: 8 */
+    bool fixed_k;      /* always propose k_max (no adaptation, no gate): tests and experiments */
+    int ngram_min;     /* lookup: shortest n-gram matched, [1, 16]; 0: 2 */
+    int ngram_max;     /* lookup: longest n-gram matched, [ngram_min, 16]; 0: 4 */
+    gm_engine *draft;  /* GM_SPEC_DRAFT: an engine over the draft model (kept by the caller, freed after
+                          the gm_spec; several gm_spec may share it) */
+} gm_spec_options;
+
+/* Counters since gm_spec_new. Acceptance rate = accepted / drafted; tokens per pass = tokens / passes. */
+typedef struct gm_spec_stats {
+    int64_t steps;       /* gm_spec_step(_many) steps of this sequence */
+    int64_t passes;      /* target forward passes made by those steps */
+    int64_t verify_passes; /* passes that checked at least one proposed token */
+    int64_t drafted;     /* tokens proposed */
+    int64_t accepted;    /* proposed tokens accepted */
+    int64_t tokens;      /* tokens appended (accepted + one of the target's per step) */
+    int64_t draft_evals; /* draft-model forward calls */
+} gm_spec_stats;
+
+/* Speculation over the target sequence s (which must outlive it). Bad options (k_max outside
+ * [1, GM_SPEC_MAX_K], n-gram lengths, a missing draft engine, a draft model whose vocabulary differs
+ * from the target's) -> GM_ERR_ARG with a message. */
+gm_status gm_spec_new(gm_seq *s, const gm_spec_options *o, gm_spec **out, gm_error *err);
+void gm_spec_free(gm_spec *sp);
+/* One step: propose, verify in one forward pass, accept. Appends 1..k+1 tokens to the sequence (at
+ * most max_new; max_new <= 0: no limit but the context) and returns them in *toks[0..*n) (valid until
+ * the next call). The history may have any uncomputed suffix (a prompt): it is evaluated first. */
+gm_status gm_spec_step(gm_spec *sp, const gm_sampling *s, int max_new, const int32_t **toks, int *n, gm_error *err);
+/* One step for each of sps[0..n) (distinct sequences of one engine), every verify row in one forward
+ * call; s[i] and max_new[i] (NULL: no limit) are sequence i's. gm_spec_last gives each one's tokens. */
+gm_status gm_spec_step_many(gm_spec *const *sps, int n, const gm_sampling *s, const int *max_new, gm_error *err);
+const int32_t *gm_spec_last(const gm_spec *sp, int *n);
+void gm_spec_get_stats(const gm_spec *sp, gm_spec_stats *out);
+gm_seq *gm_spec_seq(const gm_spec *sp);
+
 /* ------------------------------------------------------------------ generator (one engine + one sequence) */
 
 typedef struct gm_generator gm_generator;
@@ -457,6 +537,13 @@ gm_status gm_generator_prefill_from_embeds(gm_generator *g, const int32_t *ids, 
  * inside each image). The whole prompt must fit one batch (n <= n_batch option, default 512). */
 gm_status gm_generator_prefill_from_embeds_masked(gm_generator *g, const int32_t *ids, int n, const float *embeds,
                                                   const float *mask, const float **logits, gm_error *err);
+
+/* Speculative decoding (see "speculative decoding") in gm_generator_generate_cached and _with; o NULL
+ * turns it off. Tokens a step appended past a stop token, a callback's stop or n are rolled back, so
+ * the history afterwards is what was emitted. Hidden-state taps are not recorded while it is on. */
+gm_status gm_generator_set_speculative(gm_generator *g, const gm_spec_options *o, gm_error *err);
+/* The generator's speculative state (NULL when off): for gm_spec_get_stats. */
+gm_spec *gm_generator_speculative(const gm_generator *g);
 
 /* Hidden-state taps: each later cached step (decode or prefill pass) records the INPUT hidden state
  * of these layers at the last computed position. Ids outside [0, n_layers) are dropped, duplicates

@@ -16,12 +16,12 @@
 /* ---------------------------------------------------------------- options */
 
 typedef struct run_args {
-    const char *model, *prompt, *file, *system;
-    int n_predict, n_threads, n_ctx;
+    const char *model, *prompt, *file, *system, *draft_model;
+    int n_predict, n_threads, n_ctx, draft_max;
     size_t kv_mem;
     gm_kv_dtype kv_type;
     gm_sampling s;
-    bool naive, no_bos, chat, truncate, ignore_eos, verbose;
+    bool naive, no_bos, chat, truncate, ignore_eos, verbose, lookup;
 } run_args;
 
 static bool parse_int(const char *flag, const char *v, long lo, long hi, int *out) {
@@ -59,12 +59,14 @@ static bool parse_u64(const char *flag, const char *v, uint64_t *out) {
 static void usage(FILE *out, bool chat) {
     if (chat)
         fprintf(out, "usage: gemma chat [-m MODEL] [-s SYSTEM] [-n N] [-t THREADS] [-c CTX] [sampling options]\n"
+                     "                  [--lookup | --draft-model PATH] [--draft-max K]\n"
                      "  reads user turns from stdin, one per line; /reset clears the conversation, /exit quits\n"
                      "  -s TEXT   system prompt (folded into the first user turn)\n"
                      "  -n N      at most N tokens per reply (default 512)\n");
     else
         fprintf(out, "usage: gemma run [-m MODEL] -p PROMPT | -f FILE [-n N] [-t THREADS] [-c CTX] [sampling options]\n"
                      "                 [--naive] [--no-bos] [--chat] [--truncate] [--ignore-eos] [-v]\n"
+                     "                 [--lookup | --draft-model PATH] [--draft-max K]\n"
                      "  -p TEXT   prompt (special tokens such as <start_of_turn> are parsed)\n"
                      "  -f FILE   read the prompt from FILE\n"
                      "  -n N      tokens to generate (default 64)\n"
@@ -81,8 +83,13 @@ static void usage(FILE *out, bool chat) {
                  "  --kv-mem MIB       KV cache budget (default: one context of every layer)\n"
                  "  --temp T --top-k K --top-p P --min-p M --repeat-penalty R --repeat-last-n N\n"
                  "  --frequency-penalty F --presence-penalty P --seed S   (default: greedy, temperature 0)\n"
-                 "  -v        verbose\n",
-            gm_cli_default_model(), gm_physical_cores(), GM_DEFAULT_MAX_CTX);
+                 "  --lookup           speculative decoding by prompt lookup: an n-gram that ends the text and\n"
+                 "                     occurred earlier in it proposes what followed; the model checks the\n"
+                 "                     proposals in one pass (greedy output unchanged, sampling distribution kept)\n"
+                 "  --draft-model PATH speculative decoding with a smaller model of the same vocabulary drafting\n"
+                 "  --draft-max K      most tokens proposed per pass, 1..%d (default 8; k adapts below it)\n"
+                 "  -v        verbose (with speculation: passes, acceptance rate, tokens per pass)\n",
+            gm_cli_default_model(), gm_physical_cores(), GM_DEFAULT_MAX_CTX, GM_SPEC_MAX_K);
 }
 
 /* Returns 0 to go on, 1 after --help (exit 0), 2 on a bad option. */
@@ -120,6 +127,8 @@ static int parse_args(int argc, char **argv, bool chat, run_args *a) {
         else if (IS("--frequency-penalty")) ok = parse_float(o, v, &a->s.frequency_penalty);
         else if (IS("--presence-penalty")) ok = parse_float(o, v, &a->s.presence_penalty);
         else if (IS("--seed")) ok = parse_u64(o, v, &a->s.seed);
+        else if (IS("--draft-model")) { a->draft_model = v; ok = v != NULL; }
+        else if (IS("--draft-max")) ok = parse_int(o, v, 1, GM_SPEC_MAX_K, &a->draft_max);
         else {
             used = false;
             if (!chat && IS("--naive")) a->naive = true;
@@ -127,6 +136,7 @@ static int parse_args(int argc, char **argv, bool chat, run_args *a) {
             else if (!chat && IS("--chat")) a->chat = true;
             else if (!chat && IS("--truncate")) a->truncate = true;
             else if (IS("--ignore-eos")) a->ignore_eos = true;
+            else if (IS("--lookup")) a->lookup = true;
             else if (IS("-v") || IS("--verbose")) a->verbose = true;
             else {
                 fprintf(stderr, "gemma %s: unknown option '%s' (see --help)\n", chat ? "chat" : "run", o);
@@ -145,6 +155,19 @@ static int parse_args(int argc, char **argv, bool chat, run_args *a) {
                         "context) or at least 2\n", chat ? "chat" : "run");
         return 2;
     }
+    const char *cmd = chat ? "chat" : "run";
+    if (a->lookup && a->draft_model) {
+        fprintf(stderr, "gemma %s: --lookup and --draft-model are two ways to propose tokens: give one\n", cmd);
+        return 2;
+    }
+    if (a->naive && (a->lookup || a->draft_model)) {
+        fprintf(stderr, "gemma %s: --naive recomputes every token; it does not combine with speculation\n", cmd);
+        return 2;
+    }
+    if (a->draft_max && !a->lookup && !a->draft_model) {
+        fprintf(stderr, "gemma %s: --draft-max needs --lookup or --draft-model\n", cmd);
+        return 2;
+    }
     gm_error err = {0};
     if (gm_sampling_validate(&a->s, &err) != GM_OK) {
         fprintf(stderr, "gemma %s: %s\n", chat ? "chat" : "run", err.msg);
@@ -156,11 +179,31 @@ static int parse_args(int argc, char **argv, bool chat, run_args *a) {
 /* ---------------------------------------------------------------- shared set-up */
 
 typedef struct session {
-    gm_model *m;
+    gm_model *m, *dm;      /* dm, de: the draft model and its engine (--draft-model) */
+    gm_engine *de;
     gm_generator *g;
     const gm_tokenizer *tok;
     double load_s;
 } session;
+
+static void close_session(session *s);
+
+/* --lookup / --draft-model: the generator's speculative decoding; the draft model gets its own engine
+ * with the same threads and context (capped at its own). */
+static gm_status open_speculation(const run_args *a, session *s, gm_error *err) {
+    if (!a->lookup && !a->draft_model) return GM_OK;
+    gm_spec_options so = {.kind = a->lookup ? GM_SPEC_LOOKUP : GM_SPEC_DRAFT, .k_max = a->draft_max};
+    if (a->draft_model) {
+        gm_status st = gm_model_open(a->draft_model, NULL, &s->dm, err);
+        if (st) return st;
+        const int dctx = gm_model_config(s->dm)->context_length, n_ctx = gm_generator_n_ctx(s->g);
+        const gm_engine_options eo = {.n_threads = a->n_threads, .n_ctx = n_ctx < dctx ? n_ctx : dctx,
+                                      .kv_type = a->kv_type};
+        if ((st = gm_engine_new(s->dm, &eo, &s->de, err))) return st;
+        so.draft = s->de;
+    }
+    return gm_generator_set_speculative(s->g, &so, err);
+}
 
 static int open_session(const run_args *a, const char *cmd, session *s) {
     gm_error err = {0};
@@ -177,6 +220,11 @@ static int open_session(const run_args *a, const char *cmd, session *s) {
         gm_model_free(s->m);
         return 1;
     }
+    if (open_speculation(a, s, &err) != GM_OK) {
+        fprintf(stderr, "gemma %s: %s%s\n", cmd, a->draft_model && !s->de ? "draft model: " : "", err.msg);
+        close_session(s);
+        return 1;
+    }
     s->tok = gm_model_tokenizer(s->m);
     s->load_s = cli_now_s() - t0;
     if (a->verbose)
@@ -187,8 +235,23 @@ static int open_session(const run_args *a, const char *cmd, session *s) {
 }
 
 static void close_session(session *s) {
-    gm_generator_free(s->g);
+    gm_generator_free(s->g); /* frees the speculative state, whose draft sequence lives in s->de */
+    gm_engine_free(s->de);
+    gm_model_free(s->dm);
     gm_model_free(s->m);
+}
+
+/* -v: the speculative counters so far. */
+static void print_spec_stats(const session *s, const run_args *a, const char *cmd) {
+    gm_spec_stats ss;
+    gm_spec_get_stats(gm_generator_speculative(s->g), &ss);
+    if (!gm_generator_speculative(s->g)) return;
+    fprintf(stderr, "gemma %s: speculative (%s): %lld passes (%lld verifying proposals), %lld proposed, %lld accepted "
+                    "(%.1f%%), %.2f tokens per pass\n", cmd, a->lookup ? "lookup" : "draft model", (long long)ss.passes,
+            (long long)ss.verify_passes, (long long)ss.drafted, (long long)ss.accepted,
+            ss.drafted ? 100.0 * (double)ss.accepted / (double)ss.drafted : 0.0,
+            ss.passes ? (double)ss.tokens / (double)ss.passes : 0.0);
+    if (a->draft_model) fprintf(stderr, "gemma %s: draft model: %lld forward calls\n", cmd, (long long)ss.draft_evals);
 }
 
 /* Streams each token's text to stdout as it is generated. */
@@ -244,6 +307,23 @@ static void stream_flush(streamer *st) {
     stream_text(st, text, len);
 }
 
+/* The speculative path: the generator hands out the tokens of each verify pass one by one. */
+static gm_status generate_spec(session *s, int n, const run_args *a, streamer *st, double t0, double *t_prefill,
+                               double *t_gen, int *n_gen, gm_error *err) {
+    int ctx_used;
+    gm_generator_tokens(s->g, &ctx_used);
+    const int room = gm_generator_n_ctx(s->g) - ctx_used;
+    const bool clipped = n > room;
+    gm_status rc = gm_generator_generate_cached_with(s->g, clipped ? room : n, &a->s, on_token, st, n_gen, err);
+    if (rc) return rc;
+    const double t1 = cli_now_s();
+    *t_prefill = *n_gen ? st->t_first - t0 : t1 - t0;
+    *t_gen = *n_gen ? t1 - st->t_first : 0;
+    if (clipped && *n_gen == room)
+        fprintf(stderr, "\ngemma: the context is full (%d tokens); stopping\n", gm_generator_n_ctx(s->g));
+    return GM_OK;
+}
+
 /* Generates up to n tokens after the history, streaming them. The first token's time (prefill +
  * first sample) is reported separately from the rest. */
 static gm_status generate_stream(session *s, const run_args *a, int n, streamer *st, double *t_prefill,
@@ -252,6 +332,7 @@ static gm_status generate_stream(session *s, const run_args *a, int n, streamer 
     *t_prefill = *t_gen = 0;
     if (n <= 0) return GM_OK;
     const double t0 = cli_now_s();
+    if (gm_generator_speculative(s->g)) return generate_spec(s, n, a, st, t0, t_prefill, t_gen, n_gen, err);
     int32_t t;
     gm_status rc = a->naive ? gm_generator_step(s->g, &a->s, &t, err) : gm_generator_step_cached(s->g, &a->s, &t, err);
     if (rc) return rc;
@@ -385,6 +466,7 @@ int cmd_run(int argc, char **argv) {
     fprintf(stderr, "\nload: %.0f ms | prompt: %zu tokens, %.1f tokens/s | generation: %d tokens, %.1f tokens/s%s\n",
             s.load_s * 1e3, n_use, t_pp > 0 ? (double)n_use / t_pp : 0.0, n_gen,
             (n_gen > 1 && t_tg > 0) ? (n_gen - 1) / t_tg : 0.0, a.naive ? " (naive)" : "");
+    if (a.verbose) print_spec_stats(&s, &a, "run");
     status = st.failed ? 1 : 0;
 done:
     gm_detok_stream_free(st.ds);
@@ -473,6 +555,7 @@ static int chat_turn(session *s, const run_args *a, convo *c, const char *user) 
     if (a->verbose)
         fprintf(stderr, "[%zu prompt tokens (%d reused from the cache, %zu computed) in %.0f ms, %d generated, %.1f tokens/s]\n",
                 n, reused, n - (size_t)reused, t_pp * 1e3, n_gen, (n_gen > 1 && t_tg > 0) ? (n_gen - 1) / t_tg : 0.0);
+    if (a->verbose) print_spec_stats(s, a, "chat");
     rc = convo_add(c, "model", st.reply ? st.reply : "") ? 0 : 1;
 out:
     gm_detok_stream_free(st.ds);

@@ -1,0 +1,437 @@
+/* generate/speculative.c — speculative decoding (gemma.h, "speculative decoding"): proposers (prompt
+ * lookup, a draft model), one verify pass of the target over the proposals, acceptance (greedy
+ * equality or the rejection scheme), rollback with gm_seq_truncate.
+ *
+ * A step, per sequence: `base` is the history length before it. Afterwards the history is base
+ * + a accepted proposals + the target's token, and the cache holds every position but that last
+ * token (the generator's invariant), so the next step's pass starts with it. Logits row i of a
+ * step is the target's distribution for history position base + i: row 0 is the sequence's own
+ * logits when its last token was already computed (have_base), else the pass's first row. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "generate/engine.h"
+#include "generate/sampler.h"
+#include "generate/speculative.h"
+
+/* The draft sequence's RNG is seeded apart from the target's: the same stream for the draw of a
+ * guess and for its acceptance test would correlate them and bias the output. */
+#define DRAFT_SEED_MIX 0xD1B54A32D192ED03ull
+
+/* The gate. On a CPU an extra verify row is far from free (the 270M model on 2 cores: a pass of 2 rows
+ * costs ~1.45 of 1 row; the LM head alone is 168M multiply-adds a row), so a proposal pays only when
+ * its first token is accepted often enough. A sequence keeps a running estimate of that rate (each
+ * step weighs 1/GATE_WEIGHT) and proposes only while it is at least GATE_OPEN. Lookup proposals cost
+ * nothing to make, so while the gate is shut they are still made and scored against the token the
+ * target then picks (shadowing): the gate reopens as soon as the text turns to copying. A draft model
+ * is shut out for real, except for a one-token probe every GATE_PROBE steps. */
+#define GATE_OPEN 0.5
+#define GATE_WEIGHT 8.0
+#define GATE_PROBE 8
+
+struct gm_spec {
+    gm_seq *s;             /* the target sequence */
+    gm_spec_options o;
+    gm_seq *ds;            /* the draft model's sequence (GM_SPEC_DRAFT) */
+    int V;
+    int k_cur;             /* proposals wanted next step (adapted) */
+    double rate;           /* running rate at which the first proposed token is accepted (the gate) */
+    int shut_steps;        /* steps since the gate shut or since the last probe */
+    int32_t shadow;        /* the lookup proposal's first token while the gate is shut; -1: none */
+    int32_t draft[GM_SPEC_MAX_K];
+    int n_draft;
+    int k_want;            /* draft model: drafts to make this step */
+    bool q_dense;          /* q[j * V ..] is the draft's distribution for draft[j]; else point masses */
+    float *q;              /* k_max x V, allocated when a sampled draft first needs it */
+    float *logits;         /* (k_max + 1) x V */
+    gm_row rows[GM_SPEC_MAX_K + 1];
+    int base;
+    bool have_base;
+    int32_t out[GM_SPEC_MAX_K + 1];
+    int n_out;
+    gm_spec_stats st;
+};
+
+/* ---------------------------------------------------------------- proposers */
+
+int gm_lookup_propose(const int32_t *h, int n, int ngram_min, int ngram_max, int k, int32_t *out) {
+    if (!h || k <= 0 || ngram_min < 1) return 0;
+    for (int g = ngram_max < n - 1 ? ngram_max : n - 1; g >= ngram_min; g--) {
+        const int32_t *key = h + n - g;
+        /* an occurrence at j..j+g-1 must be followed by at least one token before the key ends h */
+        for (int j = n - g - 1; j >= 0; j--) {
+            if (h[j] != key[0] || memcmp(h + j, key, (size_t)g * sizeof *h)) continue;
+            const int avail = n - (j + g), m = avail < k ? avail : k;
+            memcpy(out, h + j + g, (size_t)m * sizeof *out);
+            return m;
+        }
+    }
+    return 0;
+}
+
+gm_status gm_spec_check_vocab(const gm_model *target, const gm_model *draft, gm_error *err) {
+    const int nt = gm_model_config(target)->n_vocab, nd = gm_model_config(draft)->n_vocab;
+    if (nt != nd)
+        return gm_fail(err, GM_ERR_ARG,
+                       "speculative: the draft model's vocabulary has %d tokens, the target's %d: a draft model must "
+                       "share the target's vocabulary", nd, nt);
+    const gm_tokenizer *a = gm_model_tokenizer(target), *b = gm_model_tokenizer(draft);
+    if (!a || !b) return GM_OK; /* no texts to compare: the sizes agree */
+    for (int i = 0; i < nt; i++) {
+        size_t la = 0, lb = 0;
+        const char *ta = gm_token_text(a, i, &la), *tb = gm_token_text(b, i, &lb);
+        if (la == lb && (la == 0 || !memcmp(ta, tb, la))) continue;
+        return gm_fail(err, GM_ERR_ARG,
+                       "speculative: token %d is '%.*s' in the draft model's vocabulary but '%.*s' in the target's: a "
+                       "draft model must share the target's vocabulary", i, (int)(lb < 40 ? lb : 40), tb ? tb : "",
+                       (int)(la < 40 ? la : 40), ta ? ta : "");
+    }
+    return GM_OK;
+}
+
+/* Draws a token from the weights max(0, p(x) - q(x)) over the candidates c[0..n) (.logit = p), where q
+ * is the row qrow or, without one, a point mass at `point` (-1: none, a plain draw from p). A residual
+ * that rounding left empty falls back to p. */
+static double resid(const gm_cand *c, const float *qrow, int32_t point) {
+    const double q = qrow ? (double)qrow[c->id] : (double)(c->id == point);
+    const double r = (double)c->logit - q;
+    return r > 0 ? r : 0;
+}
+
+static int32_t draw(gm_sampler *sm, const gm_cand *c, int n, const float *qrow, int32_t point) {
+    double z = 0.0;
+    for (int i = 0; i < n; i++) z += resid(&c[i], qrow, point);
+    if (!(z > 0.0)) {
+        qrow = NULL, point = -1, z = 0.0;
+        for (int i = 0; i < n; i++) z += c[i].logit;
+    }
+    const double u = gm_sampler_uniform(sm) * z;
+    double cum = 0.0;
+    int32_t last = c[0].id;
+    for (int i = 0; i < n; i++) {
+        const double w = resid(&c[i], qrow, point);
+        if (w <= 0) continue;
+        last = c[i].id;
+        if (u < (cum += w)) return c[i].id;
+    }
+    return last;
+}
+
+/* The draft sequence follows the target's history (rolled back to the common prefix); k_want drafts are
+ * then made by draft_rounds. */
+static gm_status draft_begin(gm_spec *sp, const gm_sampling *o, int k, gm_error *err) {
+    gm_seq *q = sp->s, *d = sp->ds;
+    if (k > d->e->n_ctx - q->n_tok) k = d->e->n_ctx - q->n_tok;
+    if (k <= 0) return GM_OK;
+    int common = 0;
+    while (common < q->n_tok && common < d->n_tok && q->tok[common] == d->tok[common]) common++;
+    gm_status st = gm_seq_truncate(d, common, err);
+    if (!st) st = gm_seq_append(d, q->tok + common, q->n_tok - common, err);
+    sp->q_dense = o->temperature > 0.0f;
+    if (!st && sp->q_dense && !sp->q && !(sp->q = malloc((size_t)sp->o.k_max * sp->V * sizeof *sp->q)))
+        st = gm_fail(err, GM_ERR_NOMEM, "speculative: out of memory for the draft distributions");
+    if (!st) sp->k_want = k;
+    return st;
+}
+
+/* The next draft token from the draft sequence's logits: greedy, or drawn from q (kept) with the draft's
+ * own RNG. */
+static gm_status draft_pick(gm_spec *sp, const gm_sampling *o, gm_error *err) {
+    gm_seq *d = sp->ds;
+    gm_sampling dopt = *o;
+    dopt.seed ^= DRAFT_SEED_MIX;
+    gm_sampler *sm = gm_seq_sampler(d, &dopt);
+    int32_t t;
+    gm_status st;
+    if (!sp->q_dense) {
+        st = gm_sampler_sample(sm, &dopt, d->logits, d->tok, d->n_tok, &t, err);
+    } else {
+        int nc;
+        if ((st = gm_sampler_dist(sm, &dopt, d->logits, d->tok, d->n_tok, &nc, err))) return st;
+        float *qrow = sp->q + (size_t)sp->n_draft * sp->V;
+        memset(qrow, 0, (size_t)sp->V * sizeof *qrow);
+        for (int i = 0; i < nc; i++) qrow[sm->cand[i].id] = sm->cand[i].logit;
+        t = draw(sm, sm->cand, nc, NULL, -1);
+    }
+    if (!st) st = gm_seq_append(d, &t, 1, err);
+    if (!st) sp->draft[sp->n_draft++] = t;
+    return st;
+}
+
+/* Draft-model proposals of every sequence, one token per round: the draft sequences that share a draft
+ * engine are evaluated together in one gm_engine_eval call per round. */
+static gm_status draft_rounds(gm_spec *const *sps, int n, const gm_sampling *s, gm_error *err) {
+    gm_seq *one[16], **list = n <= 16 ? one : malloc((size_t)n * sizeof *list);
+    int *idx = malloc((size_t)n * sizeof *idx);
+    gm_status st = list && idx ? GM_OK : gm_fail(err, GM_ERR_NOMEM, "speculative: out of memory");
+    while (!st) {
+        gm_engine *de = NULL; /* one engine per call: the first that still has drafting to do */
+        int m = 0;
+        for (int i = 0; i < n; i++) {
+            gm_spec *sp = sps[i];
+            if (!sp->ds || sp->n_draft >= sp->k_want || (de && sp->ds->e != de)) continue;
+            de = sp->ds->e;
+            idx[m] = i;
+            list[m++] = sp->ds;
+        }
+        if (!m) break;
+        st = gm_engine_eval(de, list, m, err);
+        for (int j = 0; j < m && !st; j++) {
+            sps[idx[j]]->st.draft_evals++;
+            st = draft_pick(sps[idx[j]], &s[idx[j]], err);
+        }
+    }
+    if (list != one) free(list);
+    free(idx);
+    return st ? gm_fail_prefix(err, "speculative: draft model: ") : GM_OK;
+}
+
+static bool gate_open(const gm_spec *sp) { return sp->o.fixed_k || sp->rate >= GATE_OPEN; }
+
+/* At most k_cur proposals, fewer near the context's end or max_new (the target's token is one more);
+ * none while the gate is shut (but a shadow lookup, or a draft model's probe). */
+static gm_status propose(gm_spec *sp, const gm_sampling *o, int max_new, gm_error *err) {
+    gm_seq *q = sp->s;
+    const bool open = gate_open(sp), probe = !open && sp->o.kind == GM_SPEC_DRAFT && ++sp->shut_steps >= GATE_PROBE;
+    int k = open ? sp->k_cur : 1;
+    sp->shadow = -1;
+    if (k > q->e->n_ctx - q->n_tok - 1) k = q->e->n_ctx - q->n_tok - 1;
+    if (max_new > 0 && k > max_new - 1) k = max_new - 1;
+    sp->n_draft = sp->k_want = 0;
+    sp->q_dense = false;
+    if (k <= 0) return GM_OK;
+    if (sp->o.kind == GM_SPEC_LOOKUP) {
+        sp->n_draft = gm_lookup_propose(q->tok, q->n_tok, sp->o.ngram_min, sp->o.ngram_max, k, sp->draft);
+        if (!open && sp->n_draft) sp->shadow = sp->draft[0], sp->n_draft = 0;
+        return GM_OK;
+    }
+    if (!open && !probe) return GM_OK;
+    sp->shut_steps = 0;
+    return draft_begin(sp, o, k, err);
+}
+
+/* ---------------------------------------------------------------- new / free */
+
+static gm_status check_options(const gm_seq *s, gm_spec_options *o, gm_error *err) {
+    if (o->kind != GM_SPEC_LOOKUP && o->kind != GM_SPEC_DRAFT)
+        return gm_fail(err, GM_ERR_ARG, "speculative: unknown proposer kind %d (GM_SPEC_LOOKUP or GM_SPEC_DRAFT)",
+                       (int)o->kind);
+    if (o->k_max == 0) o->k_max = 8;
+    if (o->k_max < 1 || o->k_max > GM_SPEC_MAX_K)
+        return gm_fail(err, GM_ERR_ARG, "speculative: k_max %d must be in [1, %d] (0 = 8)", o->k_max, GM_SPEC_MAX_K);
+    if (o->ngram_min == 0) o->ngram_min = 2;
+    if (o->ngram_max == 0) o->ngram_max = o->ngram_min > 4 ? o->ngram_min : 4;
+    if (o->ngram_min < 1 || o->ngram_min > 16 || o->ngram_max < o->ngram_min || o->ngram_max > 16)
+        return gm_fail(err, GM_ERR_ARG, "speculative: n-gram lengths [%d, %d] must satisfy 1 <= min <= max <= 16",
+                       o->ngram_min, o->ngram_max);
+    if (o->kind == GM_SPEC_LOOKUP) return GM_OK;
+    if (!o->draft) return gm_fail(err, GM_ERR_ARG, "speculative: GM_SPEC_DRAFT needs a draft engine");
+    if (o->draft == s->e)
+        return gm_fail(err, GM_ERR_ARG, "speculative: the draft engine must not be the target's (open a second engine)");
+    return gm_spec_check_vocab(s->e->m, o->draft->m, err);
+}
+
+gm_status gm_spec_new(gm_seq *s, const gm_spec_options *opt, gm_spec **out, gm_error *err) {
+    if (!out) return gm_fail(err, GM_ERR_ARG, "speculative: out is NULL");
+    *out = NULL;
+    if (!s || !opt) return gm_fail(err, GM_ERR_ARG, "speculative: sequence or options are NULL");
+    gm_spec_options o = *opt;
+    gm_status st = check_options(s, &o, err);
+    if (st) return st;
+    gm_spec *sp = calloc(1, sizeof *sp);
+    if (!sp) return gm_fail(err, GM_ERR_NOMEM, "speculative: out of memory");
+    sp->s = s;
+    sp->o = o;
+    sp->V = s->e->c->n_vocab;
+    sp->k_cur = o.fixed_k || o.k_max < 4 ? o.k_max : 4;
+    sp->rate = 1.0; /* open at first: a copying prompt pays from the first step */
+    sp->logits = malloc((size_t)(o.k_max + 1) * sp->V * sizeof *sp->logits);
+    if (!sp->logits) st = gm_fail(err, GM_ERR_NOMEM, "speculative: out of memory for %d rows of logits", o.k_max + 1);
+    if (!st && o.kind == GM_SPEC_DRAFT) st = gm_seq_new(o.draft, &sp->ds, err);
+    if (st) {
+        gm_spec_free(sp);
+        return st;
+    }
+    *out = sp;
+    return GM_OK;
+}
+
+void gm_spec_free(gm_spec *sp) {
+    if (!sp) return;
+    gm_seq_free(sp->ds);
+    free(sp->q);
+    free(sp->logits);
+    free(sp);
+}
+
+const int32_t *gm_spec_last(const gm_spec *sp, int *n) {
+    if (n) *n = sp ? sp->n_out : 0;
+    return sp ? sp->out : NULL;
+}
+
+void gm_spec_get_stats(const gm_spec *sp, gm_spec_stats *out) {
+    if (!out) return;
+    if (sp) *out = sp->st;
+    else memset(out, 0, sizeof *out);
+}
+
+gm_seq *gm_spec_seq(const gm_spec *sp) { return sp ? sp->s : NULL; }
+
+/* ---------------------------------------------------------------- a step */
+
+static gm_status check_step(gm_spec *const *sps, int n, const gm_sampling *s, gm_error *err) {
+    if (n <= 0 || !sps || !s) return gm_fail(err, GM_ERR_ARG, "speculative step: %d sequences, arrays %p %p", n,
+                                             (const void *)sps, (const void *)s);
+    for (int i = 0; i < n; i++) {
+        if (!sps[i]) return gm_fail(err, GM_ERR_ARG, "speculative step: sequence %d is NULL", i);
+        const gm_seq *q = sps[i]->s;
+        if (q->e != sps[0]->s->e) return gm_fail(err, GM_ERR_ARG, "speculative step: sequence %d is of another engine", i);
+        for (int j = 0; j < i; j++)
+            if (sps[j]->s == q) return gm_fail(err, GM_ERR_ARG, "speculative step: sequence %d is given twice", i);
+        gm_status st = gm_sampling_validate(&s[i], err);
+        if (st) return st;
+        if (q->n_tok == 0) return gm_fail(err, GM_ERR_STATE, "speculative step: sequence %d: the history is empty", i);
+        if (q->n_tok >= q->e->n_ctx)
+            return gm_fail(err, GM_ERR_CONTEXT, "speculative step: sequence %d: the context is full (%d tokens)", i,
+                           q->e->n_ctx);
+    }
+    return GM_OK;
+}
+
+/* A history with more than its last token uncomputed (a prompt), or fully computed without logits,
+ * is evaluated first: all such sequences in shared forward calls, with the prefix index. */
+static gm_status prepare(gm_spec *const *sps, int n, gm_error *err) {
+    gm_seq *one[16], **list = n <= 16 ? one : malloc((size_t)n * sizeof *list);
+    if (!list) return gm_fail(err, GM_ERR_NOMEM, "speculative step: out of memory");
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        gm_seq *q = sps[i]->s;
+        if (q->n_tok - q->n_kv > 1 || (q->n_kv == q->n_tok && !q->logits_valid)) list[m++] = q;
+    }
+    gm_status st = m ? gm_engine_eval(sps[0]->s->e, list, m, err) : GM_OK;
+    if (list != one) free(list);
+    for (int i = 0; i < n && !st; i++) {
+        sps[i]->base = sps[i]->s->n_tok;
+        sps[i]->have_base = sps[i]->s->n_kv == sps[i]->s->n_tok;
+    }
+    return st;
+}
+
+/* This sequence's verify rows: its last token unless computed, then the proposals; returns how many. */
+static int spec_rows(gm_spec *sp, gm_row *rows) {
+    gm_seq *q = sp->s;
+    int r = 0;
+    if (sp->have_base) memcpy(sp->logits, q->logits, (size_t)sp->V * sizeof *sp->logits);
+    else rows[r++] = (gm_row){q, q->tok[q->n_tok - 1], q->n_tok - 1, true};
+    for (int j = 0; j < sp->n_draft; j++) rows[r++] = (gm_row){q, sp->draft[j], q->n_tok + j, true};
+    sp->st.passes += r > 0;
+    sp->st.verify_passes += sp->n_draft > 0;
+    return r;
+}
+
+/* One gm_engine_forward over every sequence's rows; the logits land in each one's sp->logits. */
+static gm_status verify(gm_spec *const *sps, int n, gm_error *err) {
+    const size_t V = (size_t)sps[0]->V;
+    if (n == 1) {
+        gm_spec *sp = sps[0];
+        const int r = spec_rows(sp, sp->rows);
+        return r ? gm_engine_forward(sp->s->e, sp->rows, r, sp->logits + (sp->have_base ? V : 0), err) : GM_OK;
+    }
+    int total = 0;
+    for (int i = 0; i < n; i++) total += sps[i]->n_draft + 1;
+    gm_row *rows = malloc((size_t)total * sizeof *rows);
+    float *buf = malloc((size_t)total * V * sizeof *buf);
+    int *count = malloc((size_t)n * sizeof *count), r = 0;
+    gm_status st = rows && buf && count ? GM_OK
+                                        : gm_fail(err, GM_ERR_NOMEM, "speculative step: out of memory for %d rows", total);
+    for (int i = 0; i < n && !st; i++) r += count[i] = spec_rows(sps[i], rows + r);
+    if (!st && r) st = gm_engine_forward(sps[0]->s->e, rows, r, buf, err);
+    for (int i = 0, off = 0; i < n && !st; off += count[i++])
+        memcpy(sps[i]->logits + (sps[i]->have_base ? V : 0), buf + (size_t)off * V, (size_t)count[i] * V * sizeof *buf);
+    free(rows);
+    free(buf);
+    free(count);
+    return st;
+}
+
+/* Walks the proposals against the target's rows; *t gets the target's own token, returns the
+ * number accepted (or -1 with *st set). */
+static int judge(gm_spec *sp, const gm_sampling *o, int32_t *t, gm_status *st, gm_error *err) {
+    gm_seq *q = sp->s;
+    gm_sampler *sm = gm_seq_sampler(q, o);
+    for (int i = 0;; i++) {
+        const float *L = sp->logits + (size_t)i * sp->V;
+        const int nh = sp->base + i; /* the history before position base + i: accepted proposals included */
+        if (o->temperature == 0.0f) { /* greedy: the token decoding without speculation would pick */
+            if ((*st = gm_sampler_sample(sm, o, L, q->tok, nh, t, err))) return -1;
+            if (i < sp->n_draft && *t == sp->draft[i]) continue;
+            return i;
+        }
+        if (i == sp->n_draft) { /* past the proposals: an ordinary draw (one pass over the vocabulary) */
+            *st = gm_sampler_sample(sm, o, L, q->tok, nh, t, err);
+            return *st ? -1 : i;
+        }
+        int nc;
+        if ((*st = gm_sampler_dist(sm, o, L, q->tok, nh, &nc, err))) return -1;
+        const int32_t d = sp->draft[i];
+        const float *qrow = sp->q_dense ? sp->q + (size_t)i * sp->V : NULL;
+        double pd = 0.0;
+        for (int c = 0; c < nc; c++)
+            if (sm->cand[c].id == d) pd = sm->cand[c].logit;
+        const double qd = qrow ? (double)qrow[d] : 1.0;
+        if (gm_sampler_uniform(sm) * qd < pd) continue; /* accepted with probability min(1, p/q) */
+        *t = draw(sm, sm->cand, nc, qrow, qrow ? -1 : d);
+        return i;
+    }
+}
+
+static gm_status accept(gm_spec *sp, const gm_sampling *o, gm_error *err) {
+    int32_t t;
+    gm_status st = GM_OK;
+    const int a = judge(sp, o, &t, &st, err);
+    if (a < 0) return st;
+    if ((st = gm_seq_truncate(sp->s, sp->base + a, err)) || (st = gm_seq_append(sp->s, &t, 1, err))) return st;
+    memcpy(sp->out, sp->draft, (size_t)a * sizeof *sp->out);
+    sp->out[a] = t;
+    sp->n_out = a + 1;
+    sp->st.steps++;
+    sp->st.drafted += sp->n_draft;
+    sp->st.accepted += a;
+    sp->st.tokens += a + 1;
+    if (sp->n_draft > 0 || sp->shadow >= 0) {
+        const double hit = sp->n_draft > 0 ? a > 0 : sp->shadow == t;
+        sp->rate += (hit - sp->rate) / GATE_WEIGHT;
+    }
+    if (!sp->o.fixed_k && sp->n_draft > 0) { /* grow while guesses hold, fall back to what held */
+        if (a == sp->n_draft) sp->k_cur = 2 * sp->k_cur < sp->o.k_max ? 2 * sp->k_cur : sp->o.k_max;
+        else sp->k_cur = a + 1;
+    }
+    return GM_OK;
+}
+
+gm_status gm_spec_step_many(gm_spec *const *sps, int n, const gm_sampling *s, const int *max_new, gm_error *err) {
+    gm_status st = check_step(sps, n, s, err);
+    if (st) return st;
+    for (int i = 0; i < n; i++) sps[i]->n_out = 0;
+    if ((st = prepare(sps, n, err))) return st;
+    for (int i = 0; i < n && !st; i++) st = propose(sps[i], &s[i], max_new ? max_new[i] : 0, err);
+    if (!st) st = draft_rounds(sps, n, s, err);
+    if (!st) st = verify(sps, n, err);
+    for (int i = 0; i < n && !st; i++) st = accept(sps[i], &s[i], err);
+    if (st) /* no half step: proposals a failed pass appended go */
+        for (int i = 0; i < n; i++)
+            if (sps[i]->s->n_tok > sps[i]->base && sps[i]->n_out == 0) gm_seq_truncate(sps[i]->s, sps[i]->base, NULL);
+    return st;
+}
+
+gm_status gm_spec_step(gm_spec *sp, const gm_sampling *s, int max_new, const int32_t **toks, int *n, gm_error *err) {
+    if (toks) *toks = NULL;
+    if (n) *n = 0;
+    gm_status st = gm_spec_step_many(&sp, 1, s, &max_new, err);
+    if (st) return st;
+    if (toks) *toks = sp->out;
+    if (n) *n = sp->n_out;
+    return GM_OK;
+}

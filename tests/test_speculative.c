@@ -1,0 +1,623 @@
+/* tests/test_speculative.c — speculative decoding (gemma.h, "speculative decoding").
+ *
+ * Greedy: output with speculation (prompt lookup adaptive and fixed k, a draft model) must equal
+ * output without it token for token (the reference: the same generator decoding one token at a time),
+ * on tiny synthetic models of the three generations and on the default model, with copy-heavy prompts
+ * so that proposals are actually accepted (asserted). Rollback: after steps with rejections the
+ * sequence's cache gives the same logits as a fresh engine over the same history (memcmp). Sampling:
+ * the first token's empirical distribution over 20000 seeded steps against the exact distribution
+ * computed here from the target's logits (softmax of penalised, tempered, top-k-cut logits), by a
+ * chi-square test at significance 1e-3 (Wilson-Hilferty critical value), for lookup proposals (a
+ * point mass q on a token with a sizeable p) and for a sampled draft model (dense q; the draft is the
+ * target's first two layers, so q overlaps p without being p). Checked when this was written: a
+ * variant that resampled from p instead of the residual max(0, p - q) fails all three (chi-square
+ * 1800-4700 against critical values 58-410), and one that accepted with probability p instead of
+ * min(1, p/q) fails the draft case (1353 against 58). Bad input: vocabulary mismatch, k and n-gram
+ * ranges, misuse. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gemma.h"
+#include "generate/speculative.h"
+#include "support/test.h"
+#include "support/tiny_model.h"
+
+static const char *ARCHS[] = {"gemma", "gemma2", "gemma3"};
+static char PATH[3][256], DRAFT_PATH[256];
+static int V;
+
+static gm_model *open_model(const char *path) {
+    gm_error err = {0};
+    gm_model *m = NULL;
+    CHECK_OK(gm_model_open(path, NULL, &m, &err), &err);
+    return m;
+}
+
+static gm_engine *new_engine(const gm_model *m, int n_ctx) {
+    gm_error err = {0};
+    gm_engine *e = NULL;
+    gm_engine_options o = {.n_threads = 2, .n_ctx = n_ctx};
+    CHECK_OK(gm_engine_new(m, &o, &e, &err), &err);
+    return e;
+}
+
+/* n tokens after prompt: without speculation (so == NULL) or with it; the counters into *st. */
+static int generate(const gm_model *m, const gm_spec_options *so, const int32_t *prompt, int np, int n,
+                    const gm_sampling *s, int32_t *out, gm_spec_stats *st) {
+    gm_error err = {0};
+    gm_generator *g = NULL;
+    gm_generator_options go = {.n_threads = 2, .n_ctx = 1024, .ignore_stop = true};
+    CHECK_OK(gm_generator_new(m, &go, &g, &err), &err);
+    if (!g) return 0;
+    if (so) CHECK_OK(gm_generator_set_speculative(g, so, &err), &err);
+    CHECK_OK(gm_generator_prefill(g, prompt, np, &err), &err);
+    int got = 0;
+    CHECK_OK(gm_generator_generate_cached(g, n, s, out, &got, &err), &err);
+    int len = 0;
+    gm_generator_tokens(g, &len);
+    CHECK_MSG(len == np + got, "history %d after %d + %d tokens: a rolled-back tail is left", len, np, got);
+    if (st) gm_spec_get_stats(gm_generator_speculative(g), st);
+    gm_generator_free(g);
+    return got;
+}
+
+/* A copy-heavy prompt: random tokens, a segment of them repeated, then the segment's start again. */
+static int copy_prompt(int32_t *ids, uint64_t seed, int seg) {
+    int n = 0;
+    ids[n++] = TM_BOS;
+    for (int i = 0; i < 3 * seg; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        ids[n++] = TM_BYTE0 + (int32_t)((seed >> 33) % (uint64_t)(V - TM_BYTE0));
+    }
+    for (int i = 0; i < seg + seg / 2; i++) ids[n++] = ids[1 + seg + i];
+    return n;
+}
+
+/* ---------------------------------------------------------------- greedy exactness */
+
+static void greedy_case(const gm_model *m, const gm_spec_options *so, const char *what, int n_prompts, int n,
+                        int64_t *accepted) {
+    const gm_sampling s = gm_sampling_default();
+    int32_t ids[256], ref[256], got[256];
+    for (int p = 0; p < n_prompts; p++) {
+        const int np = copy_prompt(ids, 11 + (uint64_t)p, 6 + 4 * p);
+        gm_spec_stats st = {0};
+        const int nr = generate(m, NULL, ids, np, n, &s, ref, NULL);
+        const int ng = generate(m, so, ids, np, n, &s, got, &st);
+        CHECK_MSG(nr == n && ng == n && !memcmp(ref, got, (size_t)n * sizeof *ref),
+                  "%s, prompt %d: greedy output with speculation differs from without", what, p);
+        CHECK_MSG(st.tokens >= n && st.passes <= st.tokens, "%s: %lld tokens in %lld passes", what,
+                  (long long)st.tokens, (long long)st.passes);
+        *accepted += st.accepted;
+    }
+}
+
+TEST(greedy_lookup_tiny) {
+    for (int a = 0; a < 3; a++) {
+        gm_model *m = open_model(PATH[a]);
+        if (!m) return;
+        int64_t acc = 0;
+        for (int k = 1; k <= 8; k *= 2) {
+            gm_spec_options adaptive = {.kind = GM_SPEC_LOOKUP, .k_max = k};
+            gm_spec_options fixed = {.kind = GM_SPEC_LOOKUP, .k_max = k, .fixed_k = true, .ngram_min = 1};
+            greedy_case(m, &adaptive, ARCHS[a], 6, 96, &acc);
+            greedy_case(m, &fixed, ARCHS[a], 6, 96, &acc);
+        }
+        CHECK_MSG(acc > 100, "%s: only %lld proposals accepted: the prompts do not exercise acceptance", ARCHS[a],
+                  (long long)acc);
+        gm_model_free(m);
+    }
+}
+
+/* Draft model: the same weights (every proposal accepted) and other weights (rejections), both exact. */
+TEST(greedy_draft_tiny) {
+    gm_model *m = open_model(PATH[2]), *same = open_model(PATH[2]), *other = open_model(DRAFT_PATH);
+    if (!m || !same || !other) return;
+    gm_engine *e_same = new_engine(same, 1024), *e_other = new_engine(other, 1024);
+    if (!e_same || !e_other) return;
+    int64_t acc = 0;
+    gm_spec_options so = {.kind = GM_SPEC_DRAFT, .k_max = 5, .draft = e_same};
+    gm_spec_stats st;
+    const gm_sampling s = gm_sampling_default();
+    int32_t ids[256], ref[96], got[96];
+    const int np = copy_prompt(ids, 5, 10);
+    generate(m, NULL, ids, np, 96, &s, ref, NULL);
+    generate(m, &so, ids, np, 96, &s, got, &st);
+    CHECK_MSG(!memcmp(ref, got, sizeof ref), "the model as its own draft: output differs");
+    CHECK_MSG(st.drafted > 0 && st.accepted == st.drafted, "own draft: %lld of %lld accepted", (long long)st.accepted,
+              (long long)st.drafted);
+    CHECK_MSG(st.tokens > 3 * st.passes, "own draft at k 5: %lld tokens in %lld passes", (long long)st.tokens,
+              (long long)st.passes);
+    so.draft = e_other;
+    greedy_case(m, &so, "other draft", 4, 96, &acc);
+    so.fixed_k = true;
+    greedy_case(m, &so, "other draft, fixed k", 4, 96, &acc);
+    gm_engine_free(e_same);
+    gm_engine_free(e_other);
+    gm_model_free(m);
+    gm_model_free(same);
+    gm_model_free(other);
+}
+
+/* Proposals that keep failing shut the gate: a near-uniform sampled text (temperature 4) with 1-gram
+ * lookup verifies proposals in few steps; the same with fixed k verifies in most (the control). */
+TEST(gate_backs_off) {
+    gm_model *m = open_model(PATH[2]);
+    if (!m) return;
+    gm_sampling s = gm_sampling_default();
+    s.temperature = 4.0f;
+    s.seed = 5;
+    int32_t ids[256], out[300];
+    const int np = copy_prompt(ids, 3, 20);
+    gm_spec_options so = {.kind = GM_SPEC_LOOKUP, .ngram_min = 1, .k_max = 4};
+    gm_spec_stats st = {0}, ctl = {0};
+    generate(m, &so, ids, np, 300, &s, out, &st);
+    so.fixed_k = true;
+    generate(m, &so, ids, np, 300, &s, out, &ctl);
+    const double rate = (double)st.verify_passes / (double)st.steps, rate_ctl = (double)ctl.verify_passes / (double)ctl.steps;
+    fprintf(stderr, "  verify passes: %lld of %lld steps (gate), %lld of %lld (fixed k); accepted %lld of %lld\n",
+            (long long)st.verify_passes, (long long)st.steps, (long long)ctl.verify_passes, (long long)ctl.steps,
+            (long long)ctl.accepted, (long long)ctl.drafted);
+    CHECK_MSG(rate_ctl > 0.3, "the control proposes in only %.2f of its steps: the test does not exercise the gate",
+              rate_ctl);
+    CHECK_MSG(rate < 0.15, "the gate let proposals through in %.2f of the steps", rate);
+    gm_model_free(m);
+}
+
+/* ---------------------------------------------------------------- rollback */
+
+/* Steps with rejections leave a sequence whose cache equals a fresh computation of its history; the
+ * step's invariant: every position but the last computed; stopping early rolls the tail back. */
+TEST(rollback) {
+    gm_model *m = open_model(PATH[2]), *dm = open_model(DRAFT_PATH);
+    if (!m || !dm) return;
+    gm_engine *e = new_engine(m, 1024), *de = new_engine(dm, 1024), *fresh = new_engine(m, 1024);
+    gm_error err = {0};
+    gm_seq *s = NULL, *r = NULL;
+    CHECK_OK(gm_seq_new(e, &s, &err), &err);
+    CHECK_OK(gm_seq_new(fresh, &r, &err), &err);
+    gm_spec *sp = NULL;
+    gm_spec_options so = {.kind = GM_SPEC_DRAFT, .k_max = 6, .fixed_k = true, .draft = de};
+    CHECK_OK(gm_spec_new(s, &so, &sp, &err), &err);
+    if (!sp || !r) return;
+    int32_t ids[256];
+    const int np = copy_prompt(ids, 9, 8);
+    CHECK_OK(gm_seq_append(s, ids, np, &err), &err);
+    gm_sampling smp = gm_sampling_default();
+    smp.temperature = 1.5f; /* the tiny models are sharply peaked: a high temperature makes rejections */
+    smp.seed = 42;
+    int bad = 0, rejected = 0;
+    for (int step = 0; step < 24; step++) {
+        const int32_t *t;
+        int n = 0;
+        CHECK_OK(gm_spec_step(sp, &smp, 0, &t, &n, &err), &err);
+        gm_spec_stats st;
+        gm_spec_get_stats(sp, &st);
+        rejected = (int)(st.drafted - st.accepted);
+        CHECK_EQ_INT(gm_seq_n_computed(s), gm_seq_length(s) - 1);
+        /* the fresh reference: the same history from nothing */
+        int len;
+        const int32_t *h = gm_seq_tokens(s, &len);
+        CHECK_OK(gm_seq_truncate(r, 0, &err), &err);
+        CHECK_OK(gm_seq_append(r, h, len, &err), &err);
+        CHECK_OK(gm_engine_eval(fresh, &r, 1, &err), &err);
+        CHECK_OK(gm_engine_eval(e, &s, 1, &err), &err);
+        bad += memcmp(gm_seq_logits(s), gm_seq_logits(r), (size_t)V * sizeof(float)) != 0;
+    }
+    CHECK_MSG(bad == 0, "%d of 24 steps: the rolled-back cache differs from a fresh computation", bad);
+    CHECK_MSG(rejected > 10, "only %d rejected proposals: rollback barely exercised", rejected);
+    /* a step limited to one new token proposes nothing */
+    const int before = gm_seq_length(s);
+    const int32_t *t;
+    int n = 0;
+    CHECK_OK(gm_spec_step(sp, &smp, 1, &t, &n, &err), &err);
+    CHECK_EQ_INT(n, 1);
+    CHECK_EQ_INT(gm_seq_length(s), before + 1);
+    gm_spec_free(sp);
+    gm_seq_free(s);
+    gm_seq_free(r);
+    gm_engine_free(e);
+    gm_engine_free(de);
+    gm_engine_free(fresh);
+    gm_model_free(m);
+    gm_model_free(dm);
+}
+
+/* Several sequences in one verify call (gm_spec_step_many) give each one's single-sequence output; with a
+ * draft model, the sequences share one draft engine and draft in shared calls. */
+static void many_case(gm_model *m, gm_engine *de, const char *what) {
+    enum { NS = 3, N = 64 };
+    gm_engine *e = new_engine(m, 1024);
+    gm_error err = {0};
+    gm_seq *s[NS];
+    gm_spec *sp[NS];
+    gm_sampling smp[NS];
+    int32_t ids[NS][256], ref[NS][N];
+    int np[NS], got[NS] = {0};
+    for (int i = 0; i < NS; i++) {
+        np[i] = copy_prompt(ids[i], 30 + (uint64_t)i, 5 + 3 * i);
+        smp[i] = gm_sampling_default();
+        smp[i].repeat_penalty = i == 1 ? 1.3f : 1.0f; /* per-sequence settings */
+        generate(m, NULL, ids[i], np[i], N, &smp[i], ref[i], NULL);
+        gm_spec_options so = {.kind = de ? GM_SPEC_DRAFT : GM_SPEC_LOOKUP, .k_max = 4, .ngram_min = 1, .draft = de};
+        CHECK_OK(gm_seq_new(e, &s[i], &err), &err);
+        CHECK_OK(gm_seq_append(s[i], ids[i], np[i], &err), &err);
+        CHECK_OK(gm_spec_new(s[i], &so, &sp[i], &err), &err);
+    }
+    int max_new[NS], bad = 0;
+    for (int step = 0; step < N; step++) {
+        for (int i = 0; i < NS; i++) max_new[i] = N - got[i] > 0 ? N - got[i] : 1;
+        CHECK_OK(gm_spec_step_many(sp, NS, smp, max_new, &err), &err);
+        for (int i = 0; i < NS; i++) {
+            int n;
+            const int32_t *t = gm_spec_last(sp[i], &n);
+            for (int j = 0; j < n && got[i] < N; j++) bad += t[j] != ref[i][got[i]++];
+        }
+    }
+    CHECK_MSG(bad == 0, "%s: %d tokens differ from each sequence decoded alone without speculation", what, bad);
+    int64_t acc = 0;
+    for (int i = 0; i < NS; i++) {
+        gm_spec_stats st;
+        gm_spec_get_stats(sp[i], &st);
+        acc += st.accepted;
+        CHECK_EQ_INT(got[i], N);
+        gm_spec_free(sp[i]);
+        gm_seq_free(s[i]);
+    }
+    CHECK_MSG(acc > 0, "%s: no proposal accepted", what);
+    gm_engine_free(e);
+}
+
+TEST(many_sequences) {
+    gm_model *m = open_model(PATH[2]), *dm = open_model(DRAFT_PATH);
+    if (!m || !dm) return;
+    many_case(m, NULL, "lookup");
+    gm_engine *de = new_engine(dm, 1024);
+    many_case(m, de, "draft model");
+    gm_engine_free(de);
+    gm_model_free(m);
+    gm_model_free(dm);
+}
+
+/* ---------------------------------------------------------------- sampling: the target's distribution */
+
+/* The exact distribution the target samples from, computed here: repeat penalty over the last
+ * `last_n` tokens (llama.cpp: logit / r if > 0 else logit * r), temperature, top-k, softmax. */
+static void exact_dist(const float *logits, const int32_t *hist, int nh, const gm_sampling *s, double *p) {
+    double *l = malloc((size_t)V * sizeof *l);
+    char *seen = calloc((size_t)V, 1);
+    for (int i = nh - s->repeat_last_n; i < nh; i++)
+        if (i >= 0) seen[hist[i]] = 1;
+    for (int v = 0; v < V; v++) {
+        double x = logits[v];
+        if (seen[v]) x = x > 0 ? x / s->repeat_penalty : x * s->repeat_penalty;
+        l[v] = x / s->temperature;
+    }
+    double kth = -INFINITY; /* the top_k-th largest */
+    for (int r = 0; r < s->top_k; r++) {
+        double best = -INFINITY;
+        for (int v = 0; v < V; v++)
+            if (l[v] > best && (r == 0 || l[v] < kth)) best = l[v];
+        kth = best;
+    }
+    double mx = -INFINITY, z = 0;
+    for (int v = 0; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+    for (int v = 0; v < V; v++) z += p[v] = l[v] >= kth ? exp(l[v] - mx) : 0.0;
+    for (int v = 0; v < V; v++) p[v] /= z;
+    free(l);
+    free(seen);
+}
+
+/* Chi-square of counts against n * p, tokens with an expected count below 5 pooled into one bin;
+ * true when below the critical value at significance 1e-3 (z = 3.09, Wilson-Hilferty). */
+static bool chi_square_ok(const int *count, const double *p, int n, const char *what) {
+    double chi = 0, pool_e = 0, pool_o = 0;
+    int df = -1;
+    for (int v = 0; v < V; v++) {
+        const double e = n * p[v];
+        if (e < 5) {
+            pool_e += e, pool_o += count[v];
+            continue;
+        }
+        chi += (count[v] - e) * (count[v] - e) / e;
+        df++;
+    }
+    if (pool_e > 0) chi += (pool_o - pool_e) * (pool_o - pool_e) / (pool_e > 5 ? pool_e : 5), df++;
+    const double h = 2.0 / (9.0 * df), crit = df * pow(1 - h + 3.09 * sqrt(h), 3);
+    fprintf(stderr, "  %s: chi-square %.1f, %d degrees of freedom, critical %.1f\n", what, chi, df, crit);
+    return df > 0 && chi < crit;
+}
+
+enum { TRIALS = 20000 };
+
+/* The first token of TRIALS steps, each from the same prefilled sequence rolled back after it, seed t. */
+static void first_token_counts(gm_spec *sp, gm_seq *s, gm_sampling smp, int *count, gm_spec_stats *st) {
+    gm_error err = {0};
+    const int base = gm_seq_length(s);
+    for (int t = 0; t < TRIALS; t++) {
+        smp.seed = 1000 + (uint64_t)t;
+        const int32_t *tok;
+        int n = 0;
+        if (gm_spec_step(sp, &smp, 0, &tok, &n, &err) != GM_OK || n < 1) {
+            CHECK_MSG(0, "step %d: %s", t, err.msg);
+            return;
+        }
+        count[tok[0]]++;
+        CHECK_OK(gm_seq_truncate(s, base, &err), &err);
+    }
+    gm_spec_get_stats(sp, st);
+}
+
+static void sampling_case(gm_model *m, gm_engine *de, const int32_t *ids, int np, const gm_sampling *smp,
+                          const char *what) {
+    gm_engine *e = new_engine(m, 1024);
+    gm_error err = {0};
+    gm_seq *s = NULL;
+    CHECK_OK(gm_seq_new(e, &s, &err), &err);
+    CHECK_OK(gm_seq_append(s, ids, np, &err), &err);
+    CHECK_OK(gm_engine_eval(e, &s, 1, &err), &err);
+    double *p = malloc((size_t)V * sizeof *p);
+    exact_dist(gm_seq_logits(s), ids, np, smp, p);
+    gm_spec_options so = {.kind = de ? GM_SPEC_DRAFT : GM_SPEC_LOOKUP, .k_max = 3, .fixed_k = true, .draft = de};
+    gm_spec *sp = NULL;
+    CHECK_OK(gm_spec_new(s, &so, &sp, &err), &err);
+    int *count = calloc((size_t)V, sizeof *count);
+    gm_spec_stats st = {0};
+    if (sp) first_token_counts(sp, s, *smp, count, &st);
+    CHECK_MSG(chi_square_ok(count, p, TRIALS, what), "%s: the first token's distribution is not the target's", what);
+    CHECK_MSG(st.accepted > TRIALS / 10 && st.drafted - st.accepted > TRIALS / 10,
+              "%s: %lld of %lld proposals accepted in %d steps: the test needs many of both outcomes", what,
+              (long long)st.accepted, (long long)st.drafted, TRIALS);
+    free(count);
+    free(p);
+    gm_spec_free(sp);
+    gm_seq_free(s);
+    gm_engine_free(e);
+}
+
+/* The target's exact distribution after ids[0..n). */
+static void dist_after(gm_model *m, const int32_t *ids, int n, const gm_sampling *smp, double *p) {
+    gm_engine *e = new_engine(m, 1024);
+    gm_error err = {0};
+    gm_seq *s = NULL;
+    CHECK_OK(gm_seq_new(e, &s, &err), &err);
+    CHECK_OK(gm_seq_append(s, ids, n, &err), &err);
+    CHECK_OK(gm_engine_eval(e, &s, 1, &err), &err);
+    if (gm_seq_logits(s)) exact_dist(gm_seq_logits(s), ids, n, smp, p);
+    gm_seq_free(s);
+    gm_engine_free(e);
+}
+
+/* A lookup prompt [bos R1 K1 K2 d R2 K1 K2] (lookup proposes d) with d chosen among the target's
+ * likeliest tokens so that p(d) is nearest 0.4: both acceptance and the residual then matter. */
+static int lookup_prompt(gm_model *m, const gm_sampling *smp, int32_t *ids) {
+    int n = copy_prompt(ids, 77, 4); /* bos, 12 random, then 6 copied: fresh randomness to cut from */
+    const int32_t k1 = ids[2], k2 = ids[3];
+    int32_t pr[24];
+    int np = 0;
+    pr[np++] = TM_BOS;
+    for (int i = 0; i < 8; i++) pr[np++] = ids[4 + i % 8];
+    pr[np++] = k1, pr[np++] = k2;
+    const int dpos = np++;
+    for (int i = 0; i < 6; i++) pr[np++] = ids[n - 1 - i];
+    pr[np++] = k1, pr[np++] = k2;
+    double *p = malloc((size_t)V * sizeof *p);
+    pr[dpos] = k2;
+    dist_after(m, pr, np, smp, p);
+    int cand[10];
+    for (int c = 0; c < 10; c++) { /* the ten likeliest under a placeholder d */
+        cand[c] = 0;
+        for (int v = 1; v < V; v++) {
+            bool used = false;
+            for (int j = 0; j < c; j++) used |= cand[j] == v;
+            if (!used && p[v] > p[cand[c]]) cand[c] = v;
+        }
+    }
+    int32_t best = cand[0];
+    double best_gap = 2;
+    for (int c = 0; c < 10; c++) {
+        pr[dpos] = cand[c];
+        dist_after(m, pr, np, smp, p);
+        if (fabs(p[cand[c]] - 0.4) < best_gap) best_gap = fabs(p[cand[c]] - 0.4), best = cand[c];
+    }
+    pr[dpos] = best;
+    free(p);
+    memcpy(ids, pr, (size_t)np * sizeof *ids);
+    return np;
+}
+
+/* Lookup's q is a point mass on the token that followed the last n-gram. */
+TEST(sampling_lookup_distribution) {
+    gm_model *m = open_model(PATH[2]);
+    if (!m) return;
+    gm_sampling smp = gm_sampling_default();
+    smp.temperature = 1.5f, smp.top_k = 40, smp.repeat_penalty = 1.2f, smp.repeat_last_n = 16;
+    int32_t ids[64];
+    int np = lookup_prompt(m, &smp, ids);
+    sampling_case(m, NULL, ids, np, &smp, "lookup, T 1.5, top-k 40, repeat penalty 1.2");
+    smp.temperature = 2.5f, smp.top_k = 0, smp.repeat_penalty = 1.0f;
+    np = lookup_prompt(m, &smp, ids);
+    sampling_case(m, NULL, ids, np, &smp, "lookup, T 2.5");
+    gm_model_free(m);
+}
+
+/* A sampled draft model: q is the draft's whole distribution under the same settings. */
+TEST(sampling_draft_distribution) {
+    gm_model *m = open_model(PATH[2]), *dm = open_model(DRAFT_PATH);
+    if (!m || !dm) return;
+    gm_engine *de = new_engine(dm, 1024);
+    gm_sampling smp = gm_sampling_default();
+    smp.temperature = 1.5f, smp.top_k = 30;
+    int32_t ids[64];
+    const int np = copy_prompt(ids, 78, 4);
+    sampling_case(m, de, ids, np, &smp, "draft model, T 1.5, top-k 30");
+    gm_engine_free(de);
+    gm_model_free(m);
+    gm_model_free(dm);
+}
+
+/* ---------------------------------------------------------------- bad input */
+
+TEST(bad_input) {
+    gm_model *m = open_model(PATH[2]);
+    if (!m) return;
+    gm_engine *e = new_engine(m, 64);
+    gm_error err = {0};
+    gm_seq *s = NULL;
+    CHECK_OK(gm_seq_new(e, &s, &err), &err);
+    gm_spec *sp = NULL;
+    const struct { gm_spec_options o; const char *msg; } bad[] = {
+        {{.kind = GM_SPEC_LOOKUP, .k_max = -1}, "k_max -1"},
+        {{.kind = GM_SPEC_LOOKUP, .k_max = GM_SPEC_MAX_K + 1}, "k_max 33"},
+        {{.kind = GM_SPEC_LOOKUP, .ngram_min = 3, .ngram_max = 2}, "n-gram lengths"},
+        {{.kind = GM_SPEC_LOOKUP, .ngram_max = 17}, "n-gram lengths"},
+        {{.kind = 0}, "unknown proposer"},
+        {{.kind = GM_SPEC_DRAFT}, "needs a draft engine"},
+        {{.kind = GM_SPEC_DRAFT, .draft = e}, "must not be the target's"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err = (gm_error){0};
+        CHECK_EQ_INT(gm_spec_new(s, &bad[i].o, &sp, &err), GM_ERR_ARG);
+        CHECK_MSG(strstr(err.msg, bad[i].msg) != NULL, "case %zu: message '%s' lacks '%s'", i, err.msg, bad[i].msg);
+        CHECK(sp == NULL);
+    }
+    /* misuse of a step: an empty history, a full context */
+    gm_spec_options ok = {.kind = GM_SPEC_LOOKUP};
+    CHECK_OK(gm_spec_new(s, &ok, &sp, &err), &err);
+    const gm_sampling smp = gm_sampling_default();
+    CHECK_EQ_INT(gm_spec_step(sp, &smp, 0, NULL, NULL, &err), GM_ERR_STATE);
+    int32_t ids[64];
+    for (int i = 0; i < 64; i++) ids[i] = TM_BYTE0 + i % 5;
+    CHECK_OK(gm_seq_append(s, ids, 64, &err), &err);
+    CHECK_EQ_INT(gm_spec_step(sp, &smp, 0, NULL, NULL, &err), GM_ERR_CONTEXT);
+    /* one token short of full: the step may add only the target's token, whatever lookup finds */
+    CHECK_OK(gm_seq_truncate(s, 62, &err), &err);
+    int n = 0;
+    CHECK_OK(gm_spec_step(sp, &smp, 0, NULL, &n, &err), &err);
+    CHECK_EQ_INT(n, 1);
+    CHECK_EQ_INT(gm_seq_length(s), 63);
+    gm_spec_free(sp);
+    gm_seq_free(s);
+    gm_engine_free(e);
+    /* vocabulary mismatch: the default model (262144 tokens) drafting for a tiny one (300) */
+    if (access(GM_DEFAULT_MODEL, R_OK) == 0) {
+        gm_model *big = open_model(GM_DEFAULT_MODEL);
+        gm_engine *te = new_engine(m, 64), *be = big ? new_engine(big, 64) : NULL;
+        gm_seq *t = NULL;
+        CHECK_OK(gm_seq_new(te, &t, &err), &err);
+        gm_spec_options so = {.kind = GM_SPEC_DRAFT, .draft = be};
+        err = (gm_error){0};
+        CHECK_EQ_INT(gm_spec_new(t, &so, &sp, &err), GM_ERR_ARG);
+        CHECK_MSG(strstr(err.msg, "vocabulary") != NULL, "message: %s", err.msg);
+        gm_seq_free(t);
+        gm_engine_free(te);
+        gm_engine_free(be);
+        gm_model_free(big);
+    } else {
+        fprintf(stderr, "  (default model missing: vocabulary mismatch not checked)\n");
+    }
+    gm_model_free(m);
+}
+
+TEST(lookup_proposals) {
+    const int32_t h[] = {1, 2, 3, 4, 5, 9, 2, 3, 4, 7, 8, 1, 2, 3, 4};
+    int32_t out[8];
+    /* the longest n-gram wins: "1 2 3 4" occurred at the start, followed by 5 9 2 */
+    CHECK_EQ_INT(gm_lookup_propose(h, 15, 2, 4, 3, out), 3);
+    CHECK(out[0] == 5 && out[1] == 9 && out[2] == 2);
+    /* up to 3-grams: "2 3 4" most recently at 6, followed by 7 8 1 ... (6 tokens until the end) */
+    CHECK_EQ_INT(gm_lookup_propose(h, 15, 2, 3, 3, out), 3);
+    CHECK(out[0] == 7 && out[1] == 8 && out[2] == 1);
+    CHECK_EQ_INT(gm_lookup_propose(h, 15, 2, 3, 8, out), 6);
+    const int32_t none[] = {1, 2, 3, 4, 5, 6};
+    CHECK_EQ_INT(gm_lookup_propose(none, 6, 1, 4, 4, out), 0);
+    CHECK_EQ_INT(gm_lookup_propose(h, 15, 2, 4, 0, out), 0);
+}
+
+/* The default model: copy-heavy and free-text prompts, lookup and the model as its own draft. */
+TEST(greedy_default_model) {
+    if (access(GM_DEFAULT_MODEL, R_OK) != 0) {
+        fprintf(stderr, "  (default model missing: skipped)\n");
+        return;
+    }
+    gm_model *m = open_model(GM_DEFAULT_MODEL), *dm = open_model(GM_DEFAULT_MODEL);
+    if (!m || !dm) return;
+    static const char *PROMPTS[] = {
+        "Copy the list exactly.\nList: apples, pears, plums, cherries, grapes, lemons, limes.\nCopy: apples, pears,",
+        "def area(w, h):\n    return w * h\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n\ndef area(w, h):\n",
+        "The history of the bicycle begins in the early nineteenth century, when",
+    };
+    enum { N = 32 };
+    const gm_sampling s = gm_sampling_default();
+    int64_t acc = 0;
+    gm_engine *de = new_engine(dm, 1024);
+    for (int p = 0; p < 3; p++) {
+        int32_t *ids = NULL, ref[N], got[N];
+        size_t np = 0;
+        gm_error err = {0};
+        CHECK_OK(gm_tokenize(gm_model_tokenizer(m), PROMPTS[p], strlen(PROMPTS[p]), true, false, &ids, &np, &err), &err);
+        generate(m, NULL, ids, (int)np, N, &s, ref, NULL);
+        gm_spec_options so = {.kind = GM_SPEC_LOOKUP};
+        gm_spec_stats st = {0};
+        generate(m, &so, ids, (int)np, N, &s, got, &st);
+        CHECK_MSG(!memcmp(ref, got, sizeof ref), "default model, prompt %d: lookup changed the greedy output", p);
+        acc += st.accepted;
+        if (p == 0 && de) {
+            gm_spec_options d = {.kind = GM_SPEC_DRAFT, .k_max = 4, .draft = de};
+            generate(m, &d, ids, (int)np, N, &s, got, &st);
+            CHECK_MSG(!memcmp(ref, got, sizeof ref), "default model as its own draft changed the greedy output");
+            CHECK_MSG(st.accepted == st.drafted && st.drafted > 0, "own draft: %lld of %lld accepted",
+                      (long long)st.accepted, (long long)st.drafted);
+        }
+        free(ids);
+    }
+    CHECK_MSG(acc > 10, "default model: only %lld lookup proposals accepted on copy-heavy prompts", (long long)acc);
+    gm_engine_free(de);
+    gm_model_free(m);
+    gm_model_free(dm);
+}
+
+int main(int argc, char **argv) {
+    for (int a = 0; a < 3; a++) {
+        tm_options o;
+        tm_options_default(&o, ARCHS[a]);
+        o.n_layers = 3;
+        o.sliding_window = 8;
+        o.context_length = 1024;
+        snprintf(PATH[a], sizeof PATH[a], "/tmp/gm_test_spec_%d_%s.gguf", (int)getpid(), ARCHS[a]);
+        char err[256];
+        if (!tm_write_gguf(&o, PATH[a], err, sizeof err)) {
+            fprintf(stderr, "cannot write %s: %s\n", PATH[a], err);
+            return 1;
+        }
+        if (a == 2) { /* the draft: the target's first two of three layers, so q overlaps p without being p */
+            o.n_layers = 2;
+            snprintf(DRAFT_PATH, sizeof DRAFT_PATH, "/tmp/gm_test_spec_%d_draft.gguf", (int)getpid());
+            if (!tm_write_gguf(&o, DRAFT_PATH, err, sizeof err)) {
+                fprintf(stderr, "cannot write %s: %s\n", DRAFT_PATH, err);
+                return 1;
+            }
+        }
+    }
+    V = tm_vocab_size();
+    const char *only = argc > 1 ? argv[1] : NULL;
+#define MAYBE(t) \
+    if (!only || !strcmp(only, #t)) RUN(t)
+    MAYBE(lookup_proposals);
+    MAYBE(greedy_lookup_tiny);
+    MAYBE(greedy_draft_tiny);
+    MAYBE(gate_backs_off);
+    MAYBE(rollback);
+    MAYBE(many_sequences);
+    MAYBE(sampling_lookup_distribution);
+    MAYBE(sampling_draft_distribution);
+    MAYBE(bad_input);
+    MAYBE(greedy_default_model);
+    for (int a = 0; a < 3; a++) unlink(PATH[a]);
+    unlink(DRAFT_PATH);
+    return test_summary();
+}
