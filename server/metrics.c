@@ -31,6 +31,7 @@ struct srv_metrics {
     uint64_t prompt_tokens, cached_tokens, generated_tokens;
     int queued, active;
     int64_t preemptions;
+    gm_spec_stats spec;
     gm_kv_stats kv;
     histogram ttft, itl;
 };
@@ -88,6 +89,16 @@ void metrics_ttft(srv_metrics *m, double s) {
 void metrics_itl(srv_metrics *m, double s) {
     pthread_mutex_lock(&m->mu);
     observe(&m->itl, s);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_speculative(srv_metrics *m, const gm_spec_stats *st) {
+    pthread_mutex_lock(&m->mu);
+    m->spec.passes += st->passes;
+    m->spec.verify_passes += st->verify_passes;
+    m->spec.drafted += st->drafted;
+    m->spec.accepted += st->accepted;
+    m->spec.tokens += st->tokens;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -164,6 +175,12 @@ char *metrics_render(srv_metrics *m, const char *model) {
     put_value(&t, "gemma_kv_evictions_total", "counter", "Cached KV blocks evicted.", (double)m->kv.evictions);
     put_value(&t, "gemma_preemptions_total", "counter",
               "Requests sent back to the queue mid-prompt because the KV budget was full.", (double)m->preemptions);
+    put_value(&t, "gemma_spec_passes_total", "counter", "Speculative steps' target passes (finished requests).",
+              (double)m->spec.passes);
+    put_value(&t, "gemma_spec_drafted_total", "counter", "Tokens proposed by the drafter.", (double)m->spec.drafted);
+    put_value(&t, "gemma_spec_accepted_total", "counter", "Proposed tokens the target accepted.", (double)m->spec.accepted);
+    put_value(&t, "gemma_spec_tokens_total", "counter", "Tokens made by speculative steps (tokens / passes: per pass).",
+              (double)m->spec.tokens);
     put_histogram(&t, "gemma_time_to_first_token_seconds", "From request to its first token.", &m->ttft);
     put_histogram(&t, "gemma_inter_token_latency_seconds", "Between two tokens of one choice.", &m->itl);
     pthread_mutex_unlock(&m->mu);

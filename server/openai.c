@@ -259,6 +259,11 @@ static bool output_fields(job *j, const cJSON *root, job_kind kind, const srv_op
         if (!cJSON_IsObject(so)) return bad(j, "'%s' must be an object", "stream_options");
         if (!get_bool(j, so, "include_usage", &j->include_usage)) return false;
     }
+    const bool drafter = o->lookup || o->draft_model_path;
+    j->speculative = drafter;
+    if (!get_bool(j, root, "speculative", &j->speculative)) return false;
+    if (j->speculative && !drafter)
+        return bad(j, "'%s': this server has no drafter (start it with --lookup or --draft-model)", "speculative");
     if (kind == JOB_CHAT) {
         if (!get_bool(j, root, "logprobs", &j->logprobs) ||
             !get_int(j, root, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &j->top_logprobs))
@@ -270,6 +275,7 @@ static bool output_fields(job *j, const cJSON *root, job_kind kind, const srv_op
         j->logprobs = lp >= 0;
         j->top_logprobs = lp > 0 ? lp : 0;
     }
+    if (j->logprobs) j->speculative = false; /* accepted tokens come without their logits */
     return true;
 }
 

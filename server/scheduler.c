@@ -36,6 +36,13 @@ struct srv_sched {
     int slots_used;        /* choices of the active jobs (written under mu: sched_submit reads it) */
     gm_seq **seqs;
     float *logits_copy;
+    /* speculative decoding (--lookup / --draft-model) */
+    gm_spec_options spec;
+    gm_model *draft_model;
+    gm_engine *draft;
+    gm_spec **spec_sps;
+    gm_sampling *spec_smp;
+    int *spec_max;
 };
 
 int sched_n_ctx(const srv_sched *s) { return gm_engine_n_ctx(s->e); }
@@ -77,8 +84,15 @@ static job *pop_fitting(srv_sched *s) {
 
 /* ---------------------------------------------------------------- finishing */
 
-static void free_choices(job *j) {
+static void free_choices(srv_sched *s, job *j) {
     for (int i = 0; i < j->n; i++) {
+        if (j->ch[i].spec) {
+            gm_spec_stats st;
+            gm_spec_get_stats(j->ch[i].spec, &st);
+            metrics_speculative(s->met, &st);
+            gm_spec_free(j->ch[i].spec);
+            j->ch[i].spec = NULL;
+        }
         gm_seq_free(j->ch[i].seq);
         j->ch[i].seq = NULL;
         gm_detok_stream_free(j->ch[i].ds);
@@ -91,7 +105,7 @@ static void free_choices(job *j) {
 static void retire(srv_sched *s, int k) {
     job *j = s->active[k];
     pthread_mutex_lock(&j->mu);
-    free_choices(j);
+    free_choices(s, j);
     int gen = 0;
     for (int i = 0; i < j->n; i++) gen += j->ch[i].n_gen;
     j->done = true;
@@ -211,22 +225,10 @@ static void record_logprobs(const job *j, choice *c, const float *l, int V, int3
     for (int i = 0; i < e->n_top; i++) e->top_lp[i] -= lse;
 }
 
-/* Samples choice i's next token and turns it into text; false on an engine error (j failed). */
-static bool sample_choice(srv_sched *s, job *j, int i, double now) {
+/* A new token of choice i (under j->mu): its text, the stop strings, the limits. */
+static void take_token(srv_sched *s, job *j, int i, int32_t tok, double now) {
     choice *c = &j->ch[i];
     gm_error err = {0};
-    const float *l = gm_seq_logits(c->seq);
-    if (j->logprobs && l) memcpy(s->logits_copy, l, (size_t)s->n_vocab * sizeof *l);
-    gm_sampling smp = j->smp;
-    smp.seed = j->smp.seed + (uint64_t)i;
-    int32_t tok;
-    gm_status st = gm_seq_sample(c->seq, &smp, &tok, &err);
-    pthread_mutex_lock(&j->mu);
-    if (st) {
-        job_fail(j, 500, "server_error", NULL, "sampling failed: %s", err.msg);
-        pthread_mutex_unlock(&j->mu);
-        return false;
-    }
     c->n_gen++;
     if (c->n_gen > 1) metrics_itl(s->met, now - c->t_last);
     c->t_last = now;
@@ -256,9 +258,29 @@ static bool sample_choice(srv_sched *s, job *j, int i, double now) {
     }
     if (c->finish) c->visible = c->len;
     if (j->logprobs && c->n_lp) c->lp[c->n_lp - 1].text_end = c->len;
+}
+
+static gm_sampling choice_sampling(const job *j, int i) {
+    gm_sampling smp = j->smp;
+    smp.seed = j->smp.seed + (uint64_t)i; /* n choices of one seed: reproducible, and different */
+    return smp;
+}
+
+/* Samples choice i's next token and turns it into text; false on an engine error (j failed). */
+static bool sample_choice(srv_sched *s, job *j, int i, double now) {
+    choice *c = &j->ch[i];
+    gm_error err = {0};
+    const float *l = gm_seq_logits(c->seq);
+    if (j->logprobs && l) memcpy(s->logits_copy, l, (size_t)s->n_vocab * sizeof *l);
+    const gm_sampling smp = choice_sampling(j, i);
+    int32_t tok;
+    gm_status st = gm_seq_sample(c->seq, &smp, &tok, &err);
+    pthread_mutex_lock(&j->mu);
+    if (st) job_fail(j, 500, "server_error", NULL, "sampling failed: %s", err.msg);
+    else take_token(s, j, i, tok, now);
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    return true;
+    return !st;
 }
 
 /* The prompt is computed: fork it into the n choices and give each its detokenizer. */
@@ -270,6 +292,7 @@ static bool start_choices(srv_sched *s, job *j, double now) {
     if (j->cached > j->n_prompt) j->cached = j->n_prompt;
     for (int i = 1; i < j->n && !st; i++) st = gm_seq_fork(j->ch[0].seq, &j->ch[i].seq, &err);
     for (int i = 0; i < j->n && !st; i++) st = gm_detok_stream_new(s->tok, false, &j->ch[i].ds, &err);
+    for (int i = 0; i < j->n && !st && j->speculative; i++) st = gm_spec_new(j->ch[i].seq, &s->spec, &j->ch[i].spec, &err);
     if (st) job_fail(j, 500, "server_error", NULL, "%s", err.msg);
     j->started = true;
     j->t_first = now;
@@ -300,9 +323,48 @@ static int gather(srv_sched *s, int *n_decode) {
             continue;
         }
         for (int i = 0; i < j->n; i++)
-            if (is_generating(&j->ch[i])) s->seqs[n++] = j->ch[i].seq, (*n_decode)++;
+            if (is_generating(&j->ch[i]) && !j->ch[i].spec) s->seqs[n++] = j->ch[i].seq, (*n_decode)++;
     }
     return n;
+}
+
+/* The speculating choices: one gm_spec_step_many (proposals, then every verify row in one forward
+ * call), then each accepted token through the same text path as a sampled one. */
+static void speculative_step(srv_sched *s) {
+    int n = 0;
+    for (int k = 0; k < s->n_active; k++) {
+        job *j = s->active[k];
+        if (!j->started || j->err_http) continue;
+        for (int i = 0; i < j->n; i++)
+            if (is_generating(&j->ch[i]) && j->ch[i].spec) {
+                s->spec_sps[n] = j->ch[i].spec;
+                s->spec_smp[n] = choice_sampling(j, i);
+                s->spec_max[n] = j->max_tokens > 0 ? j->max_tokens - j->ch[i].n_gen : 0;
+                n++;
+            }
+    }
+    if (n == 0) return;
+    gm_error err = {0};
+    gm_status st = gm_spec_step_many(s->spec_sps, n, s->spec_smp, s->spec_max, &err);
+    const double now = srv_now();
+    for (int k = 0; k < s->n_active; k++) {
+        job *j = s->active[k];
+        if (!j->started || j->err_http) continue;
+        pthread_mutex_lock(&j->mu);
+        for (int i = 0; i < j->n; i++) {
+            choice *c = &j->ch[i];
+            if (!is_generating(c) || !c->spec) continue;
+            if (st) {
+                job_fail(j, st == GM_ERR_NOMEM ? 503 : 500, "server_error", NULL, "%s", err.msg);
+                break;
+            }
+            int nt = 0;
+            const int32_t *toks = gm_spec_last(c->spec, &nt);
+            for (int t = 0; t < nt && !c->finish; t++) take_token(s, j, i, toks[t], now);
+        }
+        pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+    }
 }
 
 /* A request still in its prompt goes back to the head of the queue: its sequence is freed (the blocks
@@ -311,7 +373,7 @@ static int gather(srv_sched *s, int *n_decode) {
 static void requeue(srv_sched *s, int k) {
     job *j = s->active[k];
     pthread_mutex_lock(&j->mu);
-    free_choices(j);
+    free_choices(s, j);
     pthread_mutex_unlock(&j->mu);
     memmove(s->active + k, s->active + k + 1, (size_t)(s->n_active - k - 1) * sizeof *s->active);
     s->n_active--;
@@ -344,6 +406,7 @@ static void on_step_error(srv_sched *s, gm_status st, const gm_error *err) {
 }
 
 static void step(srv_sched *s) {
+    speculative_step(s);
     int n_decode;
     const int n = gather(s, &n_decode);
     if (n == 0) return;
@@ -360,8 +423,9 @@ static void step(srv_sched *s) {
         if (!j->started) {
             if (!gm_seq_logits(j->ch[0].seq) || !start_choices(s, j, now)) continue;
         }
-        for (int i = 0; i < j->n; i++)
-            if (is_generating(&j->ch[i]) && gm_seq_logits(j->ch[i].seq) && !sample_choice(s, j, i, now)) break;
+        for (int i = 0; i < j->n; i++) /* speculating choices take their tokens in speculative_step */
+            if (is_generating(&j->ch[i]) && !j->ch[i].spec && gm_seq_logits(j->ch[i].seq) && !sample_choice(s, j, i, now))
+                break;
     }
 }
 
@@ -445,6 +509,20 @@ static size_t kv_bytes_per_token(const gm_model *m, gm_kv_dtype t) {
     return b;
 }
 
+/* --lookup needs nothing more; --draft-model opens the draft model and gives it an engine of its own,
+ * shared by every speculating sequence (they draft together). */
+static gm_status open_drafter(srv_sched *s, const srv_options *o, const gm_engine_options *target, gm_error *err) {
+    s->spec = (gm_spec_options){.kind = o->lookup ? GM_SPEC_LOOKUP : GM_SPEC_DRAFT, .k_max = o->draft_max};
+    if (!o->draft_model_path) return GM_OK;
+    gm_status st = gm_model_open(o->draft_model_path, NULL, &s->draft_model, err);
+    if (st) return st;
+    gm_engine_options eo = *target;
+    eo.kv_mem = (size_t)o->parallel * (size_t)o->n_ctx * kv_bytes_per_token(s->draft_model, o->kv_type);
+    if ((st = gm_engine_new(s->draft_model, &eo, &s->draft, err))) return st;
+    s->spec.draft = s->draft;
+    return GM_OK;
+}
+
 gm_status sched_new(gm_model *m, const srv_options *o, srv_metrics *metrics, srv_sched **out, gm_error *err) {
     srv_sched *s = calloc(1, sizeof *s);
     if (!s) return GM_ERR_NOMEM;
@@ -461,10 +539,14 @@ gm_status sched_new(gm_model *m, const srv_options *o, srv_metrics *metrics, srv
      * sliding layers need far less, which leaves the rest to the prefix cache */
     eo.kv_mem = o->kv_mem ? o->kv_mem : (size_t)o->parallel * (size_t)o->n_ctx * kv_bytes_per_token(m, o->kv_type);
     gm_status st = gm_engine_new(m, &eo, &s->e, err);
+    if (!st) st = open_drafter(s, o, &eo, err);
     s->active = calloc((size_t)o->parallel, sizeof *s->active);
     s->seqs = calloc((size_t)o->parallel, sizeof *s->seqs);
+    s->spec_sps = calloc((size_t)o->parallel, sizeof *s->spec_sps);
+    s->spec_smp = calloc((size_t)o->parallel, sizeof *s->spec_smp);
+    s->spec_max = calloc((size_t)o->parallel, sizeof *s->spec_max);
     s->logits_copy = malloc((size_t)s->n_vocab * sizeof *s->logits_copy);
-    if (!st && (!s->active || !s->seqs || !s->logits_copy))
+    if (!st && (!s->active || !s->seqs || !s->logits_copy || !s->spec_sps || !s->spec_smp || !s->spec_max))
         st = err ? (snprintf(err->msg, sizeof err->msg, "out of memory"), err->code = GM_ERR_NOMEM) : GM_ERR_NOMEM;
     if (!st && pthread_create(&s->th, NULL, sched_main, s)) {
         if (err) snprintf(err->msg, sizeof err->msg, "cannot start the scheduler thread");
@@ -493,6 +575,11 @@ void sched_free(srv_sched *s) {
     if (!s) return;
     sched_stop(s);
     if (s->e) gm_engine_free(s->e);
+    if (s->draft) gm_engine_free(s->draft);
+    gm_model_free(s->draft_model);
+    free(s->spec_sps);
+    free(s->spec_smp);
+    free(s->spec_max);
     free(s->active);
     free(s->seqs);
     free(s->logits_copy);

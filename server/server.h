@@ -42,6 +42,9 @@ typedef struct srv_options {
     int max_prompt;         /* prompt tokens */
     int max_tokens;         /* cap on a request's max_tokens */
     bool quiet;             /* no request log */
+    bool lookup;            /* speculative decoding by prompt lookup, for requests that do not say */
+    const char *draft_model_path; /* speculative decoding with this draft model */
+    int draft_max;          /* most tokens proposed per pass (0: the library's default) */
 } srv_options;
 
 /* ---------------------------------------------------------------- jobs (job.c) */
@@ -70,6 +73,7 @@ typedef struct choice {
     lp_entry *lp;
     int n_lp, cap_lp, lp_sent;
     bool role_sent, finish_sent;
+    gm_spec *spec;          /* speculative decoding state, when the request speculates */
     double t_last;          /* when its last token came (inter-token latency) */
 } choice;
 
@@ -85,6 +89,7 @@ typedef struct job {
     bool logprobs;
     int top_logprobs;
     bool ignore_eos;        /* llama-server's extension: generate past <eos> / <end_of_turn> (benchmarks) */
+    bool speculative;       /* propose and verify several tokens per step (--lookup / --draft-model) */
     int32_t *prompt;
     int n_prompt;
     char id[48];
@@ -128,6 +133,7 @@ void metrics_request(srv_metrics *m, const char *endpoint, int status);
 void metrics_tokens(srv_metrics *m, int prompt, int cached, int generated);
 void metrics_ttft(srv_metrics *m, double seconds);
 void metrics_itl(srv_metrics *m, double seconds);
+void metrics_speculative(srv_metrics *m, const gm_spec_stats *st);
 void metrics_state(srv_metrics *m, int queued, int active, int64_t preemptions, const gm_kv_stats *kv);
 /* Prometheus text exposition; malloc'd. */
 char *metrics_render(srv_metrics *m, const char *model);

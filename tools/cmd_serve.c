@@ -37,6 +37,12 @@ static void usage(FILE *out) {
             "  --max-prompt N        most prompt tokens a request may have (default: the context - 1)\n"
             "  --max-tokens N        largest max_tokens a request may ask (default: the context)\n"
             "  --quiet               no request log on stderr\n"
+            "  --lookup              speculative decoding by prompt lookup (n-grams of the history propose\n"
+            "                        tokens; one pass verifies them; greedy output unchanged)\n"
+            "  --draft-model PATH    speculative decoding with a smaller model of the same vocabulary\n"
+            "  --draft-max K         most tokens proposed per pass, 1..%d (default 8; adapts below it)\n"
+            "                        A request may say \"speculative\": false (or true); requests with\n"
+            "                        logprobs do not speculate.\n"
             "\n"
             "Request fields: messages | prompt, max_tokens, max_completion_tokens, temperature (default 1),\n"
             "top_p, top_k, min_p, presence_penalty, frequency_penalty, repeat_penalty, repeat_last_n, seed,\n"
@@ -45,7 +51,7 @@ static void usage(FILE *out) {
             "Chat message contents are text: control-token spellings in them cannot open or close a turn;\n"
             "/v1/completions prompts are raw (control-token texts are parsed, to write one's own template).\n"
             "SIGINT / SIGTERM: stop accepting, end open streams with an error event, exit 0.\n",
-            gm_cli_default_model());
+            gm_cli_default_model(), GM_SPEC_MAX_K);
 }
 
 /* -1: go on; otherwise the exit status */
@@ -63,6 +69,9 @@ static int parse_args(int argc, char **argv, srv_options *o) {
             continue;
         } else if (!strcmp(a, "--quiet")) {
             o->quiet = true;
+            continue;
+        } else if (!strcmp(a, "--lookup")) {
+            o->lookup = true;
             continue;
         } else if (!v) {
             fprintf(stderr, "gemma serve: option %s needs a value (see --help)\n", a);
@@ -94,6 +103,10 @@ static int parse_args(int argc, char **argv, srv_options *o) {
         } else if (!strcmp(a, "--api-key")) {
             ok = *v != 0;
             o->api_key = v;
+        } else if (!strcmp(a, "--draft-model")) {
+            o->draft_model_path = v;
+        } else if (!strcmp(a, "--draft-max")) {
+            ok = cli_parse_int(v, 1, GM_SPEC_MAX_K, &o->draft_max);
         } else if (!strcmp(a, "--cors")) {
             ok = *v != 0;
             o->cors = v;
@@ -112,6 +125,14 @@ static int parse_args(int argc, char **argv, srv_options *o) {
             return 2;
         }
         i++;
+    }
+    if (o->lookup && o->draft_model_path) {
+        fprintf(stderr, "gemma serve: --lookup and --draft-model are two ways to propose tokens: give one\n");
+        return 2;
+    }
+    if (o->draft_max && !o->lookup && !o->draft_model_path) {
+        fprintf(stderr, "gemma serve: --draft-max needs --lookup or --draft-model\n");
+        return 2;
     }
     o->max_body = (size_t)max_body;
     if (o->max_prompt < 0) o->max_prompt = o->n_ctx - 1;

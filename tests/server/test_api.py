@@ -492,6 +492,37 @@ def test_queue_zero(env):
         t.join(300)
 
 
+def test_speculative(env):
+    """--lookup: greedy text with speculation equals greedy text without it, alone and 6 requests in
+    parallel (verify rows of all of them in one pass); the counters move; logprobs requests still work;
+    a server without a drafter refuses "speculative": true."""
+    st, body = env["srv"].post("/v1/completions", {"prompt": "x", "max_tokens": 2, "speculative": True})
+    assert st == 400, body
+    copy = ("Repeat this paragraph exactly.\n\nThe committee met on Tuesday to review the budget. After a long "
+            "debate, it approved the plan with two changes.\n\nRepeat:\n\nThe committee met on")
+    prompts = [copy, PROMPTS[2], PROMPTS[1], "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef",
+               copy.replace("Tuesday", "Friday"), PROMPTS[5]]
+    with Server(env["bin"], "--lookup", "--quiet", model=env["model"], parallel=6) as s:
+        def run(p, spec):
+            st, r = s.post("/v1/completions", {"prompt": p, "max_tokens": 40, "temperature": 0, "speculative": spec})
+            assert st == 200, r
+            return r["choices"][0]["text"]
+        plain = [run(p, False) for p in prompts]
+        assert [run(p, True) for p in prompts] == plain
+        together = [None] * len(prompts)
+        th = [threading.Thread(target=lambda i=i: together.__setitem__(i, run(prompts[i], True))) for i in range(len(prompts))]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join(600)
+        assert together == plain
+        m = s.metrics()
+        assert m["gemma_spec_accepted_total"] > 0 and m["gemma_spec_tokens_total"] > m["gemma_spec_passes_total"], m
+        st, r = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                                                "logprobs": True, "temperature": 0})
+        assert st == 200 and len(r["choices"][0]["logprobs"]["content"]) >= 1
+
+
 def test_cors(env):
     st, h, _ = env["srv"].request("OPTIONS", "/v1/chat/completions", headers={"Origin": "http://x"})
     assert st == 405, "no CORS unless asked"
@@ -552,7 +583,7 @@ def main():
             test_stream_format, test_stop_across_tokens, test_seed_reproducible, test_n_choices, test_logprobs,
             test_errors_openai_client, test_malformed_requests, test_chat_injection, test_tokenize_roundtrip,
             test_parallel_equals_sequential, test_cached_prefix, test_disconnect_frees_sequence, test_metrics,
-            test_api_key, test_queue_zero, test_cors, test_queue_full_and_sigterm,
+            test_api_key, test_queue_zero, test_speculative, test_cors, test_queue_full_and_sigterm,
         ], env)
         if rc:
             print("".join(srv.log[-30:]))
