@@ -129,8 +129,9 @@ INL void tile32(int type, int R, int T, int64_t n, const char *w, size_t ws, con
             for (int r = 0; r < R; r++) {
                 const __m256i p16 = _mm256_maddubs_epi16(u[r], signed32(type) ? _mm256_sign_epi8(av, q[r]) : av);
                 const __m256i p = _mm256_madd_epi16(p16, ones);
-                /* the f32 product dw da, as a vector: the same bits as the scalar product */
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dwv[r], dav), acc[r][t]);
+                /* the f32 product dw da: scalar for one pair, else as a vector (the same bits) */
+                const __m256 scale = R * T == 1 ? _mm256_set1_ps(dw[r] * da) : _mm256_mul_ps(dwv[r], dav);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[r][t]);
                 if (!signed32(type)) off[r][t] += mw[r] * h2f(y1->s);
             }
         }
@@ -147,31 +148,45 @@ INL void tile32(int type, int R, int T, int64_t n, const char *w, size_t ws, con
  *   Q6_K (codes 0..63 = value + 32): acc = fmadd(cvt(isum - madd(bsums, 32 scale pairs)), d da, acc). */
 
 typedef struct {
-    __m256i mn;    /* Q4_K / Q5_K: min j in both int16 halves of int32 lane j; Q6_K: 32 * scales as int16 */
-    int sc[8];     /* Q4_K / Q5_K: the chunks' 6-bit scales */
+    __m256i mn;         /* Q4_K / Q5_K: min j in both int16 halves of int32 lane j; Q6_K: 32 * scales as int16 */
+    __m256i s_lo, s_hi; /* the 16 int16 scales of 16-code groups: 0..7, 8..15 in both 128-bit halves */
     float d, dmin;
 } kblock;
 
 INL void kblock_head(int type, const void *blk, kblock *k) {
+    __m256i s16;
     if (type == GM_TYPE_Q6_K) {
         const gm_block_q6_K *x = blk;
         k->d = h2f(x->d);
-        k->mn = _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales)), 5);
-        return;
+        s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+        k->mn = _mm256_slli_epi16(s16, 5);
+    } else {
+        const uint8_t *scales = type == GM_TYPE_Q4_K ? ((const gm_block_q4_K *)blk)->scales : ((const gm_block_q5_K *)blk)->scales;
+        const uint16_t d = type == GM_TYPE_Q4_K ? ((const gm_block_q4_K *)blk)->d : ((const gm_block_q5_K *)blk)->d;
+        const uint16_t dm = type == GM_TYPE_Q4_K ? ((const gm_block_q4_K *)blk)->dmin : ((const gm_block_q5_K *)blk)->dmin;
+        /* the 12 bytes of 6-bit scales and mins (gm_k4_scale_min) unpacked four at a time */
+        uint32_t a[3];
+        memcpy(a, scales, 12);
+        const uint64_t sc = (uint64_t)(a[0] & 0x3f3f3f3f) | (uint64_t)((a[2] & 0x0f0f0f0f) | ((a[0] >> 2) & 0x30303030)) << 32;
+        const uint64_t mn = (uint64_t)(a[1] & 0x3f3f3f3f) | (uint64_t)(((a[2] >> 4) & 0x0f0f0f0f) | ((a[1] >> 2) & 0x30303030)) << 32;
+        const __m256i m = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn));
+        const __m256i v = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc));
+        k->mn = _mm256_or_si256(m, _mm256_slli_epi32(m, 16));
+        s16 = _mm256_or_si256(v, _mm256_slli_epi32(v, 16)); /* one scale per 32 codes: both 16-groups */
+        k->d = h2f(d), k->dmin = h2f(dm);
     }
-    const uint8_t *scales = type == GM_TYPE_Q4_K ? ((const gm_block_q4_K *)blk)->scales : ((const gm_block_q5_K *)blk)->scales;
-    const uint16_t d = type == GM_TYPE_Q4_K ? ((const gm_block_q4_K *)blk)->d : ((const gm_block_q5_K *)blk)->d;
-    const uint16_t dm = type == GM_TYPE_Q4_K ? ((const gm_block_q4_K *)blk)->dmin : ((const gm_block_q5_K *)blk)->dmin;
-    int mn[8];
-    for (int j = 0; j < 8; j++) gm_k4_scale_min(j, scales, &k->sc[j], &mn[j]);
-    const __m256i m = _mm256_loadu_si256((const __m256i *)mn);
-    k->mn = _mm256_or_si256(m, _mm256_slli_epi32(m, 16));
-    k->d = h2f(d), k->dmin = h2f(dm);
+    k->s_lo = _mm256_permute2x128_si256(s16, s16, 0x00);
+    k->s_hi = _mm256_permute2x128_si256(s16, s16, 0x11);
 }
 
-/* chunk c (elements 32c .. 32c + 31) of a K-quant block: unsigned codes, and its int16 scale vector */
+/* chunk c (elements 32c .. 32c + 31) of a K-quant block: unsigned codes, and its int16 scale vector
+ * (groups 2c in the low eight int16 lanes, 2c + 1 in the high eight: one in-lane byte shuffle) */
 INL __m256i kchunk(int type, const void *blk, const kblock *k, int c, __m256i *scv) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const int g = 4 * (c % 4); /* byte offset of group 2c within its 128-bit half */
+    *scv = _mm256_shuffle_epi8(c < 4 ? k->s_lo : k->s_hi,
+                               _mm256_set_m128i(_mm_set1_epi16((short)((g + 3) << 8 | (g + 2))),
+                                                _mm_set1_epi16((short)((g + 1) << 8 | g))));
     if (type == GM_TYPE_Q6_K) {
         const gm_block_q6_K *x = blk;
         const int h = c / 4, kk = c % 4; /* ql: 64 bytes per half; low nibbles for kk 0, 1, high for 2, 3 */
@@ -180,9 +195,7 @@ INL __m256i kchunk(int type, const void *blk, const kblock *k, int c, __m256i *s
         const __m256i lo = kk < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
         /* bits 2kk, 2kk + 1 of each qh byte to bits 4, 5 */
         const __m256i sh = kk == 0 ? _mm256_slli_epi16(qh, 4) : kk == 1 ? _mm256_slli_epi16(qh, 2) : kk == 2 ? qh : _mm256_srli_epi16(qh, 2);
-        const __m256i hi = _mm256_and_si256(sh, _mm256_set1_epi8(0x30));
-        *scv = _mm256_setr_m128i(_mm_set1_epi16(x->scales[2 * c]), _mm_set1_epi16(x->scales[2 * c + 1]));
-        return _mm256_or_si256(lo, hi);
+        return _mm256_or_si256(lo, _mm256_and_si256(sh, _mm256_set1_epi8(0x30)));
     }
     const uint8_t *qs = type == GM_TYPE_Q4_K ? ((const gm_block_q4_K *)blk)->qs : ((const gm_block_q5_K *)blk)->qs;
     const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * (c / 2)));
@@ -192,7 +205,6 @@ INL __m256i kchunk(int type, const void *blk, const kblock *k, int c, __m256i *s
         const __m256i bit = _mm256_and_si256(_mm256_srli_epi16(qh, c), _mm256_set1_epi8(1));
         v = _mm256_or_si256(v, _mm256_slli_epi16(bit, 4));
     }
-    *scv = _mm256_set1_epi16((short)k->sc[c]);
     return v;
 }
 
@@ -217,6 +229,7 @@ INL void tileK(int type, int R, int T, int64_t n, const char *w, size_t ws, cons
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) isum[r][t] = _mm256_setzero_si256();
         }
+#pragma GCC unroll 8
         for (int c = 0; c < 8; c++) {
             __m256i u[TR], scv[TR];
 #pragma GCC unroll 8
@@ -320,7 +333,7 @@ INL void tile_any(int type, int R, int T, int64_t n, const char *w, size_t ws, c
 /* rows x tokens of any size: R x T tiles, R x 1 for the last tokens; fewer tokens than T (decode):
  * DEC_R x 1 (several independent rows in flight per activation load); single rows at the end */
 #ifndef DEC_R
-#define DEC_R 4
+#define DEC_R 1
 #endif
 INL void tiles(int type, int64_t n, const void *w, size_t ws, int64_t rows, const void *a, size_t as, int64_t n_tok,
                float *y, int64_t ldy) {
