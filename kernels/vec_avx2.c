@@ -44,7 +44,10 @@ static inline __m256i bits_to_bytes(uint32_t bits) {
 #define TF_R 2
 #define TF_T 3
 #endif
-enum { TR = 4, TT = 4 }; /* array bounds: the largest shape */
+#ifndef TT_MAX
+#define TT_MAX 4
+#endif
+enum { TR = 4, TT = TT_MAX }; /* array bounds: the largest shape */
 _Static_assert(T32_R <= TR && T32_T <= TT && TK_R <= TR && TK_T <= TT && TF_R <= TR && TF_T <= TT, "tile bounds");
 
 /* ---- 32-code blocks: Q8_0, Q4_0, Q5_0 (signed codes, sign trick), Q4_1, Q5_1 (unsigned codes + m) */
