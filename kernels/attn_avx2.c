@@ -39,6 +39,93 @@ void gm_axpy_f32_avx2(float *y, float a, const float *x, int n) {
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] += a * x[i];
 }
+/* ---- attention of one query's G heads over a chunk of keys (kernels/ops.c gm_attend_partial): the
+ * key / value row is loaded (and converted from F16) once for all heads instead of once per head.
+ * Each head's score is gm_dot_f32_avx2's operations in its order (two accumulators over 16 floats,
+ * the same horizontal sum) and each value update gm_axpy_f32_avx2's: the same bits as the per-head
+ * loops, whatever G. */
+
+bool gm_attend_avx2_fits(int G, int hd) { return G >= 1 && G <= 4 && hd % 16 == 0; }
+
+static inline __m256 kv8(const void *row, gm_kv_type kt, int i) {
+    if (kt == GM_KV_F32) return _mm256_loadu_ps((const float *)row + i);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + i)));
+}
+
+static inline float hsum_dot(__m256 s0) { /* gm_dot_f32_avx2's reduction */
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    return _mm_cvtss_f32(h);
+}
+
+static inline __attribute__((always_inline)) void scores_g(int G, float *scores, const float *q, const void *k,
+                                                           gm_kv_type kt, size_t kv_stride, int n_keys, int hd) {
+    const size_t es = gm_kv_type_size(kt);
+    for (int j = 0; j < n_keys; j++) {
+        const char *kr = (const char *)k + (size_t)j * kv_stride * es;
+        __m256 s0[4], s1[4];
+        for (int g = 0; g < G; g++) s0[g] = s1[g] = _mm256_setzero_ps();
+        for (int i = 0; i < hd; i += 16) {
+            const __m256 k0 = kv8(kr, kt, i), k1 = kv8(kr, kt, i + 8);
+            for (int g = 0; g < G; g++) {
+                s0[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)g * hd + i), k0, s0[g]);
+                s1[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)g * hd + i + 8), k1, s1[g]);
+            }
+        }
+        for (int g = 0; g < G; g++) scores[(size_t)g * n_keys + j] = hsum_dot(_mm256_add_ps(s0[g], s1[g]));
+    }
+}
+
+void gm_attend_scores_avx2(float *scores, const float *q, int G, const void *k, gm_kv_type kt, size_t kv_stride,
+                           int n_keys, int hd) {
+    switch (G) {
+    case 1: scores_g(1, scores, q, k, kt, kv_stride, n_keys, hd); break;
+    case 2: scores_g(2, scores, q, k, kt, kv_stride, n_keys, hd); break;
+    case 3: scores_g(3, scores, q, k, kt, kv_stride, n_keys, hd); break;
+    default: scores_g(4, scores, q, k, kt, kv_stride, n_keys, hd); break;
+    }
+}
+
+static inline __attribute__((always_inline)) void values_g(int G, float *part, const float *scores, const void *v,
+                                                           gm_kv_type kt, size_t kv_stride, int n_keys, int hd) {
+    const size_t es = gm_kv_type_size(kt);
+    for (int j = 0; j < n_keys; j++) {
+        const char *vr = (const char *)v + (size_t)j * kv_stride * es;
+        __m256 p[4];
+        bool all = true;
+        for (int g = 0; g < G; g++) {
+            p[g] = _mm256_set1_ps(scores[(size_t)g * n_keys + j]);
+            all = all && scores[(size_t)g * n_keys + j] != 0.0f;
+        }
+        if (all) {
+            for (int i = 0; i < hd; i += 8) {
+                const __m256 x = kv8(vr, kt, i);
+                for (int g = 0; g < G; g++) {
+                    float *o = part + (size_t)g * (hd + 2) + i;
+                    _mm256_storeu_ps(o, _mm256_fmadd_ps(p[g], x, _mm256_loadu_ps(o)));
+                }
+            }
+            continue;
+        }
+        for (int g = 0; g < G; g++) { /* a head with weight 0 skips the key, as the per-head loop does */
+            if (scores[(size_t)g * n_keys + j] == 0.0f) continue;
+            float *o = part + (size_t)g * (hd + 2);
+            for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(o + i, _mm256_fmadd_ps(p[g], kv8(vr, kt, i), _mm256_loadu_ps(o + i)));
+        }
+    }
+}
+
+void gm_attend_values_avx2(float *part, const float *scores, int G, const void *v, gm_kv_type kt, size_t kv_stride,
+                           int n_keys, int hd) {
+    switch (G) {
+    case 1: values_g(1, part, scores, v, kt, kv_stride, n_keys, hd); break;
+    case 2: values_g(2, part, scores, v, kt, kv_stride, n_keys, hd); break;
+    case 3: values_g(3, part, scores, v, kt, kv_stride, n_keys, hd); break;
+    default: values_g(4, part, scores, v, kt, kv_stride, n_keys, hd); break;
+    }
+}
+
 /* exp(x) for x in [-87, 88]: x = n ln2 + r (ln2 split in two for an exact n ln2), e^r by a degree-6
  * polynomial (|r| <= ln2/2, error about 1 ulp), scaled by 2^n through the exponent bits. */
 static inline __m256 exp_avx2(__m256 x) {
@@ -96,4 +183,14 @@ void gm_axpy_f32_avx2(float *y, float a, const float *x, int n) {
 }
 
 void gm_geglu_avx2(float *gate, const float *up, int n) { gm_geglu(gate, up, n); }
+
+bool gm_attend_avx2_fits(int G, int hd) { (void)G, (void)hd; return false; }
+void gm_attend_scores_avx2(float *scores, const float *q, int G, const void *k, gm_kv_type kt, size_t kv_stride,
+                           int n_keys, int hd) {
+    (void)scores, (void)q, (void)G, (void)k, (void)kt, (void)kv_stride, (void)n_keys, (void)hd;
+}
+void gm_attend_values_avx2(float *part, const float *scores, int G, const void *v, gm_kv_type kt, size_t kv_stride,
+                           int n_keys, int hd) {
+    (void)part, (void)scores, (void)G, (void)v, (void)kt, (void)kv_stride, (void)n_keys, (void)hd;
+}
 #endif

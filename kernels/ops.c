@@ -145,10 +145,13 @@ void gm_attend_partial(float *part, const float *q, int G, const void *k, const 
         return;
     }
     float buf[4096]; /* one converted F16 row (head_dim <= 4096: model/model.c) */
-    for (int j = 0; j < n_keys; j++) {
-        const float *kj = kv_row(k, kt, (size_t)j, kv_stride, hd, buf);
-        for (int g = 0; g < G; g++) scores[(size_t)g * n_keys + j] = gm_dot_f32(q + (size_t)g * hd, kj, hd);
-    }
+    const bool fused = use_avx2() && gm_attend_avx2_fits(G, hd); /* the same bits, each row read once */
+    if (fused) gm_attend_scores_avx2(scores, q, G, k, kt, kv_stride, n_keys, hd);
+    else
+        for (int j = 0; j < n_keys; j++) {
+            const float *kj = kv_row(k, kt, (size_t)j, kv_stride, hd, buf);
+            for (int g = 0; g < G; g++) scores[(size_t)g * n_keys + j] = gm_dot_f32(q + (size_t)g * hd, kj, hd);
+        }
     for (int g = 0; g < G; g++) {
         float *s = scores + (size_t)g * n_keys, *o = part + (size_t)g * (hd + 2);
         if (softcap > 0.0f) gm_softcap(s, n_keys, softcap);
@@ -163,6 +166,10 @@ void gm_attend_partial(float *part, const float *q, int G, const void *k, const 
         o[hd] = mx;
         o[hd + 1] = (float)sum;
         memset(o, 0, (size_t)hd * sizeof *o);
+    }
+    if (fused) {
+        gm_attend_values_avx2(part, scores, G, v, kt, kv_stride, n_keys, hd);
+        return;
     }
     for (int j = 0; j < n_keys; j++) {
         const float *vj = kv_row(v, kt, (size_t)j, kv_stride, hd, buf);

@@ -64,6 +64,14 @@ void gm_axpy_f32(float *y, float a, const float *x, int n); /* y += a x */
 float gm_dot_f32_avx2(const float *a, const float *b, int n);
 void gm_axpy_f32_avx2(float *y, float a, const float *x, int n);
 void gm_kv_store_f16_avx2(uint16_t *dst, const float *src, int n);
+/* gm_attend_partial's two passes with AVX2 for G <= 4 heads and hd a multiple of 16 (_fits): each key /
+ * value row read once for all heads, results bit-identical to the per-head gm_dot_f32_avx2 /
+ * gm_axpy_f32_avx2 loops. scores: G x n_keys; part: G x (hd + 2), values added to it. */
+bool gm_attend_avx2_fits(int G, int hd);
+void gm_attend_scores_avx2(float *scores, const float *q, int G, const void *k, gm_kv_type kt, size_t kv_stride,
+                           int n_keys, int hd);
+void gm_attend_values_avx2(float *part, const float *scores, int G, const void *v, gm_kv_type kt, size_t kv_stride,
+                           int n_keys, int hd);
 /* AVX-512 gm_attend_partial (kernels/attn_avx512.c) for shapes where _fits says so. */
 bool gm_attend_partial_avx512_fits(int G, int hd);
 void gm_attend_partial_avx512(float *part, const float *q, int G, const void *k, const void *v, gm_kv_type kt,
