@@ -3,6 +3,7 @@
 #include "kernels/ops.h"
 #include "quant/quant.h"
 
+#include <math.h>
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
@@ -39,6 +40,27 @@ void gm_axpy_f32_avx2(float *y, float a, const float *x, int n) {
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] += a * x[i];
 }
+/* RMSNorm: the sum of squares in double (as gm_rmsnorm), four 4-lane accumulators over 16 floats */
+void gm_rmsnorm_avx2(float *y, const float *x, const float *w, int n, float eps) {
+    __m256d s[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 4; k++) {
+            const __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4 * k));
+            s[k] = _mm256_fmadd_pd(a, a, s[k]);
+        }
+    const __m256d t = _mm256_add_pd(_mm256_add_pd(s[0], s[1]), _mm256_add_pd(s[2], s[3]));
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(t), _mm256_extractf128_pd(t, 1));
+    double ss = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    for (; i < n; i++) ss += (double)x[i] * (double)x[i];
+    const float r = (float)(1.0 / sqrt(ss / n + (double)eps));
+    const __m256 vr = _mm256_set1_ps(r);
+    i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vr), _mm256_loadu_ps(w + i)));
+    for (; i < n; i++) y[i] = x[i] * r * w[i];
+}
+
 /* ---- attention of one query's G heads over a chunk of keys (kernels/ops.c gm_attend_partial): the
  * key / value row is loaded (and converted from F16) once for all heads instead of once per head.
  * Each head's score is gm_dot_f32_avx2's operations in its order (two accumulators over 16 floats,
@@ -185,6 +207,7 @@ void gm_axpy_f32_avx2(float *y, float a, const float *x, int n) {
 void gm_geglu_avx2(float *gate, const float *up, int n) { gm_geglu(gate, up, n); }
 
 bool gm_attend_avx2_fits(int G, int hd) { (void)G, (void)hd; return false; }
+void gm_rmsnorm_avx2(float *y, const float *x, const float *w, int n, float eps) { gm_rmsnorm(y, x, w, n, eps); }
 void gm_attend_scores_avx2(float *scores, const float *q, int G, const void *k, gm_kv_type kt, size_t kv_stride,
                            int n_keys, int hd) {
     (void)scores, (void)q, (void)G, (void)k, (void)kt, (void)kv_stride, (void)n_keys, (void)hd;

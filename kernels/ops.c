@@ -96,6 +96,7 @@ static bool use_avx2(void) { return gm_isa_active() >= GM_ISA_AVX2; }
 
 void gm_rmsnorm_fast(float *y, const float *x, const float *w, int n, float eps) {
     if (gm_isa_active() >= GM_ISA_AVX512) gm_rmsnorm_avx512(y, x, w, n, eps);
+    else if (use_avx2()) gm_rmsnorm_avx2(y, x, w, n, eps);
     else gm_rmsnorm(y, x, w, n, eps);
 }
 

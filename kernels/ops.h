@@ -13,6 +13,7 @@
 void gm_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
 /* The same with AVX-512 (double sums in another order); gm_rmsnorm_fast picks it when active. */
 void gm_rmsnorm_avx512(float *y, const float *x, const float *w, int n, float eps);
+void gm_rmsnorm_avx2(float *y, const float *x, const float *w, int n, float eps); /* AVX2 + FMA, likewise */
 void gm_rmsnorm_fast(float *y, const float *x, const float *w, int n, float eps);
 
 /* inv_freq[i] = freq_scale * base^(-2i/hd), i < hd/2 (computed in double). */
