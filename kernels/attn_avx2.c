@@ -109,31 +109,43 @@ void gm_attend_scores_avx2(float *scores, const float *q, int G, const void *k, 
     }
 }
 
+/* value rows in blocks of 4 keys: each output vector stays in a register across the block's 4 fmadds
+ * (the same fmadds in the same key order as one key at a time); a block with a zero weight goes key
+ * by key, skipping the key for that head as the per-head loop does */
 static inline __attribute__((always_inline)) void values_g(int G, float *part, const float *scores, const void *v,
                                                            gm_kv_type kt, size_t kv_stride, int n_keys, int hd) {
-    const size_t es = gm_kv_type_size(kt);
-    for (int j = 0; j < n_keys; j++) {
-        const char *vr = (const char *)v + (size_t)j * kv_stride * es;
-        __m256 p[4];
+    const size_t es = gm_kv_type_size(kt), rs = kv_stride * es;
+    int j = 0;
+    for (; j + 4 <= n_keys; j += 4) {
+        const char *vr = (const char *)v + (size_t)j * rs;
         bool all = true;
+        for (int g = 0; g < G; g++)
+            for (int b = 0; b < 4; b++) all = all && scores[(size_t)g * n_keys + j + b] != 0.0f;
+        if (!all) break;
+#pragma GCC unroll 4
         for (int g = 0; g < G; g++) {
-            p[g] = _mm256_set1_ps(scores[(size_t)g * n_keys + j]);
-            all = all && scores[(size_t)g * n_keys + j] != 0.0f;
-        }
-        if (all) {
-            for (int i = 0; i < hd; i += 8) {
-                const __m256 x = kv8(vr, kt, i);
-                for (int g = 0; g < G; g++) {
-                    float *o = part + (size_t)g * (hd + 2) + i;
-                    _mm256_storeu_ps(o, _mm256_fmadd_ps(p[g], x, _mm256_loadu_ps(o)));
-                }
-            }
-            continue;
-        }
-        for (int g = 0; g < G; g++) { /* a head with weight 0 skips the key, as the per-head loop does */
-            if (scores[(size_t)g * n_keys + j] == 0.0f) continue;
+            const float *sg = scores + (size_t)g * n_keys + j;
+            const __m256 p0 = _mm256_set1_ps(sg[0]), p1 = _mm256_set1_ps(sg[1]), p2 = _mm256_set1_ps(sg[2]),
+                         p3 = _mm256_set1_ps(sg[3]);
             float *o = part + (size_t)g * (hd + 2);
-            for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(o + i, _mm256_fmadd_ps(p[g], kv8(vr, kt, i), _mm256_loadu_ps(o + i)));
+            for (int i = 0; i < hd; i += 8) {
+                __m256 acc = _mm256_loadu_ps(o + i);
+                acc = _mm256_fmadd_ps(p0, kv8(vr, kt, i), acc);
+                acc = _mm256_fmadd_ps(p1, kv8(vr + rs, kt, i), acc);
+                acc = _mm256_fmadd_ps(p2, kv8(vr + 2 * rs, kt, i), acc);
+                acc = _mm256_fmadd_ps(p3, kv8(vr + 3 * rs, kt, i), acc);
+                _mm256_storeu_ps(o + i, acc);
+            }
+        }
+    }
+    for (; j < n_keys; j++) {
+        const char *vr = (const char *)v + (size_t)j * rs;
+        for (int g = 0; g < G; g++) {
+            const float pg = scores[(size_t)g * n_keys + j];
+            if (pg == 0.0f) continue;
+            const __m256 p = _mm256_set1_ps(pg);
+            float *o = part + (size_t)g * (hd + 2);
+            for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(o + i, _mm256_fmadd_ps(p, kv8(vr, kt, i), _mm256_loadu_ps(o + i)));
         }
     }
 }
