@@ -100,6 +100,14 @@ INL __m256i codes32(int type, const void *blk, float *d, float *m) {
     }
 }
 
+/* an f16 (the scale d, first field of every 32-code block and of Q8_0 / Q8_1) in all 8 lanes: a
+ * broadcast load and one conversion (h2f then a broadcast takes three) */
+INL __m256 h2f8(const void *blk) {
+    uint16_t h;
+    memcpy(&h, blk, 2);
+    return _mm256_cvtph_ps(_mm_set1_epi16((short)h));
+}
+
 /* y[t * ldy + r] = row r . token t; activations Q8_0 (signed types) or Q8_1 */
 INL void tile32(int type, int R, int T, int64_t n, const char *w, size_t ws, const char *a, size_t as, float *y,
                 int64_t ldy) {
@@ -118,7 +126,7 @@ INL void tile32(int type, int R, int T, int64_t n, const char *w, size_t ws, con
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             q[r] = codes32(type, w + r * ws + i * wb, &dw[r], &mw[r]);
-            dwv[r] = _mm256_set1_ps(dw[r]);
+            dwv[r] = h2f8(w + r * ws + i * wb);
             u[r] = signed32(type) ? _mm256_sign_epi8(q[r], q[r]) : q[r]; /* maddubs' unsigned operand */
         }
 #pragma GCC unroll 8
@@ -127,7 +135,7 @@ INL void tile32(int type, int R, int T, int64_t n, const char *w, size_t ws, con
             const gm_block_q8_0 *y0 = (const gm_block_q8_0 *)(a + t * as + i * ab);
             const __m256i av = _mm256_loadu_si256((const __m256i *)(signed32(type) ? y0->qs : y1->qs));
             const float da = h2f(signed32(type) ? y0->d : y1->d);
-            const __m256 dav = _mm256_set1_ps(da);
+            const __m256 dav = h2f8(a + t * as + i * ab);
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++) {
                 const __m256i p16 = _mm256_maddubs_epi16(u[r], signed32(type) ? _mm256_sign_epi8(av, q[r]) : av);
