@@ -306,7 +306,7 @@ TEST(simd_vec_dot_vs_scalar) {
 /* AVX2 register tiles (gm_avx2_tiles: every tile shape, decode columns and the single rows / tokens at
  * the edges) give each (row, token) exactly the bits of the single-token AVX2 dot on the same
  * operands, and stay within f32 rounding of the scalar dot: every type, odd row and token counts,
- * rows and tokens at odd strides, float rows of odd length (scalar tail). */
+ * rows and tokens at padded strides, float rows of odd length (scalar tail). */
 TEST(avx2_tiles_vs_dot_and_scalar) {
     if (gm_isa_supported() < GM_ISA_AVX2) return;
     const int types[] = {GM_TYPE_Q8_0, GM_TYPE_Q5_0, GM_TYPE_Q4_0, GM_TYPE_Q4_1, GM_TYPE_Q5_1, GM_TYPE_Q4_K,
@@ -321,7 +321,8 @@ TEST(avx2_tiles_vs_dot_and_scalar) {
                                wt->block_elems == 256 ? 256 : wt->block_elems == 1 ? 16 : 32};
         for (int z = 0; z < 2; z++) {
             const int64_t n = ns[z], rows = 11, n_tok = 13, ldy = 17;
-            const size_t ws = gm_row_bytes(types[k], n) + 5, as = gm_row_bytes(at->type, n) + 3; /* odd strides */
+            /* strides that are not the row size (kept 4-aligned: the block structs hold 2- and 4-byte fields) */
+            const size_t ws = gm_row_bytes(types[k], n) + 12, as = gm_row_bytes(at->type, n) + 4;
             unsigned char *w = calloc(rows, ws), *a = calloc(n_tok, as);
             float *row = malloc(n * 4), *wd = malloc(rows * n * 4), *xd = malloc(n_tok * n * 4);
             float *y = malloc(n_tok * ldy * 4);
