@@ -108,9 +108,26 @@ INL __m256 h2f8(const void *blk) {
     return _mm256_cvtph_ps(_mm_set1_epi16((short)h));
 }
 
-/* y[t * ldy + r] = row r . token t; activations Q8_0 (signed types) or Q8_1 */
-INL void tile32(int type, int R, int T, int64_t n, const char *w, size_t ws, const char *a, size_t as, float *y,
-                int64_t ldy) {
+/* Rows decoded once for many tiles (prefill): per row, for its nb blocks, the maddubs operands u[nb][32]
+ * (|code| for signed types, the code otherwise), the signed codes q[nb][32], d[nb] and m[nb] as f32 */
+INL size_t pre32_bytes(int64_t n) { return ((size_t)(n / 32) * 72 + 31) / 32 * 32; } /* 32-byte aligned rows */
+
+INL void pre32_row(int type, int64_t n, const char *row, char *pr) {
+    const int64_t nb = n / 32;
+    for (int64_t i = 0; i < nb; i++) {
+        float d, m = 0;
+        const __m256i q = codes32(type, row + i * (int64_t)wblock_bytes(type), &d, &m);
+        _mm256_store_si256((__m256i *)(pr + 32 * i), signed32(type) ? _mm256_sign_epi8(q, q) : q);
+        _mm256_store_si256((__m256i *)(pr + 32 * (nb + i)), q);
+        memcpy(pr + 64 * nb + 4 * i, &d, 4);
+        memcpy(pr + 68 * nb + 4 * i, &m, 4);
+    }
+}
+
+/* y[t * ldy + r] = row r . token t; activations Q8_0 (signed types) or Q8_1. P: w holds rows decoded by
+ * pre32_row (ws apart) instead of the file's blocks; the same operands, so the same bits. */
+INL void tile32(int type, int P, int R, int T, int64_t n, const char *w, size_t ws, const char *a, size_t as,
+                float *y, int64_t ldy) {
     const size_t wb = wblock_bytes(type), ab = signed32(type) ? sizeof(gm_block_q8_0) : sizeof(gm_block_q8_1);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[TR][TT];
@@ -125,6 +142,16 @@ INL void tile32(int type, int R, int T, int64_t n, const char *w, size_t ws, con
         __m256 dwv[TR];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
+            if (P) {
+                const char *pr = w + r * ws;
+                const int64_t nb = n / 32;
+                u[r] = _mm256_load_si256((const __m256i *)(pr + 32 * i));
+                q[r] = _mm256_load_si256((const __m256i *)(pr + 32 * (nb + i)));
+                memcpy(&dw[r], pr + 64 * nb + 4 * i, 4);
+                memcpy(&mw[r], pr + 68 * nb + 4 * i, 4);
+                dwv[r] = _mm256_set1_ps(dw[r]);
+                continue;
+            }
             q[r] = codes32(type, w + r * ws + i * wb, &dw[r], &mw[r]);
             dwv[r] = h2f8(w + r * ws + i * wb);
             u[r] = signed32(type) ? _mm256_sign_epi8(q[r], q[r]) : q[r]; /* maddubs' unsigned operand */
@@ -332,45 +359,70 @@ INL void tileF(int type, int R, int T, int64_t n, const char *w, size_t ws, cons
 
 /* ---- instances: full tiles, a row group for one token (decode), one row for a token block, 1 x 1 */
 
-INL void tile_any(int type, int R, int T, int64_t n, const char *w, size_t ws, const char *a, size_t as, float *y,
-                  int64_t ldy) {
+INL void tile_any(int type, int P, int R, int T, int64_t n, const char *w, size_t ws, const char *a, size_t as,
+                  float *y, int64_t ldy) {
     switch (type) {
     case GM_TYPE_Q4_K: case GM_TYPE_Q5_K: case GM_TYPE_Q6_K: tileK(type, R, T, n, w, ws, a, as, y, ldy); break;
     case GM_TYPE_F32: case GM_TYPE_F16: case GM_TYPE_BF16: tileF(type, R, T, n, w, ws, a, as, y, ldy); break;
-    default: tile32(type, R, T, n, w, ws, a, as, y, ldy); break;
+    default: tile32(type, P, R, T, n, w, ws, a, as, y, ldy); break;
     }
 }
 
-/* rows x tokens of any size: R x T tiles, R x 1 for the last tokens; fewer tokens than T (decode):
- * DEC_R x 1 (several independent rows in flight per activation load); single rows at the end */
+/* rows x tokens of any size: tr x tt tiles, tr x 1 for the last tokens, single rows at the end */
+INL void tile_rows(int type, int P, int tr, int tt, int64_t n, const char *w, size_t ws, int64_t rows, const char *a,
+                   size_t as, int64_t n_tok, float *y, int64_t ldy) {
+    int64_t r = 0;
+    for (; r + tr <= rows; r += tr) {
+        int64_t t = 0;
+        for (; t + tt <= n_tok; t += tt) tile_any(type, P, tr, tt, n, w + r * ws, ws, a + t * as, as, y + t * ldy + r, ldy);
+        for (; t < n_tok; t++) tile_any(type, P, tr, 1, n, w + r * ws, ws, a + t * as, as, y + t * ldy + r, ldy);
+    }
+    for (; r < rows; r++) {
+        int64_t t = 0;
+        for (; t + tt <= n_tok; t += tt) tile_any(type, P, 1, tt, n, w + r * ws, ws, a + t * as, as, y + t * ldy + r, ldy);
+        for (; t < n_tok; t++) tile_any(type, P, 1, 1, n, w + r * ws, ws, a + t * as, as, y + t * ldy + r, ldy);
+    }
+}
+
+/* Fewer tokens than a tile (decode): DEC_R x 1 from the file's blocks. Many tokens, 32-code blocks: the
+ * rows decoded once into an L1 buffer (PRE_BYTES) for all the tokens, then tiles over that (the decode,
+ * 12 ops per Q5_0 block and row, was a third of the tile's work when repeated per 4 tokens). */
 #ifndef DEC_R
 #define DEC_R 1
 #endif
+enum { PRE_BYTES = 24576 };
 INL void tiles(int type, int64_t n, const void *w, size_t ws, int64_t rows, const void *a, size_t as, int64_t n_tok,
                float *y, int64_t ldy) {
     const bool kq = type == GM_TYPE_Q4_K || type == GM_TYPE_Q5_K || type == GM_TYPE_Q6_K;
     const bool fl = type == GM_TYPE_F32 || type == GM_TYPE_F16 || type == GM_TYPE_BF16;
     const int tr = kq ? TK_R : fl ? TF_R : T32_R, tt = kq ? TK_T : fl ? TF_T : T32_T;
     const char *wc = w, *ac = a;
-    int64_t r = 0;
-    if (n_tok < tt)
+    if (n_tok < tt) {
+        int64_t r = 0;
         for (; r + DEC_R <= rows; r += DEC_R)
-            for (int64_t t = 0; t < n_tok; t++) tile_any(type, DEC_R, 1, n, wc + r * ws, ws, ac + t * as, as, y + t * ldy + r, ldy);
-    for (; r + tr <= rows; r += tr) {
-        int64_t t = 0;
-        for (; t + tt <= n_tok; t += tt) tile_any(type, tr, tt, n, wc + r * ws, ws, ac + t * as, as, y + t * ldy + r, ldy);
-        for (; t < n_tok; t++) tile_any(type, tr, 1, n, wc + r * ws, ws, ac + t * as, as, y + t * ldy + r, ldy);
+            for (int64_t t = 0; t < n_tok; t++)
+                tile_any(type, 0, DEC_R, 1, n, wc + r * ws, ws, ac + t * as, as, y + t * ldy + r, ldy);
+        tile_rows(type, 0, tr, tt, n, wc + r * ws, ws, rows - r, ac, as, n_tok, y + r, ldy);
+        return;
     }
-    for (; r < rows; r++) {
-        int64_t t = 0;
-        for (; t + tt <= n_tok; t += tt) tile_any(type, 1, tt, n, wc + r * ws, ws, ac + t * as, as, y + t * ldy + r, ldy);
-        for (; t < n_tok; t++) tile_any(type, 1, 1, n, wc + r * ws, ws, ac + t * as, as, y + t * ldy + r, ldy);
+    const size_t prs = pre32_bytes(n);
+    int64_t per = prs ? (int64_t)(PRE_BYTES / prs) : 0;
+    per -= per % tr;
+    if (kq || fl || n_tok < 2 * tt || per < tr) {
+        tile_rows(type, 0, tr, tt, n, wc, ws, rows, ac, as, n_tok, y, ldy);
+        return;
+    }
+    _Alignas(32) char buf[PRE_BYTES];
+    for (int64_t r0 = 0; r0 < rows; r0 += per) {
+        const int64_t nr = rows - r0 < per ? rows - r0 : per;
+        for (int64_t r = 0; r < nr; r++) pre32_row(type, n, wc + (r0 + r) * ws, buf + r * prs);
+        tile_rows(type, 1, tr, tt, n, buf, prs, nr, ac, as, n_tok, y + r0, ldy);
     }
 }
 
 #define AVX2_TYPE(name, TYPE)                                                                                   \
     static void dot_##name(int64_t n, float *s, const void *w, const void *a) {                                \
-        tile_any(TYPE, 1, 1, n, w, 0, a, 0, s, 1);                                                              \
+        tile_any(TYPE, 0, 1, 1, n, w, 0, a, 0, s, 1);                                                              \
     }                                                                                                           \
     static void tiles_##name(int64_t n, const void *w, size_t ws, int64_t rows, const void *a, size_t as,      \
                              int64_t n_tok, float *y, int64_t ldy) {                                            \
