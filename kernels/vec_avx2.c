@@ -37,8 +37,8 @@ static inline __m256i bits_to_bytes(uint32_t bits) {
 /* tile shapes (rows x tokens) per family, as large as fits the 16 ymm registers without spilling
  * the accumulators (measured: docs/performance.md) */
 #ifndef T32_R
-#define T32_R 2
-#define T32_T 4
+#define T32_R 4
+#define T32_T 2
 #define TK_R 2
 #define TK_T 4
 #define TF_R 2
