@@ -195,7 +195,7 @@ INL void kblock_head(int type, const void *blk, kblock *k) {
     __m256i s16;
     if (type == GM_TYPE_Q6_K) {
         const gm_block_q6_K *x = blk;
-        k->d = h2f(x->d);
+        k->d = h2f(x->d), k->dmin = 0;
         s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
         k->mn = _mm256_slli_epi16(s16, 5);
     } else {
@@ -250,9 +250,32 @@ INL size_t kblock_bytes(int type) {
     return type == GM_TYPE_Q4_K ? sizeof(gm_block_q4_K) : type == GM_TYPE_Q5_K ? sizeof(gm_block_q5_K) : sizeof(gm_block_q6_K);
 }
 
-INL void tileK(int type, int R, int T, int64_t n, const char *w, size_t ws, const char *a, size_t as, float *y,
-               int64_t ldy) {
-    const size_t wb = kblock_bytes(type);
+/* K-quant rows decoded once for many tiles (prefill): per super-block the 8 chunks' codes (256 bytes), their
+ * scale vectors (256), mn (32), d and dmin as f32 (padded to 32): PREK bytes */
+enum { PREK = 576 };
+
+INL void preK_row(int type, int64_t n, const char *row, char *pr) {
+    for (int64_t i = 0; i < n / 256; i++) {
+        const char *blk = row + i * (int64_t)kblock_bytes(type);
+        char *pb = pr + i * PREK;
+        kblock k;
+        kblock_head(type, blk, &k);
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) {
+            __m256i scv;
+            _mm256_store_si256((__m256i *)(pb + 32 * c), kchunk(type, blk, &k, c, &scv));
+            _mm256_store_si256((__m256i *)(pb + 256 + 32 * c), scv);
+        }
+        _mm256_store_si256((__m256i *)(pb + 512), k.mn);
+        memcpy(pb + 544, &k.d, 4);
+        memcpy(pb + 548, &k.dmin, 4);
+    }
+}
+
+/* P: w holds rows decoded by preK_row (ws apart); the same operands, so the same bits */
+INL void tileK(int type, int P, int R, int T, int64_t n, const char *w, size_t ws, const char *a, size_t as,
+               float *y, int64_t ldy) {
+    const size_t wb = P ? PREK : kblock_bytes(type);
     __m256 acc[TR][TT];
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++)
@@ -263,7 +286,14 @@ INL void tileK(int type, int R, int T, int64_t n, const char *w, size_t ws, cons
         __m256i isum[TR][TT];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
-            kblock_head(type, w + r * ws + i * wb, &k[r]);
+            const char *pb = w + r * ws + i * wb;
+            if (P) {
+                k[r].mn = _mm256_load_si256((const __m256i *)(pb + 512));
+                memcpy(&k[r].d, pb + 544, 4);
+                memcpy(&k[r].dmin, pb + 548, 4);
+            } else {
+                kblock_head(type, pb, &k[r]);
+            }
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) isum[r][t] = _mm256_setzero_si256();
         }
@@ -271,7 +301,15 @@ INL void tileK(int type, int R, int T, int64_t n, const char *w, size_t ws, cons
         for (int c = 0; c < 8; c++) {
             __m256i u[TR], scv[TR];
 #pragma GCC unroll 8
-            for (int r = 0; r < R; r++) u[r] = kchunk(type, w + r * ws + i * wb, &k[r], c, &scv[r]);
+            for (int r = 0; r < R; r++) {
+                const char *pb = w + r * ws + i * wb;
+                if (P) {
+                    u[r] = _mm256_load_si256((const __m256i *)(pb + 32 * c));
+                    scv[r] = _mm256_load_si256((const __m256i *)(pb + 256 + 32 * c));
+                } else {
+                    u[r] = kchunk(type, pb, &k[r], c, &scv[r]);
+                }
+            }
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
                 const gm_block_q8_K *yb = (const gm_block_q8_K *)(a + t * as) + i;
@@ -362,7 +400,7 @@ INL void tileF(int type, int R, int T, int64_t n, const char *w, size_t ws, cons
 INL void tile_any(int type, int P, int R, int T, int64_t n, const char *w, size_t ws, const char *a, size_t as,
                   float *y, int64_t ldy) {
     switch (type) {
-    case GM_TYPE_Q4_K: case GM_TYPE_Q5_K: case GM_TYPE_Q6_K: tileK(type, R, T, n, w, ws, a, as, y, ldy); break;
+    case GM_TYPE_Q4_K: case GM_TYPE_Q5_K: case GM_TYPE_Q6_K: tileK(type, P, R, T, n, w, ws, a, as, y, ldy); break;
     case GM_TYPE_F32: case GM_TYPE_F16: case GM_TYPE_BF16: tileF(type, R, T, n, w, ws, a, as, y, ldy); break;
     default: tile32(type, P, R, T, n, w, ws, a, as, y, ldy); break;
     }
@@ -384,7 +422,7 @@ INL void tile_rows(int type, int P, int tr, int tt, int64_t n, const char *w, si
     }
 }
 
-/* Fewer tokens than a tile (decode): DEC_R x 1 from the file's blocks. Many tokens, 32-code blocks: the
+/* Fewer tokens than a tile (decode): DEC_R x 1 from the file's blocks. Many tokens, quantized types: the
  * rows decoded once into an L1 buffer (PRE_BYTES) for all the tokens, then tiles over that (the decode,
  * 12 ops per Q5_0 block and row, was a third of the tile's work when repeated per 4 tokens). */
 #ifndef DEC_R
@@ -405,17 +443,20 @@ INL void tiles(int type, int64_t n, const void *w, size_t ws, int64_t rows, cons
         tile_rows(type, 0, tr, tt, n, wc + r * ws, ws, rows - r, ac, as, n_tok, y + r, ldy);
         return;
     }
-    const size_t prs = pre32_bytes(n);
+    const size_t prs = kq ? (size_t)(n / 256) * PREK : pre32_bytes(n);
     int64_t per = prs ? (int64_t)(PRE_BYTES / prs) : 0;
     per -= per % tr;
-    if (kq || fl || n_tok < 2 * tt || per < tr) {
+    if (fl || n_tok < 2 * tt || per < tr) {
         tile_rows(type, 0, tr, tt, n, wc, ws, rows, ac, as, n_tok, y, ldy);
         return;
     }
     _Alignas(32) char buf[PRE_BYTES];
     for (int64_t r0 = 0; r0 < rows; r0 += per) {
         const int64_t nr = rows - r0 < per ? rows - r0 : per;
-        for (int64_t r = 0; r < nr; r++) pre32_row(type, n, wc + (r0 + r) * ws, buf + r * prs);
+        for (int64_t r = 0; r < nr; r++) {
+            if (kq) preK_row(type, n, wc + (r0 + r) * ws, buf + r * prs);
+            else pre32_row(type, n, wc + (r0 + r) * ws, buf + r * prs);
+        }
         tile_rows(type, 1, tr, tt, n, buf, prs, nr, ac, as, n_tok, y + r0, ldy);
     }
 }
