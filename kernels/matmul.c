@@ -111,7 +111,7 @@ static void mm_rows_task(void *ctx, int64_t r0, int64_t r1, int thread) {
  * stream from L2, and the weights are read from memory once; tokens outer would stream the chunk's
  * weights, up to a few MB, once per token block) */
 #ifndef ROW_BLOCK
-#define ROW_BLOCK 16
+#define ROW_BLOCK 24
 #define TOK_BLOCK 32
 #endif
 

@@ -39,7 +39,7 @@ static inline __m256i bits_to_bytes(uint32_t bits) {
 #ifndef T32_R
 #define T32_R 4
 #define T32_T 2
-#define TK_R 2
+#define TK_R 3
 #define TK_T 4
 #define TF_R 2
 #define TF_T 3
