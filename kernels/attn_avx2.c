@@ -179,6 +179,43 @@ static inline __m256 exp_avx2(__m256 x) {
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
+/* Attention softmax numerators: s[j] = exp(s[j] - mx) by exp_avx2, exactly 0 below -87 (masked keys are
+ * -inf), and their sum in double (two 4-lane accumulators, then the tail lanes in order). Each element
+ * depends on itself and mx only; the sum on the chunk, which prefill and decode cut alike. */
+double gm_attend_exp_avx2(float *s, int n, float mx) {
+    if (mx == -INFINITY) {
+        memset(s, 0, (size_t)n * sizeof *s);
+        return 0.0;
+    }
+    const __m256 m = _mm256_set1_ps(mx), lo = _mm256_set1_ps(-87.0f);
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    int j = 0;
+    for (; j < n; j += 8) {
+        float tmp[8];
+        const int k = n - j < 8 ? n - j : 8;
+        __m256 x;
+        if (k == 8) {
+            x = _mm256_loadu_ps(s + j);
+        } else { /* the tail through the same vector code, padded with -inf (-> 0) */
+            for (int i = 0; i < 8; i++) tmp[i] = i < k ? s[j + i] : -INFINITY;
+            x = _mm256_loadu_ps(tmp);
+        }
+        x = _mm256_sub_ps(x, m);
+        const __m256 e = _mm256_and_ps(exp_avx2(x), _mm256_cmp_ps(x, lo, _CMP_GE_OQ));
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+        if (k == 8) {
+            _mm256_storeu_ps(s + j, e);
+        } else {
+            _mm256_storeu_ps(tmp, e);
+            memcpy(s + j, tmp, (size_t)k * sizeof *s);
+        }
+    }
+    const __m256d t = _mm256_add_pd(s0, s1);
+    const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(t), _mm256_extractf128_pd(t, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+}
+
 /* gelu_tanh(g) * u with 0.5 (1 + tanh(z)) = 1 / (1 + exp(-2z)): no cancellation for negative z. */
 static inline __m256 geglu8(__m256 g, __m256 u) {
     const __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
@@ -219,6 +256,11 @@ void gm_axpy_f32_avx2(float *y, float a, const float *x, int n) {
 void gm_geglu_avx2(float *gate, const float *up, int n) { gm_geglu(gate, up, n); }
 
 bool gm_attend_avx2_fits(int G, int hd) { (void)G, (void)hd; return false; }
+double gm_attend_exp_avx2(float *s, int n, float mx) {
+    double sum = 0.0;
+    for (int j = 0; j < n; j++) sum += s[j] = mx == -INFINITY ? 0.0f : expf(s[j] - mx);
+    return sum;
+}
 void gm_rmsnorm_avx2(float *y, const float *x, const float *w, int n, float eps) { gm_rmsnorm(y, x, w, n, eps); }
 void gm_attend_scores_avx2(float *scores, const float *q, int G, const void *k, gm_kv_type kt, size_t kv_stride,
                            int n_keys, int hd) {

@@ -161,7 +161,9 @@ void gm_attend_partial(float *part, const float *q, int G, const void *k, const 
         float mx = -INFINITY;
         for (int j = 0; j < n_keys; j++) mx = s[j] > mx ? s[j] : mx;
         double sum = 0.0;
-        for (int j = 0; j < n_keys; j++) sum += s[j] = mx == -INFINITY ? 0.0f : expf(s[j] - mx);
+        if (fused) sum = gm_attend_exp_avx2(s, n_keys, mx);
+        else
+            for (int j = 0; j < n_keys; j++) sum += s[j] = mx == -INFINITY ? 0.0f : expf(s[j] - mx);
         const float inv = sum > 0.0 ? (float)(1.0 / sum) : 0.0f;
         for (int j = 0; j < n_keys; j++) s[j] *= inv;
         o[hd] = mx;

@@ -69,6 +69,9 @@ void gm_kv_store_f16_avx2(uint16_t *dst, const float *src, int n);
  * value row read once for all heads, results bit-identical to the per-head gm_dot_f32_avx2 /
  * gm_axpy_f32_avx2 loops. scores: G x n_keys; part: G x (hd + 2), values added to it. */
 bool gm_attend_avx2_fits(int G, int hd);
+/* s[j] = exp(s[j] - mx) (0 for masked keys and below e^-87; all 0 when mx is -inf) by a vector exp, and
+ * the sum of the s[j] in double: the softmax of the AVX2 attention path. */
+double gm_attend_exp_avx2(float *s, int n, float mx);
 void gm_attend_scores_avx2(float *scores, const float *q, int G, const void *k, gm_kv_type kt, size_t kv_stride,
                            int n_keys, int hd);
 void gm_attend_values_avx2(float *part, const float *scores, int G, const void *v, gm_kv_type kt, size_t kv_stride,
