@@ -3,6 +3,7 @@
 #include "kernels/ops.h"
 #include "quant/quant.h"
 
+#include <math.h>
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
@@ -39,6 +40,126 @@ void gm_axpy_f32_avx2(float *y, float a, const float *x, int n) {
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] += a * x[i];
 }
+/* RMSNorm: the sum of squares in double (as gm_rmsnorm), four 4-lane accumulators over 16 floats */
+void gm_rmsnorm_avx2(float *y, const float *x, const float *w, int n, float eps) {
+    __m256d s[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 4; k++) {
+            const __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4 * k));
+            s[k] = _mm256_fmadd_pd(a, a, s[k]);
+        }
+    const __m256d t = _mm256_add_pd(_mm256_add_pd(s[0], s[1]), _mm256_add_pd(s[2], s[3]));
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(t), _mm256_extractf128_pd(t, 1));
+    double ss = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    for (; i < n; i++) ss += (double)x[i] * (double)x[i];
+    const float r = (float)(1.0 / sqrt(ss / n + (double)eps));
+    const __m256 vr = _mm256_set1_ps(r);
+    i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vr), _mm256_loadu_ps(w + i)));
+    for (; i < n; i++) y[i] = x[i] * r * w[i];
+}
+
+/* ---- attention of one query's G heads over a chunk of keys (kernels/ops.c gm_attend_partial): the
+ * key / value row is loaded (and converted from F16) once for all heads instead of once per head.
+ * Each head's score is gm_dot_f32_avx2's operations in its order (two accumulators over 16 floats,
+ * the same horizontal sum) and each value update gm_axpy_f32_avx2's: the same bits as the per-head
+ * loops, whatever G. */
+
+bool gm_attend_avx2_fits(int G, int hd) { return G >= 1 && G <= 4 && hd % 16 == 0; }
+
+static inline __m256 kv8(const void *row, gm_kv_type kt, int i) {
+    if (kt == GM_KV_F32) return _mm256_loadu_ps((const float *)row + i);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + i)));
+}
+
+static inline float hsum_dot(__m256 s0) { /* gm_dot_f32_avx2's reduction */
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    return _mm_cvtss_f32(h);
+}
+
+static inline __attribute__((always_inline)) void scores_g(int G, float *scores, const float *q, const void *k,
+                                                           gm_kv_type kt, size_t kv_stride, int n_keys, int hd) {
+    const size_t es = gm_kv_type_size(kt);
+    for (int j = 0; j < n_keys; j++) {
+        const char *kr = (const char *)k + (size_t)j * kv_stride * es;
+        __m256 s0[4], s1[4];
+        for (int g = 0; g < G; g++) s0[g] = s1[g] = _mm256_setzero_ps();
+        for (int i = 0; i < hd; i += 16) {
+            const __m256 k0 = kv8(kr, kt, i), k1 = kv8(kr, kt, i + 8);
+            for (int g = 0; g < G; g++) {
+                s0[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)g * hd + i), k0, s0[g]);
+                s1[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)g * hd + i + 8), k1, s1[g]);
+            }
+        }
+        for (int g = 0; g < G; g++) scores[(size_t)g * n_keys + j] = hsum_dot(_mm256_add_ps(s0[g], s1[g]));
+    }
+}
+
+void gm_attend_scores_avx2(float *scores, const float *q, int G, const void *k, gm_kv_type kt, size_t kv_stride,
+                           int n_keys, int hd) {
+    switch (G) {
+    case 1: scores_g(1, scores, q, k, kt, kv_stride, n_keys, hd); break;
+    case 2: scores_g(2, scores, q, k, kt, kv_stride, n_keys, hd); break;
+    case 3: scores_g(3, scores, q, k, kt, kv_stride, n_keys, hd); break;
+    default: scores_g(4, scores, q, k, kt, kv_stride, n_keys, hd); break;
+    }
+}
+
+/* value rows in blocks of 4 keys: each output vector stays in a register across the block's 4 fmadds
+ * (the same fmadds in the same key order as one key at a time); a block with a zero weight goes key
+ * by key, skipping the key for that head as the per-head loop does */
+static inline __attribute__((always_inline)) void values_g(int G, float *part, const float *scores, const void *v,
+                                                           gm_kv_type kt, size_t kv_stride, int n_keys, int hd) {
+    const size_t es = gm_kv_type_size(kt), rs = kv_stride * es;
+    int j = 0;
+    for (; j + 4 <= n_keys; j += 4) {
+        const char *vr = (const char *)v + (size_t)j * rs;
+        bool all = true;
+        for (int g = 0; g < G; g++)
+            for (int b = 0; b < 4; b++) all = all && scores[(size_t)g * n_keys + j + b] != 0.0f;
+        if (!all) break;
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            const float *sg = scores + (size_t)g * n_keys + j;
+            const __m256 p0 = _mm256_set1_ps(sg[0]), p1 = _mm256_set1_ps(sg[1]), p2 = _mm256_set1_ps(sg[2]),
+                         p3 = _mm256_set1_ps(sg[3]);
+            float *o = part + (size_t)g * (hd + 2);
+            for (int i = 0; i < hd; i += 8) {
+                __m256 acc = _mm256_loadu_ps(o + i);
+                acc = _mm256_fmadd_ps(p0, kv8(vr, kt, i), acc);
+                acc = _mm256_fmadd_ps(p1, kv8(vr + rs, kt, i), acc);
+                acc = _mm256_fmadd_ps(p2, kv8(vr + 2 * rs, kt, i), acc);
+                acc = _mm256_fmadd_ps(p3, kv8(vr + 3 * rs, kt, i), acc);
+                _mm256_storeu_ps(o + i, acc);
+            }
+        }
+    }
+    for (; j < n_keys; j++) {
+        const char *vr = (const char *)v + (size_t)j * rs;
+        for (int g = 0; g < G; g++) {
+            const float pg = scores[(size_t)g * n_keys + j];
+            if (pg == 0.0f) continue;
+            const __m256 p = _mm256_set1_ps(pg);
+            float *o = part + (size_t)g * (hd + 2);
+            for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(o + i, _mm256_fmadd_ps(p, kv8(vr, kt, i), _mm256_loadu_ps(o + i)));
+        }
+    }
+}
+
+void gm_attend_values_avx2(float *part, const float *scores, int G, const void *v, gm_kv_type kt, size_t kv_stride,
+                           int n_keys, int hd) {
+    switch (G) {
+    case 1: values_g(1, part, scores, v, kt, kv_stride, n_keys, hd); break;
+    case 2: values_g(2, part, scores, v, kt, kv_stride, n_keys, hd); break;
+    case 3: values_g(3, part, scores, v, kt, kv_stride, n_keys, hd); break;
+    default: values_g(4, part, scores, v, kt, kv_stride, n_keys, hd); break;
+    }
+}
+
 /* exp(x) for x in [-87, 88]: x = n ln2 + r (ln2 split in two for an exact n ln2), e^r by a degree-6
  * polynomial (|r| <= ln2/2, error about 1 ulp), scaled by 2^n through the exponent bits. */
 static inline __m256 exp_avx2(__m256 x) {
@@ -56,6 +177,43 @@ static inline __m256 exp_avx2(__m256 x) {
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* Attention softmax numerators: s[j] = exp(s[j] - mx) by exp_avx2, exactly 0 below -87 (masked keys are
+ * -inf), and their sum in double (two 4-lane accumulators, then the tail lanes in order). Each element
+ * depends on itself and mx only; the sum on the chunk, which prefill and decode cut alike. */
+double gm_attend_exp_avx2(float *s, int n, float mx) {
+    if (mx == -INFINITY) {
+        memset(s, 0, (size_t)n * sizeof *s);
+        return 0.0;
+    }
+    const __m256 m = _mm256_set1_ps(mx), lo = _mm256_set1_ps(-87.0f);
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    int j = 0;
+    for (; j < n; j += 8) {
+        float tmp[8];
+        const int k = n - j < 8 ? n - j : 8;
+        __m256 x;
+        if (k == 8) {
+            x = _mm256_loadu_ps(s + j);
+        } else { /* the tail through the same vector code, padded with -inf (-> 0) */
+            for (int i = 0; i < 8; i++) tmp[i] = i < k ? s[j + i] : -INFINITY;
+            x = _mm256_loadu_ps(tmp);
+        }
+        x = _mm256_sub_ps(x, m);
+        const __m256 e = _mm256_and_ps(exp_avx2(x), _mm256_cmp_ps(x, lo, _CMP_GE_OQ));
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+        if (k == 8) {
+            _mm256_storeu_ps(s + j, e);
+        } else {
+            _mm256_storeu_ps(tmp, e);
+            memcpy(s + j, tmp, (size_t)k * sizeof *s);
+        }
+    }
+    const __m256d t = _mm256_add_pd(s0, s1);
+    const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(t), _mm256_extractf128_pd(t, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
 }
 
 /* gelu_tanh(g) * u with 0.5 (1 + tanh(z)) = 1 / (1 + exp(-2z)): no cancellation for negative z. */
@@ -96,4 +254,20 @@ void gm_axpy_f32_avx2(float *y, float a, const float *x, int n) {
 }
 
 void gm_geglu_avx2(float *gate, const float *up, int n) { gm_geglu(gate, up, n); }
+
+bool gm_attend_avx2_fits(int G, int hd) { (void)G, (void)hd; return false; }
+double gm_attend_exp_avx2(float *s, int n, float mx) {
+    double sum = 0.0;
+    for (int j = 0; j < n; j++) sum += s[j] = mx == -INFINITY ? 0.0f : expf(s[j] - mx);
+    return sum;
+}
+void gm_rmsnorm_avx2(float *y, const float *x, const float *w, int n, float eps) { gm_rmsnorm(y, x, w, n, eps); }
+void gm_attend_scores_avx2(float *scores, const float *q, int G, const void *k, gm_kv_type kt, size_t kv_stride,
+                           int n_keys, int hd) {
+    (void)scores, (void)q, (void)G, (void)k, (void)kt, (void)kv_stride, (void)n_keys, (void)hd;
+}
+void gm_attend_values_avx2(float *part, const float *scores, int G, const void *v, gm_kv_type kt, size_t kv_stride,
+                           int n_keys, int hd) {
+    (void)part, (void)scores, (void)G, (void)v, (void)kt, (void)kv_stride, (void)n_keys, (void)hd;
+}
 #endif

@@ -30,6 +30,7 @@ typedef struct {
     /* AVX-512 path */
     size_t tok_bytes, rows_bytes;
     char *rows_scratch; /* rows_bytes per pool thread */
+    gm_avx2_tiles_fn tiles2;
 } mm_job;
 
 static gm_status scratch_reserve(gm_matmul_scratch *s, size_t bytes);
@@ -52,6 +53,7 @@ static gm_mm_kernel resolve(gm_isa isa, int type, bool packed) {
     if (isa >= GM_ISA_AVX2) {
         if (gm_avx2_vec_dot(type)) k.vec_dot = gm_avx2_vec_dot(type);
         if (gm_avx2_quant_act(at->type)) k.quant = gm_avx2_quant_act(at->type); /* the reference's bytes exactly */
+        k.tiles2 = gm_avx2_tiles(type);
     }
     if (isa >= GM_ISA_AVX512) {
         k.fused = gm_avx512_fused(type); /* reads the file layout */
@@ -102,6 +104,36 @@ static void mm_rows_task(void *ctx, int64_t r0, int64_t r1, int thread) {
         for (int64_t t = 0; t < j->n_tok; t++)
             j->vec_dot(j->W->cols, &j->y[t * j->W->rows + r], wr, j->act + (size_t)t * j->a_stride);
     }
+}
+
+/* AVX2: rows [r0, r1) x every token in register tiles, by blocks of ROW_BLOCK rows x TOK_BLOCK tokens
+ * (~7-12 KB of weights and ~22-37 KB of activations: the block's weights stay in L1 while the tokens
+ * stream from L2, and the weights are read from memory once; tokens outer would stream the chunk's
+ * weights, up to a few MB, once per token block) */
+#ifndef ROW_BLOCK
+#define ROW_BLOCK 24
+#define TOK_BLOCK 32
+#endif
+
+static void avx2_tiles_task(void *ctx, int64_t r0, int64_t r1, int thread) {
+    (void)thread;
+    const mm_job *j = ctx;
+    const char *w = (const char *)j->W->data;
+    for (int64_t rb = r0; rb < r1; rb += ROW_BLOCK) {
+        const int64_t nr = r1 - rb < ROW_BLOCK ? r1 - rb : ROW_BLOCK;
+        for (int64_t t = 0; t < j->n_tok; t += TOK_BLOCK) {
+            const int64_t nt = j->n_tok - t < TOK_BLOCK ? j->n_tok - t : TOK_BLOCK;
+            j->tiles2(j->W->cols, w + (size_t)rb * j->w_stride, j->w_stride, nr, j->act + (size_t)t * j->a_stride,
+                      j->a_stride, nt, j->y + t * j->W->rows + rb, j->W->rows);
+        }
+    }
+}
+
+/* the same over groups of GM_AVX2_TILE_ROWS rows (prefill) */
+static void avx2_groups_task(void *ctx, int64_t g0, int64_t g1, int thread) {
+    const mm_job *j = ctx;
+    const int64_t r1 = g1 * GM_AVX2_TILE_ROWS < j->W->rows ? g1 * GM_AVX2_TILE_ROWS : j->W->rows;
+    avx2_tiles_task(ctx, g0 * GM_AVX2_TILE_ROWS, r1, thread);
 }
 
 static void mm_quant_task(void *ctx, int64_t t0, int64_t t1, int thread) {
@@ -360,15 +392,21 @@ gm_status gm_matmul(const gm_matrix *W, const float *x, int64_t n_tok, float *y,
         mm_job j = {.W = &K, .wt = wt, .w_stride = w_stride, .n_tok = n_tok, .y = y, .x = x};
         return matmul_avx512(&j, pool, scratch);
     }
-    mm_job j = {W, wt, w_stride, (const char *)x, a_stride, n_tok, y, x, at, k->vec_dot, k->quant, 0, 0, NULL};
+    mm_job j = {W, wt, w_stride, (const char *)x, a_stride, n_tok, y, x, at, k->vec_dot, k->quant, 0, 0, NULL, k->tiles2};
     if (at->type != GM_TYPE_F32) {
         if ((uint64_t)n_tok > SIZE_MAX / a_stride) return GM_ERR_NOMEM;
         gm_status st = scratch_reserve(scratch, (size_t)n_tok * a_stride);
         if (st != GM_OK) return st;
         j.act = scratch->buf;
-        gm_pool_parallel_for(pool, n_tok, 1, mm_quant_task, &j);
+        if (n_tok == 1) mm_quant_task(&j, 0, 1, 0); /* not worth a pool round trip */
+        else gm_pool_parallel_for(pool, n_tok, 1, mm_quant_task, &j);
     }
-    gm_pool_parallel_for(pool, W->rows, 4, mm_rows_task, &j);
+    if (k->tiles2 && n_tok <= GM_FUSED_MAX_TOKENS) /* decode: the stealing split of the fused kernels */
+        decode_rows(pool, W->rows, avx2_tiles_task, &j);
+    else if (k->tiles2)
+        gm_pool_parallel_for(pool, (W->rows + GM_AVX2_TILE_ROWS - 1) / GM_AVX2_TILE_ROWS, 1, avx2_groups_task, &j);
+    else
+        gm_pool_parallel_for(pool, W->rows, 4, mm_rows_task, &j);
     return GM_OK;
 }
 

@@ -30,6 +30,7 @@ typedef struct gm_mm_kernel {
     gm_fused_fn fused;      /* AVX-512: a few tokens straight from the weights; NULL: none */
     bool tiles;             /* AVX-512: 4x4 register tiles (gm_avx512_gemm) */
     gm_vec_dot_fn vec_dot;  /* scalar / AVX2: one (row, token) dot over quantized activations; NULL: unsupported */
+    gm_avx2_tiles_fn tiles2; /* AVX2 and up, where AVX-512 has neither: vec_dot's results in register tiles */
     gm_quant_row_fn quant;  /* the activation quantizer of that level */
     int act_type;           /* the activations' type (the weight type's vec_dot_type) */
 } gm_mm_kernel;

@@ -96,6 +96,7 @@ static bool use_avx2(void) { return gm_isa_active() >= GM_ISA_AVX2; }
 
 void gm_rmsnorm_fast(float *y, const float *x, const float *w, int n, float eps) {
     if (gm_isa_active() >= GM_ISA_AVX512) gm_rmsnorm_avx512(y, x, w, n, eps);
+    else if (use_avx2()) gm_rmsnorm_avx2(y, x, w, n, eps);
     else gm_rmsnorm(y, x, w, n, eps);
 }
 
@@ -145,10 +146,13 @@ void gm_attend_partial(float *part, const float *q, int G, const void *k, const 
         return;
     }
     float buf[4096]; /* one converted F16 row (head_dim <= 4096: model/model.c) */
-    for (int j = 0; j < n_keys; j++) {
-        const float *kj = kv_row(k, kt, (size_t)j, kv_stride, hd, buf);
-        for (int g = 0; g < G; g++) scores[(size_t)g * n_keys + j] = gm_dot_f32(q + (size_t)g * hd, kj, hd);
-    }
+    const bool fused = use_avx2() && gm_attend_avx2_fits(G, hd); /* the same bits, each row read once */
+    if (fused) gm_attend_scores_avx2(scores, q, G, k, kt, kv_stride, n_keys, hd);
+    else
+        for (int j = 0; j < n_keys; j++) {
+            const float *kj = kv_row(k, kt, (size_t)j, kv_stride, hd, buf);
+            for (int g = 0; g < G; g++) scores[(size_t)g * n_keys + j] = gm_dot_f32(q + (size_t)g * hd, kj, hd);
+        }
     for (int g = 0; g < G; g++) {
         float *s = scores + (size_t)g * n_keys, *o = part + (size_t)g * (hd + 2);
         if (softcap > 0.0f) gm_softcap(s, n_keys, softcap);
@@ -157,12 +161,18 @@ void gm_attend_partial(float *part, const float *q, int G, const void *k, const 
         float mx = -INFINITY;
         for (int j = 0; j < n_keys; j++) mx = s[j] > mx ? s[j] : mx;
         double sum = 0.0;
-        for (int j = 0; j < n_keys; j++) sum += s[j] = mx == -INFINITY ? 0.0f : expf(s[j] - mx);
+        if (fused) sum = gm_attend_exp_avx2(s, n_keys, mx);
+        else
+            for (int j = 0; j < n_keys; j++) sum += s[j] = mx == -INFINITY ? 0.0f : expf(s[j] - mx);
         const float inv = sum > 0.0 ? (float)(1.0 / sum) : 0.0f;
         for (int j = 0; j < n_keys; j++) s[j] *= inv;
         o[hd] = mx;
         o[hd + 1] = (float)sum;
         memset(o, 0, (size_t)hd * sizeof *o);
+    }
+    if (fused) {
+        gm_attend_values_avx2(part, scores, G, v, kt, kv_stride, n_keys, hd);
+        return;
     }
     for (int j = 0; j < n_keys; j++) {
         const float *vj = kv_row(v, kt, (size_t)j, kv_stride, hd, buf);

@@ -13,6 +13,7 @@
 void gm_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
 /* The same with AVX-512 (double sums in another order); gm_rmsnorm_fast picks it when active. */
 void gm_rmsnorm_avx512(float *y, const float *x, const float *w, int n, float eps);
+void gm_rmsnorm_avx2(float *y, const float *x, const float *w, int n, float eps); /* AVX2 + FMA, likewise */
 void gm_rmsnorm_fast(float *y, const float *x, const float *w, int n, float eps);
 
 /* inv_freq[i] = freq_scale * base^(-2i/hd), i < hd/2 (computed in double). */
@@ -64,6 +65,17 @@ void gm_axpy_f32(float *y, float a, const float *x, int n); /* y += a x */
 float gm_dot_f32_avx2(const float *a, const float *b, int n);
 void gm_axpy_f32_avx2(float *y, float a, const float *x, int n);
 void gm_kv_store_f16_avx2(uint16_t *dst, const float *src, int n);
+/* gm_attend_partial's two passes with AVX2 for G <= 4 heads and hd a multiple of 16 (_fits): each key /
+ * value row read once for all heads, results bit-identical to the per-head gm_dot_f32_avx2 /
+ * gm_axpy_f32_avx2 loops. scores: G x n_keys; part: G x (hd + 2), values added to it. */
+bool gm_attend_avx2_fits(int G, int hd);
+/* s[j] = exp(s[j] - mx) (0 for masked keys and below e^-87; all 0 when mx is -inf) by a vector exp, and
+ * the sum of the s[j] in double: the softmax of the AVX2 attention path. */
+double gm_attend_exp_avx2(float *s, int n, float mx);
+void gm_attend_scores_avx2(float *scores, const float *q, int G, const void *k, gm_kv_type kt, size_t kv_stride,
+                           int n_keys, int hd);
+void gm_attend_values_avx2(float *part, const float *scores, int G, const void *v, gm_kv_type kt, size_t kv_stride,
+                           int n_keys, int hd);
 /* AVX-512 gm_attend_partial (kernels/attn_avx512.c) for shapes where _fits says so. */
 bool gm_attend_partial_avx512_fits(int G, int hd);
 void gm_attend_partial_avx512(float *part, const float *q, int G, const void *k, const void *v, gm_kv_type kt,

@@ -13,12 +13,6 @@
 
 #include "kernels/x86_common.h"
 
-/* sum over 4-byte groups of w * a, both signed (|w| <= 127 so maddubs cannot saturate) */
-static inline __m256i dot_s8(__m256i w, __m256i a) {
-    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
-    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-}
-
 /* 32 bits -> 32 bytes, 0xFF where the bit is set */
 static inline __m256i bits_to_bytes(uint32_t bits) {
     const __m256i v = _mm256_set1_epi32((int)bits);
@@ -29,217 +23,463 @@ static inline __m256i bits_to_bytes(uint32_t bits) {
     return _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
 }
 
-static void dot_q8_0(int64_t n, float *s, const void *w, const void *a) {
-    const gm_block_q8_0 *x = w, *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / 32; i++) {
-        const __m256i p = dot_s8(_mm256_loadu_si256((const __m256i *)x[i].qs), _mm256_loadu_si256((const __m256i *)y[i].qs));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc);
+/* ------------------------------------------------------------------ R x T tiles
+ *
+ * Every dot product of this file is one body, instantiated for R weight rows x T tokens (the
+ * single-token dot is R = T = 1): the weight blocks are decoded once per tile and each activation
+ * block loaded once per tile, and each (row, token) output goes through exactly the f32 operations
+ * of the 1 x 1 instance, in the same order. The integer parts are exact, so only the f32 steps have
+ * to match: per 32-code block (per 256-code super-block for K-quants) one fmadd of the 8 int32 lanes
+ * into an 8-lane accumulator, then hsum8. Tile shapes, the row split and the other tokens of a call
+ * therefore never change a result (batch invariance, tests/test_matmul.c). */
+
+#define INL static inline __attribute__((always_inline))
+/* tile shapes (rows x tokens) per family, as large as fits the 16 ymm registers without spilling
+ * the accumulators (measured: docs/performance.md) */
+#ifndef T32_R
+#define T32_R 4
+#define T32_T 2
+#define TK_R 3
+#define TK_T 4
+#define TF_R 2
+#define TF_T 3
+#endif
+#ifndef TT_MAX
+#define TT_MAX 4
+#endif
+enum { TR = 4, TT = TT_MAX }; /* array bounds: the largest shape */
+_Static_assert(T32_R <= TR && T32_T <= TT && TK_R <= TR && TK_T <= TT && TF_R <= TR && TF_T <= TT, "tile bounds");
+
+/* ---- 32-code blocks: Q8_0, Q4_0, Q5_0 (signed codes, sign trick), Q4_1, Q5_1 (unsigned codes + m) */
+
+INL bool signed32(int type) { return type == GM_TYPE_Q8_0 || type == GM_TYPE_Q4_0 || type == GM_TYPE_Q5_0; }
+
+INL size_t wblock_bytes(int type) {
+    switch (type) {
+    case GM_TYPE_Q8_0: return sizeof(gm_block_q8_0);
+    case GM_TYPE_Q4_0: return sizeof(gm_block_q4_0);
+    case GM_TYPE_Q5_0: return sizeof(gm_block_q5_0);
+    case GM_TYPE_Q4_1: return sizeof(gm_block_q4_1);
+    default: return sizeof(gm_block_q5_1);
     }
-    *s = hsum8(acc);
 }
 
-static void dot_q4_0(int64_t n, float *s, const void *w, const void *a) {
-    const gm_block_q4_0 *x = w;
-    const gm_block_q8_0 *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / 32; i++) {
-        const __m256i q = _mm256_sub_epi8(nibbles(x[i].qs), _mm256_set1_epi8(8));
-        const __m256i p = dot_s8(q, _mm256_loadu_si256((const __m256i *)y[i].qs));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc);
+/* block b of a weight row: 32 codes (signed: value / d; Q4_1 / Q5_1: unsigned, value = d code + m) */
+INL __m256i codes32(int type, const void *blk, float *d, float *m) {
+    switch (type) {
+    case GM_TYPE_Q8_0: {
+        const gm_block_q8_0 *x = blk;
+        *d = h2f(x->d);
+        return _mm256_loadu_si256((const __m256i *)x->qs);
     }
-    *s = hsum8(acc);
-}
-
-static void dot_q5_0(int64_t n, float *s, const void *w, const void *a) {
-    const gm_block_q5_0 *x = w;
-    const gm_block_q8_0 *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / 32; i++) {
+    case GM_TYPE_Q4_0: {
+        const gm_block_q4_0 *x = blk;
+        *d = h2f(x->d);
+        return _mm256_sub_epi8(nibbles(x->qs), _mm256_set1_epi8(8));
+    }
+    case GM_TYPE_Q5_0: {
+        const gm_block_q5_0 *x = blk;
         uint32_t qh;
-        memcpy(&qh, x[i].qh, 4);
+        memcpy(&qh, x->qh, 4);
+        *d = h2f(x->d);
         /* code - 16 = nibble - 16 + 16 * bit = nibble | (bit ? 0 : 0xF0) as int8 */
-        const __m256i hi = _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8((char)0xF0));
-        const __m256i q = _mm256_or_si256(nibbles(x[i].qs), hi);
-        const __m256i p = dot_s8(q, _mm256_loadu_si256((const __m256i *)y[i].qs));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc);
+        return _mm256_or_si256(nibbles(x->qs), _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8((char)0xF0)));
     }
-    *s = hsum8(acc);
-}
-
-/* Q4_1 / Q5_1: codes unsigned (<= 31), maddubs(code, a) is exact; offset m times Q8_1's s */
-static void dot_q4_1(int64_t n, float *s, const void *w, const void *a) {
-    const gm_block_q4_1 *x = w;
-    const gm_block_q8_1 *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    float off = 0;
-    for (int64_t i = 0; i < n / 32; i++) {
-        const __m256i p16 = _mm256_maddubs_epi16(nibbles(x[i].qs), _mm256_loadu_si256((const __m256i *)y[i].qs));
-        const __m256i p = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc);
-        off += h2f(x[i].m) * h2f(y[i].s);
+    case GM_TYPE_Q4_1: {
+        const gm_block_q4_1 *x = blk;
+        *d = h2f(x->d), *m = h2f(x->m);
+        return nibbles(x->qs);
     }
-    *s = hsum8(acc) + off;
-}
-
-static void dot_q5_1(int64_t n, float *s, const void *w, const void *a) {
-    const gm_block_q5_1 *x = w;
-    const gm_block_q8_1 *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    float off = 0;
-    for (int64_t i = 0; i < n / 32; i++) {
+    default: {
+        const gm_block_q5_1 *x = blk;
         uint32_t qh;
-        memcpy(&qh, x[i].qh, 4);
-        const __m256i q = _mm256_or_si256(nibbles(x[i].qs), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(16)));
-        const __m256i p16 = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)y[i].qs));
-        const __m256i p = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc);
-        off += h2f(x[i].m) * h2f(y[i].s);
+        memcpy(&qh, x->qh, 4);
+        *d = h2f(x->d), *m = h2f(x->m);
+        return _mm256_or_si256(nibbles(x->qs), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(16)));
     }
-    *s = hsum8(acc) + off;
+    }
 }
 
-/* Q4_K: per 64 codes, two sub-blocks with 6-bit scales; mins through Q8_K's bsums */
-static void dot_q4_K(int64_t n, float *s, const void *w, const void *a) {
-    const gm_block_q4_K *x = w;
-    const gm_block_q8_K *y = a;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0;
-    for (int64_t i = 0; i < n / 256; i++) {
-        int sc[8], mn[8], msum = 0;
-        for (int j = 0; j < 8; j++) {
-            gm_k4_scale_min(j, x[i].scales, &sc[j], &mn[j]);
-            msum += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
-        }
-        __m256i isum = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * c));
-            const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            const __m256i plo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * c)));
-            const __m256i phi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * c + 32)));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(plo, _mm256_set1_epi16((short)sc[2 * c])));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(phi, _mm256_set1_epi16((short)sc[2 * c + 1])));
-        }
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(x[i].d) * y[i].d), acc);
-        mins += h2f(x[i].dmin) * y[i].d * (float)msum;
-    }
-    *s = hsum8(acc) - mins;
+/* an f16 (the scale d, first field of every 32-code block and of Q8_0 / Q8_1) in all 8 lanes: a
+ * broadcast load and one conversion (h2f then a broadcast takes three) */
+INL __m256 h2f8(const void *blk) {
+    uint16_t h;
+    memcpy(&h, blk, 2);
+    return _mm256_cvtph_ps(_mm_set1_epi16((short)h));
 }
 
-static void dot_q5_K(int64_t n, float *s, const void *w, const void *a) {
-    const gm_block_q5_K *x = w;
-    const gm_block_q8_K *y = a;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0;
-    for (int64_t i = 0; i < n / 256; i++) {
-        int sc[8], mn[8], msum = 0;
-        for (int j = 0; j < 8; j++) {
-            gm_k4_scale_min(j, x[i].scales, &sc[j], &mn[j]);
-            msum += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
-        }
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
-        __m256i isum = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * c));
-            const __m256i h0 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * c)), one);
-            const __m256i h1 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * c + 1)), one);
-            const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_slli_epi16(h0, 4));
-            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), _mm256_slli_epi16(h1, 4));
-            const __m256i plo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * c)));
-            const __m256i phi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * c + 32)));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(plo, _mm256_set1_epi16((short)sc[2 * c])));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(phi, _mm256_set1_epi16((short)sc[2 * c + 1])));
-        }
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(x[i].d) * y[i].d), acc);
-        mins += h2f(x[i].dmin) * y[i].d * (float)msum;
+/* Rows decoded once for many tiles (prefill): per row, for its nb blocks, the maddubs operands u[nb][32]
+ * (|code| for signed types, the code otherwise), the signed codes q[nb][32], d[nb] and m[nb] as f32 */
+INL size_t pre32_bytes(int64_t n) { return ((size_t)(n / 32) * 72 + 31) / 32 * 32; } /* 32-byte aligned rows */
+
+INL void pre32_row(int type, int64_t n, const char *row, char *pr) {
+    const int64_t nb = n / 32;
+    for (int64_t i = 0; i < nb; i++) {
+        float d, m = 0;
+        const __m256i q = codes32(type, row + i * (int64_t)wblock_bytes(type), &d, &m);
+        _mm256_store_si256((__m256i *)(pr + 32 * i), signed32(type) ? _mm256_sign_epi8(q, q) : q);
+        _mm256_store_si256((__m256i *)(pr + 32 * (nb + i)), q);
+        memcpy(pr + 64 * nb + 4 * i, &d, 4);
+        memcpy(pr + 68 * nb + 4 * i, &m, 4);
     }
-    *s = hsum8(acc) - mins;
 }
 
-/* Q6_K: codes 0..63 (maddubs exact: 63 * 127 * 2 < 32767), minus 32 * bsums, 16-code scales */
-static void dot_q6_K(int64_t n, float *s, const void *w, const void *a) {
-    const gm_block_q6_K *x = w;
-    const gm_block_q8_K *y = a;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / 256; i++) {
-        int off = 0;
-        for (int j = 0; j < 16; j++) off += x[i].scales[j] * y[i].bsums[j];
-        __m256i isum = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
-            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
-            __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-            q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
-            for (int k = 0; k < 4; k++) {
-                const int e = 128 * h + 32 * k; /* first element of these 32 codes */
-                const __m256i p16 =
-                    _mm256_maddubs_epi16(q[k], _mm256_loadu_si256((const __m256i *)(y[i].qs + e)));
-                /* 16-bit lanes 0..7 belong to scale e/16, lanes 8..15 to e/16 + 1 */
-                const __m256i scv = _mm256_setr_m128i(_mm_set1_epi16(x[i].scales[e / 16]),
-                                                      _mm_set1_epi16(x[i].scales[e / 16 + 1]));
-                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p16, scv));
+/* y[t * ldy + r] = row r . token t; activations Q8_0 (signed types) or Q8_1. P: w holds rows decoded by
+ * pre32_row (ws apart) instead of the file's blocks; the same operands, so the same bits. */
+INL void tile32(int type, int P, int R, int T, int64_t n, const char *w, size_t ws, const char *a, size_t as,
+                float *y, int64_t ldy) {
+    const size_t wb = wblock_bytes(type), ab = signed32(type) ? sizeof(gm_block_q8_0) : sizeof(gm_block_q8_1);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[TR][TT];
+    float off[TR][TT];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps(), off[r][t] = 0;
+    for (int64_t i = 0; i < n / 32; i++) {
+        __m256i q[TR], u[TR];
+        float dw[TR], mw[TR];
+        __m256 dwv[TR];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            if (P) {
+                const char *pr = w + r * ws;
+                const int64_t nb = n / 32;
+                u[r] = _mm256_load_si256((const __m256i *)(pr + 32 * i));
+                q[r] = _mm256_load_si256((const __m256i *)(pr + 32 * (nb + i)));
+                memcpy(&dw[r], pr + 64 * nb + 4 * i, 4);
+                memcpy(&mw[r], pr + 68 * nb + 4 * i, 4);
+                dwv[r] = _mm256_set1_ps(dw[r]);
+                continue;
+            }
+            q[r] = codes32(type, w + r * ws + i * wb, &dw[r], &mw[r]);
+            dwv[r] = h2f8(w + r * ws + i * wb);
+            u[r] = signed32(type) ? _mm256_sign_epi8(q[r], q[r]) : q[r]; /* maddubs' unsigned operand */
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const gm_block_q8_1 *y1 = (const gm_block_q8_1 *)(a + t * as + i * ab);
+            const gm_block_q8_0 *y0 = (const gm_block_q8_0 *)(a + t * as + i * ab);
+            const __m256i av = _mm256_loadu_si256((const __m256i *)(signed32(type) ? y0->qs : y1->qs));
+            const float da = h2f(signed32(type) ? y0->d : y1->d);
+            const __m256 dav = h2f8(a + t * as + i * ab);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                const __m256i p16 = _mm256_maddubs_epi16(u[r], signed32(type) ? _mm256_sign_epi8(av, q[r]) : av);
+                const __m256i p = _mm256_madd_epi16(p16, ones);
+                /* the f32 product dw da: scalar for one pair, else as a vector (the same bits) */
+                const __m256 scale = R * T == 1 ? _mm256_set1_ps(dw[r] * da) : _mm256_mul_ps(dwv[r], dav);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[r][t]);
+                if (!signed32(type)) off[r][t] += mw[r] * h2f(y1->s);
             }
         }
-        isum = _mm256_sub_epi32(isum, _mm256_setr_epi32(32 * off, 0, 0, 0, 0, 0, 0, 0));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(x[i].d) * y[i].d), acc);
     }
-    *s = hsum8(acc);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) y[t * ldy + r] = signed32(type) ? hsum8(acc[r][t]) : hsum8(acc[r][t]) + off[r][t];
 }
 
-static void dot_f32(int64_t n, float *s, const void *w, const void *a) {
-    const float *x = w, *y = a;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
+/* ---- K-quants: 256-code super-blocks of 8 chunks of 32 codes (unsigned), int16 scale per 16 codes.
+ * Per super-block, in int32 lanes (exact): isum = sum_c madd(maddubs(codes_c, a_c), scale_c), then
+ *   Q4_K / Q5_K: acc = fmadd(cvt(isum), d da, acc); acc = fmadd(cvt(madd(bsums, min pairs)), -(dmin da), acc)
+ *   Q6_K (codes 0..63 = value + 32): acc = fmadd(cvt(isum - madd(bsums, 32 scale pairs)), d da, acc). */
+
+typedef struct {
+    __m256i mn;         /* Q4_K / Q5_K: min j in both int16 halves of int32 lane j; Q6_K: 32 * scales as int16 */
+    __m256i s_lo, s_hi; /* the 16 int16 scales of 16-code groups: 0..7, 8..15 in both 128-bit halves */
+    float d, dmin;
+} kblock;
+
+INL void kblock_head(int type, const void *blk, kblock *k) {
+    __m256i s16;
+    if (type == GM_TYPE_Q6_K) {
+        const gm_block_q6_K *x = blk;
+        k->d = h2f(x->d), k->dmin = 0;
+        s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+        k->mn = _mm256_slli_epi16(s16, 5);
+    } else {
+        const uint8_t *scales = type == GM_TYPE_Q4_K ? ((const gm_block_q4_K *)blk)->scales : ((const gm_block_q5_K *)blk)->scales;
+        const uint16_t d = type == GM_TYPE_Q4_K ? ((const gm_block_q4_K *)blk)->d : ((const gm_block_q5_K *)blk)->d;
+        const uint16_t dm = type == GM_TYPE_Q4_K ? ((const gm_block_q4_K *)blk)->dmin : ((const gm_block_q5_K *)blk)->dmin;
+        /* the 12 bytes of 6-bit scales and mins (gm_k4_scale_min) unpacked four at a time */
+        uint32_t a[3];
+        memcpy(a, scales, 12);
+        const uint64_t sc = (uint64_t)(a[0] & 0x3f3f3f3f) | (uint64_t)((a[2] & 0x0f0f0f0f) | ((a[0] >> 2) & 0x30303030)) << 32;
+        const uint64_t mn = (uint64_t)(a[1] & 0x3f3f3f3f) | (uint64_t)(((a[2] >> 4) & 0x0f0f0f0f) | ((a[1] >> 2) & 0x30303030)) << 32;
+        const __m256i m = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn));
+        const __m256i v = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc));
+        k->mn = _mm256_or_si256(m, _mm256_slli_epi32(m, 16));
+        s16 = _mm256_or_si256(v, _mm256_slli_epi32(v, 16)); /* one scale per 32 codes: both 16-groups */
+        k->d = h2f(d), k->dmin = h2f(dm);
     }
-    float r = hsum8(_mm256_add_ps(acc0, acc1));
-    for (; i < n; i++) r += x[i] * y[i];
-    *s = r;
+    k->s_lo = _mm256_permute2x128_si256(s16, s16, 0x00);
+    k->s_hi = _mm256_permute2x128_si256(s16, s16, 0x11);
 }
 
-static void dot_f16(int64_t n, float *s, const void *w, const void *a) {
-    const uint16_t *x = w;
-    const float *y = a;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
-        const __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + 8)));
-        acc0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(y + i), acc0);
-        acc1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(y + i + 8), acc1);
+/* chunk c (elements 32c .. 32c + 31) of a K-quant block: unsigned codes, and its int16 scale vector
+ * (groups 2c in the low eight int16 lanes, 2c + 1 in the high eight: one in-lane byte shuffle) */
+INL __m256i kchunk(int type, const void *blk, const kblock *k, int c, __m256i *scv) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const int g = 4 * (c % 4); /* byte offset of group 2c within its 128-bit half */
+    *scv = _mm256_shuffle_epi8(c < 4 ? k->s_lo : k->s_hi,
+                               _mm256_set_m128i(_mm_set1_epi16((short)((g + 3) << 8 | (g + 2))),
+                                                _mm_set1_epi16((short)((g + 1) << 8 | g))));
+    if (type == GM_TYPE_Q6_K) {
+        const gm_block_q6_K *x = blk;
+        const int h = c / 4, kk = c % 4; /* ql: 64 bytes per half; low nibbles for kk 0, 1, high for 2, 3 */
+        const __m256i ql = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32 * (kk & 1)));
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+        const __m256i lo = kk < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+        /* bits 2kk, 2kk + 1 of each qh byte to bits 4, 5 */
+        const __m256i sh = kk == 0 ? _mm256_slli_epi16(qh, 4) : kk == 1 ? _mm256_slli_epi16(qh, 2) : kk == 2 ? qh : _mm256_srli_epi16(qh, 2);
+        return _mm256_or_si256(lo, _mm256_and_si256(sh, _mm256_set1_epi8(0x30)));
     }
-    float r = hsum8(_mm256_add_ps(acc0, acc1));
-    for (; i < n; i++) r += gm_fp16_to_fp32(x[i]) * y[i];
-    *s = r;
+    const uint8_t *qs = type == GM_TYPE_Q4_K ? ((const gm_block_q4_K *)blk)->qs : ((const gm_block_q5_K *)blk)->qs;
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * (c / 2)));
+    __m256i v = c % 2 ? _mm256_and_si256(_mm256_srli_epi16(q, 4), m4) : _mm256_and_si256(q, m4);
+    if (type == GM_TYPE_Q5_K) {
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)((const gm_block_q5_K *)blk)->qh);
+        const __m256i bit = _mm256_and_si256(_mm256_srli_epi16(qh, c), _mm256_set1_epi8(1));
+        v = _mm256_or_si256(v, _mm256_slli_epi16(bit, 4));
+    }
+    return v;
 }
+
+INL size_t kblock_bytes(int type) {
+    return type == GM_TYPE_Q4_K ? sizeof(gm_block_q4_K) : type == GM_TYPE_Q5_K ? sizeof(gm_block_q5_K) : sizeof(gm_block_q6_K);
+}
+
+/* K-quant rows decoded once for many tiles (prefill): per super-block the 8 chunks' codes (256 bytes), their
+ * scale vectors (256), mn (32), d and dmin as f32 (padded to 32): PREK bytes */
+enum { PREK = 576 };
+
+INL void preK_row(int type, int64_t n, const char *row, char *pr) {
+    for (int64_t i = 0; i < n / 256; i++) {
+        const char *blk = row + i * (int64_t)kblock_bytes(type);
+        char *pb = pr + i * PREK;
+        kblock k;
+        kblock_head(type, blk, &k);
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) {
+            __m256i scv;
+            _mm256_store_si256((__m256i *)(pb + 32 * c), kchunk(type, blk, &k, c, &scv));
+            _mm256_store_si256((__m256i *)(pb + 256 + 32 * c), scv);
+        }
+        _mm256_store_si256((__m256i *)(pb + 512), k.mn);
+        memcpy(pb + 544, &k.d, 4);
+        memcpy(pb + 548, &k.dmin, 4);
+    }
+}
+
+/* P: w holds rows decoded by preK_row (ws apart); the same operands, so the same bits */
+INL void tileK(int type, int P, int R, int T, int64_t n, const char *w, size_t ws, const char *a, size_t as,
+               float *y, int64_t ldy) {
+    const size_t wb = P ? PREK : kblock_bytes(type);
+    __m256 acc[TR][TT];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 256; i++) {
+        kblock k[TR];
+        __m256i isum[TR][TT];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const char *pb = w + r * ws + i * wb;
+            if (P) {
+                k[r].mn = _mm256_load_si256((const __m256i *)(pb + 512));
+                memcpy(&k[r].d, pb + 544, 4);
+                memcpy(&k[r].dmin, pb + 548, 4);
+            } else {
+                kblock_head(type, pb, &k[r]);
+            }
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) isum[r][t] = _mm256_setzero_si256();
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) {
+            __m256i u[TR], scv[TR];
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                const char *pb = w + r * ws + i * wb;
+                if (P) {
+                    u[r] = _mm256_load_si256((const __m256i *)(pb + 32 * c));
+                    scv[r] = _mm256_load_si256((const __m256i *)(pb + 256 + 32 * c));
+                } else {
+                    u[r] = kchunk(type, pb, &k[r], c, &scv[r]);
+                }
+            }
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) {
+                const gm_block_q8_K *yb = (const gm_block_q8_K *)(a + t * as) + i;
+                const __m256i av = _mm256_loadu_si256((const __m256i *)(yb->qs + 32 * c));
+#pragma GCC unroll 8
+                for (int r = 0; r < R; r++)
+                    isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(u[r], av), scv[r]));
+            }
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const gm_block_q8_K *yb = (const gm_block_q8_K *)(a + t * as) + i;
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)yb->bsums);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                const __m256i mt = _mm256_madd_epi16(bs, k[r].mn);
+                if (type == GM_TYPE_Q6_K) {
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum[r][t], mt)),
+                                                _mm256_set1_ps(k[r].d * yb->d), acc[r][t]);
+                } else {
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_set1_ps(k[r].d * yb->d), acc[r][t]);
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mt), _mm256_set1_ps(-(k[r].dmin * yb->d)), acc[r][t]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) y[t * ldy + r] = hsum8(acc[r][t]);
+}
+
+/* ---- float weights (F32, F16, BF16) over f32 activations: two accumulators over 16 elements, a
+ * scalar tail */
 
 static inline __m256 bf16x8(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
 
-static void dot_bf16(int64_t n, float *s, const void *w, const void *a) {
-    const uint16_t *x = w;
-    const float *y = a;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+INL __m256 wf8(int type, const char *row, int64_t i) {
+    if (type == GM_TYPE_F32) return _mm256_loadu_ps((const float *)row + i);
+    if (type == GM_TYPE_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + i)));
+    return bf16x8((const uint16_t *)row + i);
+}
+
+INL float wf1(int type, const char *row, int64_t i) {
+    if (type == GM_TYPE_F32) return ((const float *)row)[i];
+    if (type == GM_TYPE_F16) return gm_fp16_to_fp32(((const uint16_t *)row)[i]);
+    return gm_bf16_to_fp32(((const uint16_t *)row)[i]);
+}
+
+INL void tileF(int type, int R, int T, int64_t n, const char *w, size_t ws, const char *a, size_t as, float *y,
+               int64_t ldy) {
+    __m256 acc0[TR][TT], acc1[TR][TT];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) acc0[r][t] = acc1[r][t] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        acc0 = _mm256_fmadd_ps(bf16x8(x + i), _mm256_loadu_ps(y + i), acc0);
-        acc1 = _mm256_fmadd_ps(bf16x8(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
+        __m256 w0[TR], w1[TR];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) w0[r] = wf8(type, w + r * ws, i), w1[r] = wf8(type, w + r * ws, i + 8);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const float *x = (const float *)(a + t * as) + i;
+            const __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                acc0[r][t] = _mm256_fmadd_ps(w0[r], x0, acc0[r][t]);
+                acc1[r][t] = _mm256_fmadd_ps(w1[r], x1, acc1[r][t]);
+            }
+        }
     }
-    float r = hsum8(_mm256_add_ps(acc0, acc1));
-    for (; i < n; i++) r += gm_bf16_to_fp32(x[i]) * y[i];
-    *s = r;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const float *x = (const float *)(a + t * as);
+            float s = hsum8(_mm256_add_ps(acc0[r][t], acc1[r][t]));
+            for (int64_t j = i; j < n; j++) s += wf1(type, w + r * ws, j) * x[j];
+            y[t * ldy + r] = s;
+        }
 }
+
+/* ---- instances: full tiles, a row group for one token (decode), one row for a token block, 1 x 1 */
+
+INL void tile_any(int type, int P, int R, int T, int64_t n, const char *w, size_t ws, const char *a, size_t as,
+                  float *y, int64_t ldy) {
+    switch (type) {
+    case GM_TYPE_Q4_K: case GM_TYPE_Q5_K: case GM_TYPE_Q6_K: tileK(type, P, R, T, n, w, ws, a, as, y, ldy); break;
+    case GM_TYPE_F32: case GM_TYPE_F16: case GM_TYPE_BF16: tileF(type, R, T, n, w, ws, a, as, y, ldy); break;
+    default: tile32(type, P, R, T, n, w, ws, a, as, y, ldy); break;
+    }
+}
+
+/* rows x tokens of any size: tr x tt tiles, tr x 1 for the last tokens, single rows at the end */
+INL void tile_rows(int type, int P, int tr, int tt, int64_t n, const char *w, size_t ws, int64_t rows, const char *a,
+                   size_t as, int64_t n_tok, float *y, int64_t ldy) {
+    int64_t r = 0;
+    for (; r + tr <= rows; r += tr) {
+        int64_t t = 0;
+        for (; t + tt <= n_tok; t += tt) tile_any(type, P, tr, tt, n, w + r * ws, ws, a + t * as, as, y + t * ldy + r, ldy);
+        for (; t < n_tok; t++) tile_any(type, P, tr, 1, n, w + r * ws, ws, a + t * as, as, y + t * ldy + r, ldy);
+    }
+    for (; r < rows; r++) {
+        int64_t t = 0;
+        for (; t + tt <= n_tok; t += tt) tile_any(type, P, 1, tt, n, w + r * ws, ws, a + t * as, as, y + t * ldy + r, ldy);
+        for (; t < n_tok; t++) tile_any(type, P, 1, 1, n, w + r * ws, ws, a + t * as, as, y + t * ldy + r, ldy);
+    }
+}
+
+/* Fewer tokens than a tile (decode): DEC_R x 1 from the file's blocks. Many tokens, quantized types: the
+ * rows decoded once into an L1 buffer (PRE_BYTES) for all the tokens, then tiles over that (the decode,
+ * 12 ops per Q5_0 block and row, was a third of the tile's work when repeated per 4 tokens). */
+#ifndef DEC_R
+#define DEC_R 1
+#endif
+enum { PRE_BYTES = 24576 };
+INL void tiles(int type, int64_t n, const void *w, size_t ws, int64_t rows, const void *a, size_t as, int64_t n_tok,
+               float *y, int64_t ldy) {
+    const bool kq = type == GM_TYPE_Q4_K || type == GM_TYPE_Q5_K || type == GM_TYPE_Q6_K;
+    const bool fl = type == GM_TYPE_F32 || type == GM_TYPE_F16 || type == GM_TYPE_BF16;
+    const int tr = kq ? TK_R : fl ? TF_R : T32_R, tt = kq ? TK_T : fl ? TF_T : T32_T;
+    const char *wc = w, *ac = a;
+    if (n_tok < tt) {
+        int64_t r = 0;
+        for (; r + DEC_R <= rows; r += DEC_R)
+            for (int64_t t = 0; t < n_tok; t++)
+                tile_any(type, 0, DEC_R, 1, n, wc + r * ws, ws, ac + t * as, as, y + t * ldy + r, ldy);
+        tile_rows(type, 0, tr, tt, n, wc + r * ws, ws, rows - r, ac, as, n_tok, y + r, ldy);
+        return;
+    }
+    const size_t prs = kq ? (size_t)(n / 256) * PREK : pre32_bytes(n);
+    int64_t per = prs ? (int64_t)(PRE_BYTES / prs) : 0;
+    per -= per % tr;
+    if (fl || n_tok < 2 * tt || per < tr) {
+        tile_rows(type, 0, tr, tt, n, wc, ws, rows, ac, as, n_tok, y, ldy);
+        return;
+    }
+    _Alignas(32) char buf[PRE_BYTES];
+    for (int64_t r0 = 0; r0 < rows; r0 += per) {
+        const int64_t nr = rows - r0 < per ? rows - r0 : per;
+        for (int64_t r = 0; r < nr; r++) {
+            if (kq) preK_row(type, n, wc + (r0 + r) * ws, buf + r * prs);
+            else pre32_row(type, n, wc + (r0 + r) * ws, buf + r * prs);
+        }
+        tile_rows(type, 1, tr, tt, n, buf, prs, nr, ac, as, n_tok, y + r0, ldy);
+    }
+}
+
+#define AVX2_TYPE(name, TYPE)                                                                                   \
+    static void dot_##name(int64_t n, float *s, const void *w, const void *a) {                                \
+        tile_any(TYPE, 0, 1, 1, n, w, 0, a, 0, s, 1);                                                              \
+    }                                                                                                           \
+    static void tiles_##name(int64_t n, const void *w, size_t ws, int64_t rows, const void *a, size_t as,      \
+                             int64_t n_tok, float *y, int64_t ldy) {                                            \
+        tiles(TYPE, n, w, ws, rows, a, as, n_tok, y, ldy);                                                      \
+    }
+AVX2_TYPE(q8_0, GM_TYPE_Q8_0)
+AVX2_TYPE(q4_0, GM_TYPE_Q4_0)
+AVX2_TYPE(q5_0, GM_TYPE_Q5_0)
+AVX2_TYPE(q4_1, GM_TYPE_Q4_1)
+AVX2_TYPE(q5_1, GM_TYPE_Q5_1)
+AVX2_TYPE(q4_K, GM_TYPE_Q4_K)
+AVX2_TYPE(q5_K, GM_TYPE_Q5_K)
+AVX2_TYPE(q6_K, GM_TYPE_Q6_K)
+AVX2_TYPE(f32, GM_TYPE_F32)
+AVX2_TYPE(f16, GM_TYPE_F16)
+AVX2_TYPE(bf16, GM_TYPE_BF16)
 
 gm_vec_dot_fn gm_avx2_vec_dot(int type) {
     switch (type) {
@@ -254,6 +494,23 @@ gm_vec_dot_fn gm_avx2_vec_dot(int type) {
     case GM_TYPE_Q4_K: return dot_q4_K;
     case GM_TYPE_Q5_K: return dot_q5_K;
     case GM_TYPE_Q6_K: return dot_q6_K;
+    default: return NULL;
+    }
+}
+
+gm_avx2_tiles_fn gm_avx2_tiles(int type) {
+    switch (type) {
+    case GM_TYPE_F32: return tiles_f32;
+    case GM_TYPE_F16: return tiles_f16;
+    case GM_TYPE_BF16: return tiles_bf16;
+    case GM_TYPE_Q4_0: return tiles_q4_0;
+    case GM_TYPE_Q4_1: return tiles_q4_1;
+    case GM_TYPE_Q5_0: return tiles_q5_0;
+    case GM_TYPE_Q5_1: return tiles_q5_1;
+    case GM_TYPE_Q8_0: return tiles_q8_0;
+    case GM_TYPE_Q4_K: return tiles_q4_K;
+    case GM_TYPE_Q5_K: return tiles_q5_K;
+    case GM_TYPE_Q6_K: return tiles_q6_K;
     default: return NULL;
     }
 }
@@ -363,6 +620,7 @@ gm_quant_row_fn gm_avx2_quant_act(int act_type) {
 #else
 
 gm_vec_dot_fn gm_avx2_vec_dot(int type) { (void)type; return NULL; }
+gm_avx2_tiles_fn gm_avx2_tiles(int type) { (void)type; return NULL; }
 gm_quant_row_fn gm_avx2_quant_act(int act_type) { (void)act_type; return NULL; }
 
 #endif

@@ -108,7 +108,11 @@ gm_status gm_forward_new(const gm_model *m, const gm_kv_layout *lay, gm_pool *po
     size_t total = 0;
     for (int i = 0; i < n_fixed; i++) total += (sizes[i] + 15) & ~(size_t)15;
     total += (size_t)f->n_rope * 2 * ((B * rh + 15) & ~(size_t)15);
-    f->buf = malloc(total * sizeof(float));
+    /* 64-byte aligned (every part is a multiple of 16 floats): a large malloc sits 16 bytes past a page, which
+     * made every other 32-byte activation load of the AVX2 kernels (and every 64-byte one of AVX-512) split
+     * two cache lines (AVX2 F16 tiles: 45 vs 61 GFLOP/s in the kernel bench) */
+    void *buf = NULL;
+    f->buf = posix_memalign(&buf, 64, total * sizeof(float)) == 0 ? buf : NULL;
     f->lrows = malloc(B * sizeof *f->lrows);
     if (!f->buf || !f->lrows) {
         gm_forward_free(f);

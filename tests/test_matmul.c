@@ -303,6 +303,69 @@ TEST(simd_vec_dot_vs_scalar) {
     }
 }
 
+/* AVX2 register tiles (gm_avx2_tiles: every tile shape, decode columns and the single rows / tokens at
+ * the edges) give each (row, token) exactly the bits of the single-token AVX2 dot on the same
+ * operands, and stay within f32 rounding of the scalar dot: every type, odd row and token counts,
+ * rows and tokens at padded strides, float rows of odd length (scalar tail). */
+TEST(avx2_tiles_vs_dot_and_scalar) {
+    if (gm_isa_supported() < GM_ISA_AVX2) return;
+    const int types[] = {GM_TYPE_Q8_0, GM_TYPE_Q5_0, GM_TYPE_Q4_0, GM_TYPE_Q4_1, GM_TYPE_Q5_1, GM_TYPE_Q4_K,
+                         GM_TYPE_Q5_K, GM_TYPE_Q6_K, GM_TYPE_F16, GM_TYPE_BF16, GM_TYPE_F32};
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        const gm_type_traits *wt = gm_type_traits_of(types[k]), *at = gm_type_traits_of(wt->vec_dot_type);
+        gm_avx2_tiles_fn tf = gm_avx2_tiles(types[k]);
+        gm_vec_dot_fn vd = gm_avx2_vec_dot(types[k]);
+        CHECK_MSG(tf && vd, "%s: no AVX2 tiles", wt->name);
+        if (!tf || !vd) continue;
+        const int64_t ns[2] = {wt->block_elems == 256 ? 768 : wt->block_elems == 1 ? 77 : 352,
+                               wt->block_elems == 256 ? 256 : wt->block_elems == 1 ? 16 : 32};
+        for (int z = 0; z < 2; z++) {
+            const int64_t n = ns[z], rows = 11, n_tok = 13, ldy = 17;
+            /* strides that are not the row size (kept 4-aligned: the block structs hold 2- and 4-byte fields) */
+            const size_t ws = gm_row_bytes(types[k], n) + 12, as = gm_row_bytes(at->type, n) + 4;
+            unsigned char *w = calloc(rows, ws), *a = calloc(n_tok, as);
+            float *row = malloc(n * 4), *wd = malloc(rows * n * 4), *xd = malloc(n_tok * n * 4);
+            float *y = malloc(n_tok * ldy * 4);
+            for (int64_t r = 0; r < rows; r++) {
+                for (int64_t i = 0; i < n; i++) row[i] = frand() * (r % 4 ? 1.f : 25.f);
+                if (r == 3) memset(row, 0, n * 4);
+                wt->quant_row(row, w + r * ws, n);
+                wt->dequant_row(w + r * ws, wd + r * n, n);
+            }
+            for (int64_t t = 0; t < n_tok; t++) {
+                for (int64_t i = 0; i < n; i++) row[i] = frand() * (t % 3 ? 2.f : 0.03f);
+                at->quant_row(row, a + t * as, n);
+                at->dequant_row(a + t * as, xd + t * n, n);
+            }
+            int bad_bits = 0, bad_ref = 0;
+            for (int64_t nt = 1; nt <= n_tok; nt += 3) /* decode columns, full tiles and edges */
+                for (int64_t nr = 1; nr <= rows; nr += 5) {
+                    for (int64_t i = 0; i < n_tok * ldy; i++) y[i] = NAN;
+                    tf(n, w, ws, nr, a, as, nt, y, ldy);
+                    for (int64_t t = 0; t < nt; t++)
+                        for (int64_t r = 0; r < nr; r++) {
+                            float s1, s0;
+                            vd(n, &s1, w + r * ws, a + t * as);
+                            wt->vec_dot(n, &s0, w + r * ws, a + t * as);
+                            const float yt = y[t * ldy + r];
+                            bad_bits += memcmp(&yt, &s1, 4) != 0;
+                            double mag = 0;
+                            for (int64_t i = 0; i < n; i++) mag += fabs((double)wd[r * n + i] * xd[t * n + i]);
+                            if (!(fabs((double)s0 - yt) <= 2e-5 * mag + 1e-6) && bad_ref++ == 0)
+                                fprintf(stderr, "  %s n %lld r %lld t %lld: scalar %.8g tile %.8g\n", wt->name,
+                                        (long long)n, (long long)r, (long long)t, s0, yt);
+                        }
+                    for (int64_t t = nt; t < n_tok; t++) /* nothing outside the block written */
+                        for (int64_t r = 0; r < ldy; r++) bad_bits += !isnan(y[t * ldy + r]);
+                }
+            CHECK_MSG(bad_bits == 0, "%s n %lld: %d tile outputs differ from the AVX2 dot's bits", wt->name, (long long)n,
+                      bad_bits);
+            CHECK_MSG(bad_ref == 0, "%s n %lld: %d tile outputs off the scalar dot", wt->name, (long long)n, bad_ref);
+            free(w), free(a), free(row), free(wd), free(xd), free(y);
+        }
+    }
+}
+
 /* Decode dots against prepared tokens (two blocks per vector, odd block counts too) vs the scalar
  * dot on the same quantized operands. */
 TEST(avx512_tok_dot_vs_scalar) {
@@ -487,6 +550,7 @@ int main(void) {
     RUN(simd_matmul_vs_exact);
     RUN(simd_quant_act_exact);
     RUN(simd_vec_dot_vs_scalar);
+    RUN(avx2_tiles_vs_dot_and_scalar);
     RUN(avx512_tok_dot_vs_scalar);
     RUN(matmul_multi_equals_separate);
     RUN(decode_split_with_stealing_covers_every_row);

@@ -183,6 +183,44 @@ TEST(attend_partial_group_split_is_exact) {
 }
 
 /* gm_kv_store: F16 equals the scalar converter for every ISA. */
+/* The AVX2 attention passes (each key / value row read once for all heads) give the bits of the
+ * per-head loops over gm_dot_f32_avx2 / gm_axpy_f32_avx2: G = 1..4, F32 and F16 rows, zero weights
+ * (skipped keys) after the first 4-key blocks. */
+TEST(attend_avx2_passes_equal_per_head_loops) {
+    if (gm_isa_supported() < GM_ISA_AVX2) return;
+    unsigned s = 23;
+    enum { HD = 256, NK = 37, STRIDE = 272 };
+    static float q[4 * HD], kf[NK * STRIDE], vf[NK * STRIDE], sc[4 * NK], sc2[4 * NK], part[4 * (HD + 2)],
+        part2[4 * (HD + 2)], row[HD];
+    static uint16_t kh[NK * STRIDE], vh[NK * STRIDE];
+    for (int i = 0; i < 4 * HD; i++) q[i] = frand(&s);
+    for (int i = 0; i < NK * STRIDE; i++) {
+        kf[i] = frand(&s) * 3, vf[i] = frand(&s);
+        kh[i] = gm_fp32_to_fp16(kf[i]), vh[i] = gm_fp32_to_fp16(vf[i]);
+    }
+    CHECK(gm_attend_avx2_fits(4, HD) && !gm_attend_avx2_fits(5, HD) && !gm_attend_avx2_fits(4, 72));
+    for (int kt = 0; kt < 2; kt++)
+        for (int G = 1; G <= 4; G++) {
+            const void *k = kt ? (const void *)kh : (const void *)kf, *v = kt ? (const void *)vh : (const void *)vf;
+            gm_attend_scores_avx2(sc, q, G, k, (gm_kv_type)kt, STRIDE, NK, HD);
+            for (int j = 0; j < NK; j++) {
+                for (int i = 0; i < HD; i++) row[i] = kt ? gm_fp16_to_fp32(kh[j * STRIDE + i]) : kf[j * STRIDE + i];
+                for (int g = 0; g < G; g++) sc2[g * NK + j] = gm_dot_f32_avx2(q + g * HD, row, HD);
+            }
+            CHECK_MSG(memcmp(sc, sc2, sizeof(float) * (size_t)(G * NK)) == 0, "scores, G %d, %s", G, kt ? "f16" : "f32");
+            for (int g = 0; g < G; g++)
+                for (int j = 0; j < NK; j++) sc[g * NK + j] = j >= 20 && (j + g) % 5 == 0 ? 0.0f : frand(&s);
+            memset(part, 0, sizeof part), memset(part2, 0, sizeof part2);
+            gm_attend_values_avx2(part, sc, G, v, (gm_kv_type)kt, STRIDE, NK, HD);
+            for (int j = 0; j < NK; j++) {
+                for (int i = 0; i < HD; i++) row[i] = kt ? gm_fp16_to_fp32(vh[j * STRIDE + i]) : vf[j * STRIDE + i];
+                for (int g = 0; g < G; g++)
+                    if (sc[g * NK + j] != 0.0f) gm_axpy_f32_avx2(part2 + g * (HD + 2), sc[g * NK + j], row, HD);
+            }
+            CHECK_MSG(memcmp(part, part2, sizeof part) == 0, "values, G %d, %s", G, kt ? "f16" : "f32");
+        }
+}
+
 TEST(kv_store_f16_exact) {
     unsigned s = 9;
     float x[301];
@@ -198,32 +236,37 @@ TEST(kv_store_f16_exact) {
     gm_isa_set(top);
 }
 
-TEST(rmsnorm_avx512_matches_scalar) {
-    if (gm_isa_supported() < GM_ISA_AVX512) return;
+TEST(rmsnorm_simd_matches_scalar) {
     unsigned s = 5;
     const int sizes[] = {1, 15, 16, 17, 256, 640, 1001};
-    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
-        const int n = sizes[k];
-        float *x = malloc(sizeof(float) * n), *w = malloc(sizeof(float) * n), *a = malloc(sizeof(float) * n),
-              *b = malloc(sizeof(float) * n);
-        for (int i = 0; i < n; i++) x[i] = frand(&s) * 30, w[i] = 1 + frand(&s);
-        gm_rmsnorm(a, x, w, n, 1e-6f);
-        gm_rmsnorm_avx512(b, x, w, n, 1e-6f);
-        double worst = 0;
-        for (int i = 0; i < n; i++) worst = fmax(worst, fabs(a[i] - b[i]) / (fabs(a[i]) + 1e-30));
-        CHECK_MSG(worst <= 1.2e-7, "n %d: relative difference %g", n, worst); /* r may differ by 1 ulp */
-        gm_rmsnorm_avx512(x, x, w, n, 1e-6f); /* in place */
-        CHECK(memcmp(x, b, sizeof(float) * n) == 0);
-        free(x), free(w), free(a), free(b);
+    for (int isa = GM_ISA_AVX2; isa <= (int)gm_isa_supported(); isa++) {
+        void (*norm)(float *, const float *, const float *, int, float) =
+            isa == GM_ISA_AVX512 ? gm_rmsnorm_avx512 : gm_rmsnorm_avx2;
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+            const int n = sizes[k];
+            float *x = malloc(sizeof(float) * n), *w = malloc(sizeof(float) * n), *a = malloc(sizeof(float) * n),
+                  *b = malloc(sizeof(float) * n);
+            for (int i = 0; i < n; i++) x[i] = frand(&s) * 30, w[i] = 1 + frand(&s);
+            gm_rmsnorm(a, x, w, n, 1e-6f);
+            norm(b, x, w, n, 1e-6f);
+            double worst = 0;
+            for (int i = 0; i < n; i++) worst = fmax(worst, fabs(a[i] - b[i]) / (fabs(a[i]) + 1e-30));
+            /* r may differ by 1 ulp (double sums in another order) */
+            CHECK_MSG(worst <= 1.2e-7, "%s n %d: relative difference %g", gm_isa_name((gm_isa)isa), n, worst);
+            norm(x, x, w, n, 1e-6f); /* in place */
+            CHECK(memcmp(x, b, sizeof(float) * n) == 0);
+            free(x), free(w), free(a), free(b);
+        }
     }
 }
 
 int main(void) {
-    RUN(rmsnorm_avx512_matches_scalar);
+    RUN(rmsnorm_simd_matches_scalar);
     RUN(geglu_matches_reference);
     RUN(geglu_per_element_independent_of_n);
     RUN(attend_partial_matches_reference);
     RUN(attend_partial_group_split_is_exact);
+    RUN(attend_avx2_passes_equal_per_head_loops);
     RUN(kv_store_f16_exact);
     return test_summary();
 }
