@@ -23,6 +23,7 @@ typedef struct gm_sampler {
     uint64_t rng[4];
     float *work;     /* n_vocab: logits after penalties */
     gm_cand *cand;   /* n_vocab */
+    float *w;        /* n_vocab: the candidates' weights exp(logit - best) for the draw */
     int32_t *win;    /* penalty window (sorted copy) */
     int win_cap;
 } gm_sampler;

@@ -54,6 +54,13 @@ void gm_softmax(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
+double gm_exp_sum(float *x, int n, float mx) {
+    if (gm_isa_active() >= GM_ISA_AVX2) return gm_attend_exp_avx2(x, n, mx);
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += x[i] = mx == -INFINITY || x[i] - mx < -87.0f ? 0.0f : expf(x[i] - mx);
+    return sum;
+}
+
 void gm_softcap(float *x, int n, float cap) {
     const float inv = 1.0f / cap;
     for (int i = 0; i < n; i++) x[i] = cap * tanhf(x[i] * inv);

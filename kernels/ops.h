@@ -23,6 +23,11 @@ void gm_rope_cos_sin(float *cs, float *sn, const float *inv_freq, int hd, int po
 /* Rotate-half (NEOX) RoPE on n_heads heads of hd contiguous floats each. */
 void gm_rope_neox(float *x, int n_heads, int hd, const float *cs, const float *sn);
 
+/* x[i] = exp(x[i] - mx) in place (exactly 0 below e^-87 and for -inf) and their sum in double: the vector
+ * exp of the AVX2 attention path where the CPU has AVX2, expf otherwise. The sampler's softmax over the
+ * vocabulary (262144 exps per sampled token) uses it. */
+double gm_exp_sum(float *x, int n, float mx);
+
 /* In-place softmax over n floats; a row that is all -inf becomes all zeros. */
 void gm_softmax(float *x, int n);
 /* x = cap * tanh(x / cap) (cap > 0). */
