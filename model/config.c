@@ -355,24 +355,54 @@ static gm_status hf_arch(const cJSON *root, const cJSON **cfg, gm_config *c, con
     return GM_OK;
 }
 
+/* A JSON file of the folder, parsed (NULL when absent or not JSON). */
+static cJSON *hf_json(const char *dir, const char *rel) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    return n < sizeof buf ? cJSON_ParseWithLength(buf, n) : NULL;
+}
+
 /* EmbeddingGemma as a sentence-transformers folder: Gemma3TextModel with use_bidirectional_attention. The
- * window in config.json is the original one (transformers halves it when it loads the config). */
-static gm_status hf_embedding(const hf_ctx *h, const char *dir, gm_config *c) {
+ * window in config.json is the original one (transformers halves it when it loads the config). Pooling is
+ * 1_Pooling's (mean); the dense projections (model/source.c maps <k>_Dense to dense_<k>.weight) take their
+ * sizes from the tensors and must be plain linear maps. The closing Normalize module is left to the caller,
+ * as llama.cpp leaves it. */
+static gm_status hf_embedding(const hf_ctx *h, const gm_source *s, gm_config *c) {
+    const char *dir = gm_source_hf_dir(s);
     const cJSON *bi = cJSON_GetObjectItemCaseSensitive(h->cfg, "use_bidirectional_attention");
     if (!cJSON_IsTrue(bi)) return GM_OK;
     c->is_embedding = true;
     snprintf(c->arch, sizeof c->arch, "gemma-embedding");
     c->pooling = GM_POOLING_MEAN;
     c->add_eos = hf_bool(dir, "add_eos_token");
-    char path[4096];
-    for (int k = 2; k <= 3; k++) { /* the dense projections live in their own folders, not read yet */
-        snprintf(path, sizeof path, "%s/%d_Dense/model.safetensors", dir, k);
-        FILE *f = fopen(path, "rb");
-        if (f) {
-            fclose(f);
-            return gm_fail(h->err, GM_ERR_UNSUPPORTED, "%s: the %d_Dense projection of a sentence-transformers folder is "
-                           "not supported yet (convert the folder to GGUF with its dense modules)", dir, k);
-        }
+    cJSON *pool = hf_json(dir, "1_Pooling/config.json");
+    const bool mean = !pool || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pool, "pooling_mode_mean_tokens"));
+    cJSON_Delete(pool);
+    if (!mean) return gm_fail(h->err, GM_ERR_UNSUPPORTED, "%s/1_Pooling: only mean pooling is supported", dir);
+    int *in[2] = {&c->dense_2_in, &c->dense_3_in}, *out[2] = {&c->dense_2_out, &c->dense_3_out};
+    for (int k = 0; k < 2; k++) {
+        char rel[32], name[32];
+        snprintf(name, sizeof name, "dense_%d.weight", k + 2);
+        const gm_tensor *t = gm_source_tensor(s, name);
+        if (!t) continue;
+        snprintf(rel, sizeof rel, "%d_Dense/config.json", k + 2);
+        cJSON *mc = hf_json(dir, rel);
+        const cJSON *act = cJSON_GetObjectItemCaseSensitive(mc, "activation_function");
+        const bool linear = !act || (cJSON_IsString(act) && strstr(act->valuestring, "Identity"));
+        const bool bias = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(mc, "bias"));
+        cJSON_Delete(mc);
+        if (!linear || bias)
+            return gm_fail(h->err, GM_ERR_UNSUPPORTED, "%s/%d_Dense: only a linear map without bias or activation is "
+                           "supported", dir, k + 2);
+        if (t->n_dims != 2 || t->ne[0] <= 0 || t->ne[1] <= 0 || t->ne[0] > MAX_DIM || t->ne[1] > MAX_DIM)
+            return gm_fail(h->err, GM_ERR_FORMAT, "%s/%d_Dense: linear.weight is not a matrix", dir, k + 2);
+        *in[k] = (int)t->ne[0];
+        *out[k] = (int)t->ne[1];
     }
     return GM_OK;
 }
@@ -412,7 +442,7 @@ static gm_status config_from_hf(const gm_source *s, gm_config *c, gm_error *err)
             (st = hf_rope_scaling(&h, &c->rope_scale_global)) || (st = hf_pattern(&h, c->n_layers, &c->sliding_pattern)))
             return st;
         if (c->sliding_window <= 0) c->sliding_pattern = 0;
-        if ((st = hf_embedding(&h, gm_source_hf_dir(s), c))) return st;
+        if ((st = hf_embedding(&h, s, c))) return st;
     }
     if ((st = hf_rope_parameters(&h, c))) return st;
     c->norm_weights_plus_one = false;

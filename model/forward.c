@@ -8,7 +8,10 @@
  *   Gemma 2/3: o = RMSNorm(o, post_attn_norm);  x += o
  *   xn = RMSNorm(x, ffn_norm); o = (gelu_tanh(xn Wgate) * (xn Wup)) Wdown
  *   Gemma 2/3: o = RMSNorm(o, post_ffn_norm);   x += o
- * then logits = RMSNorm(x, output_norm) E^T (tied) for the rows that ask, Gemma 2: final soft-cap. */
+ * then logits = RMSNorm(x, output_norm) E^T (tied) for the rows that ask, Gemma 2: final soft-cap, and
+ * RMSNorm(x, output_norm) itself for the rows that ask for their hidden state (embedding models).
+ * Bidirectional batches (EmbeddingGemma) are one whole sequence in one chunk: every row's keys and values
+ * are in the cache before attention runs, so each row attends both ways (attention.c, keys_of). */
 #include "model/forward.h"
 
 #include <math.h>

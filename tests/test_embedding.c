@@ -259,6 +259,50 @@ TEST(bad_files_are_refused) {
     }
 }
 
+/* The sentence-transformers folder of dense.gguf (config.json + model.safetensors with norms as w, 1_Pooling,
+ * 2_Dense / 3_Dense linear.weight, written by the generator from the GGUF's tensors) gives the GGUF's vectors:
+ * the weights differ only by the +1 of the norms rounded through f32. */
+TEST(hf_folder_equals_gguf) {
+    fixture fx;
+    CHECK(load_fixture(test_data_path("embedding/dense.emb.txt"), &fx));
+    gm_model *g = open_model("embedding/dense.gguf"), *h = open_model("embedding/dense_hf");
+    if (!g || !h) {
+        gm_model_free(g);
+        gm_model_free(h);
+        return;
+    }
+    const gm_config *c = gm_model_config(h);
+    CHECK(c->is_embedding && c->dense_2_in == 32 && c->dense_2_out == 48 && c->dense_3_in == 48 && c->dense_3_out == 32);
+    CHECK_EQ_INT(c->embedding_dim, DIM);
+    CHECK_EQ_INT(c->sliding_window, gm_model_config(g)->sliding_window);
+    gm_error err = {0};
+    gm_embedder *eg = NULL, *eh = NULL;
+    CHECK_OK(gm_embedder_new(g, NULL, &eg, &err), &err);
+    CHECK_OK(gm_embedder_new(h, NULL, &eh, &err), &err);
+    for (int s = 0; eg && eh && s < fx.n_seq; s++) {
+        float a[DIM], b[DIM];
+        CHECK_OK(gm_embed_tokens(eg, fx.tok[s], fx.n_tok[s], a, &err), &err);
+        CHECK_OK(gm_embed_tokens(eh, fx.tok[s], fx.n_tok[s], b, &err), &err);
+        const double cd = cos_dist(a, b, DIM), md = max_diff(a, b, DIM);
+        fprintf(stderr, "  HF folder vs GGUF, %d tokens: cosine distance %.3g, max |diff| %.3g\n", fx.n_tok[s], cd, md);
+        CHECK_MSG(cd <= 1e-6 && md <= 1e-4, "cosine distance %g, max |diff| %g", cd, md);
+        CHECK_MSG(cos_dist(b, fx.pooled[s], DIM) <= COS_TOL, "vs llama.cpp: %g", cos_dist(b, fx.pooled[s], DIM));
+    }
+    /* text through the folder's tokenizer.json: BOS added (tokenizer_config.json), same ids as the GGUF's */
+    int32_t *ig = NULL, *ih = NULL;
+    size_t ng = 0, nh = 0;
+    CHECK_OK(gm_embed_tokenize(g, "the cat", 7, &ig, &ng, &err), &err);
+    CHECK_OK(gm_embed_tokenize(h, "the cat", 7, &ih, &nh, &err), &err);
+    CHECK(ng == nh && ng > 1 && ig && ih && !memcmp(ig, ih, ng * sizeof *ig));
+    free(ig);
+    free(ih);
+    gm_embedder_free(eg);
+    gm_embedder_free(eh);
+    gm_model_free(g);
+    gm_model_free(h);
+    free_fixture(&fx);
+}
+
 int main(void) {
     RUN(plain_matches_llama_cpp);
     RUN(dense_matches_llama_cpp);
@@ -267,5 +311,6 @@ int main(void) {
     RUN(bad_inputs_are_errors);
     RUN(refusals);
     RUN(bad_files_are_refused);
+    RUN(hf_folder_equals_gguf);
     return test_summary();
 }

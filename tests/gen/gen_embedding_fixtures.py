@@ -11,11 +11,15 @@ window 8 -> a symmetric window of |i - j| <= 4 on sliding layers, layer 5 global
     <name>.emb.txt     for each of the sequences below: `seq <n> <ids...>`, then `pooled <v0..v31>` (llama.cpp,
                        pooling_type 1 = MEAN, dense layers applied, no L2 norm), then for plain.gguf only
                        `tok <i> <v0..v31>` per token (pooling_type 0: the final-normed hidden states)
+    dense_hf/          dense.gguf as a sentence-transformers folder (config.json, model.safetensors, modules.json,
+                       1_Pooling, 2_Dense, 3_Dense, tokenizer.json): must give dense.gguf's vectors
     bad_dense_*.gguf   files our loader must refuse with a clear error (d=8, 1 layer)
 Sequences: 20 tokens (past the window), 70 tokens (past a 64-position KV block of ours), 3 tokens.
 llama.cpp runs with F32 K/V (type_k=type_v=0) and n_ubatch >= the length (non-causal attention needs it).
 """
+import json
 import os
+import struct
 import sys
 
 import numpy as np
@@ -90,6 +94,80 @@ def write(path, rng, dense, D=D, L=L, bad=None):
     w.close()
 
 
+def write_safetensors(path, tensors):
+    """A .safetensors file of F32 tensors (name -> numpy array), written by hand (the format is a JSON header)."""
+    header, blobs, off = {}, [], 0
+    for name, a in tensors.items():
+        b = np.ascontiguousarray(a, dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def write_hf(gguf_path, out_dir):
+    """The same model as a sentence-transformers folder (EmbeddingGemma's layout): config.json with
+    use_bidirectional_attention, model.safetensors (HF names, norms stored as w = gguf - 1), modules.json,
+    1_Pooling, 2_Dense and 3_Dense (linear.weight, torch [out, in]), a Unigram tokenizer.json of the vocabulary."""
+    r = gguf.GGUFReader(gguf_path)
+    t = {x.name: np.array(x.data, dtype=np.float32).reshape([int(d) for d in reversed(x.shape)]) for x in r.tensors}
+    os.makedirs(out_dir, exist_ok=True)
+    hf = {"model.embed_tokens.weight": t["token_embd.weight"], "model.norm.weight": t["output_norm.weight"] - 1}
+    names = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+             "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+             "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "post_attention_norm": "post_attention_layernorm",
+             "ffn_norm": "pre_feedforward_layernorm", "post_ffw_norm": "post_feedforward_layernorm",
+             "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"}
+    for i in range(L):
+        for g, h in names.items():
+            a = t[f"blk.{i}.{g}.weight"]
+            hf[f"model.layers.{i}.{h}.weight"] = a - 1 if g.endswith("norm") else a
+    write_safetensors(os.path.join(out_dir, "model.safetensors"), hf)
+    cfg = {"architectures": ["Gemma3TextModel"], "model_type": "gemma3_text", "hidden_size": D, "num_hidden_layers": L,
+           "intermediate_size": FF, "num_attention_heads": H, "num_key_value_heads": HKV, "head_dim": HD,
+           "max_position_embeddings": 128, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+           "sliding_window": W, "query_pre_attn_scalar": HD, "use_bidirectional_attention": True, "vocab_size": V,
+           "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0}
+    mods = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    os.makedirs(os.path.join(out_dir, "1_Pooling"), exist_ok=True)
+    with open(os.path.join(out_dir, "1_Pooling", "config.json"), "w") as f:
+        json.dump({"word_embedding_dimension": D, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True,
+                   "pooling_mode_max_tokens": False, "include_prompt": True}, f)
+    for k in (2, 3):
+        name = f"dense_{k}.weight"
+        if name not in t:
+            continue
+        d = os.path.join(out_dir, f"{k}_Dense")
+        os.makedirs(d, exist_ok=True)
+        a = t[name]
+        write_safetensors(os.path.join(d, "model.safetensors"), {"linear.weight": a})
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump({"in_features": a.shape[1], "out_features": a.shape[0], "bias": False,
+                       "activation_function": "torch.nn.modules.linear.Identity"}, f)
+        mods.append({"idx": len(mods), "name": str(len(mods)), "path": f"{k}_Dense",
+                     "type": "sentence_transformers.models.Dense"})
+    mods.append({"idx": len(mods), "name": str(len(mods)), "path": "Normalize", "type": "sentence_transformers.models.Normalize"})
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    with open(os.path.join(out_dir, "modules.json"), "w") as f:
+        json.dump(mods, f, indent=1)
+    toks, scores, types = vocab()
+    added = [{"id": i, "content": x, "special": True} for i, x in enumerate(toks) if types[i] in (2, 3)]
+    tj = {"version": "1.0", "added_tokens": added, "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+          "pre_tokenizer": None, "model": {"type": "Unigram", "unk_id": 3, "byte_fallback": True,
+                                           "vocab": [[x, sc] for x, sc in zip(toks, scores)]}}
+    with open(os.path.join(out_dir, "tokenizer.json"), "w") as f:
+        json.dump(tj, f, ensure_ascii=False)
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<bos>", "eos_token": "<eos>", "unk_token": "<unk>", "pad_token": "<pad>",
+                   "add_bos_token": True, "add_eos_token": False,
+                   "added_tokens_decoder": {str(a["id"]): {"content": a["content"], "special": True} for a in added}}, f)
+
+
 def run(m, ids, pooled):
     """One sequence, all tokens outputs, in one ubatch; returns the pooled vector or the per-token rows."""
     m._ctx.kv_cache_clear()
@@ -137,6 +215,8 @@ def main():
             print(name, len(ids), "|pooled|", float(np.linalg.norm(pooled)), file=sys.stderr)
         with open(os.path.join(out, f"{name}.emb.txt"), "w") as f:
             f.write("\n".join(lines) + "\n")
+        if name == "dense":
+            write_hf(path, os.path.join(out, "dense_hf"))
 
 
 if __name__ == "__main__":
