@@ -592,7 +592,8 @@ int gm_embedder_n_ctx(const gm_embedder *e); /* the longest input accepted */
  * (gm_embedder_dim floats). n > n_ctx -> GM_ERR_CONTEXT; a bad id -> GM_ERR_ARG. */
 gm_status gm_embed_tokens(gm_embedder *e, const int32_t *ids, int n, float *out, gm_error *err);
 /* text[0..len) tokenized as the model's tokenizer config says (BOS when add_bos_token, <eos> after
- * when add_eos_token; control-token texts stay text), then gm_embed_tokens. EmbeddingGemma expects a
+ * when add_eos_token; control-token texts such as "<eos>" become their ids, as llama.cpp's embedding
+ * paths tokenize), then gm_embed_tokens. EmbeddingGemma expects a
  * task prefix in the text ("task: search result | query: ...", "title: none | text: ..."): the
  * caller adds it. *n_tokens (may be NULL): the tokens embedded. */
 gm_status gm_embed_text(gm_embedder *e, const char *text, size_t len, float *out, int *n_tokens, gm_error *err);

@@ -185,8 +185,8 @@ char *srv_embeddings(gm_embedder *e, pthread_mutex_t *mu, const gm_model *m, con
     cJSON_Delete(req);
     for (int i = 0; ok && i < in.count; i++)
         if (in.n[i] > n_ctx) {
-            free_inputs(&in);
             snprintf(msg, sizeof msg, "'input' item %d has %d tokens, more than the context size %d", i, in.n[i], n_ctx);
+            free_inputs(&in);
             return fail(status, 400, "context_length_exceeded", msg);
         }
     if (!ok) {

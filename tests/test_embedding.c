@@ -10,6 +10,7 @@
  * distances of 0.005-0.03 and max |diff| 0.07-0.13; a causal pass is measured below. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gemma.h"
 #include "generate/engine.h"
@@ -303,6 +304,51 @@ TEST(hf_folder_equals_gguf) {
     free_fixture(&fx);
 }
 
+/* add_eos_token in tokenizer_config.json: the text gets <eos> after it (EmbeddingGemma's own tokenizer adds
+ * one). The folder is dense_hf with that one file changed (the others linked). */
+TEST(add_eos_from_tokenizer_config) {
+    char dir[] = "/tmp/gm_emb_eos_XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(false);
+        return;
+    }
+    static const char *const files[] = {"config.json", "model.safetensors", "tokenizer.json", "modules.json"};
+    char src[4096], dst[4096];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(src, sizeof src, "%s", test_data_path("embedding/dense_hf"));
+        snprintf(src + strlen(src), sizeof src - strlen(src), "/%s", files[i]);
+        snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
+        CHECK(symlink(src, dst) == 0);
+    }
+    snprintf(dst, sizeof dst, "%s/tokenizer_config.json", dir);
+    FILE *f = fopen(dst, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs("{\"bos_token\": \"<bos>\", \"eos_token\": \"<eos>\", \"add_bos_token\": true, \"add_eos_token\": true}", f);
+        fclose(f);
+    }
+    gm_error err = {0};
+    gm_model *m = NULL;
+    CHECK_OK(gm_model_open(dir, NULL, &m, &err), &err);
+    if (m) {
+        CHECK(gm_model_config(m)->add_eos);
+        int32_t *ids = NULL;
+        size_t n = 0;
+        CHECK_OK(gm_embed_tokenize(m, "the cat", 7, &ids, &n, &err), &err);
+        CHECK(n > 2 && ids && ids[0] == 2 && ids[n - 1] == 1);
+        free(ids);
+        CHECK_OK(gm_embed_tokenize(m, "the cat<eos>", 12, &ids, &n, &err), &err); /* never two */
+        CHECK(n > 2 && ids && ids[n - 1] == 1 && ids[n - 2] != 1);
+        free(ids);
+    }
+    gm_model_free(m);
+    for (size_t i = 0; i <= sizeof files / sizeof files[0]; i++) {
+        snprintf(dst, sizeof dst, "%s/%s", dir, i < sizeof files / sizeof files[0] ? files[i] : "tokenizer_config.json");
+        unlink(dst);
+    }
+    rmdir(dir);
+}
+
 int main(void) {
     RUN(plain_matches_llama_cpp);
     RUN(dense_matches_llama_cpp);
@@ -312,5 +358,6 @@ int main(void) {
     RUN(refusals);
     RUN(bad_files_are_refused);
     RUN(hf_folder_equals_gguf);
+    RUN(add_eos_from_tokenizer_config);
     return test_summary();
 }
