@@ -250,6 +250,11 @@ TEST(bad_files_are_refused) {
         {"embedding/bad_dense_shape.gguf", "dense_2.weight has shape", GM_ERR_FORMAT},
         {"embedding/bad_dense_chain.gguf", "dense_3", GM_ERR_FORMAT},
     };
+    gm_error ok_err = {0};
+    gm_model *ok = NULL; /* the same small file, valid (the fuzz seed) */
+    CHECK_OK(gm_model_open(test_data_path("embedding/tiny_dense.gguf"), NULL, &ok, &ok_err), &ok_err);
+    CHECK(ok && gm_model_config(ok)->is_embedding && gm_model_config(ok)->embedding_dim == 8);
+    gm_model_free(ok);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         gm_error err = {0};
         gm_model *m = NULL;

@@ -14,6 +14,7 @@ window 8 -> a symmetric window of |i - j| <= 4 on sliding layers, layer 5 global
     dense_hf/          dense.gguf as a sentence-transformers folder (config.json, model.safetensors, modules.json,
                        1_Pooling, 2_Dense, 3_Dense, tokenizer.json): must give dense.gguf's vectors
     bad_dense_*.gguf   files our loader must refuse with a clear error (d=8, 1 layer)
+    tiny_dense.gguf    a valid file of that size (the fuzz seed fuzz/corpus/fuzz_model_config/tiny_gemma_embedding.gguf)
 Sequences: 20 tokens (past the window), 70 tokens (past a 64-position KV block of ours), 3 tokens.
 llama.cpp runs with F32 K/V (type_k=type_v=0) and n_ubatch >= the length (non-causal attention needs it).
 """
@@ -192,6 +193,8 @@ def main():
     # shape is not what its keys say, a dense_3 that does not map back to the embedding length
     for bad in ["nokeys", "shape", "chain"]:
         write(os.path.join(out, f"bad_dense_{bad}.gguf"), np.random.default_rng(7), True, D=8, L=1, bad=bad)
+    # the same size, valid: a seed for fuzz/fuzz_model_config (copied to fuzz/corpus/fuzz_model_config/)
+    write(os.path.join(out, "tiny_dense.gguf"), np.random.default_rng(7), True, D=8, L=1)
     for k, name in enumerate(["plain", "dense"]):
         rng = np.random.default_rng(4321 + k)
         path = os.path.join(out, f"{name}.gguf")
