@@ -25,6 +25,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             c.n_heads % c.n_kv_heads != 0 || c.n_vocab <= 0 || c.eos_id >= c.n_vocab || c.bos_id >= c.n_vocab ||
             !(c.norm_eps > 0) || !isfinite(c.query_scale))
             abort();
+        /* an embedding model has a pooled vector whose projections chain from and back to d_model */
+        if (c.is_embedding && (c.embedding_dim <= 0 || (c.dense_2_out && c.dense_2_in != c.d_model) ||
+                               (c.dense_3_out && c.dense_3_out != c.d_model)))
+            abort();
     } else if (!strstr(err.msg, "fuzz.gguf")) {
         abort();
     }

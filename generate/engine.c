@@ -29,6 +29,14 @@ static gm_status check_engine_options(const gm_config *c, const gm_engine_option
 }
 
 gm_status gm_engine_new(const gm_model *m, const gm_engine_options *opt, gm_engine **out, gm_error *err) {
+    if (out) *out = NULL;
+    if (m && m->cfg.is_embedding)
+        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s is an embedding model (%s): it cannot generate text; use "
+                       "`gemma embed` / gm_embedder_new", gm_source_path(m->src), m->cfg.arch);
+    return gm_engine_create(m, opt, out, err);
+}
+
+gm_status gm_engine_create(const gm_model *m, const gm_engine_options *opt, gm_engine **out, gm_error *err) {
     if (!out) return gm_fail(err, GM_ERR_ARG, "engine: out is NULL");
     *out = NULL;
     if (!m) return gm_fail(err, GM_ERR_ARG, "engine: model is NULL");
@@ -306,12 +314,16 @@ gm_status gm_engine_eval_ex(gm_engine *e, gm_seq *s, const gm_eval_extras *x, gm
     if (s->n_tok == 0) return gm_fail(err, GM_ERR_STATE, "evaluate: the history is empty (prefill first)");
     gm_status st = ensure_logits(s, err);
     if (st) return st;
-    if (s->n_kv >= s->n_tok && s->logits_valid && !x->all_logits) return GM_OK;
-    begin_eval(e, s, !x->no_adopt && !x->embeds && !x->bias && !x->all_logits);
+    if (s->n_kv >= s->n_tok && s->logits_valid && !x->all_logits && !x->hidden_out) return GM_OK;
+    if (x->bidirectional && (s->n_kv != 0 || s->n_tok > e->n_batch))
+        return gm_fail(err, GM_ERR_ARG, "evaluate: bidirectional attention needs all %d positions in one pass from "
+                       "position 0 (batch size %d, %d already computed)", s->n_tok, e->n_batch, s->n_kv);
+    begin_eval(e, s, !x->no_adopt && !x->embeds && !x->bias && !x->all_logits && !x->hidden_out);
     const int V = e->c->n_vocab, d = e->c->d_model;
     logits_tramp tr = {e, s, x};
     gm_fwd_batch b = {.bias = x->bias, .bias_n = x->bias_n, .bias_is_mask = x->bias_is_mask,
-                      .on_logits = on_logits_row, .user = &tr, .aux_layers = x->aux_layers, .n_aux = x->n_aux};
+                      .on_logits = on_logits_row, .user = &tr, .aux_layers = x->aux_layers, .n_aux = x->n_aux,
+                      .bidirectional = x->bidirectional};
     if (x->aux_taken) *x->aux_taken = false;
     s->logits_valid = false;
     while (s->n_kv < s->n_tok) {
@@ -319,22 +331,23 @@ gm_status gm_engine_eval_ex(gm_engine *e, gm_seq *s, const gm_eval_extras *x, gm
         b.aux_row = -1;
         for (int i = 0; i < n; i++) {
             const int pos = s->n_kv + i;
-            const bool last = pos == s->n_tok - 1, all = x->all_logits && pos >= x->logits_from;
+            const bool last = pos == s->n_tok - 1 && !x->hidden_out, all = x->all_logits && pos >= x->logits_from;
             e->row_seq[i] = s;
             e->rows[i] = (gm_fwd_row){.pos = pos, .token = s->tok[pos],
                                       .embed = x->embeds ? x->embeds + (size_t)pos * d : NULL,
                                       .logits = last || all,
                                       .logits_out = all ? (x->logits_out ? x->logits_out + (size_t)(pos - x->logits_from) * V : NULL)
-                                                        : (last ? s->logits : NULL)};
+                                                        : (last ? s->logits : NULL),
+                                      .hidden_out = x->hidden_out ? x->hidden_out + (size_t)pos * d : NULL};
             if (last && x->n_aux) b.aux_row = i;
         }
         b.aux_out = x->aux_out;
-        if ((st = run_rows(e, n, &b, x->embeds || x->bias, err))) return st;
+        if ((st = run_rows(e, n, &b, x->embeds || x->bias || x->bidirectional, err))) return st;
         if (b.aux_row >= 0 && x->aux_taken) *x->aux_taken = true;
     }
     if (x->all_logits && x->logits_out && s->n_tok - 1 >= x->logits_from)
         memcpy(s->logits, x->logits_out + (size_t)(s->n_tok - 1 - x->logits_from) * V, (size_t)V * sizeof *s->logits);
-    s->logits_valid = true;
+    s->logits_valid = !x->hidden_out;
     return GM_OK;
 }
 

@@ -55,9 +55,13 @@ typedef struct gm_eval_extras {
     int n_aux;
     float *aux_out;
     bool *aux_taken;            /* set when the taps were written */
+    bool bidirectional;         /* encoder attention over the whole history (one pass from position 0) */
+    float *hidden_out;          /* every position's final-normed hidden state (n x d) instead of logits */
 } gm_eval_extras;
 
 gm_status gm_engine_eval_ex(gm_engine *e, gm_seq *s, const gm_eval_extras *x, gm_error *err);
+/* gm_engine_new without its refusal of embedding models: the embedder (generate/embed.c) runs them. */
+gm_status gm_engine_create(const gm_model *m, const gm_engine_options *opt, gm_engine **out, gm_error *err);
 /* s's sampler, seeded from opt->seed on first use or when the seed changed (as gm_seq_sample does). */
 gm_sampler *gm_seq_sampler(gm_seq *s, const gm_sampling *opt);
 /* Drops every block of s: the next evaluation computes (or adopts) from position 0. */

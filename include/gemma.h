@@ -100,7 +100,19 @@ typedef struct gm_config {
     bool has_post_norms;     /* post-attention and post-FFN norms */
     bool tied_embeddings;
     int bos_id, eos_id, eot_id, pad_id; /* eot = <end_of_turn>, -1 if absent */
+    /* Embedding models (EmbeddingGemma: GGUF arch "gemma-embedding", HF Gemma3TextModel with
+     * use_bidirectional_attention). Such a model is an encoder: every token attends to every other
+     * one (sliding layers within |i - j| <= sliding_window / 2), the final-normed hidden states are
+     * pooled into one vector, and text generation is refused (see "embeddings"). */
+    bool is_embedding;
+    int pooling;             /* GM_POOLING_MEAN (the only kind supported) when is_embedding */
+    int dense_2_in, dense_2_out; /* optional projection after pooling: d_model -> dense_2_out; 0 = none */
+    int dense_3_in, dense_3_out; /* optional projection after dense_2: dense_3_in -> d_model; 0 = none */
+    int embedding_dim;       /* length of the pooled vector (d_model, or the last projection's output) */
+    bool add_eos;            /* the tokenizer config appends <eos> to a text (embedding inputs) */
 } gm_config;
+
+enum { GM_POOLING_NONE = 0, GM_POOLING_MEAN = 1 }; /* llama.cpp's pooling_type values */
 
 /* Per-layer facts. Gemma 1/2/3 fill every layer alike (the window and RoPE by the sliding pattern);
  * Gemma 3n/4 differ per layer (head sizes, KV heads, FFN width, partial RoPE, KV shared between
@@ -552,6 +564,43 @@ gm_status gm_generator_set_aux_hidden_layers(gm_generator *g, const int *layer_i
 /* The taps of the last cached step: *n_rows rows of d floats, in the sorted layer order given by
  * *layers (may be NULL). Taking clears them (*n_rows = 0 until the next step). */
 void gm_generator_take_last_aux(gm_generator *g, const float **rows, const int **layers, int *n_rows);
+
+/* ------------------------------------------------------------------ embeddings (generate/embed.c) */
+
+/* An embedder turns a token sequence (or a text) into one vector with an embedding model
+ * (gm_config.is_embedding): all tokens in one forward pass with bidirectional attention (sliding
+ * layers see |i - j| <= sliding_window / 2, global layers everything), the final RMSNorm, mean
+ * pooling over the tokens, then the optional dense_2 / dense_3 projections. There is no L2
+ * normalisation inside (gm_embedding_normalize does it). It owns a thread pool, scratch and keys /
+ * values for n_ctx positions; one thread at a time per embedder, several may share one model.
+ *
+ * A model that is not an embedding model is refused (GM_ERR_UNSUPPORTED): a generative Gemma's
+ * pooled hidden state is not a trained sentence embedding. Conversely gm_engine_new and
+ * gm_generator_new refuse embedding models (no text generation on an encoder). */
+typedef struct gm_embedder gm_embedder;
+
+typedef struct gm_embedder_options {
+    int n_threads; /* <= 0: physical cores */
+    int n_ctx;     /* longest input in tokens; 0: the model's context_length capped at GM_DEFAULT_MAX_CTX */
+} gm_embedder_options;
+
+gm_status gm_embedder_new(const gm_model *m, const gm_embedder_options *opt, gm_embedder **out, gm_error *err);
+void gm_embedder_free(gm_embedder *e);
+int gm_embedder_dim(const gm_embedder *e);   /* floats per vector (gm_config.embedding_dim) */
+int gm_embedder_n_ctx(const gm_embedder *e); /* the longest input accepted */
+/* The pooled vector of ids[0..n) (n >= 1; used as given: no BOS / EOS added) into out
+ * (gm_embedder_dim floats). n > n_ctx -> GM_ERR_CONTEXT; a bad id -> GM_ERR_ARG. */
+gm_status gm_embed_tokens(gm_embedder *e, const int32_t *ids, int n, float *out, gm_error *err);
+/* text[0..len) tokenized as the model's tokenizer config says (BOS when add_bos_token, <eos> after
+ * when add_eos_token; control-token texts such as "<eos>" become their ids, as llama.cpp's embedding
+ * paths tokenize), then gm_embed_tokens. EmbeddingGemma expects a
+ * task prefix in the text ("task: search result | query: ...", "title: none | text: ..."): the
+ * caller adds it. *n_tokens (may be NULL): the tokens embedded. */
+gm_status gm_embed_text(gm_embedder *e, const char *text, size_t len, float *out, int *n_tokens, gm_error *err);
+/* The token ids gm_embed_text would embed (malloc'd, free() them). */
+gm_status gm_embed_tokenize(const gm_model *m, const char *text, size_t len, int32_t **ids, size_t *n, gm_error *err);
+/* Scales v[0..n) to unit L2 norm (a zero vector stays zero). */
+void gm_embedding_normalize(float *v, int n);
 
 /* @end generator */
 

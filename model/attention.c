@@ -48,6 +48,10 @@ static keys keys_of(const gm_attn_call *c, int pos) {
     keys k;
     if (c->bias && c->bias_is_mask) {
         k.start = 0, k.end = c->bias_n;
+    } else if (c->n_keys > 0) { /* encoder: llama.cpp's symmetric window masks |pos - j| > window / 2 */
+        const int h = c->lc->window / 2;
+        k.start = c->lc->window > 0 && pos - h > 0 ? pos - h : 0;
+        k.end = c->lc->window > 0 && pos + h + 1 < c->n_keys ? pos + h + 1 : c->n_keys;
     } else {
         const int w = c->lc->window;
         k.start = w > 0 && pos - w + 1 > 0 ? pos - w + 1 : 0;

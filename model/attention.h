@@ -42,6 +42,7 @@ typedef struct gm_attn_call {
     const float *bias;
     int bias_n;
     bool bias_is_mask;
+    int n_keys;          /* > 0: bidirectional over keys [0, n_keys), the window symmetric (gm_fwd_batch) */
 } gm_attn_call;
 
 void gm_attention(gm_pool *pool, gm_attn_scratch *s, const gm_attn_call *c);

@@ -20,6 +20,7 @@ typedef struct gm_fwd_row {
     const gm_kv_table *kv;   /* the row's sequence: blocks for positions 0..pos exist, pos writable */
     bool logits;             /* compute this row's logits: into logits_out, or to on_logits when NULL */
     float *logits_out;
+    float *hidden_out;       /* NULL, or d floats: the row's final-normed hidden state (embedding models) */
 } gm_fwd_row;
 
 typedef struct gm_fwd_batch {
@@ -31,6 +32,9 @@ typedef struct gm_fwd_batch {
     const float *bias;
     int bias_n;
     bool bias_is_mask;
+    /* Bidirectional (encoder) attention: the rows are ONE sequence at positions [0, n), all in one chunk,
+     * and each attends to every row (a sliding layer to rows with |i - j| <= window / 2). */
+    bool bidirectional;
     /* called with the logits of each asking row without logits_out (in row order; valid during the call) */
     void (*on_logits)(void *user, int row, const float *logits);
     void *user;

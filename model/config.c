@@ -30,7 +30,7 @@ enum { MAX_LAYERS = 4096, MAX_DIM = 1 << 20, MAX_MISSING_LISTED = 6 };
 static int generation_of(const char *arch) {
     if (!strcmp(arch, "gemma")) return 1;
     if (!strcmp(arch, "gemma2")) return 2;
-    if (!strcmp(arch, "gemma3") || !strcmp(arch, "gemma3_text")) return 3;
+    if (!strcmp(arch, "gemma3") || !strcmp(arch, "gemma3_text") || !strcmp(arch, "gemma-embedding")) return 3;
     return 0;
 }
 
@@ -103,6 +103,29 @@ static gm_status arch_from_gguf(const gguf_file *f, gm_config *c, gm_error *err)
     return GM_OK;
 }
 
+/* EmbeddingGemma (arch gemma-embedding): Gemma 3 keys plus the pooling type and the optional dense
+ * projections' sizes; the sliding window is required (llama.cpp too), the pattern may be given. */
+static gm_status embedding_from_gguf(const gguf_ctx *g, gm_config *c) {
+    gm_status st;
+    int window = 0, pattern = 6;
+    if ((st = g_int(g, "attention.sliding_window", -1, &window)) ||
+        (st = g_int(g, "attention.sliding_window_pattern", 6, &pattern)) ||
+        (st = g_float(g, "rope.freq_base_swa", 10000.0f, &c->rope_base_local)) ||
+        (st = g_int(g, "pooling_type", GM_POOLING_MEAN, &c->pooling)) ||
+        (st = g_int(g, "dense_2_feat_in", 0, &c->dense_2_in)) || (st = g_int(g, "dense_2_feat_out", 0, &c->dense_2_out)) ||
+        (st = g_int(g, "dense_3_feat_in", 0, &c->dense_3_in)) || (st = g_int(g, "dense_3_feat_out", 0, &c->dense_3_out)))
+        return st;
+    c->is_embedding = true;
+    c->sliding_window = window;
+    c->sliding_pattern = window > 0 ? pattern : 0;
+    bool add_eos = false;
+    if (gguf_find(g->f, "tokenizer.ggml.add_eos_token") &&
+        (st = gguf_get_bool(g->f, "tokenizer.ggml.add_eos_token", &add_eos, g->err)))
+        return st;
+    c->add_eos = add_eos;
+    return GM_OK;
+}
+
 static gm_status config_from_gguf(const gm_source *s, gm_config *c, gm_error *err) {
     const gguf_file *f = gm_source_gguf(s);
     gm_status st = arch_from_gguf(f, c, err);
@@ -152,7 +175,8 @@ static gm_status config_from_gguf(const gm_source *s, gm_config *c, gm_error *er
                            (int)(type.len > 32 ? 32 : type.len), type.ptr);
         }
     }
-    bool is27b = (c->generation == 2 && c->n_layers == 46) || (c->generation == 3 && c->n_layers == 62);
+    if (!strcmp(c->arch, "gemma-embedding") && (st = embedding_from_gguf(&g, c))) return st;
+    bool is27b = !c->is_embedding && ((c->generation == 2 && c->n_layers == 46) || (c->generation == 3 && c->n_layers == 62));
     int scale_dim = is27b && c->n_heads > 0 ? c->d_model / c->n_heads : c->head_dim;
     c->query_scale = scale_dim > 0 ? 1.0f / sqrtf((float)scale_dim) : 0.0f;
     c->norm_weights_plus_one = true;
@@ -202,19 +226,33 @@ static int j_token(const cJSON *cfg, const char *key, int def) {
     return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= INT32_MAX ? (int)v->valuedouble : def;
 }
 
-/* <end_of_turn> from tokenizer_config.json's added_tokens_decoder, -1 if unknown. */
-static int hf_find_token(const char *dir, const char *text) {
+/* tokenizer_config.json parsed (NULL when absent or unreadable); cJSON_Delete it. */
+static cJSON *hf_tokenizer_config(const char *dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     FILE *f = fopen(path, "rb");
-    if (!f) return -1;
+    if (!f) return NULL;
     enum { MAX = 64 << 20 };
     char *buf = malloc(MAX + 1);
     size_t n = buf ? fread(buf, 1, MAX + 1, f) : 0;
     fclose(f);
-    int id = -1;
     cJSON *root = buf && n <= MAX ? cJSON_ParseWithLength(buf, n) : NULL;
     free(buf);
+    return root;
+}
+
+/* A boolean of tokenizer_config.json; false when absent. */
+static bool hf_bool(const char *dir, const char *key) {
+    cJSON *root = hf_tokenizer_config(dir);
+    const bool v = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, key));
+    cJSON_Delete(root);
+    return v;
+}
+
+/* <end_of_turn> from tokenizer_config.json's added_tokens_decoder, -1 if unknown. */
+static int hf_find_token(const char *dir, const char *text) {
+    int id = -1;
+    cJSON *root = hf_tokenizer_config(dir);
     const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "added_tokens_decoder");
     for (const cJSON *e = dec ? dec->child : NULL; e && id < 0; e = e->next) {
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(e, "content");
@@ -317,6 +355,58 @@ static gm_status hf_arch(const cJSON *root, const cJSON **cfg, gm_config *c, con
     return GM_OK;
 }
 
+/* A JSON file of the folder, parsed (NULL when absent or not JSON). */
+static cJSON *hf_json(const char *dir, const char *rel) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    return n < sizeof buf ? cJSON_ParseWithLength(buf, n) : NULL;
+}
+
+/* EmbeddingGemma as a sentence-transformers folder: Gemma3TextModel with use_bidirectional_attention. The
+ * window in config.json is the original one (transformers halves it when it loads the config). Pooling is
+ * 1_Pooling's (mean); the dense projections (model/source.c maps <k>_Dense to dense_<k>.weight) take their
+ * sizes from the tensors and must be plain linear maps. The closing Normalize module is left to the caller,
+ * as llama.cpp leaves it. */
+static gm_status hf_embedding(const hf_ctx *h, const gm_source *s, gm_config *c) {
+    const char *dir = gm_source_hf_dir(s);
+    const cJSON *bi = cJSON_GetObjectItemCaseSensitive(h->cfg, "use_bidirectional_attention");
+    if (!cJSON_IsTrue(bi)) return GM_OK;
+    c->is_embedding = true;
+    snprintf(c->arch, sizeof c->arch, "gemma-embedding");
+    c->pooling = GM_POOLING_MEAN;
+    c->add_eos = hf_bool(dir, "add_eos_token");
+    cJSON *pool = hf_json(dir, "1_Pooling/config.json");
+    const bool mean = !pool || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pool, "pooling_mode_mean_tokens"));
+    cJSON_Delete(pool);
+    if (!mean) return gm_fail(h->err, GM_ERR_UNSUPPORTED, "%s/1_Pooling: only mean pooling is supported", dir);
+    int *in[2] = {&c->dense_2_in, &c->dense_3_in}, *out[2] = {&c->dense_2_out, &c->dense_3_out};
+    for (int k = 0; k < 2; k++) {
+        char rel[32], name[32];
+        snprintf(name, sizeof name, "dense_%d.weight", k + 2);
+        const gm_tensor *t = gm_source_tensor(s, name);
+        if (!t) continue;
+        snprintf(rel, sizeof rel, "%d_Dense/config.json", k + 2);
+        cJSON *mc = hf_json(dir, rel);
+        const cJSON *act = cJSON_GetObjectItemCaseSensitive(mc, "activation_function");
+        const bool linear = !act || (cJSON_IsString(act) && strstr(act->valuestring, "Identity"));
+        const bool bias = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(mc, "bias"));
+        cJSON_Delete(mc);
+        if (!linear || bias)
+            return gm_fail(h->err, GM_ERR_UNSUPPORTED, "%s/%d_Dense: only a linear map without bias or activation is "
+                           "supported", dir, k + 2);
+        if (t->n_dims != 2 || t->ne[0] <= 0 || t->ne[1] <= 0 || t->ne[0] > MAX_DIM || t->ne[1] > MAX_DIM)
+            return gm_fail(h->err, GM_ERR_FORMAT, "%s/%d_Dense: linear.weight is not a matrix", dir, k + 2);
+        *in[k] = (int)t->ne[0];
+        *out[k] = (int)t->ne[1];
+    }
+    return GM_OK;
+}
+
 static gm_status config_from_hf(const gm_source *s, gm_config *c, gm_error *err) {
     char file[4096];
     snprintf(file, sizeof file, "%s/config.json", gm_source_hf_dir(s));
@@ -352,6 +442,7 @@ static gm_status config_from_hf(const gm_source *s, gm_config *c, gm_error *err)
             (st = hf_rope_scaling(&h, &c->rope_scale_global)) || (st = hf_pattern(&h, c->n_layers, &c->sliding_pattern)))
             return st;
         if (c->sliding_window <= 0) c->sliding_pattern = 0;
+        if ((st = hf_embedding(&h, s, c))) return st;
     }
     if ((st = hf_rope_parameters(&h, c))) return st;
     c->norm_weights_plus_one = false;
@@ -465,6 +556,46 @@ static gm_status check_tensors(const gm_source *s, const gm_config *c, gm_error 
     return GM_OK;
 }
 
+/* The optional dense projections of an embedding model: each tensor goes with its two size keys
+ * (llama.cpp shapes the tensor from them), the chain d -> dense_2 -> dense_3 must fit, and a
+ * generative model must not carry them. */
+static gm_status check_dense(const gm_source *s, gm_config *c, gm_error *err) {
+    const char *path = gm_source_path(s);
+    const int *in[2] = {&c->dense_2_in, &c->dense_3_in}, *out[2] = {&c->dense_2_out, &c->dense_3_out};
+    int dim = c->d_model;
+    for (int k = 0; k < 2; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "dense_%d.weight", k + 2);
+        const gm_tensor *t = gm_source_tensor(s, name);
+        const bool keys = *in[k] > 0 || *out[k] > 0;
+        if (t && !c->is_embedding)
+            return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: tensor %s belongs to an embedding model, not to %s", path, name,
+                           c->arch);
+        if (t && !keys)
+            return gm_fail(err, GM_ERR_FORMAT, "%s: tensor %s is present but %s.dense_%d_feat_in / _out are missing",
+                           path, name, c->arch, k + 2);
+        if (!keys) continue;
+        if (!t) return gm_fail(err, GM_ERR_NOT_FOUND, "%s: %s.dense_%d_feat_* are set but tensor %s is missing", path,
+                               c->arch, k + 2, name);
+        if (*in[k] <= 0 || *out[k] <= 0 || *out[k] > MAX_DIM || *in[k] != dim)
+            return gm_fail(err, GM_ERR_FORMAT, "%s: dense_%d maps %d -> %d features, but its input is %d wide", path,
+                           k + 2, *in[k], *out[k], dim);
+        const want w = {"", 2, {*in[k], *out[k]}};
+        if (!shape_is(t, &w))
+            return gm_fail(err, GM_ERR_FORMAT, "%s: tensor %s has shape [%lld, %lld, %lld, %lld], expected [%d, %d]", path,
+                           name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                           *in[k], *out[k]);
+        dim = *out[k];
+    }
+    if (c->dense_3_out > 0 && c->dense_3_out != c->d_model)
+        return gm_fail(err, GM_ERR_FORMAT, "%s: dense_3 must map back to the embedding length %d, not %d", path,
+                       c->d_model, c->dense_3_out);
+    if (c->is_embedding && c->pooling != GM_POOLING_MEAN)
+        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: pooling type %d is not supported (1 = mean is)", path, c->pooling);
+    c->embedding_dim = c->is_embedding ? dim : 0;
+    return GM_OK;
+}
+
 /* ------------------------------------------------------------------ entry point */
 
 gm_status gm_config_load(const gm_source *s, gm_config *out, gm_error *err) {
@@ -489,7 +620,7 @@ gm_status gm_config_load(const gm_source *s, gm_config *out, gm_error *err) {
     if (c.generation == 3) c.attn_softcap = 0.0f;
     c.tied_embeddings = gm_source_tensor(s, "output.weight") == NULL;
     if ((st = check_values(gm_source_path(s), &c, err)) || (st = check_tensors(s, &c, err)) ||
-        (st = check_ids(gm_source_path(s), &c, err)))
+        (st = check_dense(s, &c, err)) || (st = check_ids(gm_source_path(s), &c, err)))
         return st;
     *out = c;
     return GM_OK;

@@ -32,6 +32,11 @@ static const field k_fields[] = {
     FF(query_scale), FF(attn_softcap), FF(final_softcap), FF(embed_scale), FB(norm_weights_plus_one),
     FB(has_qk_norm), FB(has_post_norms), FB(tied_embeddings), FI(bos_id), FI(eos_id), FI(eot_id), FI(pad_id),
 };
+/* listed only for embedding models */
+static const field k_embedding_fields[] = {
+    FB(is_embedding), FI(pooling), FI(dense_2_in), FI(dense_2_out), FI(dense_3_in), FI(dense_3_out),
+    FI(embedding_dim), FB(add_eos),
+};
 #undef FI
 #undef FF
 #undef FB
@@ -50,10 +55,9 @@ static double float_for_json(float f) {
     return strtod(shortest(f, buf), NULL);
 }
 
-static void config_text(const gm_config *c, FILE *out) {
+static void fields_text(const gm_config *c, const field *k_fields, size_t n, FILE *out) {
     char buf[32];
-    fprintf(out, "config:\n");
-    for (size_t i = 0; i < sizeof k_fields / sizeof k_fields[0]; i++) {
+    for (size_t i = 0; i < n; i++) {
         const void *p = (const char *)c + k_fields[i].off;
         fprintf(out, "  %-22s ", k_fields[i].name);
         switch (k_fields[i].kind) {
@@ -65,10 +69,15 @@ static void config_text(const gm_config *c, FILE *out) {
     }
 }
 
+static void config_text(const gm_config *c, FILE *out) {
+    fprintf(out, "config:\n");
+    fields_text(c, k_fields, sizeof k_fields / sizeof k_fields[0], out);
+    if (c->is_embedding) fields_text(c, k_embedding_fields, sizeof k_embedding_fields / sizeof k_embedding_fields[0], out);
+}
 
-static cJSON *config_json(const gm_config *c) {
-    cJSON *o = cJSON_CreateObject();
-    for (size_t i = 0; i < sizeof k_fields / sizeof k_fields[0]; i++) {
+
+static void fields_json(const gm_config *c, const field *k_fields, size_t nf, cJSON *o) {
+    for (size_t i = 0; i < nf; i++) {
         const void *p = (const char *)c + k_fields[i].off;
         const char *n = k_fields[i].name;
         switch (k_fields[i].kind) {
@@ -78,6 +87,12 @@ static cJSON *config_json(const gm_config *c) {
         case F_STR: cJSON_AddStringToObject(o, n, (const char *)p); break;
         }
     }
+}
+
+static cJSON *config_json(const gm_config *c) {
+    cJSON *o = cJSON_CreateObject();
+    fields_json(c, k_fields, sizeof k_fields / sizeof k_fields[0], o);
+    if (c->is_embedding) fields_json(c, k_embedding_fields, sizeof k_embedding_fields / sizeof k_embedding_fields[0], o);
     return o;
 }
 

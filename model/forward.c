@@ -8,7 +8,10 @@
  *   Gemma 2/3: o = RMSNorm(o, post_attn_norm);  x += o
  *   xn = RMSNorm(x, ffn_norm); o = (gelu_tanh(xn Wgate) * (xn Wup)) Wdown
  *   Gemma 2/3: o = RMSNorm(o, post_ffn_norm);   x += o
- * then logits = RMSNorm(x, output_norm) E^T (tied) for the rows that ask, Gemma 2: final soft-cap. */
+ * then logits = RMSNorm(x, output_norm) E^T (tied) for the rows that ask, Gemma 2: final soft-cap, and
+ * RMSNorm(x, output_norm) itself for the rows that ask for their hidden state (embedding models).
+ * Bidirectional batches (EmbeddingGemma) are one whole sequence in one chunk: every row's keys and values
+ * are in the cache before attention runs, so each row attends both ways (attention.c, keys_of). */
 #include "model/forward.h"
 
 #include <math.h>
@@ -243,7 +246,7 @@ static gm_status layer_forward(gm_forward *f, int il, const gm_fwd_row *rows, in
     else gm_pool_parallel_for(f->pool, n, 1, qk_task, &qj);
     const gm_attn_call ac = {.lay = f->lay, .lc = &L->lc, .il = il, .rows = rows, .n = n, .q = f->q, .att = f->att,
                              .softcap = c->attn_softcap, .bias = b->bias, .bias_n = b->bias_n,
-                             .bias_is_mask = b->bias && b->bias_is_mask};
+                             .bias_is_mask = b->bias && b->bias_is_mask, .n_keys = b->bidirectional ? n : 0};
     gm_attention(f->pool, &f->attn, &ac);
     MM(&L->wo, f->att, n, f->o);
     if (L->post_attn_norm) norm_rows(f->pool, f->o, f->o, L->post_attn_norm, n, d, c->norm_eps, NULL);
@@ -321,6 +324,15 @@ static gm_status logits_rows(gm_forward *f, const gm_fwd_batch *b, const gm_fwd_
     return GM_OK;
 }
 
+/* The final-normed hidden state of the rows that ask (embedding models pool these). */
+static void hidden_rows(gm_forward *f, const gm_fwd_row *rows, int n) {
+    const gm_model *m = f->m;
+    for (int i = 0; i < n; i++)
+        if (rows[i].hidden_out)
+            gm_rmsnorm_fast(rows[i].hidden_out, f->x + (size_t)i * m->cfg.d_model, m->output_norm, m->cfg.d_model,
+                            m->cfg.norm_eps);
+}
+
 static gm_status chunk_forward(gm_forward *f, const gm_fwd_batch *b, int off, int n) {
     const gm_model *m = f->m;
     const int d = m->cfg.d_model;
@@ -336,6 +348,7 @@ static gm_status chunk_forward(gm_forward *f, const gm_fwd_batch *b, int off, in
                     memcpy(b->aux_out + (size_t)a * d, f->x + (size_t)tap * d, (size_t)d * sizeof(float));
         if ((st = layer_forward(f, il, rows, n, b))) return st;
     }
+    hidden_rows(f, rows, n);
     return logits_rows(f, b, rows, n, off);
 }
 
@@ -360,6 +373,15 @@ static gm_status check_batch(const gm_forward *f, const gm_fwd_batch *b, gm_erro
             if (b->rows[i].pos >= b->bias_n || b->rows[i].kv != b->rows[0].kv)
                 return gm_fail(err, GM_ERR_ARG, "forward: a bias covers rows of one sequence inside its %d positions",
                                b->bias_n);
+    if (b->bidirectional) {
+        if (b->n > f->max_batch || b->bias)
+            return gm_fail(err, GM_ERR_ARG, "forward: bidirectional attention needs the whole input in one batch "
+                           "(%d positions, batch size %d) and no bias", b->n, f->max_batch);
+        for (int i = 0; i < b->n; i++)
+            if (b->rows[i].pos != i || b->rows[i].kv != b->rows[0].kv)
+                return gm_fail(err, GM_ERR_ARG, "forward: bidirectional rows must be one sequence at positions 0..%d",
+                               b->n - 1);
+    }
     if (b->n_aux > 0 && (!b->aux_layers || !b->aux_out)) return gm_fail(err, GM_ERR_ARG, "forward: aux taps without buffers");
     return GM_OK;
 }

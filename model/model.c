@@ -75,6 +75,7 @@ static gm_status check_config(const gm_config *c, const char *path, gm_error *er
 #define NEED(cond, what)                                                                      \
     if (!(cond)) return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: cannot run this model: %s", path, what)
     NEED(c->generation >= 1 && c->generation <= 3, "only Gemma 1, 2 and 3 text decoders are supported");
+    NEED(!c->is_embedding || c->embedding_dim > 0, "an embedding model needs a pooled vector length");
     NEED(c->d_model > 0 && c->d_model <= 65536, "hidden size out of range");
     NEED(c->n_layers > 0 && c->n_layers <= 1024, "layer count out of range");
     NEED(c->n_heads > 0 && c->n_kv_heads > 0 && c->n_heads % c->n_kv_heads == 0,
@@ -210,6 +211,10 @@ static gm_status load_weights(gm_model *m, gm_error *err) {
     st = load_norm(m, "output_norm.weight", c->d_model, true, store, &m->output_norm, err);
     if (st) return st;
     store += c->d_model;
+    if (c->dense_2_out && (st = load_matrix(m, "dense_2.weight", c->dense_2_in, c->dense_2_out, &m->dense_2, err)))
+        return st;
+    if (c->dense_3_out && (st = load_matrix(m, "dense_3.weight", c->dense_3_in, c->dense_3_out, &m->dense_3, err)))
+        return st;
     for (int il = 0; il < c->n_layers; il++)
         if ((st = load_layer(m, il, &store, err))) return st;
     return GM_OK;

@@ -29,6 +29,7 @@ struct gm_model {
     gm_matrix embd;                 /* [vocab x d] token embeddings */
     gm_matrix output;               /* LM head: == embd when tied */
     const float *output_norm;       /* d */
+    gm_matrix dense_2, dense_3;     /* embedding models: projections after pooling (rows 0 when absent) */
     gm_layer *layers;
     float *f32_store;               /* backing store of every f32 vector above */
     void *packed_store;             /* packed copies of layer matrices (kernels/pack.h), or NULL */

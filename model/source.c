@@ -21,6 +21,7 @@ struct gm_source {
     char *path;
     gguf_file *gguf;  /* GGUF source */
     st_set *st;       /* HF source */
+    st_set *dense[2]; /* sentence-transformers 2_Dense / 3_Dense modules (embedding models), or NULL */
     char *hf_dir;
     cJSON *hf_config;
     gm_tensor *tensors;
@@ -191,8 +192,9 @@ static int hf_generation(const cJSON *cfg) {
     return 3;
 }
 
-static gm_status hf_tensor(gm_source *s, const st_tensor *t, const char *text, int generation, gm_error *err) {
-    const char *file = st_set_file_of(s->st, t);
+static gm_status hf_tensor(gm_source *s, const st_set *set, const st_tensor *t, const char *text, int generation,
+                           gm_error *err) {
+    const char *file = st_set_file_of(set, t);
     int type;
     gm_status st = st_tensor_type(t, file, &type, err);
     if (st) return st;
@@ -240,18 +242,39 @@ static int cmp_order(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
+/* EmbeddingGemma's sentence-transformers folder keeps its projections after pooling in <k>_Dense/model.safetensors
+ * (one tensor, linear.weight, torch [out, in]); they become dense_2.weight / dense_3.weight, as llama.cpp's
+ * converter names them. A bias is refused (neither EmbeddingGemma nor llama.cpp's gemma-embedding has one). */
+static gm_status open_dense_modules(gm_source *s, gm_error *err) {
+    for (int k = 0; k < 2; k++) {
+        char path[4096], name[32];
+        snprintf(path, sizeof path, "%s/%d_Dense/model.safetensors", s->hf_dir, k + 2);
+        if (!is_file(path)) continue;
+        gm_status st = st_set_open(path, &s->dense[k], err);
+        if (st) return st;
+        const st_tensor *w = st_set_find(s->dense[k], "linear.weight");
+        if (!w) return gm_fail(err, GM_ERR_NOT_FOUND, "%s: tensor linear.weight is missing", path);
+        if (st_set_find(s->dense[k], "linear.bias"))
+            return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: a dense module with a bias is not supported", path);
+        snprintf(name, sizeof name, "dense_%d.weight", k + 2);
+        if ((st = hf_tensor(s, s->dense[k], w, name, 3, err))) return st;
+    }
+    return GM_OK;
+}
+
 static gm_status open_hf(gm_source *s, const char *st_path, gm_error *err) {
     gm_status st = load_config(s, err);
     if (st || (st = st_set_open(st_path, &s->st, err))) return st;
     int generation = hf_generation(s->hf_config);
-    s->tensors = calloc((size_t)(s->st->n_tensors ? s->st->n_tensors : 1), sizeof *s->tensors);
+    s->tensors = calloc((size_t)s->st->n_tensors + 2, sizeof *s->tensors); /* + the dense modules */
     if (!s->tensors) return gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", s->path);
     for (uint64_t i = 0; i < s->st->n_tensors; i++) {
         const st_tensor *t = s->st->tensors[i];
         const char *text = text_name(t->name);
         if (!text) continue; /* vision tower, projector, ... */
-        if ((st = hf_tensor(s, t, text, generation, err))) return st;
+        if ((st = hf_tensor(s, s->st, t, text, generation, err))) return st;
     }
+    if ((st = open_dense_modules(s, err))) return st;
     qsort(s->tensors, (size_t)s->n_tensors, sizeof *s->tensors, cmp_order);
     return build_lookup(s, err);
 }
@@ -325,6 +348,8 @@ void gm_source_close(gm_source *s) {
     free(s->sorted);
     gguf_close(s->gguf);
     st_set_close(s->st);
+    st_set_close(s->dense[0]);
+    st_set_close(s->dense[1]);
     cJSON_Delete(s->hf_config);
     free(s->hf_dir);
     free(s->path);

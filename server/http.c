@@ -26,7 +26,9 @@ typedef struct server {
     const srv_options *o;
     gm_model *m;
     const gm_tokenizer *tok;
-    srv_sched *sched;
+    srv_sched *sched;       /* a generative model: the scheduler owns the engine */
+    gm_embedder *emb;       /* an embedding model: no scheduler, requests take turns on this */
+    pthread_mutex_t emb_mu;
     srv_metrics *met;
     char model_id[128];
     int n_ctx;
@@ -258,6 +260,9 @@ static uint64_t fresh_u64(void) {
 }
 
 static MHD_Result completion(struct MHD_Connection *c, server *s, req *r, job_kind kind) {
+    if (!s->sched)
+        return reply_error(c, r, 400, "invalid_request_error", "model_not_supported",
+                           "this server's model is an embedding model: it cannot generate text (use /v1/embeddings)");
     job *j = job_new();
     if (!j) return reply_error(c, r, 500, "server_error", NULL, "out of memory");
     j->model = s->model_id;
@@ -279,6 +284,12 @@ static MHD_Result completion(struct MHD_Connection *c, server *s, req *r, job_ki
                            "the server is busy: every slot is taken and the queue is full (--parallel, --queue); retry later");
     }
     return j->stream ? start_stream(c, s, r, j) : finish_blocking(c, s, r, j);
+}
+
+static MHD_Result embeddings(struct MHD_Connection *c, server *s, req *r) {
+    int status = 500;
+    char *out = srv_embeddings(s->emb, &s->emb_mu, s->m, s->model_id, r->body, r->len, &status, &r->prompt);
+    return reply(c, r, status, "application/json", out);
 }
 
 /* ---------------------------------------------------------------- small endpoints */
@@ -354,7 +365,9 @@ static MHD_Result models(struct MHD_Connection *c, server *s, req *r) {
 
 /* ---------------------------------------------------------------- routing */
 
-typedef enum { R_NONE, R_PAGE, R_HEALTH, R_MODELS, R_METRICS, R_CHAT, R_COMPLETION, R_TOKENIZE, R_DETOKENIZE } route;
+typedef enum {
+    R_NONE, R_PAGE, R_HEALTH, R_MODELS, R_METRICS, R_CHAT, R_COMPLETION, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS
+} route;
 
 static route route_of(const char *url, bool *post) {
     static const struct {
@@ -375,6 +388,8 @@ static route route_of(const char *url, bool *post) {
         {"/completions", R_COMPLETION, true},
         {"/tokenize", R_TOKENIZE, true},
         {"/detokenize", R_DETOKENIZE, true},
+        {"/v1/embeddings", R_EMBEDDINGS, true},
+        {"/embeddings", R_EMBEDDINGS, true},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (!strcmp(url, table[i].path)) {
@@ -386,7 +401,7 @@ static route route_of(const char *url, bool *post) {
 
 static const char *endpoint_name(route rt) {
     static const char *names[] = {"other", "/", "/health", "/v1/models", "/metrics", "/v1/chat/completions",
-                                  "/v1/completions", "/tokenize", "/detokenize"};
+                                  "/v1/completions", "/tokenize", "/detokenize", "/v1/embeddings"};
     return names[rt];
 }
 
@@ -404,6 +419,7 @@ static MHD_Result dispatch(struct MHD_Connection *c, server *s, req *r, route rt
     case R_COMPLETION: return completion(c, s, r, JOB_COMPLETION);
     case R_TOKENIZE: return tokenize(c, s, r);
     case R_DETOKENIZE: return detokenize(c, s, r);
+    case R_EMBEDDINGS: return embeddings(c, s, r);
     default: return reply_error(c, r, 404, "invalid_request_error", NULL, "no such endpoint");
     }
 }
@@ -541,7 +557,7 @@ static void model_id_of(const char *path, char *out, size_t n) {
 }
 
 int srv_run(const srv_options *o) {
-    server s = {.o = o};
+    server s = {.o = o, .emb_mu = PTHREAD_MUTEX_INITIALIZER};
     gm_error err = {0};
     g_cors = o->cors;
     /* SIGINT / SIGTERM go to sigwait below, not to a random thread */
@@ -562,11 +578,14 @@ int srv_run(const srv_options *o) {
     s.met = metrics_new();
     int rc = 1;
     struct MHD_Daemon *d = NULL;
-    if (!s.met || sched_new(s.m, o, s.met, &s.sched, &err)) {
+    const gm_config *mc = gm_model_config(s.m);
+    /* an embedding model gets an embedder (its context capped at the model's) instead of the scheduler */
+    const gm_embedder_options eo = {o->threads, o->n_ctx < mc->context_length ? o->n_ctx : mc->context_length};
+    if (!s.met || (mc->is_embedding ? gm_embedder_new(s.m, &eo, &s.emb, &err) : sched_new(s.m, o, s.met, &s.sched, &err))) {
         fprintf(stderr, "gemma serve: %s\n", s.met ? err.msg : "out of memory");
         goto out;
     }
-    s.n_ctx = sched_n_ctx(s.sched);
+    s.n_ctx = s.emb ? gm_embedder_n_ctx(s.emb) : sched_n_ctx(s.sched);
     struct sockaddr_storage ss;
     socklen_t sl;
     char msg[256];
@@ -586,8 +605,8 @@ int srv_run(const srv_options *o) {
         goto out;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    fprintf(stderr, "gemma serve: %s, context %d per sequence, %d parallel, listening on http://%s%s%s:%u\n",
-            s.model_id, s.n_ctx, o->parallel, ss.ss_family == AF_INET6 ? "[" : "", o->host,
+    fprintf(stderr, "gemma serve: %s, context %d per sequence, %d parallel%s, listening on http://%s%s%s:%u\n",
+            s.model_id, s.n_ctx, s.emb ? 1 : o->parallel, s.emb ? " (embedding model: /v1/embeddings)" : "", ss.ss_family == AF_INET6 ? "[" : "", o->host,
             ss.ss_family == AF_INET6 ? "]" : "", di ? di->port : (unsigned)o->port);
     int sig = 0;
     sigwait(&sigs, &sig);
@@ -602,6 +621,7 @@ out:
     }
     if (d) MHD_stop_daemon(d);
     sched_free(s.sched);
+    gm_embedder_free(s.emb);
     metrics_free(s.met);
     gm_model_free(s.m);
     return rc;

@@ -7,6 +7,7 @@
  *                (a decode row for every active sequence plus a chunk of pending prompt), samples
  *   job.c        a request's state, shared by its connection thread and the scheduler (lock + condvar)
  *   metrics.c    counters, gauges and histograms; Prometheus text
+ *   embeddings.c /v1/embeddings with an embedding model (no scheduler then: see there)
  *   webui.c      the chat page at / (server/chat.html, embedded at build time)
  *
  * Threads: the scheduler is the only thread that touches the engine and sequences; connection threads
@@ -164,6 +165,14 @@ bool openai_stream_more(job *j, const gm_tokenizer *tok);
 char *srv_clean_utf8(const char *s, size_t n);
 /* {"error": {...}} for j's failure (or the given one); malloc'd. */
 char *openai_error_json(const char *type, const char *code, const char *msg);
+
+/* ---------------------------------------------------------------- embeddings (embeddings.c) */
+
+/* Answers a /v1/embeddings body: returns the malloc'd JSON to send with *status (200, or 400 / 500 with
+ * an OpenAI error object); e is NULL when the model is not an embedding model. The embedder runs under
+ * mu. *n_prompt: the tokens embedded. */
+char *srv_embeddings(gm_embedder *e, pthread_mutex_t *mu, const gm_model *m, const char *model_id, const char *body,
+                     size_t len, int *status, int *n_prompt);
 
 /* ---------------------------------------------------------------- the page (webui.c) */
 

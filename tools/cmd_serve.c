@@ -13,6 +13,7 @@ static void usage(FILE *out) {
             "An OpenAI-compatible HTTP server with continuous batching and a prefix cache; a chat page at /.\n"
             "Endpoints: POST /v1/chat/completions, POST /v1/completions (stream or not), GET /v1/models,\n"
             "GET /health, GET /metrics (Prometheus), POST /tokenize, POST /detokenize, GET / (chat page).\n"
+            "With an embedding model (EmbeddingGemma): POST /v1/embeddings instead of the completions.\n"
             "\n"
             "  -m, --model PATH      model file or folder (default %s)\n"
             "  --alias NAME          the model id reported and echoed (default: the file name)\n"

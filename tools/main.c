@@ -30,6 +30,7 @@ static const command COMMANDS[] = {
     {"detokenize", cmd_detokenize, "token ids (arguments or stdin) -> text"},
     {"bench", cmd_bench, "prompt-processing and generation speed (llama-bench style)"},
     {"perplexity", cmd_perplexity, "perplexity of a text; KL divergence against a saved base"},
+    {"embed", cmd_embed, "one vector per input text with an embedding model (EmbeddingGemma)"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server: continuous batching, prefix cache, streaming, chat page"},
 };
 
