@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "model/gemma3n.h"
 #include "model/source.h"
 
 enum { MAX_LAYERS = 4096, MAX_DIM = 1 << 20, MAX_MISSING_LISTED = 6 };
@@ -31,6 +32,7 @@ static int generation_of(const char *arch) {
     if (!strcmp(arch, "gemma")) return 1;
     if (!strcmp(arch, "gemma2")) return 2;
     if (!strcmp(arch, "gemma3") || !strcmp(arch, "gemma3_text")) return 3;
+    if (!strcmp(arch, "gemma3n")) return 3; /* Gemma 3 plus AltUp, LAuReL, per-layer inputs: model/gemma3n.c */
     return 0;
 }
 
@@ -98,8 +100,35 @@ static gm_status arch_from_gguf(const gguf_file *f, gm_config *c, gm_error *err)
     c->arch[a.len] = 0;
     c->generation = generation_of(c->arch);
     if (!c->generation || !strcmp(c->arch, "gemma3_text"))
-        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: architecture %s is not supported yet (gemma, gemma2, gemma3 are)",
-                       f->path, c->arch);
+        return gm_fail(err, GM_ERR_UNSUPPORTED,
+                       "%s: architecture %s is not supported yet (gemma, gemma2, gemma3, gemma3n are)", f->path, c->arch);
+    return GM_OK;
+}
+
+/* <arch>.feed_forward_length as a number or (Gemma 3n's converter) a per-layer array, which must be uniform:
+ * llama.cpp checks every layer against layer 0's width. */
+static gm_status g_ff(const gguf_ctx *c, int n_layers, int *out) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.feed_forward_length", c->arch);
+    const gguf_kv *kv = gguf_find(c->f, key);
+    if (!kv || kv->val.type != GGUF_VT_ARRAY) return g_int(c, "feed_forward_length", -1, out);
+    const gguf_value *arr = &kv->val;
+    if (arr->v.arr.n != (uint64_t)n_layers)
+        return gm_fail(c->err, GM_ERR_FORMAT, "%s: %s has %llu entries for %d layers", c->f->path, key,
+                       (unsigned long long)arr->v.arr.n, n_layers);
+    gguf_arr_iter it;
+    gguf_value v;
+    gguf_arr_iter_init(&it, arr);
+    for (int i = 0; gguf_arr_iter_next(&it, &v); i++) {
+        const bool is_int = v.type == GGUF_VT_I32 || v.type == GGUF_VT_I64 || v.type == GGUF_VT_I16;
+        const int64_t x = is_int ? v.v.i : (int64_t)v.v.u;
+        if ((v.type != GGUF_VT_U32 && v.type != GGUF_VT_U64 && !is_int) || x <= 0 || x > INT32_MAX)
+            return gm_fail(c->err, GM_ERR_FORMAT, "%s: %s[%d] is not a positive integer", c->f->path, key, i);
+        if (i == 0) *out = (int)x;
+        else if (x != *out)
+            return gm_fail(c->err, GM_ERR_UNSUPPORTED, "%s: %s differs between layers (%d vs %lld at layer %d); only "
+                           "uniform widths run (as in llama.cpp)", c->f->path, key, *out, (long long)x, i);
+    }
     return GM_OK;
 }
 
@@ -110,7 +139,9 @@ static gm_status config_from_gguf(const gm_source *s, gm_config *c, gm_error *er
     gguf_ctx g = {f, c->arch, err};
     int kl = 0, vl = 0, window = 0;
     if ((st = g_int(&g, "embedding_length", -1, &c->d_model)) || (st = g_int(&g, "block_count", -1, &c->n_layers)) ||
-        (st = g_int(&g, "feed_forward_length", -1, &c->d_ff)) ||
+        (c->n_layers > MAX_LAYERS && (st = gm_fail(err, GM_ERR_FORMAT, "%s: layer count %d out of range", f->path,
+                                                   c->n_layers))) ||
+        (st = g_ff(&g, c->n_layers, &c->d_ff)) ||
         (st = g_int(&g, "attention.head_count", -1, &c->n_heads)) ||
         (st = g_int(&g, "attention.head_count_kv", c->n_heads, &c->n_kv_heads)) ||
         (st = g_int(&g, "context_length", 8192, &c->context_length)))
@@ -126,7 +157,9 @@ static gm_status config_from_gguf(const gm_source *s, gm_config *c, gm_error *er
         return st;
     c->rope_base_local = c->rope_base_global;
     c->rope_scale_global = 1.0f;
-    if (c->generation == 2) {
+    if (gm_is_gemma3n(c)) {
+        if ((st = gm_3n_config_gguf(f, c, err))) return st;
+    } else if (c->generation == 2) {
         if ((st = g_int(&g, "attention.sliding_window", 4096, &window)) ||
             (st = g_float(&g, "attn_logit_softcapping", 50.0f, &c->attn_softcap)) ||
             (st = g_float(&g, "final_logit_softcapping", 30.0f, &c->final_softcap)))
@@ -154,8 +187,10 @@ static gm_status config_from_gguf(const gm_source *s, gm_config *c, gm_error *er
     }
     bool is27b = (c->generation == 2 && c->n_layers == 46) || (c->generation == 3 && c->n_layers == 62);
     int scale_dim = is27b && c->n_heads > 0 ? c->d_model / c->n_heads : c->head_dim;
-    c->query_scale = scale_dim > 0 ? 1.0f / sqrtf((float)scale_dim) : 0.0f;
-    c->norm_weights_plus_one = true;
+    if (!gm_is_gemma3n(c)) { /* 3n: scale 1, raw norm weights (gm_3n_config_gguf) */
+        c->query_scale = scale_dim > 0 ? 1.0f / sqrtf((float)scale_dim) : 0.0f;
+        c->norm_weights_plus_one = true;
+    }
     c->bos_id = token_id(f, "tokenizer.ggml.bos_token_id", 2);
     c->eos_id = token_id(f, "tokenizer.ggml.eos_token_id", 1);
     c->pad_id = token_id(f, "tokenizer.ggml.padding_token_id", 0);
@@ -310,6 +345,9 @@ static gm_status hf_arch(const cJSON *root, const cJSON **cfg, gm_config *c, con
     if (!cJSON_IsString(mt) && *cfg != root) mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     if (!cJSON_IsString(mt)) return gm_fail(err, GM_ERR_FORMAT, "%s: \"model_type\" is missing", file);
     c->generation = generation_of(mt->valuestring);
+    if (!strncmp(mt->valuestring, "gemma3n", 7))
+        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: Gemma 3n is supported as GGUF only (convert it with llama.cpp)",
+                       file);
     if (!c->generation)
         return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: architecture %.40s is not supported yet (gemma, gemma2, gemma3 are)",
                        file, mt->valuestring);

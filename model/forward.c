@@ -8,7 +8,10 @@
  *   Gemma 2/3: o = RMSNorm(o, post_attn_norm);  x += o
  *   xn = RMSNorm(x, ffn_norm); o = (gelu_tanh(xn Wgate) * (xn Wup)) Wdown
  *   Gemma 2/3: o = RMSNorm(o, post_ffn_norm);   x += o
- * then logits = RMSNorm(x, output_norm) E^T (tied) for the rows that ask, Gemma 2: final soft-cap. */
+ * then logits = RMSNorm(x, output_norm) E^T (tied) for the rows that ask, Gemma 2: final soft-cap.
+ * Gemma 3n (model/gemma3n.h) keeps 4 streams per row around this block: x is the active prediction, LAuReL
+ * joins the attention residual, layers < 10 sparsify the FFN gate, V is RMS-normed, and the layer output
+ * corrects the streams. */
 #include "model/forward.h"
 
 #include <math.h>
@@ -19,6 +22,7 @@
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "model/attention.h"
+#include "model/gemma3n.h"
 
 enum { LOGIT_ROWS = 16, MAX_ROPE_KINDS = 8 };
 
@@ -44,6 +48,8 @@ struct gm_forward {
     int *lrows;           /* rows of a chunk that want logits */
     float *buf;           /* backing store of the above */
     float *lbuf;          /* LOGIT_ROWS x n_vocab, allocated on the first on_logits pass */
+    float *ones;          /* head_dim ones: the weightless V norm */
+    gm_3n_state *g3n;     /* Gemma 3n's streams, NULL for other models */
 };
 
 void gm_forward_free(gm_forward *f) {
@@ -54,6 +60,8 @@ void gm_forward_free(gm_forward *f) {
     free(f->lrows);
     free(f->buf);
     free(f->lbuf);
+    free(f->ones);
+    gm_3n_state_free(f->g3n);
     free(f);
 }
 
@@ -128,6 +136,18 @@ gm_status gm_forward_new(const gm_model *m, const gm_kv_layout *lay, gm_pool *po
         p += (B * rh + 15) & ~(size_t)15;
         f->rope[k].sn = p;
         p += (B * rh + 15) & ~(size_t)15;
+    }
+    if (m->cfg.has_v_norm) {
+        f->ones = malloc((size_t)f->mx.head_dim * sizeof *f->ones);
+        if (!f->ones) {
+            gm_forward_free(f);
+            return gm_fail(err, GM_ERR_NOMEM, "forward: out of memory");
+        }
+        for (int i = 0; i < f->mx.head_dim; i++) f->ones[i] = 1.0f;
+    }
+    if (m->g3n && (st = gm_3n_state_new(m, max_batch, pool, &f->mm, &f->g3n, err))) {
+        gm_forward_free(f);
+        return st;
     }
     st = gm_attn_scratch_init(&f->attn, pool ? gm_pool_size(pool) : 1, max_batch, max_ctx, f->mx.group, f->mx.n_heads,
                               f->mx.head_dim, err);
@@ -211,10 +231,13 @@ static void qk_task(void *ctx, int64_t begin, int64_t end, int thread) {
         if (L->k_norm)
             for (int h = 0; h < Hkv; h++) gm_rmsnorm_fast(k + (size_t)h * hd, k + (size_t)h * hd, L->k_norm, hd, c->norm_eps);
         rope_heads(k, Hkv, hd, lc->rope_dims, cs, sn);
+        float *v = f->v + (size_t)i * kvd;
+        if (f->ones)
+            for (int h = 0; h < Hkv; h++) gm_rmsnorm_fast(v + (size_t)h * hd, v + (size_t)h * hd, f->ones, hd, c->norm_eps);
         const gm_fwd_row *r = &j->rows[i];
         const gm_kv_type kt = (gm_kv_type)f->lay->dtype;
         gm_kv_store(gm_kv_row_k(f->lay, r->kv, j->il, r->pos), kt, k, (int)kvd);
-        gm_kv_store(gm_kv_row_v(f->lay, r->kv, j->il, r->pos), kt, f->v + (size_t)i * kvd, (int)kvd);
+        gm_kv_store(gm_kv_row_v(f->lay, r->kv, j->il, r->pos), kt, v, (int)kvd);
     }
 }
 
@@ -229,13 +252,16 @@ static gm_status layer_forward(gm_forward *f, int il, const gm_fwd_row *rows, in
     const gm_config *c = &m->cfg;
     const gm_layer *L = &m->layers[il];
     const int d = c->d_model, ff = L->lc.d_ff;
+    gm_status st;
 
+    if (f->g3n) gm_3n_predict(f->g3n, il, f->x, n); /* x = the active prediction */
     norm_rows(f->pool, f->xn, f->x, L->attn_norm, n, d, c->norm_eps, NULL);
+    if (f->g3n && (st = gm_3n_laurel(f->g3n, il, f->xn, n))) return st;
     {
         const bool own_kv = L->lc.kv_source == il;
         const gm_matrix *W[3] = {&L->wq, &L->wk, &L->wv};
         float *const y[3] = {f->q, f->k, f->v};
-        gm_status st = gm_matmul_multi(W, y, own_kv ? 3 : 1, f->xn, n, f->pool, &f->mm);
+        st = gm_matmul_multi(W, y, own_kv ? 3 : 1, f->xn, n, f->pool, &f->mm);
         if (st) return st;
     }
     qk_job qj = {f, rows, il};
@@ -248,20 +274,23 @@ static gm_status layer_forward(gm_forward *f, int il, const gm_fwd_row *rows, in
     MM(&L->wo, f->att, n, f->o);
     if (L->post_attn_norm) norm_rows(f->pool, f->o, f->o, L->post_attn_norm, n, d, c->norm_eps, NULL);
     gm_add(f->x, f->o, n * d);
+    if (f->g3n) gm_3n_attn_residual(f->g3n, f->x, n); /* x = (x + LAuReL) / sqrt 2 */
 
     norm_rows(f->pool, f->xn, f->x, L->ffn_norm, n, d, c->norm_eps, NULL);
     {
         const gm_matrix *W[2] = {&L->gate, &L->up};
         float *const y[2] = {f->gate, f->up};
-        gm_status st = gm_matmul_multi(W, y, 2, f->xn, n, f->pool, &f->mm);
+        st = gm_matmul_multi(W, y, 2, f->xn, n, f->pool, &f->mm);
         if (st) return st;
     }
+    if (f->g3n && il < GM_3N_SPARSE_LAYERS) gm_3n_sparsify(f->gate, n, ff);
     rows_job gj = {f->gate, f->up, NULL, 0, 0.0f, NULL};
     if (n == 1) gm_geglu_fast(f->gate, f->up, ff); /* ~1 us: cheaper than a pool round trip */
     else gm_pool_parallel_for(f->pool, (int64_t)n * ff, 1024, geglu_task, &gj);
     MM(&L->down, f->gate, n, f->o);
     if (L->post_ffn_norm) norm_rows(f->pool, f->o, f->o, L->post_ffn_norm, n, d, c->norm_eps, NULL);
     gm_add(f->x, f->o, n * d);
+    if (f->g3n && (st = gm_3n_correct(f->g3n, il, f->x, n))) return st; /* the new streams */
     return GM_OK;
 }
 
@@ -327,6 +356,7 @@ static gm_status chunk_forward(gm_forward *f, const gm_fwd_batch *b, int off, in
     const gm_fwd_row *rows = b->rows + off;
     gm_status st = embed_rows(f, rows, n);
     if (st) return st;
+    if (f->g3n && (st = gm_3n_begin(f->g3n, rows, f->x, n))) return st;
     rope_tables(f, rows, n);
     const int tap = b->aux_row - off; /* the tapped row inside this chunk, if it is here */
     for (int il = 0; il < m->cfg.n_layers; il++) {
@@ -336,6 +366,7 @@ static gm_status chunk_forward(gm_forward *f, const gm_fwd_batch *b, int off, in
                     memcpy(b->aux_out + (size_t)a * d, f->x + (size_t)tap * d, (size_t)d * sizeof(float));
         if ((st = layer_forward(f, il, rows, n, b))) return st;
     }
+    if (f->g3n && (st = gm_3n_end(f->g3n, f->x, n))) return st;
     return logits_rows(f, b, rows, n, off);
 }
 

@@ -13,6 +13,7 @@
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
 #include "kernels/pack.h"
+#include "model/gemma3n.h"
 #include "quant/quant.h"
 #include "text/tokenizer.h"
 
@@ -103,8 +104,8 @@ static gm_status find(const gm_model *m, const char *name, bool required, const 
 }
 
 /* A 2-D weight of shape ne = [cols, rows] as a matrix view, with its size checked. */
-static gm_status load_matrix(gm_model *m, const char *name, int64_t cols, int64_t rows, gm_matrix *out,
-                             gm_error *err) {
+gm_status gm_model_load_matrix(gm_model *m, const char *name, int64_t cols, int64_t rows, gm_matrix *out,
+                               gm_error *err) {
     const gm_tensor *t;
     gm_status st = find(m, name, true, &t, err);
     if (st) return st;
@@ -126,8 +127,8 @@ static gm_status load_matrix(gm_model *m, const char *name, int64_t cols, int64_
 
 /* A 1-D norm weight of n elements converted to f32 into dst, with +1 added when the file stores the
  * raw (zero-centred) w. Absent optional norms leave *out NULL. */
-static gm_status load_norm(gm_model *m, const char *name, int n, bool required, float *dst,
-                           const float **out, gm_error *err) {
+gm_status gm_model_load_norm(gm_model *m, const char *name, int n, bool required, float *dst, const float **out,
+                             gm_error *err) {
     const gm_tensor *t;
     *out = NULL;
     gm_status st = find(m, name, required, &t, err);
@@ -154,6 +155,7 @@ static gm_status load_layer(gm_model *m, int il, float **store, gm_error *err) {
     const gm_config *c = &m->cfg;
     gm_layer *L = &m->layers[il];
     L->lc = gm_layer_config_uniform(c, il);
+    if (gm_is_gemma3n(c)) L->lc.kv_source = gm_3n_kv_source(c, il); /* K/V still stored: llama.cpp requires them */
     const gm_layer_config *lc = &L->lc;
     gm_status st = check_layer(lc, il, gm_source_path(m->src), err);
     if (st) return st;
@@ -162,10 +164,10 @@ static gm_status load_layer(gm_model *m, int il, float **store, gm_error *err) {
     char name[96];
 #define MAT(field, suffix, cols, rows)                                             \
     snprintf(name, sizeof name, "blk.%d." suffix ".weight", il);                   \
-    if ((st = load_matrix(m, name, cols, rows, &L->field, err))) return st;
+    if ((st = gm_model_load_matrix(m, name, cols, rows, &L->field, err))) return st;
 #define NORM(field, suffix, n, req)                                                \
     snprintf(name, sizeof name, "blk.%d." suffix ".weight", il);                   \
-    if ((st = load_norm(m, name, n, req, *store, &L->field, err))) return st;      \
+    if ((st = gm_model_load_norm(m, name, n, req, *store, &L->field, err))) return st;      \
     if (L->field) *store += (n);
     MAT(wq, "attn_q", d, qd)
     MAT(wk, "attn_k", d, kvd)
@@ -199,19 +201,20 @@ static gm_status load_weights(gm_model *m, gm_error *err) {
     m->f32_store = malloc(((size_t)c->n_layers * per_layer + (size_t)c->d_model) * sizeof(float));
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->f32_store || !m->layers) return gm_fail(err, GM_ERR_NOMEM, "model: out of memory for weights");
-    gm_status st = load_matrix(m, "token_embd.weight", c->d_model, c->n_vocab, &m->embd, err);
+    gm_status st = gm_model_load_matrix(m, "token_embd.weight", c->d_model, c->n_vocab, &m->embd, err);
     if (st) return st;
     m->output = m->embd;
     if (gm_source_tensor(m->src, "output.weight") && !c->tied_embeddings) {
-        st = load_matrix(m, "output.weight", c->d_model, c->n_vocab, &m->output, err);
+        st = gm_model_load_matrix(m, "output.weight", c->d_model, c->n_vocab, &m->output, err);
         if (st) return st;
     }
     float *store = m->f32_store;
-    st = load_norm(m, "output_norm.weight", c->d_model, true, store, &m->output_norm, err);
+    st = gm_model_load_norm(m, "output_norm.weight", c->d_model, true, store, &m->output_norm, err);
     if (st) return st;
     store += c->d_model;
     for (int il = 0; il < c->n_layers; il++)
         if ((st = load_layer(m, il, &store, err))) return st;
+    if (gm_is_gemma3n(c)) return gm_3n_load(m, err);
     return GM_OK;
 }
 
@@ -309,6 +312,7 @@ void gm_model_free(gm_model *m) {
     gm_source_close(m->src);
     free(m->layers);
     free(m->f32_store);
+    gm_3n_free(m->g3n);
     if (m->packed_store) munmap(m->packed_store, m->packed_bytes);
     free(m);
 }

@@ -31,6 +31,7 @@ struct gm_model {
     const float *output_norm;       /* d */
     gm_layer *layers;
     float *f32_store;               /* backing store of every f32 vector above */
+    struct gm_3n_weights *g3n;      /* Gemma 3n's AltUp / LAuReL / per-layer-input weights, NULL otherwise */
     void *packed_store;             /* packed copies of layer matrices (kernels/pack.h), or NULL */
     size_t packed_bytes;
 };
@@ -45,5 +46,10 @@ typedef struct gm_layer_max {
     int head_dim, n_heads, n_kv_heads, d_ff, q_dim, kv_dim, group; /* group: n_heads / n_kv_heads */
 } gm_layer_max;
 gm_layer_max gm_model_layer_max(const gm_model *m);
+/* A 2-D weight [rows x cols] (GGUF ne = [cols, rows]) as a matrix view, its shape checked. */
+gm_status gm_model_load_matrix(gm_model *m, const char *name, int64_t cols, int64_t rows, gm_matrix *out, gm_error *err);
+/* A norm weight of n elements into dst as f32, +1 added unless cfg.norm_weights_plus_one. */
+gm_status gm_model_load_norm(gm_model *m, const char *name, int n, bool required, float *dst, const float **out,
+                             gm_error *err);
 
 #endif

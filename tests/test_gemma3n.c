@@ -1,0 +1,299 @@
+/* tests/test_gemma3n.c — Gemma 3n against llama.cpp on a tiny synthetic GGUF, and its bad variants.
+ *
+ * The model (tests/support/tiny_gemma3n.c, the same weights as tests/gen/gen_gemma3n_fixtures.py, checked
+ * tensor by tensor against the sums recorded there) has 25 layers, so layers 20-24 read the K/V of layers
+ * 18 (sliding consumers) and 19 (layer 24, full); the 40-token sequence runs past the 8-token window, and
+ * layers 0-9 sparsify their FFN gate. llama.cpp's logits (F32 weights, F32 KV cache) for every position
+ * are in tests/data/gemma3n/gemma3n.logits.txt, with its greedy continuation of the first 12 tokens.
+ *
+ * What separates the engines is rounding only: llama.cpp's GELU reads an f16 table (|error| up to ~1e-3 of
+ * an activation, in the FFN and in the per-layer-input gate of all 25 layers), other op orders. Tolerance:
+ * max |ours - llama.cpp| <= 1e-3 x max |logit| (relative to the largest logit, ~8 here) at every
+ * position, the same argmax everywhere, and the same 16 greedy tokens (one cached decode per token, as
+ * llama.cpp generated them). A real error (a norm's +1, the std's n-1, the KV source layer, a RoPE base, a
+ * missing rescale) moves logits by far more. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gemma.h"
+#include "model/source.h"
+#include "support/test.h"
+#include "support/tiny_gemma3n.h"
+
+#define MAX_TOK 64
+#define MAX_SUMS 1024
+#define REL_TOL 1e-3
+
+typedef struct {
+    int n_tok, n_prompt, n_gen;
+    int32_t tok[MAX_TOK], gen[MAX_TOK];
+    int n_vocab, n_sums;
+    char *sum_name[MAX_SUMS];
+    double sum[MAX_SUMS], sum_abs[MAX_SUMS];
+    float *logits; /* n_tok x n_vocab */
+} fixture;
+
+static char model_path[256];
+
+static bool load_fixture(const char *path, fixture *fx) {
+    size_t len;
+    char *text = (char *)test_read_file(path, &len);
+    if (!text) return false;
+    memset(fx, 0, sizeof *fx);
+    int pos_seen = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        char *p = line, *end;
+        if (!strncmp(line, "tokens ", 7)) {
+            fx->n_tok = (int)strtol(p + 7, &p, 10);
+            if (fx->n_tok <= 0 || fx->n_tok > MAX_TOK) break;
+            for (int i = 0; i < fx->n_tok; i++) fx->tok[i] = (int32_t)strtol(p, &p, 10);
+        } else if (!strncmp(line, "gen ", 4)) {
+            fx->n_prompt = (int)strtol(p + 4, &p, 10);
+            fx->n_gen = (int)strtol(p, &p, 10);
+            if (fx->n_gen <= 0 || fx->n_gen > MAX_TOK) break;
+            for (int i = 0; i < fx->n_gen; i++) fx->gen[i] = (int32_t)strtol(p, &p, 10);
+        } else if (!strncmp(line, "sum ", 4) && fx->n_sums < MAX_SUMS) {
+            char *name = p + 4, *sp = strchr(name, ' ');
+            if (!sp) break;
+            *sp = 0;
+            fx->sum_name[fx->n_sums] = strdup(name);
+            fx->sum[fx->n_sums] = strtod(sp + 1, &p);
+            fx->sum_abs[fx->n_sums] = strtod(p, &p);
+            fx->n_sums++;
+        } else if (!strncmp(line, "pos ", 4)) {
+            int pos = (int)strtol(p + 4, &p, 10);
+            float row[4096];
+            int n = 0;
+            for (;; n++) {
+                float v = strtof(p, &end);
+                if (end == p || n == 4096) break;
+                row[n] = v, p = end;
+            }
+            if (!fx->logits) {
+                fx->n_vocab = n;
+                fx->logits = malloc(sizeof(float) * (size_t)n * (size_t)fx->n_tok);
+            }
+            if (pos != pos_seen || n != fx->n_vocab || pos >= fx->n_tok) break;
+            memcpy(fx->logits + (size_t)pos * (size_t)n, row, sizeof(float) * (size_t)n);
+            pos_seen++;
+        }
+    }
+    free(text);
+    return fx->logits && pos_seen == fx->n_tok && fx->n_gen > 0 && fx->n_sums > 0;
+}
+
+static void free_fixture(fixture *fx) {
+    for (int i = 0; i < fx->n_sums; i++) free(fx->sum_name[i]);
+    free(fx->logits);
+}
+
+static int argmax(const float *v, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[b]) b = i;
+    return b;
+}
+
+static fixture fx;
+static bool have_fixture;
+
+/* The C-written file holds the generator's weights: every tensor's sums as recorded, nothing extra. */
+TEST(weights_match_the_generator) {
+    gm_error err = {0};
+    gm_source *s = NULL;
+    CHECK_OK(gm_source_open(model_path, false, &s, &err), &err);
+    if (!s) return;
+    int matched = 0;
+    for (int i = 0; i < fx.n_sums; i++) {
+        const gm_tensor *t = gm_source_tensor(s, fx.sum_name[i]);
+        CHECK_MSG(t != NULL, "tensor %s missing from the C-written file", fx.sum_name[i]);
+        if (!t) continue;
+        CHECK_EQ_INT(t->type, GM_TYPE_F32);
+        const float *v = t->data;
+        const int64_t n = (int64_t)(t->nbytes / sizeof(float));
+        double sum = 0, sum_abs = 0;
+        for (int64_t k = 0; k < n; k++) sum += v[k], sum_abs += fabs(v[k]);
+        bool ok = fabs(sum - fx.sum[i]) <= 1e-6 * fx.sum_abs[i] + 1e-6 && fabs(sum_abs - fx.sum_abs[i]) <= 1e-6 * fx.sum_abs[i];
+        CHECK_MSG(ok, "%s: sums %.9g %.9g, generator %.9g %.9g", fx.sum_name[i], sum, sum_abs, fx.sum[i], fx.sum_abs[i]);
+        matched += ok;
+    }
+    CHECK_EQ_INT(matched, fx.n_sums);
+    CHECK_EQ_INT((int)gm_source_n_tensors(s), fx.n_sums);
+    gm_source_close(s);
+}
+
+static void check_logits(int n_threads, int n_batch) {
+    gm_error err = {0};
+    gm_model *m = NULL;
+    gm_generator *g = NULL;
+    CHECK_OK(gm_model_open(model_path, NULL, &m, &err), &err);
+    gm_generator_options o = {.n_threads = n_threads, .n_ctx = 64, .n_batch = n_batch};
+    if (m) CHECK_OK(gm_generator_new(m, &o, &g, &err), &err);
+    if (!g) goto out;
+    CHECK_EQ_INT(gm_generator_config(g)->n_vocab, fx.n_vocab);
+    float *ours = malloc(sizeof(float) * (size_t)fx.n_tok * (size_t)fx.n_vocab);
+    CHECK_OK(gm_generator_prefill(g, fx.tok, fx.n_tok, &err), &err);
+    CHECK_OK(gm_generator_score(g, ours, &err), &err);
+    double worst = 0, max_diff = 0, max_abs = 0;
+    int argmax_ok = 0;
+    for (int p = 0; p < fx.n_tok; p++) {
+        const float *a = ours + (size_t)p * (size_t)fx.n_vocab, *b = fx.logits + (size_t)p * (size_t)fx.n_vocab;
+        double diff = 0, big = 0;
+        for (int v = 0; v < fx.n_vocab; v++) {
+            diff = fmax(diff, fabs((double)a[v] - (double)b[v]));
+            big = fmax(big, fabs((double)b[v]));
+        }
+        if (getenv("GM_T3N_VERBOSE")) fprintf(stderr, "    pos %d diff %.3g max %.3g\n", p, diff, big);
+        worst = fmax(worst, diff / big);
+        max_diff = fmax(max_diff, diff);
+        max_abs = fmax(max_abs, big);
+        argmax_ok += argmax(a, fx.n_vocab) == argmax(b, fx.n_vocab);
+    }
+    fprintf(stderr,
+            "  gemma3n (%d threads, batch %d): max |ours - llama.cpp| = %.3g (max |logit| %.2f), worst relative to "
+            "the position's max |logit| %.3g, argmax %d/%d\n",
+            n_threads, n_batch, max_diff, max_abs, worst, argmax_ok, fx.n_tok);
+    CHECK_MSG(worst <= REL_TOL, "relative diff %g > %g", worst, REL_TOL);
+    CHECK_EQ_INT(argmax_ok, fx.n_tok);
+    free(ours);
+out:
+    gm_generator_free(g);
+    gm_model_free(m);
+}
+
+TEST(logits_match_llama_cpp) { check_logits(1, 0); }
+TEST(logits_match_llama_cpp_2_threads_batch_5) { check_logits(2, 5); }
+
+TEST(greedy_matches_llama_cpp) {
+    gm_error err = {0};
+    gm_model *m = NULL;
+    gm_generator *g = NULL;
+    CHECK_OK(gm_model_open(model_path, NULL, &m, &err), &err);
+    gm_generator_options o = {.n_threads = 2, .n_ctx = 64, .ignore_stop = true};
+    if (m) CHECK_OK(gm_generator_new(m, &o, &g, &err), &err);
+    if (g) {
+        int32_t out[MAX_TOK];
+        int n_out = 0;
+        gm_sampling s = gm_sampling_default();
+        CHECK_OK(gm_generator_prefill(g, fx.tok, fx.n_prompt, &err), &err);
+        CHECK_OK(gm_generator_generate_cached(g, fx.n_gen, &s, out, &n_out, &err), &err);
+        CHECK_EQ_INT(n_out, fx.n_gen);
+        int same = 0;
+        while (same < n_out && out[same] == fx.gen[same]) same++;
+        fprintf(stderr, "  greedy: %d/%d tokens as llama.cpp\n", same, fx.n_gen);
+        CHECK_EQ_INT(same, fx.n_gen);
+    }
+    gm_generator_free(g);
+    gm_model_free(m);
+}
+
+/* Broken variants: refused at open with a message that names the problem, never a crash. */
+static void refused(const t3n_options *o, const char *what, const char *needle) {
+    char path[300], werr[256];
+    snprintf(path, sizeof path, "%s.bad", model_path);
+    CHECK_MSG(t3n_write_gguf(o, path, werr, sizeof werr), "%s", werr);
+    gm_error err = {0};
+    gm_model *m = NULL;
+    gm_status st = gm_model_open(path, NULL, &m, &err);
+    CHECK_MSG(st != GM_OK && strstr(err.msg, needle), "%s: status %d, message \"%s\" (wanted \"%s\")", what, (int)st,
+              err.msg, needle);
+    gm_model_free(m);
+    unlink(path);
+}
+
+TEST(bad_variants_are_refused) {
+    t3n_options o;
+    t3n_options_default(&o);
+    o.drop = "blk.7.laurel_r.weight";
+    refused(&o, "missing LAuReL tensor", "blk.7.laurel_r.weight");
+    t3n_options_default(&o);
+    o.drop = "blk.22.altup_router.weight";
+    refused(&o, "missing router", "blk.22.altup_router.weight");
+    t3n_options_default(&o);
+    o.drop = "per_layer_token_embd.weight";
+    refused(&o, "missing per-layer embeddings", "per_layer_token_embd.weight");
+    t3n_options_default(&o);
+    o.drop = "blk.21.attn_k.weight"; /* required even on KV-shared layers, as llama.cpp does */
+    refused(&o, "missing K of a shared layer", "blk.21.attn_k.weight");
+    t3n_options_default(&o);
+    o.reshape = "blk.3.inp_gate.weight";
+    refused(&o, "wrong per-layer gate shape", "blk.3.inp_gate.weight");
+    t3n_options_default(&o);
+    o.reshape = "altup_proj.weight";
+    refused(&o, "wrong AltUp projection shape", "altup_proj.weight");
+    t3n_options_default(&o);
+    o.reshape = "blk.0.altup_predict_coef.weight";
+    refused(&o, "wrong prediction coefficients", "blk.0.altup_predict_coef.weight");
+    t3n_options_default(&o);
+    o.n_layers = 12;
+    o.shared_kv_layers = 4; /* expects sharing that llama.cpp's rule (from layer 20) cannot give */
+    refused(&o, "KV sharing with fewer than 21 layers", "at least 21 layers");
+    t3n_options_default(&o);
+    o.pattern = 3; /* layers 18 and 19 both slide: the full shared layer would read a sliding cache */
+    refused(&o, "pattern with layer 19 sliding", "layer 19 must be full");
+    t3n_options_default(&o);
+    o.non_uniform_ff = true;
+    refused(&o, "non-uniform FFN widths", "differs between layers");
+}
+
+/* Fewer than 21 layers and no sharing expected: a valid model that simply shares nothing. */
+TEST(twenty_layers_run_without_sharing) {
+    t3n_options o;
+    t3n_options_default(&o);
+    o.n_layers = 20;
+    char path[300], werr[256];
+    snprintf(path, sizeof path, "%s.20", model_path);
+    CHECK_MSG(t3n_write_gguf(&o, path, werr, sizeof werr), "%s", werr);
+    gm_error err = {0};
+    gm_model *m = NULL;
+    gm_generator *g = NULL;
+    CHECK_OK(gm_model_open(path, NULL, &m, &err), &err);
+    gm_generator_options go = {.n_threads = 1, .n_ctx = 32};
+    if (m) CHECK_OK(gm_generator_new(m, &go, &g, &err), &err);
+    if (g) {
+        for (int il = 0; il < 20; il++) CHECK_EQ_INT(gm_model_layer(m, il)->kv_source, il);
+        const float *logits = NULL;
+        CHECK_OK(gm_generator_prefill_get_last_logits(g, fx.tok, 10, &logits, &err), &err);
+        bool finite = logits != NULL;
+        for (int v = 0; finite && v < fx.n_vocab; v++) finite = isfinite(logits[v]) && fabsf(logits[v]) <= 30.0f;
+        CHECK(finite);
+    }
+    gm_generator_free(g);
+    gm_model_free(m);
+    unlink(path);
+}
+
+/* `test_gemma3n --write PATH` writes the tiny model (for tests/cli_gemma3n.sh) and exits. */
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--write")) {
+        t3n_options o;
+        t3n_options_default(&o);
+        char werr[256];
+        if (t3n_write_gguf(&o, argv[2], werr, sizeof werr)) return 0;
+        fprintf(stderr, "%s\n", werr);
+        return 1;
+    }
+    have_fixture = load_fixture(test_data_path("gemma3n/gemma3n.logits.txt"), &fx);
+    CHECK_MSG(have_fixture, "cannot parse tests/data/gemma3n/gemma3n.logits.txt");
+    const char *tmp = getenv("TMPDIR");
+    snprintf(model_path, sizeof model_path, "%s/gm_tiny_gemma3n_%d.gguf", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+    t3n_options o;
+    t3n_options_default(&o);
+    char werr[256];
+    bool written = t3n_write_gguf(&o, model_path, werr, sizeof werr);
+    CHECK_MSG(written, "%s", werr);
+    if (have_fixture && written) {
+        RUN(weights_match_the_generator);
+        RUN(logits_match_llama_cpp);
+        RUN(logits_match_llama_cpp_2_threads_batch_5);
+        RUN(greedy_matches_llama_cpp);
+        RUN(bad_variants_are_refused);
+        RUN(twenty_layers_run_without_sharing);
+    }
+    unlink(model_path);
+    free_fixture(&fx);
+    return test_summary();
+}
