@@ -345,13 +345,34 @@ static gm_status hf_arch(const cJSON *root, const cJSON **cfg, gm_config *c, con
     if (!cJSON_IsString(mt) && *cfg != root) mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     if (!cJSON_IsString(mt)) return gm_fail(err, GM_ERR_FORMAT, "%s: \"model_type\" is missing", file);
     c->generation = generation_of(mt->valuestring);
-    if (!strncmp(mt->valuestring, "gemma3n", 7))
-        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: Gemma 3n is supported as GGUF only (convert it with llama.cpp)",
-                       file);
+    if (!strcmp(mt->valuestring, "gemma3n") || !strcmp(mt->valuestring, "gemma3n_text")) {
+        snprintf(c->arch, sizeof c->arch, "gemma3n");
+        c->generation = 3;
+        return GM_OK;
+    }
     if (!c->generation)
         return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: architecture %.40s is not supported yet (gemma, gemma2, gemma3 are)",
                        file, mt->valuestring);
     snprintf(c->arch, sizeof c->arch, "%s", c->generation == 1 ? "gemma" : c->generation == 2 ? "gemma2" : "gemma3");
+    return GM_OK;
+}
+
+/* intermediate_size: a number or (Gemma 3n) a per-layer list, which must be uniform. */
+static gm_status j_ff(const hf_ctx *h, int n_layers, int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(h->cfg, "intermediate_size");
+    if (!cJSON_IsArray(v)) return j_int(h, "intermediate_size", -1, out);
+    if (cJSON_GetArraySize(v) != n_layers)
+        return gm_fail(h->err, GM_ERR_FORMAT, "%s: \"intermediate_size\" has %d entries for %d layers", h->file,
+                       cJSON_GetArraySize(v), n_layers);
+    int i = 0;
+    for (const cJSON *e = v->child; e; e = e->next, i++) {
+        if (!cJSON_IsNumber(e) || e->valuedouble < 1 || e->valuedouble > INT32_MAX || floor(e->valuedouble) != e->valuedouble)
+            return gm_fail(h->err, GM_ERR_TYPE, "%s: \"intermediate_size\"[%d] is not a positive integer", h->file, i);
+        if (i == 0) *out = (int)e->valuedouble;
+        else if ((int)e->valuedouble != *out)
+            return gm_fail(h->err, GM_ERR_UNSUPPORTED, "%s: \"intermediate_size\" differs between layers; only uniform "
+                           "widths run", h->file);
+    }
     return GM_OK;
 }
 
@@ -363,8 +384,7 @@ static gm_status config_from_hf(const gm_source *s, gm_config *c, gm_error *err)
     if (st) return st;
     hf_ctx h = {cfg, file, err};
     if ((st = j_int(&h, "hidden_size", -1, &c->d_model)) || (st = j_int(&h, "num_hidden_layers", -1, &c->n_layers)) ||
-        (st = j_int(&h, "intermediate_size", -1, &c->d_ff)) ||
-        (st = j_int(&h, "num_attention_heads", -1, &c->n_heads)) ||
+        (st = j_ff(&h, c->n_layers, &c->d_ff)) || (st = j_int(&h, "num_attention_heads", -1, &c->n_heads)) ||
         (st = j_int(&h, "num_key_value_heads", c->n_heads, &c->n_kv_heads)) ||
         (st = j_int(&h, "head_dim", c->n_heads > 0 ? c->d_model / c->n_heads : 0, &c->head_dim)) ||
         (st = j_int(&h, "max_position_embeddings", 8192, &c->context_length)) ||
@@ -376,7 +396,16 @@ static gm_status config_from_hf(const gm_source *s, gm_config *c, gm_error *err)
     float qpas = (float)c->head_dim;
     if (c->generation >= 2 && (st = j_float(&h, "query_pre_attn_scalar", qpas, qpas, &qpas))) return st;
     c->query_scale = qpas > 0 ? 1.0f / sqrtf(qpas) : 0.0f;
-    if (c->generation == 2) {
+    if (gm_is_gemma3n(c)) { /* HF's Gemma3nText*: scale 1, raw norm weights, V norm, soft-cap 30 by default */
+        if ((st = j_int(&h, "sliding_window", -1, &c->sliding_window)) ||
+            (st = j_float(&h, "final_logit_softcapping", 30.0f, 0.0f, &c->final_softcap)) ||
+            (st = j_float(&h, "rope_local_base_freq", 10000.0f, 10000.0f, &c->rope_base_local)) ||
+            (st = hf_pattern(&h, c->n_layers, &c->sliding_pattern)))
+            return st;
+        c->query_scale = 1.0f;
+        c->attn_softcap = 0.0f;
+        c->has_v_norm = true;
+    } else if (c->generation == 2) {
         if ((st = j_int(&h, "sliding_window", 4096, &c->sliding_window)) ||
             (st = j_float(&h, "attn_logit_softcapping", 50.0f, 0.0f, &c->attn_softcap)) ||
             (st = j_float(&h, "final_logit_softcapping", 30.0f, 0.0f, &c->final_softcap)))
@@ -392,7 +421,7 @@ static gm_status config_from_hf(const gm_source *s, gm_config *c, gm_error *err)
         if (c->sliding_window <= 0) c->sliding_pattern = 0;
     }
     if ((st = hf_rope_parameters(&h, c))) return st;
-    c->norm_weights_plus_one = false;
+    c->norm_weights_plus_one = gm_is_gemma3n(c); /* 3n multiplies by the raw w: nothing to add */
     c->bos_id = j_token(cfg, "bos_token_id", j_token(gm_source_hf_config(s), "bos_token_id", 2));
     c->eos_id = j_token(cfg, "eos_token_id", j_token(gm_source_hf_config(s), "eos_token_id", 1));
     c->pad_id = j_token(cfg, "pad_token_id", j_token(gm_source_hf_config(s), "pad_token_id", 0));

@@ -283,7 +283,7 @@ static gm_status layer_forward(gm_forward *f, int il, const gm_fwd_row *rows, in
         st = gm_matmul_multi(W, y, 2, f->xn, n, f->pool, &f->mm);
         if (st) return st;
     }
-    if (f->g3n && il < GM_3N_SPARSE_LAYERS) gm_3n_sparsify(f->gate, n, ff);
+    if (f->g3n) gm_3n_sparsify(f->g3n, il, f->gate, n, ff);
     rows_job gj = {f->gate, f->up, NULL, 0, 0.0f, NULL};
     if (n == 1) gm_geglu_fast(f->gate, f->up, ff); /* ~1 us: cheaper than a pool round trip */
     else gm_pool_parallel_for(f->pool, (int64_t)n * ff, 1024, geglu_task, &gj);

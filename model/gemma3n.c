@@ -2,6 +2,7 @@
  * sparsity steps the forward pass calls around the Gemma block (see gemma3n.h for the math). */
 #include "model/gemma3n.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,11 +110,88 @@ gm_status gm_3n_config_gguf(const gguf_file *f, gm_config *c, gm_error *err) {
     return GM_OK;
 }
 
-int gm_3n_kv_source(const gm_config *c, int il) {
+/* The text config of an HF folder (text_config when nested), NULL for GGUF. */
+static const cJSON *hf_text_config(const gm_model *m) {
+    const cJSON *root = gm_source_hf_config(m->src);
+    if (!root) return NULL;
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+    return cJSON_IsObject(tc) ? tc : root;
+}
+
+static bool is_sliding(const gm_config *c, int il) {
+    return c->sliding_window > 0 && c->sliding_pattern > 0 && (il + 1) % c->sliding_pattern != 0;
+}
+
+int gm_3n_kv_source(const gm_model *m, int il) {
+    const gm_config *c = &m->cfg;
+    const cJSON *hf = hf_text_config(m);
+    if (hf) { /* HF: the last layer before the first shared one of il's kind */
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(hf, "num_kv_shared_layers");
+        const int shared = cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < c->n_layers ? (int)v->valuedouble : 0;
+        const int first = c->n_layers - shared;
+        if (shared == 0 || il < first) return il;
+        for (int j = first - 1; j >= 0; j--)
+            if (is_sliding(c, j) == is_sliding(c, il)) return j;
+        return -1; /* none of its kind: refused by the layer check */
+    }
     if (il < GM_3N_KV_FROM) return il;
     /* llama.cpp: n_layer_kv_from_start - (is_swa(il) ? 2 : 1) */
-    const bool sliding = c->sliding_window > 0 && c->sliding_pattern > 0 && (il + 1) % c->sliding_pattern != 0;
-    return GM_3N_KV_FROM - (sliding ? 2 : 1);
+    return GM_3N_KV_FROM - (is_sliding(c, il) ? 2 : 1);
+}
+
+/* HF's standard normal quantile for activation_sparsity_pattern (torch computes it in f32; for the 0.95 of the
+ * released models that gives 1.6448533535003662, llama.cpp's constant). */
+static float normal_quantile(double p) {
+    if (p == 0.95) return 1.6448533535003662f;
+    double lo = -40.0, hi = 40.0;
+    for (int i = 0; i < 200; i++) {
+        const double mid = 0.5 * (lo + hi);
+        if (0.5 * erfc(-mid / sqrt(2.0)) < p) lo = mid;
+        else hi = mid;
+    }
+    return (float)(0.5 * (lo + hi));
+}
+
+/* The computation variant: llama.cpp's for GGUF, HF's (from config.json) for folders. */
+static gm_status load_variant(gm_model *m, gm_error *err) {
+    gm_3n_variant *v = &m->g3n->v;
+    const gm_config *c = &m->cfg;
+    v->sparsity = calloc((size_t)c->n_layers, sizeof *v->sparsity);
+    if (!v->sparsity) return gm_fail(err, GM_ERR_NOMEM, "model: out of memory");
+    const cJSON *hf = hf_text_config(m);
+    if (!hf) {
+        v->correct_scale = true;
+        for (int il = 0; il < c->n_layers && il < GM_3N_SPARSE_LAYERS; il++) v->sparsity[il] = 1.6448533535003662f;
+        return GM_OK;
+    }
+    const char *path = gm_source_path(m->src);
+    v->std_n = true;
+    const cJSON *clip = cJSON_GetObjectItemCaseSensitive(hf, "altup_coef_clip");
+    v->coef_clip = cJSON_IsNumber(clip) && clip->valuedouble > 0 ? (float)clip->valuedouble : 0.0f;
+    const cJSON *cs = cJSON_GetObjectItemCaseSensitive(hf, "altup_correct_scale");
+    v->correct_scale = !cJSON_IsBool(cs) || cJSON_IsTrue(cs);
+    const struct { const char *key; int want; } fixed[] = {
+        {"altup_num_inputs", NS}, {"altup_active_idx", 0}, {"hidden_size_per_layer_input", GM_3N_PLE},
+        {"laurel_rank", GM_3N_LAUREL}};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(hf, fixed[i].key);
+        if (e && (!cJSON_IsNumber(e) || (int)e->valuedouble != fixed[i].want))
+            return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: \"%s\" must be %d (the only value this engine runs)", path,
+                           fixed[i].key, fixed[i].want);
+    }
+    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(hf, "activation_sparsity_pattern");
+    if (cJSON_IsArray(sp)) {
+        if (cJSON_GetArraySize(sp) != c->n_layers)
+            return gm_fail(err, GM_ERR_FORMAT, "%s: \"activation_sparsity_pattern\" has %d entries for %d layers", path,
+                           cJSON_GetArraySize(sp), c->n_layers);
+        int il = 0;
+        for (const cJSON *e = sp->child; e; e = e->next, il++) {
+            if (!cJSON_IsNumber(e) || e->valuedouble < 0.0 || e->valuedouble >= 1.0)
+                return gm_fail(err, GM_ERR_FORMAT, "%s: activation_sparsity_pattern[%d] is not in [0, 1)", path, il);
+            v->sparsity[il] = e->valuedouble > 0.0 ? normal_quantile(e->valuedouble) : 0.0f;
+        }
+    }
+    return GM_OK;
 }
 
 /* ------------------------------------------------------------------ tensors */
@@ -123,7 +201,18 @@ static gm_status load_slices(gm_model *m, const char *name, gm_matrix *out, gm_e
     const gm_tensor *t = gm_source_tensor(m->src, name);
     const char *path = gm_source_path(m->src);
     const int64_t d = m->cfg.d_model;
-    if (!t) return gm_fail(err, GM_ERR_NOT_FOUND, "%s: tensor %s is missing", path, name);
+    if (!t) { /* an HF folder: one [d x d] tensor per slice, "<stem>.<k>.weight" */
+        char slice[96];
+        const int stem = (int)(strlen(name) - strlen(".weight"));
+        snprintf(slice, sizeof slice, "%.*s.0.weight", stem, name);
+        if (!gm_source_tensor(m->src, slice)) return gm_fail(err, GM_ERR_NOT_FOUND, "%s: tensor %s is missing", path, name);
+        for (int k = 0; k < NS - 1; k++) {
+            snprintf(slice, sizeof slice, "%.*s.%d.weight", stem, name, k);
+            gm_status st = gm_model_load_matrix(m, slice, d, d, &out[k], err);
+            if (st) return st;
+        }
+        return GM_OK;
+    }
     if (t->ne[0] != d || t->ne[1] != d || t->ne[2] != NS - 1 || t->ne[3] != 1)
         return gm_fail(err, GM_ERR_FORMAT, "%s: tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %d]",
                        path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
@@ -176,7 +265,18 @@ static gm_status load_layer(gm_model *m, int il, float **store, gm_error *err) {
     if ((st = load_small(m, name, NS, NS * NS, L->predict, err))) return st;
     snprintf(name, sizeof name, "blk.%d.altup_correct_coef.weight", il);
     if ((st = load_small(m, name, NS, NS, L->correct, err))) return st;
+    const float clip = m->g3n->v.coef_clip; /* HF clamps the correction coefficients (llama.cpp does not) */
+    for (int k = 0; clip > 0.0f && k < NS * NS; k++)
+        L->correct[k] = L->correct[k] > clip ? clip : L->correct[k] < -clip ? -clip : L->correct[k];
     return GM_OK;
+}
+
+/* Rows of the per-layer token table: the vocabulary for GGUF (llama.cpp requires it; the converter pads);
+ * HF's vocab_size_per_layer_input may be smaller (262144 of 262400): ids past it take row 0, as in HF. */
+static int64_t ple_rows(const gm_model *m) {
+    const gm_tensor *t = gm_source_tensor(m->src, "per_layer_token_embd.weight");
+    if (hf_text_config(m) && t && t->ne[1] > 0 && t->ne[1] <= m->cfg.n_vocab) return t->ne[1];
+    return m->cfg.n_vocab;
 }
 
 gm_status gm_3n_load(gm_model *m, gm_error *err) {
@@ -191,7 +291,8 @@ gm_status gm_3n_load(gm_model *m, gm_error *err) {
     gm_status st;
     if ((st = load_slices(m, "altup_proj.weight", w->altup_proj, err)) ||
         (st = load_slices(m, "altup_unembd_proj.weight", w->altup_unembd, err)) ||
-        (st = gm_model_load_matrix(m, "per_layer_token_embd.weight", P, c->n_vocab, &w->ple_tok, err)) ||
+        (st = load_variant(m, err)) ||
+        (st = gm_model_load_matrix(m, "per_layer_token_embd.weight", P, ple_rows(m), &w->ple_tok, err)) ||
         (st = gm_model_load_matrix(m, "per_layer_model_proj.weight", d, P, &w->ple_proj, err)))
         return st;
     float *store = w->store;
@@ -215,6 +316,7 @@ gm_status gm_3n_load(gm_model *m, gm_error *err) {
 
 void gm_3n_free(gm_3n_weights *w) {
     if (!w) return;
+    free(w->v.sparsity);
     free(w->layers);
     free(w->store);
     free(w);
@@ -298,8 +400,9 @@ gm_status gm_3n_begin(gm_3n_state *s, const gm_fwd_row *rows, const float *x, in
     const float pscale = 1.0f / sqrtf((float)d), tscale = sqrtf((float)GM_3N_PLE), half = 1.0f / sqrtf(2.0f);
     for (int i = 0; i < n; i++) {
         float *proj = s->t + (size_t)i * P, *ple = s->ple + (size_t)i * P;
-        /* embedding input has no token: llama.cpp (and HF) take row 0 */
-        if ((st = gm_matrix_row(&w->ple_tok, rows[i].embed ? 0 : rows[i].token, ple))) return st;
+        /* embedding input has no token: llama.cpp (and HF) take row 0; HF also for ids past its table */
+        const int32_t tok = rows[i].embed || rows[i].token >= w->ple_tok.rows ? 0 : rows[i].token;
+        if ((st = gm_matrix_row(&w->ple_tok, tok, ple))) return st;
         gm_scale(proj, (int)P, pscale);
         for (int l = 0; l < L; l++)
             gm_rmsnorm(proj + (size_t)l * GM_3N_PLE, proj + (size_t)l * GM_3N_PLE, w->ple_norm, GM_3N_PLE, c->norm_eps);
@@ -368,8 +471,10 @@ void gm_3n_attn_residual(gm_3n_state *s, float *x, int n) {
     gm_scale(x, (int)nd, 1.0f / sqrtf(2.0f));
 }
 
-void gm_3n_sparsify(float *gate, int n, int ff) {
-    const float mul = 1.6448533535003662f; /* the standard normal's 95th percentile */
+void gm_3n_sparsify(const gm_3n_state *s, int il, float *gate, int n, int ff) {
+    const gm_3n_variant *v = &s->m->g3n->v;
+    const float mul = v->sparsity[il]; /* the standard normal's quantile of the target sparsity (0.95) */
+    if (mul == 0.0f) return;
     for (int i = 0; i < n; i++) {
         float *g = gate + (size_t)i * ff;
         double sum = 0.0;
@@ -377,8 +482,8 @@ void gm_3n_sparsify(float *gate, int n, int ff) {
         const float mean = (float)(sum / ff);
         double ss = 0.0;
         for (int k = 0; k < ff; k++) ss += (double)(g[k] - mean) * (g[k] - mean);
-        /* llama.cpp divides by n - 1 (HF: by n) */
-        const float sd = sqrtf((float)ss * (1.0f / (float)(ff - 1)));
+        /* llama.cpp divides by n - 1, HF by n */
+        const float sd = sqrtf((float)ss * (1.0f / (float)(v->std_n ? ff : ff - 1)));
         const float cut = mean + sd * mul;
         for (int k = 0; k < ff; k++) g[k] = g[k] - cut > 0.0f ? g[k] - cut : 0.0f;
     }
@@ -405,7 +510,10 @@ gm_status gm_3n_correct(gm_3n_state *s, int il, const float *y, int n) {
         /* the per-layer input's gate reads the corrected active stream times correct_scale */
         float *g = s->t2 + (size_t)i * d;
         const float *s0 = stream(s->s, s, 0, i);
-        for (int e = 0; e < d; e++) g[e] = s0[e] * L->correct_scale[e];
+        if (s->m->g3n->v.correct_scale)
+            for (int e = 0; e < d; e++) g[e] = s0[e] * L->correct_scale[e];
+        else
+            memcpy(g, s0, (size_t)d * sizeof *g);
     }
     gm_status st;
     if ((st = gm_matmul(&L->inp_gate, s->t2, n, s->t, s->pool, s->mm))) return st;

@@ -47,6 +47,15 @@ typedef struct gm_3n_layer {
     float correct[GM_3N_STREAMS * GM_3N_STREAMS];                 /* 4 x 4 */
 } gm_3n_layer;
 
+/* Where the HF form (transformers' Gemma3nText*) computes otherwise than llama.cpp; an HF folder gets HF's
+ * variant, a GGUF llama.cpp's. */
+typedef struct gm_3n_variant {
+    bool std_n;          /* sparsity std divided by n (HF) instead of n - 1 (llama.cpp) */
+    float coef_clip;     /* correction coefficients clamped to +-clip (HF altup_coef_clip); 0 = none */
+    bool correct_scale;  /* multiply the per-layer gate input by altup_correct_scale (HF: the config flag) */
+    float *sparsity;     /* per layer: the std multiplier (0 = no sparsity) */
+} gm_3n_variant;
+
 typedef struct gm_3n_weights {
     gm_matrix altup_proj[GM_3N_STREAMS - 1], altup_unembd[GM_3N_STREAMS - 1]; /* [d x d] each */
     gm_matrix ple_tok;      /* [V x 256 L] per_layer_token_embd */
@@ -54,14 +63,17 @@ typedef struct gm_3n_weights {
     const float *ple_norm;  /* 256 */
     gm_3n_layer *layers;
     float *store;           /* f32 copies of the norms, router and coefficients */
+    gm_3n_variant v;
 } gm_3n_weights;
 
 bool gm_is_gemma3n(const gm_config *c);
 /* The gemma3n keys of a GGUF on top of the generic ones already in c: window, RoPE bases, the layer
  * pattern (a repeating one), the hard-coded constants checked against the converter's keys. */
 gm_status gm_3n_config_gguf(const gguf_file *f, gm_config *c, gm_error *err);
-/* The layer whose K/V layer il attends over (llama.cpp's rule). */
-int gm_3n_kv_source(const gm_config *c, int il);
+/* The layer whose K/V layer il attends over: llama.cpp's rule for GGUF (from layer 20: 18 when sliding,
+ * 19 when full), HF's for folders (from num_hidden_layers - num_kv_shared_layers: the last earlier layer of
+ * the same kind). */
+int gm_3n_kv_source(const gm_model *m, int il);
 /* Binds the 3n tensors (m->g3n); shapes checked, clear errors for missing ones. */
 gm_status gm_3n_load(gm_model *m, gm_error *err);
 void gm_3n_free(gm_3n_weights *w);
@@ -80,8 +92,8 @@ void gm_3n_predict(gm_3n_state *s, int il, float *x, int n);
 gm_status gm_3n_laurel(gm_3n_state *s, int il, const float *xn, int n);
 /* x holds p0 + attention: x = (x + lau) / sqrt 2. */
 void gm_3n_attn_residual(gm_3n_state *s, float *x, int n);
-/* Activation sparsity of n rows of ff gate values (layers < GM_3N_SPARSE_LAYERS). */
-void gm_3n_sparsify(float *gate, int n, int ff);
+/* Activation sparsity of n rows of ff gate values (GGUF: layers < GM_3N_SPARSE_LAYERS; HF: by the config). */
+void gm_3n_sparsify(const gm_3n_state *s, int il, float *gate, int n, int ff);
 /* Layer end: y (x) corrects the predictions into the new streams, plus the per-layer input. */
 gm_status gm_3n_correct(gm_3n_state *s, int il, const float *y, int n);
 /* After the last layer: x = the mean of stream 0 and the unembedded streams 1..3. */

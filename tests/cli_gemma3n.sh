@@ -25,4 +25,7 @@ rc=$?
 ppl=$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$TMP/out" "$TMP/err" | head -1)
 [ "$rc" -eq 0 ] && [ -n "$ppl" ] && awk -v p="$ppl" 'BEGIN { exit !(p > 1 && p < 1e6) }' &&
   ok "perplexity $ppl" || bad "perplexity: rc $rc, $(head -c 300 "$TMP/err")"
+"$WRITER" --write-hf "$TMP/hf" || bad "cannot write the HF form"
+"$GEMMA" run -m "$TMP/hf" -p "the cat" -n 8 --ignore-eos -t 2 >"$TMP/out" 2>"$TMP/err" &&
+  grep -q "generation: 8 tokens" "$TMP/err" && ok "run on the HF folder form" || bad "run HF: $(head -c 300 "$TMP/err")"
 exit $fail

@@ -266,13 +266,126 @@ TEST(twenty_layers_run_without_sharing) {
     unlink(path);
 }
 
+/* ---- the HF-folder form: HF's variant where it differs from llama.cpp, the same logits where the math agrees */
+
+/* Our logits of fx.tok for the model written from o (GGUF or HF form); NULL on failure. */
+static float *logits_of(const t3n_options *o, bool hf) {
+    char path[300], werr[256];
+    snprintf(path, sizeof path, "%s.%s", model_path, hf ? "hf" : "v.gguf");
+    bool written = hf ? t3n_write_hf(o, path, werr, sizeof werr) : t3n_write_gguf(o, path, werr, sizeof werr);
+    CHECK_MSG(written, "%s", werr);
+    gm_error err = {0};
+    gm_model *m = NULL;
+    gm_generator *g = NULL;
+    float *out = NULL;
+    if (written) CHECK_OK(gm_model_open(path, NULL, &m, &err), &err);
+    gm_generator_options go = {.n_threads = 1, .n_ctx = 64};
+    if (m) CHECK_OK(gm_generator_new(m, &go, &g, &err), &err);
+    if (g) {
+        out = malloc(sizeof(float) * (size_t)fx.n_tok * (size_t)fx.n_vocab);
+        CHECK_OK(gm_generator_prefill(g, fx.tok, fx.n_tok, &err), &err);
+        if (gm_generator_score(g, out, &err) != GM_OK) {
+            CHECK_MSG(false, "score: %s", err.msg);
+            free(out);
+            out = NULL;
+        }
+    }
+    gm_generator_free(g);
+    gm_model_free(m);
+    if (hf) {
+        char f[400];
+        const char *names[] = {"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"};
+        for (int i = 0; i < 4; i++) snprintf(f, sizeof f, "%s/%s", path, names[i]), unlink(f);
+        rmdir(path);
+    } else {
+        unlink(path);
+    }
+    return out;
+}
+
+static double max_diff(const float *a, const float *b) {
+    double d = a && b ? 0.0 : INFINITY;
+    for (size_t i = 0; a && b && i < (size_t)fx.n_tok * (size_t)fx.n_vocab; i++)
+        d = isfinite(a[i]) && isfinite(b[i]) ? fmax(d, fabs((double)a[i] - b[i])) : INFINITY;
+    return d;
+}
+
+/* Layers 0-9 with zero gates leave sparsity nothing to cut (std with n or n - 1 alike), the coefficients are
+ * far inside HF's clip and HF applies altup_correct_scale: the two forms must then compute the same thing. */
+TEST(hf_matches_gguf_where_the_math_agrees) {
+    t3n_options o;
+    t3n_options_default(&o);
+    o.zero_sparse_gates = true;
+    float *gguf = logits_of(&o, false), *hf = logits_of(&o, true);
+    const double d = max_diff(gguf, hf);
+    fprintf(stderr, "  HF folder vs GGUF (no sparsity at work): max |diff| %.3g\n", d);
+    CHECK_MSG(d <= 1e-5, "HF and GGUF forms differ by %g", d);
+    free(gguf);
+    free(hf);
+}
+
+/* With sparsity at work HF's std (over n) and llama.cpp's (over n - 1) cut differently. */
+TEST(hf_sparsity_divides_by_n) {
+    t3n_options o;
+    t3n_options_default(&o);
+    float *gguf = logits_of(&o, false), *hf = logits_of(&o, true);
+    const double d = max_diff(gguf, hf);
+    fprintf(stderr, "  HF folder vs GGUF (sparsity at work): max |diff| %.3g\n", d);
+    CHECK_MSG(d > 1e-2 && isfinite(d), "HF and GGUF forms differ by only %g", d);
+    free(gguf);
+    free(hf);
+}
+
+/* HF clamps the correction coefficients to altup_coef_clip (120 in the released models, where it never binds);
+ * with a clip of 0.1 on coefficients of +-0.25, HF must equal the same model with the values clamped in the file. */
+TEST(hf_clamps_correction_coefficients) {
+    t3n_options o;
+    t3n_options_default(&o);
+    o.hf_coef_clip = 0.1f;
+    float *clipped_by_hf = logits_of(&o, true);
+    t3n_options_default(&o);
+    o.clamp_correct_coef = 0.1f;
+    float *clipped_in_file = logits_of(&o, true);
+    t3n_options_default(&o);
+    float *unclipped = logits_of(&o, true);
+    const double d = max_diff(clipped_by_hf, clipped_in_file), d_un = max_diff(clipped_by_hf, unclipped);
+    fprintf(stderr, "  altup_coef_clip 0.1 vs values clamped in the file: max |diff| %.3g (vs unclamped %.3g)\n", d, d_un);
+    CHECK_MSG(d <= 1e-6, "%g", d);
+    CHECK_MSG(d_un > 1e-2 && isfinite(d_un), "%g", d_un);
+    free(clipped_by_hf);
+    free(clipped_in_file);
+    free(unclipped);
+}
+
+/* HF applies altup_correct_scale only when the config says so: off equals a scale of ones. */
+TEST(hf_correct_scale_flag) {
+    t3n_options o;
+    t3n_options_default(&o);
+    o.hf_no_correct_scale = true;
+    float *off = logits_of(&o, true);
+    t3n_options_default(&o);
+    o.correct_scale_ones = true;
+    float *ones = logits_of(&o, true);
+    t3n_options_default(&o);
+    float *on = logits_of(&o, true);
+    const double d = max_diff(off, ones), d_on = max_diff(off, on);
+    fprintf(stderr, "  altup_correct_scale false vs a scale of ones: max |diff| %.3g (vs applied: %.3g)\n", d, d_on);
+    CHECK_MSG(d <= 1e-6, "%g", d);
+    CHECK_MSG(d_on > 1e-2, "%g", d_on);
+    free(off);
+    free(ones);
+    free(on);
+}
+
 /* `test_gemma3n --write PATH` writes the tiny model (for tests/cli_gemma3n.sh) and exits. */
 int main(int argc, char **argv) {
-    if (argc == 3 && !strcmp(argv[1], "--write")) {
+    if (argc == 3 && (!strcmp(argv[1], "--write") || !strcmp(argv[1], "--write-hf"))) {
         t3n_options o;
         t3n_options_default(&o);
         char werr[256];
-        if (t3n_write_gguf(&o, argv[2], werr, sizeof werr)) return 0;
+        if (!strcmp(argv[1], "--write") ? t3n_write_gguf(&o, argv[2], werr, sizeof werr)
+                                         : t3n_write_hf(&o, argv[2], werr, sizeof werr))
+            return 0;
         fprintf(stderr, "%s\n", werr);
         return 1;
     }
@@ -292,6 +405,10 @@ int main(int argc, char **argv) {
         RUN(greedy_matches_llama_cpp);
         RUN(bad_variants_are_refused);
         RUN(twenty_layers_run_without_sharing);
+        RUN(hf_matches_gguf_where_the_math_agrees);
+        RUN(hf_sparsity_divides_by_n);
+        RUN(hf_clamps_correction_coefficients);
+        RUN(hf_correct_scale_flag);
     }
     unlink(model_path);
     free_fixture(&fx);
