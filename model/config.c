@@ -351,8 +351,9 @@ static gm_status hf_arch(const cJSON *root, const cJSON **cfg, gm_config *c, con
         return GM_OK;
     }
     if (!c->generation)
-        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: architecture %.40s is not supported yet (gemma, gemma2, gemma3 are)",
-                       file, mt->valuestring);
+        return gm_fail(err, GM_ERR_UNSUPPORTED,
+                       "%s: architecture %.40s is not supported yet (gemma, gemma2, gemma3, gemma3n are)", file,
+                       mt->valuestring);
     snprintf(c->arch, sizeof c->arch, "%s", c->generation == 1 ? "gemma" : c->generation == 2 ? "gemma2" : "gemma3");
     return GM_OK;
 }
