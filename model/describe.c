@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "model/gemma3n.h"
 #include "model/model.h"
 #include "model/source.h"
 #include "quant/quant.h"
@@ -285,16 +286,25 @@ static const char *format_text(const gm_source *s, char *buf, size_t n) {
 static bool same_layer(const gm_layer_config *a, const gm_layer_config *b, int ia, int ib) {
     return a->head_dim == b->head_dim && a->n_heads == b->n_heads && a->n_kv_heads == b->n_kv_heads &&
            a->d_ff == b->d_ff && a->window == b->window && a->rope_base == b->rope_base &&
-           a->rope_scale == b->rope_scale && a->rope_dims == b->rope_dims && (a->kv_source == ia) == (b->kv_source == ib);
+           a->rope_scale == b->rope_scale && a->rope_dims == b->rope_dims && (a->kv_source == ia) == (b->kv_source == ib) &&
+           (a->kv_source == ia || a->kv_source == b->kv_source);
 }
 
 /* calls fn(first, last, facts) for each run of alike layers */
-static void layer_runs(const gm_config *c, void (*fn)(int, int, const gm_layer_config *, void *), void *user) {
+/* layer il's facts: the uniform rules, plus Gemma 3n's KV sharing */
+static gm_layer_config layer_at(const gm_source *s, const gm_config *c, int il) {
+    gm_layer_config l = gm_layer_config_uniform(c, il);
+    if (gm_is_gemma3n(c)) l.kv_source = gm_3n_kv_source(s, c, il);
+    return l;
+}
+
+static void layer_runs(const gm_source *s, const gm_config *c, void (*fn)(int, int, const gm_layer_config *, void *),
+                       void *user) {
     for (int i = 0; i < c->n_layers;) {
-        const gm_layer_config a = gm_layer_config_uniform(c, i);
+        const gm_layer_config a = layer_at(s, c, i);
         int j = i + 1;
         for (; j < c->n_layers; j++) {
-            const gm_layer_config b = gm_layer_config_uniform(c, j);
+            const gm_layer_config b = layer_at(s, c, j);
             if (!same_layer(&a, &b, i, j)) break;
         }
         fn(i, j - 1, &a, user);
@@ -304,11 +314,12 @@ static void layer_runs(const gm_config *c, void (*fn)(int, int, const gm_layer_c
 
 static void layer_line(int first, int last, const gm_layer_config *l, void *user) {
     FILE *out = user;
-    char span[32];
+    char span[32], kv[32];
     snprintf(span, sizeof span, first == last ? "%d" : "%d-%d", first, last);
+    snprintf(kv, sizeof kv, l->kv_source == first ? "own" : "of layer %d", l->kv_source);
     fprintf(out, "  %-8s %-7s window %-5d head_dim %-4d heads %d/%d  ffn %-6d rope base %g scale %g (%d dims)  kv %s\n", span,
             l->window ? "sliding" : "full", l->window, l->head_dim, l->n_heads, l->n_kv_heads, l->d_ff, l->rope_base,
-            l->rope_scale, l->rope_dims, l->kv_source == first ? "own" : "shared");
+            l->rope_scale, l->rope_dims, kv);
 }
 
 static void layer_obj(int first, int last, const gm_layer_config *l, void *user) {
@@ -325,6 +336,7 @@ static void layer_obj(int first, int last, const gm_layer_config *l, void *user)
     cJSON_AddNumberToObject(o, "rope_scale", float_for_json(l->rope_scale));
     cJSON_AddNumberToObject(o, "rope_dims", l->rope_dims);
     cJSON_AddBoolToObject(o, "kv_shared", l->kv_source != first);
+    cJSON_AddNumberToObject(o, "kv_source", l->kv_source == first ? first : l->kv_source);
     cJSON_AddItemToArray(user, o);
 }
 
@@ -335,7 +347,7 @@ static void describe_text(const gm_source *s, const gm_config *c, bool have_cfg,
         fprintf(out, "architecture: %s (Gemma %d)\n", c->arch, c->generation);
         config_text(c, out);
         fprintf(out, "layers:\n");
-        layer_runs(c, layer_line, out);
+        layer_runs(s, c, layer_line, out);
     }
     tokenizer_text(tok, c, have_cfg, out);
     totals tt;
@@ -353,7 +365,7 @@ static bool describe_json(const gm_source *s, const gm_config *c, bool have_cfg,
         cJSON_AddStringToObject(o, "architecture", c->arch);
         cJSON_AddItemToObject(o, "config", config_json(c));
         cJSON *layers = cJSON_CreateArray();
-        layer_runs(c, layer_obj, layers);
+        layer_runs(s, c, layer_obj, layers);
         cJSON_AddItemToObject(o, "layers", layers);
     } else {
         cJSON_AddNullToObject(o, "config");

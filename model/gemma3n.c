@@ -111,20 +111,21 @@ gm_status gm_3n_config_gguf(const gguf_file *f, gm_config *c, gm_error *err) {
 }
 
 /* The text config of an HF folder (text_config when nested), NULL for GGUF. */
-static const cJSON *hf_text_config(const gm_model *m) {
-    const cJSON *root = gm_source_hf_config(m->src);
+static const cJSON *hf_text_config_of(const gm_source *src) {
+    const cJSON *root = gm_source_hf_config(src);
     if (!root) return NULL;
     const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
     return cJSON_IsObject(tc) ? tc : root;
 }
 
+static const cJSON *hf_text_config(const gm_model *m) { return hf_text_config_of(m->src); }
+
 static bool is_sliding(const gm_config *c, int il) {
     return c->sliding_window > 0 && c->sliding_pattern > 0 && (il + 1) % c->sliding_pattern != 0;
 }
 
-int gm_3n_kv_source(const gm_model *m, int il) {
-    const gm_config *c = &m->cfg;
-    const cJSON *hf = hf_text_config(m);
+int gm_3n_kv_source(const gm_source *src, const gm_config *c, int il) {
+    const cJSON *hf = hf_text_config_of(src);
     if (hf) { /* HF: the last layer before the first shared one of il's kind */
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(hf, "num_kv_shared_layers");
         const int shared = cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < c->n_layers ? (int)v->valuedouble : 0;

@@ -26,6 +26,7 @@
 #include "kernels/matmul.h"
 #include "kernels/threadpool.h"
 #include "model/backend.h"
+#include "model/source.h"
 
 /* llama.cpp hard-codes these for gemma3n (the converter's keys are ignored there; we check them). */
 enum {
@@ -73,7 +74,7 @@ gm_status gm_3n_config_gguf(const gguf_file *f, gm_config *c, gm_error *err);
 /* The layer whose K/V layer il attends over: llama.cpp's rule for GGUF (from layer 20: 18 when sliding,
  * 19 when full), HF's for folders (from num_hidden_layers - num_kv_shared_layers: the last earlier layer of
  * the same kind). */
-int gm_3n_kv_source(const gm_model *m, int il);
+int gm_3n_kv_source(const gm_source *src, const gm_config *c, int il);
 /* Binds the 3n tensors (m->g3n); shapes checked, clear errors for missing ones. */
 gm_status gm_3n_load(gm_model *m, gm_error *err);
 void gm_3n_free(gm_3n_weights *w);

@@ -155,7 +155,7 @@ static gm_status load_layer(gm_model *m, int il, float **store, gm_error *err) {
     const gm_config *c = &m->cfg;
     gm_layer *L = &m->layers[il];
     L->lc = gm_layer_config_uniform(c, il);
-    if (gm_is_gemma3n(c)) L->lc.kv_source = gm_3n_kv_source(m, il); /* K/V still stored: llama.cpp requires them */
+    if (gm_is_gemma3n(c)) L->lc.kv_source = gm_3n_kv_source(m->src, c, il); /* K/V still stored: llama.cpp requires them */
     const gm_layer_config *lc = &L->lc;
     gm_status st = check_layer(lc, il, gm_source_path(m->src), err);
     if (st) return st;

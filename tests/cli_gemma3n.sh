@@ -11,6 +11,8 @@ M=$TMP/tiny-gemma3n.gguf
 
 "$GEMMA" inspect -m "$M" >"$TMP/out" 2>"$TMP/err" && grep -q "architecture: gemma3n" "$TMP/out" &&
   ok "inspect names gemma3n" || bad "inspect: $(head -c 300 "$TMP/err")"
+grep -q "20-23 .*kv of layer 18" "$TMP/out" && grep -q "^  24 .*kv of layer 19" "$TMP/out" &&
+  ok "inspect shows the KV sharing (20-23 read 18, 24 reads 19)" || bad "inspect layer table: $(grep -E '^  (19|2[0-4])' "$TMP/out")"
 
 "$GEMMA" run -m "$M" -p "the cat" -n 24 --ignore-eos -t 2 >"$TMP/cached" 2>"$TMP/err" &&
   grep -q "generation: 24 tokens" "$TMP/err" && ok "run (cached), past the window and the shared layers" ||
