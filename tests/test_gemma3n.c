@@ -196,6 +196,38 @@ TEST(greedy_matches_llama_cpp) {
     gm_model_free(m);
 }
 
+/* The perplexity path (log-probabilities in one pass) against llama.cpp's logits' log-softmax. */
+TEST(perplexity_matches_llama_cpp) {
+    gm_error err = {0};
+    gm_model *m = NULL;
+    gm_generator *g = NULL;
+    CHECK_OK(gm_model_open(model_path, NULL, &m, &err), &err);
+    gm_generator_options o = {.n_threads = 2, .n_ctx = 64, .n_batch = 16};
+    if (m) CHECK_OK(gm_generator_new(m, &o, &g, &err), &err);
+    if (g) {
+        float lp[MAX_TOK];
+        CHECK_OK(gm_generator_prefill(g, fx.tok, fx.n_tok, &err), &err);
+        CHECK_OK(gm_generator_score_logprobs(g, lp, &err), &err);
+        double nll = 0, ref = 0, worst = 0;
+        for (int p = 0; p + 1 < fx.n_tok; p++) {
+            const float *l = fx.logits + (size_t)p * (size_t)fx.n_vocab;
+            double mx = l[0], z = 0;
+            for (int v = 1; v < fx.n_vocab; v++) mx = fmax(mx, l[v]);
+            for (int v = 0; v < fx.n_vocab; v++) z += exp(l[v] - mx);
+            const double r = l[fx.tok[p + 1]] - mx - log(z);
+            worst = fmax(worst, fabs(r - lp[p]));
+            nll -= lp[p], ref -= r;
+        }
+        const int n = fx.n_tok - 1;
+        fprintf(stderr, "  perplexity %.4f, llama.cpp's logits give %.4f (worst log-prob diff %.3g)\n", exp(nll / n),
+                exp(ref / n), worst);
+        CHECK_MSG(worst <= 1e-2, "log-prob diff %g", worst);
+        CHECK_MSG(fabs(exp(nll / n) / exp(ref / n) - 1.0) <= 1e-3, "perplexity %g vs %g", exp(nll / n), exp(ref / n));
+    }
+    gm_generator_free(g);
+    gm_model_free(m);
+}
+
 /* Broken variants: refused at open with a message that names the problem, never a crash. */
 static void refused(const t3n_options *o, const char *what, const char *needle) {
     char path[300], werr[256];
@@ -409,6 +441,7 @@ int main(int argc, char **argv) {
         RUN(logits_match_llama_cpp);
         RUN(logits_match_llama_cpp_2_threads_batch_5);
         RUN(greedy_matches_llama_cpp);
+        RUN(perplexity_matches_llama_cpp);
         RUN(bad_variants_are_refused);
         RUN(twenty_layers_run_without_sharing);
         RUN(hf_matches_gguf_where_the_math_agrees);
