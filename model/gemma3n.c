@@ -128,7 +128,8 @@ int gm_3n_kv_source(const gm_source *src, const gm_config *c, int il) {
     const cJSON *hf = hf_text_config_of(src);
     if (hf) { /* HF: the last layer before the first shared one of il's kind */
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(hf, "num_kv_shared_layers");
-        const int shared = cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < c->n_layers ? (int)v->valuedouble : 0;
+        const double want = v ? (cJSON_IsNumber(v) ? v->valuedouble : 0.0) : 15.0; /* HF's default: 15 */
+        const int shared = want >= 0 && want < c->n_layers ? (int)want : 0;
         const int first = c->n_layers - shared;
         if (shared == 0 || il < first) return il;
         for (int j = first - 1; j >= 0; j--)
@@ -167,8 +168,8 @@ static gm_status load_variant(gm_model *m, gm_error *err) {
     }
     const char *path = gm_source_path(m->src);
     v->std_n = true;
-    const cJSON *clip = cJSON_GetObjectItemCaseSensitive(hf, "altup_coef_clip");
-    v->coef_clip = cJSON_IsNumber(clip) && clip->valuedouble > 0 ? (float)clip->valuedouble : 0.0f;
+    const cJSON *clip = cJSON_GetObjectItemCaseSensitive(hf, "altup_coef_clip"); /* HF: default 120, null = none */
+    v->coef_clip = !clip ? 120.0f : cJSON_IsNumber(clip) && clip->valuedouble > 0 ? (float)clip->valuedouble : 0.0f;
     const cJSON *cs = cJSON_GetObjectItemCaseSensitive(hf, "altup_correct_scale");
     v->correct_scale = !cJSON_IsBool(cs) || cJSON_IsTrue(cs);
     const struct { const char *key; int want; } fixed[] = {
@@ -181,7 +182,12 @@ static gm_status load_variant(gm_model *m, gm_error *err) {
                            fixed[i].key, fixed[i].want);
     }
     const cJSON *sp = cJSON_GetObjectItemCaseSensitive(hf, "activation_sparsity_pattern");
-    if (cJSON_IsArray(sp)) {
+    if (!sp) { /* HF's default, (0.95,) * 10 + (0.0,) * 25, fits 35 layers only */
+        if (c->n_layers != 35)
+            return gm_fail(err, GM_ERR_FORMAT, "%s: \"activation_sparsity_pattern\" is missing (HF's default fits 35 "
+                           "layers, this model has %d)", path, c->n_layers);
+        for (int il = 0; il < 10; il++) v->sparsity[il] = 1.6448533535003662f;
+    } else if (cJSON_IsArray(sp)) { /* null: no sparsity */
         if (cJSON_GetArraySize(sp) != c->n_layers)
             return gm_fail(err, GM_ERR_FORMAT, "%s: \"activation_sparsity_pattern\" has %d entries for %d layers", path,
                            cJSON_GetArraySize(sp), c->n_layers);
