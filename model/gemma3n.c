@@ -237,8 +237,9 @@ static gm_status load_slices(gm_model *m, const char *name, gm_matrix *out, gm_e
 static gm_status load_small(gm_model *m, const char *name, int64_t cols, int64_t rows, float *dst, gm_error *err) {
     gm_matrix w;
     gm_status st = gm_model_load_matrix(m, name, cols, rows, &w, err);
+    if (st) return st;
     for (int64_t r = 0; !st && r < rows; r++) st = gm_matrix_row(&w, r, dst + r * cols);
-    if (st) return gm_fail_prefix(err, "%s: %s: ", gm_source_path(m->src), name);
+    if (st) return gm_fail(err, st, "%s: %s: cannot read its rows", gm_source_path(m->src), name);
     return GM_OK;
 }
 
