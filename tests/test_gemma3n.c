@@ -228,6 +228,119 @@ TEST(perplexity_matches_llama_cpp) {
     gm_model_free(m);
 }
 
+/* ---- the engine: many sequences in shared forward calls, prefix reuse past the window (KV-shared layers
+ * have no storage of their own: their source's blocks carry them) */
+
+static char engine_path[300];
+
+static gm_engine *new_engine(const gm_model *m, int threads, bool cache) {
+    gm_error err = {0};
+    gm_engine *e = NULL;
+    gm_engine_options o = {.n_threads = threads, .n_ctx = 512, .n_batch = 64, .no_prefix_cache = !cache};
+    CHECK_OK(gm_engine_new(m, &o, &e, &err), &err);
+    return e;
+}
+
+static void random_ids(int32_t *ids, int n, uint64_t seed) {
+    for (int i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = 6 + (int32_t)((seed >> 33) % (uint64_t)(fx.n_vocab - 6));
+    }
+    ids[0] = 2;
+}
+
+enum { ESEQ = 3, ESTEPS = 6 };
+
+/* ids alone in a fresh engine (no index), then ESTEPS greedy tokens; logits after each into ref */
+static void engine_reference(const gm_model *m, const int32_t *ids, int n, float *ref, int32_t *toks) {
+    gm_engine *e = new_engine(m, 1, false);
+    gm_seq *s = NULL;
+    gm_error err = {0};
+    if (e) CHECK_OK(gm_seq_new(e, &s, &err), &err);
+    if (s) CHECK_OK(gm_seq_append(s, ids, n, &err), &err);
+    for (int t = 0; s && t <= ESTEPS; t++) {
+        CHECK_OK(gm_engine_eval(e, &s, 1, &err), &err);
+        const float *l = gm_seq_logits(s);
+        if (!l) break;
+        memcpy(ref + (size_t)t * fx.n_vocab, l, sizeof(float) * (size_t)fx.n_vocab);
+        if (t == ESTEPS) break;
+        toks[t] = argmax(l, fx.n_vocab);
+        CHECK_OK(gm_seq_append(s, &toks[t], 1, &err), &err);
+    }
+    gm_seq_free(s);
+    if (e) CHECK_EQ_INT(gm_engine_free(e), GM_OK);
+}
+
+TEST(engine_batch_equals_alone) {
+    gm_error err = {0};
+    gm_model *m = NULL;
+    CHECK_OK(gm_model_open(engine_path, NULL, &m, &err), &err);
+    if (!m) return;
+    static const int lens[ESEQ] = {5, 70, 150};
+    const size_t V = (size_t)fx.n_vocab;
+    int32_t ids[ESEQ][160], toks[ESEQ][ESTEPS];
+    float *ref = malloc(sizeof(float) * ESEQ * (ESTEPS + 1) * V);
+    for (int i = 0; i < ESEQ; i++) {
+        random_ids(ids[i], lens[i], 40 + (uint64_t)i);
+        engine_reference(m, ids[i], lens[i], ref + (size_t)i * (ESTEPS + 1) * V, toks[i]);
+    }
+    gm_engine *e = new_engine(m, 2, true);
+    gm_seq *s[ESEQ] = {0};
+    for (int i = 0; e && i < ESEQ; i++) {
+        CHECK_OK(gm_seq_new(e, &s[i], &err), &err);
+        if (s[i]) CHECK_OK(gm_seq_append(s[i], ids[i], lens[i], &err), &err);
+    }
+    int bad = 0;
+    for (int t = 0; e && s[ESEQ - 1] && t <= ESTEPS; t++) {
+        CHECK_OK(gm_engine_eval(e, s, ESEQ, &err), &err); /* prompts in 64-row chunks, then 3 decode rows a call */
+        for (int i = 0; i < ESEQ; i++) {
+            const float *l = gm_seq_logits(s[i]);
+            bad += !l || memcmp(l, ref + ((size_t)i * (ESTEPS + 1) + (size_t)t) * V, sizeof(float) * V) != 0;
+            if (t < ESTEPS) CHECK_OK(gm_seq_append(s[i], &toks[i][t], 1, &err), &err);
+        }
+    }
+    fprintf(stderr, "  engine: %d of %d logit rows differ between batched and alone\n", bad, ESEQ * (ESTEPS + 1));
+    CHECK_EQ_INT(bad, 0);
+    for (int i = 0; i < ESEQ; i++) gm_seq_free(s[i]);
+    if (e) CHECK_EQ_INT(gm_engine_free(e), GM_OK);
+    free(ref);
+    gm_model_free(m);
+}
+
+TEST(engine_prefix_reuse_past_window) {
+    gm_error err = {0};
+    gm_model *m = NULL;
+    CHECK_OK(gm_model_open(engine_path, NULL, &m, &err), &err);
+    if (!m) return;
+    const size_t V = (size_t)fx.n_vocab;
+    int32_t ids[300], other[300], unused[ESTEPS];
+    random_ids(ids, 300, 21);
+    memcpy(other, ids, 260 * sizeof *other);
+    random_ids(other + 260, 40, 22);
+    other[260] = 7;
+    float *ref = malloc(sizeof(float) * (ESTEPS + 1) * V);
+    engine_reference(m, other, 300, ref, unused);
+    gm_engine *e = new_engine(m, 2, true);
+    gm_seq *s1 = NULL, *s2 = NULL;
+    if (e) CHECK_OK(gm_seq_new(e, &s1, &err), &err);
+    if (e) CHECK_OK(gm_seq_new(e, &s2, &err), &err);
+    if (s1 && s2) {
+        CHECK_OK(gm_seq_append(s1, ids, 300, &err), &err);
+        CHECK_OK(gm_engine_eval(e, &s1, 1, &err), &err);
+        CHECK_OK(gm_seq_append(s2, other, 300, &err), &err);
+        CHECK_OK(gm_engine_eval(e, &s2, 1, &err), &err);
+        fprintf(stderr, "  prefix reuse: %d positions adopted\n", gm_seq_n_reused(s2));
+        CHECK_EQ_INT(gm_seq_n_reused(s2), 256);
+        CHECK_MSG(gm_seq_logits(s2) && !memcmp(gm_seq_logits(s2), ref, sizeof(float) * V),
+                  "logits after a reused prefix differ from recomputation");
+    }
+    gm_seq_free(s1);
+    gm_seq_free(s2);
+    if (e) CHECK_EQ_INT(gm_engine_free(e), GM_OK);
+    free(ref);
+    gm_model_free(m);
+}
+
 /* Broken variants: refused at open with a message that names the problem, never a crash. */
 static void refused(const t3n_options *o, const char *what, const char *needle) {
     char path[300], werr[256];
@@ -442,6 +555,14 @@ int main(int argc, char **argv) {
         RUN(logits_match_llama_cpp_2_threads_batch_5);
         RUN(greedy_matches_llama_cpp);
         RUN(perplexity_matches_llama_cpp);
+        t3n_options eo;
+        t3n_options_default(&eo);
+        eo.context_length = 512;
+        snprintf(engine_path, sizeof engine_path, "%s.engine", model_path);
+        CHECK_MSG(t3n_write_gguf(&eo, engine_path, werr, sizeof werr), "%s", werr);
+        RUN(engine_batch_equals_alone);
+        RUN(engine_prefix_reuse_past_window);
+        unlink(engine_path);
         RUN(bad_variants_are_refused);
         RUN(twenty_layers_run_without_sharing);
         RUN(hf_matches_gguf_where_the_math_agrees);

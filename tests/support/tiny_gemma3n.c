@@ -18,6 +18,7 @@ static const uint64_t SEED = 0x3E3E3E;
 void t3n_options_default(t3n_options *o) {
     memset(o, 0, sizeof *o);
     o->n_layers = 25;
+    o->context_length = 128;
     o->shared_kv_layers = -1;
 }
 
@@ -74,7 +75,7 @@ static void add_vocab(gw_writer *w) {
 static void add_keys(gw_writer *w, const t3n_options *o) {
     const int L = o->n_layers;
     gw_add_str(w, "general.architecture", "gemma3n");
-    gw_add_u32(w, "gemma3n.context_length", 128);
+    gw_add_u32(w, "gemma3n.context_length", (uint32_t)o->context_length);
     gw_add_u32(w, "gemma3n.embedding_length", D);
     gw_add_u32(w, "gemma3n.block_count", (uint32_t)L);
     if (o->non_uniform_ff) {
@@ -326,7 +327,7 @@ static cJSON *hf_config(const t3n_options *o) {
     cJSON_AddNumberToObject(c, "num_key_value_heads", HKV);
     cJSON_AddNumberToObject(c, "head_dim", HD);
     cJSON_AddStringToObject(c, "hidden_activation", "gelu_pytorch_tanh");
-    cJSON_AddNumberToObject(c, "max_position_embeddings", 128);
+    cJSON_AddNumberToObject(c, "max_position_embeddings", o->context_length);
     cJSON_AddNumberToObject(c, "rms_norm_eps", 1e-6);
     cJSON_AddNumberToObject(c, "rope_theta", 1000000.0);
     cJSON_AddNumberToObject(c, "rope_local_base_freq", 10000.0);

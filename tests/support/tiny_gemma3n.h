@@ -14,6 +14,7 @@
 
 typedef struct t3n_options {
     int n_layers;             /* 25 */
+    int context_length;       /* 128 */
     const char *drop;         /* a tensor left out, or NULL */
     const char *reshape;      /* a tensor written with its last dimension halved, or NULL */
     int shared_kv_layers;     /* the attention.shared_kv_layers key: -1 = n_layers - 20 (0 below 21 layers) */
