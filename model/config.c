@@ -24,6 +24,7 @@
 
 #include "core/error.h"
 #include "model/gemma3n.h"
+#include "model/gemma4.h"
 #include "model/source.h"
 
 enum { MAX_LAYERS = 4096, MAX_DIM = 1 << 20, MAX_MISSING_LISTED = 6 };
@@ -33,6 +34,7 @@ static int generation_of(const char *arch) {
     if (!strcmp(arch, "gemma2")) return 2;
     if (!strcmp(arch, "gemma3") || !strcmp(arch, "gemma3_text")) return 3;
     if (!strcmp(arch, "gemma3n")) return 3; /* Gemma 3 plus AltUp, LAuReL, per-layer inputs: model/gemma3n.c */
+    if (!strcmp(arch, "gemma4")) return 4;  /* per-layer geometry, KV sharing, PLE: model/gemma4.c */
     return 0;
 }
 
@@ -101,7 +103,8 @@ static gm_status arch_from_gguf(const gguf_file *f, gm_config *c, gm_error *err)
     c->generation = generation_of(c->arch);
     if (!c->generation || !strcmp(c->arch, "gemma3_text"))
         return gm_fail(err, GM_ERR_UNSUPPORTED,
-                       "%s: architecture %s is not supported yet (gemma, gemma2, gemma3, gemma3n are)", f->path, c->arch);
+                       "%s: architecture %s is not supported yet (gemma, gemma2, gemma3, gemma3n, gemma4 are)", f->path,
+                       c->arch);
     return GM_OK;
 }
 
@@ -136,6 +139,10 @@ static gm_status config_from_gguf(const gm_source *s, gm_config *c, gm_error *er
     const gguf_file *f = gm_source_gguf(s);
     gm_status st = arch_from_gguf(f, c, err);
     if (st) return st;
+    if (gm_is_gemma4(c)) { /* per-layer arrays throughout: its own reader */
+        if ((st = gm_4_config_gguf(f, c, err))) return st;
+        goto ids;
+    }
     gguf_ctx g = {f, c->arch, err};
     int kl = 0, vl = 0, window = 0;
     if ((st = g_int(&g, "embedding_length", -1, &c->d_model)) || (st = g_int(&g, "block_count", -1, &c->n_layers)) ||
@@ -191,6 +198,7 @@ static gm_status config_from_gguf(const gm_source *s, gm_config *c, gm_error *er
         c->query_scale = scale_dim > 0 ? 1.0f / sqrtf((float)scale_dim) : 0.0f;
         c->norm_weights_plus_one = true;
     }
+ids:
     c->bos_id = token_id(f, "tokenizer.ggml.bos_token_id", 2);
     c->eos_id = token_id(f, "tokenizer.ggml.eos_token_id", 1);
     c->pad_id = token_id(f, "tokenizer.ggml.padding_token_id", 0);
@@ -345,6 +353,9 @@ static gm_status hf_arch(const cJSON *root, const cJSON **cfg, gm_config *c, con
     if (!cJSON_IsString(mt) && *cfg != root) mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     if (!cJSON_IsString(mt)) return gm_fail(err, GM_ERR_FORMAT, "%s: \"model_type\" is missing", file);
     c->generation = generation_of(mt->valuestring);
+    if (c->generation == 4)
+        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: Gemma 4 Hugging Face folders are not supported yet (GGUF files are)",
+                       file);
     if (!strcmp(mt->valuestring, "gemma3n") || !strcmp(mt->valuestring, "gemma3n_text")) {
         snprintf(c->arch, sizeof c->arch, "gemma3n");
         c->generation = 3;
@@ -520,7 +531,8 @@ static gm_status check_tensors(const gm_source *s, const gm_config *c, gm_error 
     };
     int n_kinds = c->generation == 1 ? 9 : c->generation == 2 ? 11 : 13;
     int64_t dims[5] = {d, q, kv, ff, hd};
-    for (int l = 0; l < c->n_layers; l++) {
+    /* Gemma 4's shapes differ per layer: checked by name when the layers load (model/model.c) */
+    for (int l = 0; l < (gm_is_gemma4(c) ? 0 : c->n_layers); l++) {
         for (int k = 0; k < n_kinds; k++) {
             want w = {"", layer[k].nd, {dims[layer[k].a], layer[k].nd == 2 ? dims[layer[k].b] : 1}};
             snprintf(w.name, sizeof w.name, "blk.%d.%s.weight", l, layer[k].name);

@@ -23,6 +23,7 @@
 #include "kernels/ops.h"
 #include "model/attention.h"
 #include "model/gemma3n.h"
+#include "model/gemma4.h"
 
 enum { LOGIT_ROWS = 16, MAX_ROPE_KINDS = 8 };
 
@@ -50,6 +51,7 @@ struct gm_forward {
     float *lbuf;          /* LOGIT_ROWS x n_vocab, allocated on the first on_logits pass */
     float *ones;          /* head_dim ones: the weightless V norm */
     gm_3n_state *g3n;     /* Gemma 3n's streams, NULL for other models */
+    gm_4_state *g4;       /* Gemma 4's per-layer inputs, NULL for other models */
 };
 
 void gm_forward_free(gm_forward *f) {
@@ -62,6 +64,7 @@ void gm_forward_free(gm_forward *f) {
     free(f->lbuf);
     free(f->ones);
     gm_3n_state_free(f->g3n);
+    gm_4_state_free(f->g4);
     free(f);
 }
 
@@ -75,7 +78,10 @@ static gm_status find_rope_kinds(gm_forward *f, gm_error *err) {
         int k = 0;
         for (; k < f->n_rope; k++) {
             const rope_kind *r = &f->rope[k];
-            if (r->dims == l->rope_dims && r->base == l->rope_base && r->scale == l->rope_scale) break;
+            /* the frequencies too: Gemma 4's full layers divide theirs by rope_freqs */
+            if (r->dims == l->rope_dims && r->base == l->rope_base && r->scale == l->rope_scale &&
+                !memcmp(r->inv_freq, m->layers[il].inv_freq, (size_t)(l->rope_dims / 2) * sizeof *r->inv_freq))
+                break;
         }
         if (k == f->n_rope) {
             if (k == MAX_ROPE_KINDS)
@@ -146,6 +152,10 @@ gm_status gm_forward_new(const gm_model *m, const gm_kv_layout *lay, gm_pool *po
         for (int i = 0; i < f->mx.head_dim; i++) f->ones[i] = 1.0f;
     }
     if (m->g3n && (st = gm_3n_state_new(m, max_batch, pool, &f->mm, &f->g3n, err))) {
+        gm_forward_free(f);
+        return st;
+    }
+    if (m->g4 && (st = gm_4_state_new(m, max_batch, pool, &f->mm, &f->g4, err))) {
         gm_forward_free(f);
         return st;
     }
@@ -261,8 +271,10 @@ static gm_status layer_forward(gm_forward *f, int il, const gm_fwd_row *rows, in
         const bool own_kv = L->lc.kv_source == il;
         const gm_matrix *W[3] = {&L->wq, &L->wk, &L->wv};
         float *const y[3] = {f->q, f->k, f->v};
-        st = gm_matmul_multi(W, y, own_kv ? 3 : 1, f->xn, n, f->pool, &f->mm);
+        st = gm_matmul_multi(W, y, !own_kv ? 1 : L->v_from_k ? 2 : 3, f->xn, n, f->pool, &f->mm);
         if (st) return st;
+        /* Gemma 4 without attn_v: V is the raw K projection (normed without weight in qk_task) */
+        if (own_kv && L->v_from_k) memcpy(f->v, f->k, (size_t)n * L->lc.n_kv_heads * L->lc.head_dim * sizeof *f->v);
     }
     qk_job qj = {f, rows, il};
     if (n == 1) qk_task(&qj, 0, 1, 0);
@@ -291,6 +303,7 @@ static gm_status layer_forward(gm_forward *f, int il, const gm_fwd_row *rows, in
     if (L->post_ffn_norm) norm_rows(f->pool, f->o, f->o, L->post_ffn_norm, n, d, c->norm_eps, NULL);
     gm_add(f->x, f->o, n * d);
     if (f->g3n && (st = gm_3n_correct(f->g3n, il, f->x, n))) return st; /* the new streams */
+    if (f->g4 && (st = gm_4_layer_end(f->g4, il, f->x, n))) return st;  /* per-layer input, output scale */
     return GM_OK;
 }
 
@@ -357,6 +370,7 @@ static gm_status chunk_forward(gm_forward *f, const gm_fwd_batch *b, int off, in
     gm_status st = embed_rows(f, rows, n);
     if (st) return st;
     if (f->g3n && (st = gm_3n_begin(f->g3n, rows, f->x, n))) return st;
+    if (f->g4 && (st = gm_4_begin(f->g4, rows, f->x, n))) return st;
     rope_tables(f, rows, n);
     const int tap = b->aux_row - off; /* the tapped row inside this chunk, if it is here */
     for (int il = 0; il < m->cfg.n_layers; il++) {

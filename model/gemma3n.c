@@ -1,6 +1,7 @@
 /* model/gemma3n.c — Gemma 3n: config keys, tensor binding and the AltUp / LAuReL / per-layer-input /
  * sparsity steps the forward pass calls around the Gemma block (see gemma3n.h for the math). */
 #include "model/gemma3n.h"
+#include "model/ple.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -397,53 +398,11 @@ static void rescale_to(float *y, int n, float target) {
     for (int i = 0; i < n; i++) y[i] = y[i] * target / have;
 }
 
-/* ---- per-layer embeddings (PLE). The formula is Gemma 4's too (with its own P): kept in these two functions
- * so that one implementation can serve both. */
-
-/* ple[i] (P L floats per row) = (RMS_norm((proj x_i / sqrt d)[l]) + tok_table[tok_i][l] sqrt P) / sqrt 2 for
- * every layer l: x holds the n rows' scaled embeddings; rows given as embeddings use table row 0 (llama.cpp and
- * HF), as do ids past the table (HF's vocab_size_per_layer_input). scratch: n x P L floats. */
-static gm_status ple_inputs(const gm_matrix *tok_table, const gm_matrix *proj, const float *norm, int P, int L,
-                            float eps, const gm_fwd_row *rows, const float *x, int n, int d, float *ple, float *scratch,
-                            gm_pool *pool, gm_matmul_scratch *mm) {
-    const size_t PL = (size_t)P * (size_t)L;
-    gm_status st = gm_matmul(proj, x, n, scratch, pool, mm);
-    if (st) return st;
-    const float pscale = 1.0f / sqrtf((float)d), tscale = sqrtf((float)P), half = 1.0f / sqrtf(2.0f);
-    for (int i = 0; i < n; i++) {
-        float *pr = scratch + (size_t)i * PL, *out = ple + (size_t)i * PL;
-        const int32_t tok = rows[i].embed || rows[i].token >= tok_table->rows ? 0 : rows[i].token;
-        if ((st = gm_matrix_row(tok_table, tok, out))) return st;
-        gm_scale(pr, (int)PL, pscale);
-        for (int l = 0; l < L; l++) gm_rmsnorm(pr + (size_t)l * P, pr + (size_t)l * P, norm, P, eps);
-        for (size_t k = 0; k < PL; k++) out[k] = (pr[k] + out[k] * tscale) * half;
-    }
-    return GM_OK;
-}
-
-/* t[i] = RMS_post_norm(proj (gelu(gate in_i) * ple_i[l])) for n rows of d; ple_stride: floats between rows'
- * per-layer inputs. scratch: n x P floats. t may alias in (in is read first). */
-static gm_status ple_residual(const gm_matrix *gate, const gm_matrix *proj, const float *post_norm, float eps,
-                              const float *in, const float *ple, size_t ple_stride, int n, int P, float *scratch,
-                              float *t, gm_pool *pool, gm_matmul_scratch *mm) {
-    gm_status st = gm_matmul(gate, in, n, scratch, pool, mm);
-    if (st) return st;
-    for (int i = 0; i < n; i++) {
-        float *g = scratch + (size_t)i * P;
-        const float *pl = ple + (size_t)i * ple_stride;
-        for (int k = 0; k < P; k++) g[k] = gm_gelu_tanh(g[k]) * pl[k];
-    }
-    if ((st = gm_matmul(proj, scratch, n, t, pool, mm))) return st;
-    const int d = (int)proj->rows;
-    for (int i = 0; i < n; i++) gm_rmsnorm(t + (size_t)i * d, t + (size_t)i * d, post_norm, d, eps);
-    return GM_OK;
-}
-
 gm_status gm_3n_begin(gm_3n_state *s, const gm_fwd_row *rows, const float *x, int n) {
     const gm_3n_weights *w = s->m->g3n;
     const gm_config *c = &s->m->cfg;
     const int d = s->d;
-    gm_status st = ple_inputs(&w->ple_tok, &w->ple_proj, w->ple_norm, GM_3N_PLE, c->n_layers, c->norm_eps, rows, x, n,
+    gm_status st = gm_ple_inputs(&w->ple_tok, &w->ple_proj, w->ple_norm, GM_3N_PLE, c->n_layers, c->norm_eps, rows, x, n,
                               d, s->ple, s->t, s->pool, s->mm);
     if (st) return st;
     /* streams: 0 is the embedding, k = 1..3 its projections rescaled to its norm */
@@ -555,7 +514,7 @@ gm_status gm_3n_correct(gm_3n_state *s, int il, const float *y, int n) {
     }
     /* the per-layer input joins streams 1..3 */
     const size_t PL = (size_t)P * (size_t)c->n_layers;
-    gm_status st = ple_residual(&L->inp_gate, &L->proj, L->post_norm, c->norm_eps, s->t2, s->ple + (size_t)il * P, PL,
+    gm_status st = gm_ple_residual(&L->inp_gate, &L->proj, L->post_norm, c->norm_eps, s->t2, s->ple + (size_t)il * P, PL,
                                 n, P, s->t, s->t2, s->pool, s->mm);
     if (st) return st;
     for (int i = 0; i < n; i++)

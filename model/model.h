@@ -20,6 +20,7 @@ typedef struct gm_layer {
     const float *q_norm, *k_norm;   /* hd, NULL without q/k norm (Gemma 1/2) */
     gm_layer_config lc;             /* shapes, window, RoPE, KV source */
     const float *inv_freq;          /* rope_dims/2 RoPE inverse frequencies (base, linear scale folded) */
+    bool v_from_k;                  /* Gemma 4 layer without attn_v: V is the raw K projection */
 } gm_layer;
 
 struct gm_model {
@@ -32,6 +33,7 @@ struct gm_model {
     gm_layer *layers;
     float *f32_store;               /* backing store of every f32 vector above */
     struct gm_3n_weights *g3n;      /* Gemma 3n's AltUp / LAuReL / per-layer-input weights, NULL otherwise */
+    struct gm_4_weights *g4;        /* Gemma 4's per-layer inputs and layer output scales, NULL otherwise */
     void *packed_store;             /* packed copies of layer matrices (kernels/pack.h), or NULL */
     size_t packed_bytes;
 };

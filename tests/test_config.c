@@ -261,7 +261,7 @@ TEST(errors) {
     gm_source *s = NULL;
     gm_config c;
     gm_error err;
-    const char *unsupported[] = {"gemma4", "llama"};
+    const char *unsupported[] = {"gemma5", "llama"};
     for (int i = 0; i < 2; i++) {
         write_meta_only(path, unsupported[i], false);
         CHECK_OK(gm_source_open(path, false, &s, &err), &err);
