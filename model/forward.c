@@ -300,6 +300,7 @@ static gm_status layer_forward(gm_forward *f, int il, const gm_fwd_row *rows, in
     if (n == 1) gm_geglu_fast(f->gate, f->up, ff); /* ~1 us: cheaper than a pool round trip */
     else gm_pool_parallel_for(f->pool, (int64_t)n * ff, 1024, geglu_task, &gj);
     MM(&L->down, f->gate, n, f->o);
+    if (f->g4 && (st = gm_4_moe(f->g4, il, f->x, f->o, n))) return st; /* Gemma 4 MoE layers: o += experts */
     if (L->post_ffn_norm) norm_rows(f->pool, f->o, f->o, L->post_ffn_norm, n, d, c->norm_eps, NULL);
     gm_add(f->x, f->o, n * d);
     if (f->g3n && (st = gm_3n_correct(f->g3n, il, f->x, n))) return st; /* the new streams */

@@ -12,7 +12,7 @@
 #include "model/ple.h"
 #include "quant/quant.h"
 
-enum { MAX_LAYERS = 4096 };
+enum { MAX_LAYERS = 4096, GM_4_MAX_EXPERTS = 256 };
 
 bool gm_is_gemma4(const gm_config *c) { return c && !strcmp(c->arch, "gemma4"); }
 
@@ -193,9 +193,17 @@ gm_status gm_4_config_gguf(const gguf_file *f, gm_config *c, gm_error *err) {
         return gm_fail(err, GM_ERR_NOT_FOUND, "%s: metadata key 'gemma4.attention.layer_norm_rms_epsilon' is missing or "
                        "not positive", f->path);
     if (window <= 0) return gm_fail(err, GM_ERR_FORMAT, "%s: gemma4.attention.sliding_window must be positive", f->path);
-    if (experts > 0)
-        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: Gemma 4 mixture-of-experts models (%d experts) are not supported yet",
-                       f->path, experts);
+    if (experts > 0) { /* the expert keys must agree with each other; the tensors are checked at load */
+        int used = 0, fe = 0;
+        if (experts > GM_4_MAX_EXPERTS)
+            return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: %d experts (at most %d are supported)", f->path, experts,
+                           GM_4_MAX_EXPERTS);
+        if ((st = key_int(f, "expert_used_count", -1, &used, err))) return st;
+        if (used < 1 || used > experts)
+            return gm_fail(err, GM_ERR_FORMAT, "%s: gemma4.expert_used_count = %d with %d experts", f->path, used, experts);
+        for (int il = 0; il < L; il++)
+            if ((st = layer_int(f, "expert_feed_forward_length", il, L, -1, &fe, err))) return st;
+    }
     if (shared >= L)
         return gm_fail(err, GM_ERR_FORMAT, "%s: gemma4.attention.shared_kv_layers = %d with only %d layers", f->path,
                        shared, L);
@@ -268,6 +276,100 @@ void gm_4_layer_extras_of(const gm_source *src, const gm_layer_config *l, int il
     }
 }
 
+/* Expert e's rows [r0, r0 + rows) of a 3-D tensor {cols, rows_total, E} as a matrix view. */
+static gm_status expert_slices(gm_model *m, const char *name, int64_t cols, int64_t rows_total, int E, int64_t r0,
+                               int64_t rows, gm_matrix *out, gm_error *err) {
+    const char *path = gm_source_path(m->src);
+    const gm_tensor *t = gm_source_tensor(m->src, name);
+    if (!t) return gm_fail(err, GM_ERR_NOT_FOUND, "%s: tensor %s is missing", path, name);
+    if (t->ne[0] != cols || t->ne[1] != rows_total || t->ne[2] != E || t->ne[3] != 1)
+        return gm_fail(err, GM_ERR_FORMAT, "%s: tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %d] "
+                       "(the experts' shapes disagree with the keys or each other)", path, name, (long long)t->ne[0],
+                       (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3], (long long)cols,
+                       (long long)rows_total, E);
+    const size_t rb = gm_row_bytes(t->type, cols);
+    if (rb == 0 || !gm_type_traits_of(t->type))
+        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: tensor %s: type %d is not supported", path, name, t->type);
+    if (t->nbytes < (uint64_t)rb * (uint64_t)rows_total * (uint64_t)E)
+        return gm_fail(err, GM_ERR_FORMAT, "%s: tensor %s is truncated", path, name);
+    for (int e = 0; e < E; e++) {
+        out[e] = (gm_matrix){.type = t->type, .rows = rows, .cols = cols,
+                             .data = (const char *)t->data + ((size_t)e * (size_t)rows_total + (size_t)r0) * rb};
+        gm_matrix_bind(&out[e]);
+    }
+    return GM_OK;
+}
+
+/* A vector of n f32-convertible values into dst (no +1: these are scales, not Gemma norms). */
+static gm_status load_vector(gm_model *m, const char *name, int n, float *dst, gm_error *err) {
+    const char *path = gm_source_path(m->src);
+    const gm_tensor *t = gm_source_tensor(m->src, name);
+    if (!t) return gm_fail(err, GM_ERR_NOT_FOUND, "%s: tensor %s is missing", path, name);
+    const gm_type_traits *tr = gm_type_traits_of(t->type);
+    if (t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1 || !tr || !tr->dequant_row ||
+        t->nbytes < gm_row_bytes(t->type, n))
+        return gm_fail(err, GM_ERR_FORMAT, "%s: tensor %s must be a vector of %d numbers", path, name, n);
+    tr->dequant_row(t->data, dst, n);
+    for (int i = 0; i < n; i++)
+        if (!isfinite(dst[i])) return gm_fail(err, GM_ERR_FORMAT, "%s: tensor %s holds a non-finite value", path, name);
+    return GM_OK;
+}
+
+/* Layer il's experts, when it has a router (ffn_gate_inp). */
+static gm_status load_moe(gm_model *m, int il, float **store, gm_error *err) {
+    gm_4_weights *w = m->g4;
+    gm_4_layer *l = &w->layers[il];
+    const char *path = gm_source_path(m->src);
+    const int64_t d = m->cfg.d_model;
+    const int E = w->n_expert;
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
+    if (!gm_source_tensor(m->src, name)) return GM_OK;
+    if (E <= 0)
+        return gm_fail(err, GM_ERR_FORMAT, "%s: tensor %s makes layer %d a mixture of experts, but "
+                       "gemma4.expert_count is missing or 0", path, name, il);
+    gm_status st = layer_int(gm_source_gguf(m->src), "expert_feed_forward_length", il, m->cfg.n_layers, -1, &l->n_ff_exp,
+                             err);
+    if (st) return st;
+    const int64_t F = l->n_ff_exp;
+    if (F <= 0) return gm_fail(err, GM_ERR_FORMAT, "%s: layer %d: expert_feed_forward_length is 0", path, il);
+    l->moe = true;
+    if ((st = gm_model_load_matrix(m, name, d, E, &l->router, err))) return st;
+    gm_matrix_bind(&l->router);
+    float *v = *store;
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.scale", il);
+    if ((st = load_vector(m, name, (int)d, v, err))) return st;
+    l->router_scale = v, v += d;
+    static const char *const norms[3] = {"pre_ffw_norm_2", "post_ffw_norm_1", "post_ffw_norm_2"};
+    const float **dst[3] = {&l->pre_norm2, &l->post_norm1, &l->post_norm2};
+    for (int k = 0; k < 3; k++) {
+        snprintf(name, sizeof name, "blk.%d.%s.weight", il, norms[k]);
+        if ((st = gm_model_load_norm(m, name, (int)d, true, v, dst[k], err))) return st;
+        v += d;
+    }
+    snprintf(name, sizeof name, "blk.%d.ffn_down_exps.scale", il);
+    if (gm_source_tensor(m->src, name)) {
+        if ((st = load_vector(m, name, E, v, err))) return st;
+        l->expert_scale = v, v += E;
+    }
+    *store = v;
+    gm_matrix *views = w->expert_views + (size_t)il * 3 * (size_t)E;
+    l->gate_e = views, l->up_e = views + E, l->down_e = views + 2 * E;
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_up_exps.weight", il);
+    if (gm_source_tensor(m->src, name)) { /* fused: gate rows first, then up */
+        if ((st = expert_slices(m, name, d, 2 * F, E, 0, F, l->gate_e, err)) ||
+            (st = expert_slices(m, name, d, 2 * F, E, F, F, l->up_e, err)))
+            return st;
+    } else {
+        snprintf(name, sizeof name, "blk.%d.ffn_gate_exps.weight", il);
+        if ((st = expert_slices(m, name, d, F, E, 0, F, l->gate_e, err))) return st;
+        snprintf(name, sizeof name, "blk.%d.ffn_up_exps.weight", il);
+        if ((st = expert_slices(m, name, d, F, E, 0, F, l->up_e, err))) return st;
+    }
+    snprintf(name, sizeof name, "blk.%d.ffn_down_exps.weight", il);
+    return expert_slices(m, name, F, d, E, 0, d, l->down_e, err);
+}
+
 gm_status gm_4_load(gm_model *m, gm_error *err) {
     const gm_config *c = &m->cfg;
     const char *path = gm_source_path(m->src);
@@ -275,21 +377,25 @@ gm_status gm_4_load(gm_model *m, gm_error *err) {
     const int64_t d = c->d_model;
     char name[96];
     for (int il = 0; il < L; il++) { /* what this engine does not run yet, refused by name */
-        static const char *const unsupported[] = {"ffn_gate_inp", "attn_qkv"};
-        for (int k = 0; k < 2; k++) {
-            snprintf(name, sizeof name, "blk.%d.%s.weight", il, unsupported[k]);
-            if (gm_source_tensor(m->src, name))
-                return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: tensor %s: Gemma 4 %s layers are not supported yet", path, name,
-                               k == 0 ? "mixture-of-experts" : "fused-QKV");
-        }
+        snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", il);
+        if (gm_source_tensor(m->src, name))
+            return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: tensor %s: Gemma 4 fused-QKV layers are not supported yet", path,
+                           name);
     }
     gm_4_weights *w = m->g4 = calloc(1, sizeof *w);
     if (!w) return gm_fail(err, GM_ERR_NOMEM, "model: out of memory");
-    gm_status st = key_int(gm_source_gguf(m->src), "embedding_length_per_layer_input", 0, &w->P, err);
-    if (st) return st;
-    const int P = w->P;
+    const gguf_file *f = gm_source_gguf(m->src);
+    gm_status st;
+    if ((st = key_int(f, "embedding_length_per_layer_input", 0, &w->P, err)) ||
+        (st = key_int(f, "expert_count", 0, &w->n_expert, err)) ||
+        (st = key_int(f, "expert_used_count", 0, &w->n_expert_used, err)))
+        return st;
+    const int P = w->P, E = w->n_expert;
     w->layers = calloc((size_t)L, sizeof *w->layers);
-    w->store = malloc(((size_t)L * (size_t)d + (size_t)P + 1) * sizeof(float));
+    /* per layer: the PLE norm, 4 MoE vectors of d and the expert scales; then the PLE input norm */
+    w->store = malloc(((size_t)L * (5 * (size_t)d + (size_t)E) + (size_t)P + 1) * sizeof(float));
+    if (E > 0) w->expert_views = calloc((size_t)L * 3 * (size_t)E, sizeof *w->expert_views);
+    if (E > 0 && !w->expert_views) return gm_fail(err, GM_ERR_NOMEM, "model: out of memory for Gemma 4 weights");
     if (!w->layers || !w->store) return gm_fail(err, GM_ERR_NOMEM, "model: out of memory for Gemma 4 weights");
     float *store = w->store;
     if (P > 0) {
@@ -305,6 +411,7 @@ gm_status gm_4_load(gm_model *m, gm_error *err) {
     for (int il = 0; il < L; il++) {
         gm_4_layer *l = &w->layers[il];
         if ((st = out_scale(m, il, &l->out_scale, err))) return st;
+        if ((st = load_moe(m, il, &store, err))) return st;
         if (P == 0) continue;
         snprintf(name, sizeof name, "blk.%d.inp_gate.weight", il);
         if ((st = gm_model_load_matrix(m, name, d, P, &l->inp_gate, err))) return st;
@@ -321,6 +428,7 @@ gm_status gm_4_load(gm_model *m, gm_error *err) {
 
 void gm_4_free(gm_4_weights *w) {
     if (!w) return;
+    free(w->expert_views);
     free(w->layers);
     free(w->store);
     free(w);
@@ -335,6 +443,10 @@ struct gm_4_state {
     float *ple;     /* per row: P L per-layer inputs */
     float *t;       /* per row: max(P L, d) */
     float *scratch; /* per row: P */
+    /* MoE scratch (NULL without experts): per row d (router input, expert input z, gathered z, expert out),
+     * E (router logits), K (chosen experts and weights), K x d (each chosen expert's output), max F x2 */
+    float *rin, *z, *zin, *eo, *logits, *wt, *kout, *eg, *eu;
+    int *sel, *rows, *slot; /* rows, slot: the rows routed to one expert and which of their K slots */
 };
 
 gm_status gm_4_state_new(const gm_model *m, int max_batch, gm_pool *pool, gm_matmul_scratch *mm, gm_4_state **out,
@@ -345,6 +457,23 @@ gm_status gm_4_state_new(const gm_model *m, int max_batch, gm_pool *pool, gm_mat
     s->m = m, s->pool = pool, s->mm = mm;
     const size_t B = (size_t)max_batch, d = (size_t)m->cfg.d_model, P = (size_t)m->g4->P,
                  PL = P * (size_t)m->cfg.n_layers;
+    const size_t E = (size_t)m->g4->n_expert, K = (size_t)m->g4->n_expert_used;
+    size_t F = 0;
+    for (int il = 0; il < m->cfg.n_layers; il++)
+        if (m->g4->layers[il].moe && (size_t)m->g4->layers[il].n_ff_exp > F) F = (size_t)m->g4->layers[il].n_ff_exp;
+    if (F > 0) {
+        float **fl[] = {&s->rin, &s->z, &s->zin, &s->eo, &s->logits, &s->wt, &s->kout, &s->eg, &s->eu};
+        const size_t fn[] = {B * d, B * d, B * d, B * d, B * E, B * K, B * K * d, B * F, B * F};
+        bool ok = true;
+        for (size_t i = 0; i < sizeof fn / sizeof fn[0]; i++) ok &= (*fl[i] = malloc(fn[i] * sizeof(float))) != NULL;
+        s->sel = malloc(B * K * sizeof(int));
+        s->rows = malloc(B * sizeof(int));
+        s->slot = malloc(B * sizeof(int));
+        if (!ok || !s->sel || !s->rows || !s->slot) {
+            gm_4_state_free(s);
+            return gm_fail(err, GM_ERR_NOMEM, "forward: cannot allocate Gemma 4's expert scratch for %d rows", max_batch);
+        }
+    }
     if (P > 0) {
         s->ple = malloc(B * PL * sizeof(float));
         s->t = malloc(B * (PL > d ? PL : d) * sizeof(float));
@@ -363,6 +492,11 @@ void gm_4_state_free(gm_4_state *s) {
     free(s->ple);
     free(s->t);
     free(s->scratch);
+    float *fl[] = {s->rin, s->z, s->zin, s->eo, s->logits, s->wt, s->kout, s->eg, s->eu};
+    for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) free(fl[i]);
+    free(s->sel);
+    free(s->rows);
+    free(s->slot);
     free(s);
 }
 
@@ -386,5 +520,80 @@ gm_status gm_4_layer_end(gm_4_state *s, int il, float *x, int n) {
         gm_add(x, s->t, n * d);
     }
     if (l->out_scale != 1.0f) gm_scale(x, n * d, l->out_scale);
+    return GM_OK;
+}
+
+/* The router of one row: softmax over the E logits, the K largest (lowest index first on ties), their
+ * probabilities renormalised (the sum clamped as llama.cpp: at least 2^-14). */
+static void route(const float *logits, int E, int K, int *sel, float *wt) {
+    float mx = logits[0], p[GM_4_MAX_EXPERTS];
+    for (int e = 1; e < E; e++) mx = logits[e] > mx ? logits[e] : mx;
+    float z = 0.0f;
+    for (int e = 0; e < E; e++) z += p[e] = expf(logits[e] - mx);
+    for (int e = 0; e < E; e++) p[e] /= z;
+    float sum = 0.0f;
+    for (int k = 0; k < K; k++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool taken = false;
+            for (int j = 0; j < k; j++) taken |= sel[j] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        sel[k] = best, wt[k] = p[best], sum += p[best];
+    }
+    if (sum < 6.103515625e-5f) sum = 6.103515625e-5f;
+    for (int k = 0; k < K; k++) wt[k] /= sum;
+}
+
+gm_status gm_4_moe(gm_4_state *s, int il, const float *a, float *o, int n) {
+    const gm_4_weights *w = s->m->g4;
+    const gm_4_layer *l = &w->layers[il];
+    if (!l->moe) return GM_OK;
+    const gm_config *c = &s->m->cfg;
+    const int d = c->d_model, E = w->n_expert, K = w->n_expert_used, F = l->n_ff_exp;
+    const float eps = c->norm_eps, inv_sqrt_d = 1.0f / sqrtf((float)d);
+    gm_status st;
+    for (int i = 0; i < n; i++) {
+        const float *ai = a + (size_t)i * d;
+        float *oi = o + (size_t)i * d;
+        gm_rmsnorm(oi, oi, l->post_norm1, d, eps);                       /* the dense part */
+        gm_rmsnorm(s->rin + (size_t)i * d, ai, l->router_scale, d, eps);  /* router input */
+        gm_scale(s->rin + (size_t)i * d, d, inv_sqrt_d);
+        gm_rmsnorm(s->z + (size_t)i * d, ai, l->pre_norm2, d, eps);       /* expert input */
+    }
+    if ((st = gm_matmul(&l->router, s->rin, n, s->logits, s->pool, s->mm))) return st;
+    for (int i = 0; i < n; i++) route(s->logits + (size_t)i * E, E, K, s->sel + (size_t)i * K, s->wt + (size_t)i * K);
+    /* each expert once over the rows routed to it; its outputs land in the rows' slots */
+    for (int e = 0; e < E; e++) {
+        int cnt = 0;
+        for (int i = 0; i < n; i++)
+            for (int k = 0; k < K; k++)
+                if (s->sel[(size_t)i * K + k] == e) {
+                    memcpy(s->zin + (size_t)cnt * d, s->z + (size_t)i * d, (size_t)d * sizeof(float));
+                    s->rows[cnt] = i, s->slot[cnt] = k, cnt++;
+                }
+        if (!cnt) continue;
+        const gm_matrix *W[2] = {&l->gate_e[e], &l->up_e[e]};
+        float *const y[2] = {s->eg, s->eu};
+        if ((st = gm_matmul_multi(W, y, 2, s->zin, cnt, s->pool, s->mm))) return st;
+        gm_geglu_fast(s->eg, s->eu, cnt * F);
+        if ((st = gm_matmul(&l->down_e[e], s->eg, cnt, s->eo, s->pool, s->mm))) return st;
+        const float sc = l->expert_scale ? l->expert_scale[e] : 1.0f;
+        for (int j = 0; j < cnt; j++) {
+            const size_t at = (size_t)s->rows[j] * K + (size_t)s->slot[j];
+            const float wk = s->wt[at];
+            float *dst = s->kout + at * d;
+            const float *src = s->eo + (size_t)j * d;
+            for (int q = 0; q < d; q++) dst[q] = src[q] * sc * wk;
+        }
+    }
+    /* the slots summed in routing order (llama.cpp's order), normed, joined to the dense part */
+    for (int i = 0; i < n; i++) {
+        float *sum = s->eo; /* free again */
+        memcpy(sum, s->kout + (size_t)i * K * d, (size_t)d * sizeof(float));
+        for (int k = 1; k < K; k++) gm_add(sum, s->kout + ((size_t)i * K + k) * d, d);
+        gm_rmsnorm(sum, sum, l->post_norm2, d, eps);
+        gm_add(o + (size_t)i * d, sum, d);
+    }
     return GM_OK;
 }

@@ -427,8 +427,37 @@ TEST(bad_variants_are_refused) {
     refused(&(edit){.drop_tensor = "rope_freqs.weight"}, "no rope_freqs", "rope_freqs.weight");
     refused(&(edit){.drop_tensor = "blk.0.attn_k.weight"}, "no K on a layer with its own cache", "blk.0.attn_k.weight");
     refused(&(edit){.drop_tensor = "blk.3.attn_k_norm.weight"}, "no K norm", "blk.3.attn_k_norm.weight");
-    refused(&(edit){.add = experts}, "expert_count", "mixture-of-experts");
+    refused(&(edit){.add = experts}, "expert_count without expert_used_count", "expert_used_count");
     refused(&(edit){.add = router}, "an MoE router tensor", "blk.2.ffn_gate_inp.weight");
+}
+
+static void used5(gw_writer *w) { gw_add_u32(w, "gemma4.expert_used_count", 5); }
+static void experts300(gw_writer *w) { gw_add_u32(w, "gemma4.expert_count", 300); }
+static void down_3_experts(gw_writer *w) { /* layer 5's down experts: 3 where the router has 4 */
+    static float z[16 * 32 * 3];
+    const int64_t ne[3] = {16, 32, 3};
+    gw_add_tensor_f32(w, "blk.5.ffn_down_exps.weight", GM_TYPE_F32, 3, ne, z);
+}
+static void gate_wide(gw_writer *w) { /* layer 5's gate experts: width 24 where the key says 16 */
+    static float z[32 * 24 * 4];
+    const int64_t ne[3] = {32, 24, 4};
+    gw_add_tensor_f32(w, "blk.5.ffn_gate_exps.weight", GM_TYPE_F32, 3, ne, z);
+}
+
+/* Mixture-of-experts files whose expert keys and tensors disagree. */
+TEST(bad_moe_variants_are_refused) {
+    refused(&(edit){.drop_key = "gemma4.expert_used_count", .add = used5}, "top 5 of 4 experts",
+            "expert_used_count = 5 with 4 experts");
+    refused(&(edit){.drop_key = "gemma4.expert_count", .add = experts300}, "300 experts", "300 experts");
+    refused(&(edit){.drop_key = "gemma4.expert_feed_forward_length"}, "no expert width", "expert_feed_forward_length");
+    refused(&(edit){.drop_tensor = "blk.5.ffn_down_exps.weight", .add = down_3_experts}, "3 down experts of 4",
+            "blk.5.ffn_down_exps.weight");
+    refused(&(edit){.drop_tensor = "blk.5.ffn_gate_exps.weight", .add = gate_wide}, "gate experts too wide",
+            "blk.5.ffn_gate_exps.weight");
+    refused(&(edit){.drop_tensor = "blk.5.ffn_up_exps.weight"}, "no up experts", "blk.5.ffn_up_exps.weight");
+    refused(&(edit){.drop_tensor = "blk.2.ffn_gate_inp.scale"}, "no router scale", "blk.2.ffn_gate_inp.scale");
+    refused(&(edit){.drop_tensor = "blk.2.post_ffw_norm_2.weight"}, "no expert output norm",
+            "blk.2.post_ffw_norm_2.weight");
 }
 
 /* The per-layer facts as the engine sees them. */
@@ -452,7 +481,7 @@ TEST(layer_facts) {
     gm_model_free(m);
 }
 
-static void run_variant(const char *name, bool full) {
+static void run_variant(const char *name, bool full, bool moe) {
     stem = name;
     char rel[128];
     snprintf(rel, sizeof rel, "gemma4/%s.logits.txt", name);
@@ -471,6 +500,7 @@ static void run_variant(const char *name, bool full) {
             RUN(layer_facts);
             RUN(bad_variants_are_refused);
         }
+        if (moe) RUN(bad_moe_variants_are_refused);
     }
     free(first_run);
     first_run = NULL;
@@ -479,7 +509,8 @@ static void run_variant(const char *name, bool full) {
 }
 
 int main(void) {
-    run_variant("gemma4-dense", true);
-    run_variant("gemma4-ple", false);
+    run_variant("gemma4-dense", true, false);
+    run_variant("gemma4-ple", false, false);
+    run_variant("gemma4-moe", false, true);
     return test_summary();
 }
