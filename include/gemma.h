@@ -75,8 +75,8 @@ typedef struct gm_model_options {
 /* Architectural facts, all read from the file (GGUF metadata or config.json) or from the
  * documented per-generation rule table (model/arch.c). */
 typedef struct gm_config {
-    char arch[32];           /* "gemma", "gemma2", "gemma3" */
-    int generation;          /* 1, 2, 3 */
+    char arch[32];           /* "gemma", "gemma2", "gemma3", "gemma3n" */
+    int generation;          /* 1, 2, 3 (3 for gemma3n too) */
     int n_vocab;
     int d_model;             /* hidden size */
     int n_layers;
@@ -98,6 +98,7 @@ typedef struct gm_config {
     bool norm_weights_plus_one; /* true: file stores (1+w) already (llama.cpp GGUF); false: HF (we add 1) */
     bool has_qk_norm;
     bool has_post_norms;     /* post-attention and post-FFN norms */
+    bool has_v_norm;         /* V is RMS-normed without weight (Gemma 3n) */
     bool tied_embeddings;
     int bos_id, eos_id, eot_id, pad_id; /* eot = <end_of_turn>, -1 if absent */
     /* Embedding models (EmbeddingGemma: GGUF arch "gemma-embedding", HF Gemma3TextModel with

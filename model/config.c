@@ -23,6 +23,8 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "model/gemma3n.h"
+#include "model/gemma4.h"
 #include "model/source.h"
 
 enum { MAX_LAYERS = 4096, MAX_DIM = 1 << 20, MAX_MISSING_LISTED = 6 };
@@ -31,6 +33,8 @@ static int generation_of(const char *arch) {
     if (!strcmp(arch, "gemma")) return 1;
     if (!strcmp(arch, "gemma2")) return 2;
     if (!strcmp(arch, "gemma3") || !strcmp(arch, "gemma3_text") || !strcmp(arch, "gemma-embedding")) return 3;
+    if (!strcmp(arch, "gemma3n")) return 3; /* Gemma 3 plus AltUp, LAuReL, per-layer inputs: model/gemma3n.c */
+    if (!strcmp(arch, "gemma4")) return 4;  /* per-layer geometry, KV sharing, PLE: model/gemma4.c */
     return 0;
 }
 
@@ -98,8 +102,36 @@ static gm_status arch_from_gguf(const gguf_file *f, gm_config *c, gm_error *err)
     c->arch[a.len] = 0;
     c->generation = generation_of(c->arch);
     if (!c->generation || !strcmp(c->arch, "gemma3_text"))
-        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: architecture %s is not supported yet (gemma, gemma2, gemma3 are)",
-                       f->path, c->arch);
+        return gm_fail(err, GM_ERR_UNSUPPORTED,
+                       "%s: architecture %s is not supported yet (gemma, gemma2, gemma3, gemma3n, gemma4 are)", f->path,
+                       c->arch);
+    return GM_OK;
+}
+
+/* <arch>.feed_forward_length as a number or (Gemma 3n's converter) a per-layer array, which must be uniform:
+ * llama.cpp checks every layer against layer 0's width. */
+static gm_status g_ff(const gguf_ctx *c, int n_layers, int *out) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.feed_forward_length", c->arch);
+    const gguf_kv *kv = gguf_find(c->f, key);
+    if (!kv || kv->val.type != GGUF_VT_ARRAY) return g_int(c, "feed_forward_length", -1, out);
+    const gguf_value *arr = &kv->val;
+    if (arr->v.arr.n != (uint64_t)n_layers)
+        return gm_fail(c->err, GM_ERR_FORMAT, "%s: %s has %llu entries for %d layers", c->f->path, key,
+                       (unsigned long long)arr->v.arr.n, n_layers);
+    gguf_arr_iter it;
+    gguf_value v;
+    gguf_arr_iter_init(&it, arr);
+    for (int i = 0; gguf_arr_iter_next(&it, &v); i++) {
+        const bool is_int = v.type == GGUF_VT_I32 || v.type == GGUF_VT_I64 || v.type == GGUF_VT_I16;
+        const int64_t x = is_int ? v.v.i : (int64_t)v.v.u;
+        if ((v.type != GGUF_VT_U32 && v.type != GGUF_VT_U64 && !is_int) || x <= 0 || x > INT32_MAX)
+            return gm_fail(c->err, GM_ERR_FORMAT, "%s: %s[%d] is not a positive integer", c->f->path, key, i);
+        if (i == 0) *out = (int)x;
+        else if (x != *out)
+            return gm_fail(c->err, GM_ERR_UNSUPPORTED, "%s: %s differs between layers (%d vs %lld at layer %d); only "
+                           "uniform widths run (as in llama.cpp)", c->f->path, key, *out, (long long)x, i);
+    }
     return GM_OK;
 }
 
@@ -130,10 +162,16 @@ static gm_status config_from_gguf(const gm_source *s, gm_config *c, gm_error *er
     const gguf_file *f = gm_source_gguf(s);
     gm_status st = arch_from_gguf(f, c, err);
     if (st) return st;
+    if (gm_is_gemma4(c)) { /* per-layer arrays throughout: its own reader */
+        if ((st = gm_4_config_gguf(f, c, err))) return st;
+        goto ids;
+    }
     gguf_ctx g = {f, c->arch, err};
     int kl = 0, vl = 0, window = 0;
     if ((st = g_int(&g, "embedding_length", -1, &c->d_model)) || (st = g_int(&g, "block_count", -1, &c->n_layers)) ||
-        (st = g_int(&g, "feed_forward_length", -1, &c->d_ff)) ||
+        (c->n_layers > MAX_LAYERS && (st = gm_fail(err, GM_ERR_FORMAT, "%s: layer count %d out of range", f->path,
+                                                   c->n_layers))) ||
+        (st = g_ff(&g, c->n_layers, &c->d_ff)) ||
         (st = g_int(&g, "attention.head_count", -1, &c->n_heads)) ||
         (st = g_int(&g, "attention.head_count_kv", c->n_heads, &c->n_kv_heads)) ||
         (st = g_int(&g, "context_length", 8192, &c->context_length)))
@@ -149,7 +187,9 @@ static gm_status config_from_gguf(const gm_source *s, gm_config *c, gm_error *er
         return st;
     c->rope_base_local = c->rope_base_global;
     c->rope_scale_global = 1.0f;
-    if (c->generation == 2) {
+    if (gm_is_gemma3n(c)) {
+        if ((st = gm_3n_config_gguf(f, c, err))) return st;
+    } else if (c->generation == 2) {
         if ((st = g_int(&g, "attention.sliding_window", 4096, &window)) ||
             (st = g_float(&g, "attn_logit_softcapping", 50.0f, &c->attn_softcap)) ||
             (st = g_float(&g, "final_logit_softcapping", 30.0f, &c->final_softcap)))
@@ -178,8 +218,11 @@ static gm_status config_from_gguf(const gm_source *s, gm_config *c, gm_error *er
     if (!strcmp(c->arch, "gemma-embedding") && (st = embedding_from_gguf(&g, c))) return st;
     bool is27b = !c->is_embedding && ((c->generation == 2 && c->n_layers == 46) || (c->generation == 3 && c->n_layers == 62));
     int scale_dim = is27b && c->n_heads > 0 ? c->d_model / c->n_heads : c->head_dim;
-    c->query_scale = scale_dim > 0 ? 1.0f / sqrtf((float)scale_dim) : 0.0f;
-    c->norm_weights_plus_one = true;
+    if (!gm_is_gemma3n(c)) { /* 3n: scale 1, raw norm weights (gm_3n_config_gguf) */
+        c->query_scale = scale_dim > 0 ? 1.0f / sqrtf((float)scale_dim) : 0.0f;
+        c->norm_weights_plus_one = true;
+    }
+ids:
     c->bos_id = token_id(f, "tokenizer.ggml.bos_token_id", 2);
     c->eos_id = token_id(f, "tokenizer.ggml.eos_token_id", 1);
     c->pad_id = token_id(f, "tokenizer.ggml.padding_token_id", 0);
@@ -348,9 +391,18 @@ static gm_status hf_arch(const cJSON *root, const cJSON **cfg, gm_config *c, con
     if (!cJSON_IsString(mt) && *cfg != root) mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     if (!cJSON_IsString(mt)) return gm_fail(err, GM_ERR_FORMAT, "%s: \"model_type\" is missing", file);
     c->generation = generation_of(mt->valuestring);
+    if (c->generation == 4)
+        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: Gemma 4 Hugging Face folders are not supported yet (GGUF files are)",
+                       file);
+    if (!strcmp(mt->valuestring, "gemma3n") || !strcmp(mt->valuestring, "gemma3n_text")) {
+        snprintf(c->arch, sizeof c->arch, "gemma3n");
+        c->generation = 3;
+        return GM_OK;
+    }
     if (!c->generation)
-        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: architecture %.40s is not supported yet (gemma, gemma2, gemma3 are)",
-                       file, mt->valuestring);
+        return gm_fail(err, GM_ERR_UNSUPPORTED,
+                       "%s: architecture %.40s is not supported yet (gemma, gemma2, gemma3, gemma3n are)", file,
+                       mt->valuestring);
     snprintf(c->arch, sizeof c->arch, "%s", c->generation == 1 ? "gemma" : c->generation == 2 ? "gemma2" : "gemma3");
     return GM_OK;
 }
@@ -407,6 +459,25 @@ static gm_status hf_embedding(const hf_ctx *h, const gm_source *s, gm_config *c)
     return GM_OK;
 }
 
+/* intermediate_size: a number or (Gemma 3n) a per-layer list, which must be uniform. */
+static gm_status j_ff(const hf_ctx *h, int n_layers, int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(h->cfg, "intermediate_size");
+    if (!cJSON_IsArray(v)) return j_int(h, "intermediate_size", -1, out);
+    if (cJSON_GetArraySize(v) != n_layers)
+        return gm_fail(h->err, GM_ERR_FORMAT, "%s: \"intermediate_size\" has %d entries for %d layers", h->file,
+                       cJSON_GetArraySize(v), n_layers);
+    int i = 0;
+    for (const cJSON *e = v->child; e; e = e->next, i++) {
+        if (!cJSON_IsNumber(e) || e->valuedouble < 1 || e->valuedouble > INT32_MAX || floor(e->valuedouble) != e->valuedouble)
+            return gm_fail(h->err, GM_ERR_TYPE, "%s: \"intermediate_size\"[%d] is not a positive integer", h->file, i);
+        if (i == 0) *out = (int)e->valuedouble;
+        else if ((int)e->valuedouble != *out)
+            return gm_fail(h->err, GM_ERR_UNSUPPORTED, "%s: \"intermediate_size\" differs between layers; only uniform "
+                           "widths run", h->file);
+    }
+    return GM_OK;
+}
+
 static gm_status config_from_hf(const gm_source *s, gm_config *c, gm_error *err) {
     char file[4096];
     snprintf(file, sizeof file, "%s/config.json", gm_source_hf_dir(s));
@@ -415,8 +486,7 @@ static gm_status config_from_hf(const gm_source *s, gm_config *c, gm_error *err)
     if (st) return st;
     hf_ctx h = {cfg, file, err};
     if ((st = j_int(&h, "hidden_size", -1, &c->d_model)) || (st = j_int(&h, "num_hidden_layers", -1, &c->n_layers)) ||
-        (st = j_int(&h, "intermediate_size", -1, &c->d_ff)) ||
-        (st = j_int(&h, "num_attention_heads", -1, &c->n_heads)) ||
+        (st = j_ff(&h, c->n_layers, &c->d_ff)) || (st = j_int(&h, "num_attention_heads", -1, &c->n_heads)) ||
         (st = j_int(&h, "num_key_value_heads", c->n_heads, &c->n_kv_heads)) ||
         (st = j_int(&h, "head_dim", c->n_heads > 0 ? c->d_model / c->n_heads : 0, &c->head_dim)) ||
         (st = j_int(&h, "max_position_embeddings", 8192, &c->context_length)) ||
@@ -428,7 +498,16 @@ static gm_status config_from_hf(const gm_source *s, gm_config *c, gm_error *err)
     float qpas = (float)c->head_dim;
     if (c->generation >= 2 && (st = j_float(&h, "query_pre_attn_scalar", qpas, qpas, &qpas))) return st;
     c->query_scale = qpas > 0 ? 1.0f / sqrtf(qpas) : 0.0f;
-    if (c->generation == 2) {
+    if (gm_is_gemma3n(c)) { /* HF's Gemma3nText*: scale 1, raw norm weights, V norm, soft-cap 30 by default */
+        if ((st = j_int(&h, "sliding_window", -1, &c->sliding_window)) ||
+            (st = j_float(&h, "final_logit_softcapping", 30.0f, 0.0f, &c->final_softcap)) ||
+            (st = j_float(&h, "rope_local_base_freq", 10000.0f, 10000.0f, &c->rope_base_local)) ||
+            (st = hf_pattern(&h, c->n_layers, &c->sliding_pattern)))
+            return st;
+        c->query_scale = 1.0f;
+        c->attn_softcap = 0.0f;
+        c->has_v_norm = true;
+    } else if (c->generation == 2) {
         if ((st = j_int(&h, "sliding_window", 4096, &c->sliding_window)) ||
             (st = j_float(&h, "attn_logit_softcapping", 50.0f, 0.0f, &c->attn_softcap)) ||
             (st = j_float(&h, "final_logit_softcapping", 30.0f, 0.0f, &c->final_softcap)))
@@ -445,7 +524,7 @@ static gm_status config_from_hf(const gm_source *s, gm_config *c, gm_error *err)
         if ((st = hf_embedding(&h, s, c))) return st;
     }
     if ((st = hf_rope_parameters(&h, c))) return st;
-    c->norm_weights_plus_one = false;
+    c->norm_weights_plus_one = gm_is_gemma3n(c); /* 3n multiplies by the raw w: nothing to add */
     c->bos_id = j_token(cfg, "bos_token_id", j_token(gm_source_hf_config(s), "bos_token_id", 2));
     c->eos_id = j_token(cfg, "eos_token_id", j_token(gm_source_hf_config(s), "eos_token_id", 1));
     c->pad_id = j_token(cfg, "pad_token_id", j_token(gm_source_hf_config(s), "pad_token_id", 0));
@@ -543,7 +622,8 @@ static gm_status check_tensors(const gm_source *s, const gm_config *c, gm_error 
     };
     int n_kinds = c->generation == 1 ? 9 : c->generation == 2 ? 11 : 13;
     int64_t dims[5] = {d, q, kv, ff, hd};
-    for (int l = 0; l < c->n_layers; l++) {
+    /* Gemma 4's shapes differ per layer: checked by name when the layers load (model/model.c) */
+    for (int l = 0; l < (gm_is_gemma4(c) ? 0 : c->n_layers); l++) {
         for (int k = 0; k < n_kinds; k++) {
             want w = {"", layer[k].nd, {dims[layer[k].a], layer[k].nd == 2 ? dims[layer[k].b] : 1}};
             snprintf(w.name, sizeof w.name, "blk.%d.%s.weight", l, layer[k].name);

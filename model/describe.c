@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "model/gemma3n.h"
+#include "model/gemma4.h"
 #include "model/model.h"
 #include "model/source.h"
 #include "quant/quant.h"
@@ -297,19 +299,38 @@ static const char *format_text(const gm_source *s, char *buf, size_t n) {
 
 /* ---- per-layer table: runs of layers with the same facts (Gemma 1-3: the uniform rules of model/model.c) */
 
-static bool same_layer(const gm_layer_config *a, const gm_layer_config *b, int ia, int ib) {
+/* a layer's facts as shown: gm_layer_config plus Gemma 4's extras (neutral for other models) */
+typedef struct shown_layer {
+    gm_layer_config l;
+    gm_4_layer_extras x;
+} shown_layer;
+
+static bool same_layer(const shown_layer *sa, const shown_layer *sb, int ia, int ib) {
+    const gm_layer_config *a = &sa->l, *b = &sb->l;
     return a->head_dim == b->head_dim && a->n_heads == b->n_heads && a->n_kv_heads == b->n_kv_heads &&
            a->d_ff == b->d_ff && a->window == b->window && a->rope_base == b->rope_base &&
-           a->rope_scale == b->rope_scale && a->rope_dims == b->rope_dims && (a->kv_source == ia) == (b->kv_source == ib);
+           a->rope_scale == b->rope_scale && a->rope_dims == b->rope_dims && (a->kv_source == ia) == (b->kv_source == ib) &&
+           (a->kv_source == ia || a->kv_source == b->kv_source) && sa->x.rotated_pairs == sb->x.rotated_pairs &&
+           sa->x.v_from_k == sb->x.v_from_k && sa->x.out_scale == sb->x.out_scale;
+}
+
+/* layer il's facts: the uniform rules, plus Gemma 3n's KV sharing, or Gemma 4's per-layer keys and tensors
+ * (read without error here: the model opened, so they were checked) */
+static shown_layer layer_at(const gm_source *s, const gm_config *c, int il) {
+    shown_layer r = {.l = gm_layer_config_uniform(c, il), .x = {.rotated_pairs = -1, .out_scale = 1.0f}};
+    if (gm_is_gemma3n(c)) r.l.kv_source = gm_3n_kv_source(s, c, il);
+    if (gm_is_gemma4(c) && gm_4_layer_config(s, c, il, &r.l, NULL) == GM_OK) gm_4_layer_extras_of(s, &r.l, il, &r.x);
+    return r;
 }
 
 /* calls fn(first, last, facts) for each run of alike layers */
-static void layer_runs(const gm_config *c, void (*fn)(int, int, const gm_layer_config *, void *), void *user) {
+static void layer_runs(const gm_source *s, const gm_config *c, void (*fn)(int, int, const shown_layer *, void *),
+                       void *user) {
     for (int i = 0; i < c->n_layers;) {
-        const gm_layer_config a = gm_layer_config_uniform(c, i);
+        const shown_layer a = layer_at(s, c, i);
         int j = i + 1;
         for (; j < c->n_layers; j++) {
-            const gm_layer_config b = gm_layer_config_uniform(c, j);
+            const shown_layer b = layer_at(s, c, j);
             if (!same_layer(&a, &b, i, j)) break;
         }
         fn(i, j - 1, &a, user);
@@ -317,16 +338,23 @@ static void layer_runs(const gm_config *c, void (*fn)(int, int, const gm_layer_c
     }
 }
 
-static void layer_line(int first, int last, const gm_layer_config *l, void *user) {
+static void layer_line(int first, int last, const shown_layer *sl, void *user) {
     FILE *out = user;
-    char span[32];
+    const gm_layer_config *l = &sl->l;
+    char span[32], kv[32], rot[32] = "", extra[64] = "";
     snprintf(span, sizeof span, first == last ? "%d" : "%d-%d", first, last);
-    fprintf(out, "  %-8s %-7s window %-5d head_dim %-4d heads %d/%d  ffn %-6d rope base %g scale %g (%d dims)  kv %s\n", span,
-            l->window ? "sliding" : "full", l->window, l->head_dim, l->n_heads, l->n_kv_heads, l->d_ff, l->rope_base,
-            l->rope_scale, l->rope_dims, l->kv_source == first ? "own" : "shared");
+    snprintf(kv, sizeof kv, l->kv_source == first ? "own" : "of layer %d", l->kv_source);
+    if (sl->x.rotated_pairs >= 0) snprintf(rot, sizeof rot, ", %d rotate", sl->x.rotated_pairs);
+    if (sl->x.v_from_k) snprintf(extra, sizeof extra, "  no attn_v (V = K)");
+    if (sl->x.out_scale != 1.0f)
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "  out x%g", sl->x.out_scale);
+    fprintf(out, "  %-8s %-7s window %-5d head_dim %-4d heads %d/%d  ffn %-6d rope base %g scale %g (%d dims%s)  kv %s%s\n",
+            span, l->window ? "sliding" : "full", l->window, l->head_dim, l->n_heads, l->n_kv_heads, l->d_ff,
+            l->rope_base, l->rope_scale, l->rope_dims, rot, kv, extra);
 }
 
-static void layer_obj(int first, int last, const gm_layer_config *l, void *user) {
+static void layer_obj(int first, int last, const shown_layer *sl, void *user) {
+    const gm_layer_config *l = &sl->l;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "first", first);
     cJSON_AddNumberToObject(o, "last", last);
@@ -340,6 +368,10 @@ static void layer_obj(int first, int last, const gm_layer_config *l, void *user)
     cJSON_AddNumberToObject(o, "rope_scale", float_for_json(l->rope_scale));
     cJSON_AddNumberToObject(o, "rope_dims", l->rope_dims);
     cJSON_AddBoolToObject(o, "kv_shared", l->kv_source != first);
+    cJSON_AddNumberToObject(o, "kv_source", l->kv_source == first ? first : l->kv_source);
+    if (sl->x.rotated_pairs >= 0) cJSON_AddNumberToObject(o, "rope_rotated_pairs", sl->x.rotated_pairs);
+    if (sl->x.v_from_k) cJSON_AddBoolToObject(o, "v_from_k", true);
+    if (sl->x.out_scale != 1.0f) cJSON_AddNumberToObject(o, "output_scale", float_for_json(sl->x.out_scale));
     cJSON_AddItemToArray(user, o);
 }
 
@@ -350,7 +382,7 @@ static void describe_text(const gm_source *s, const gm_config *c, bool have_cfg,
         fprintf(out, "architecture: %s (Gemma %d)\n", c->arch, c->generation);
         config_text(c, out);
         fprintf(out, "layers:\n");
-        layer_runs(c, layer_line, out);
+        layer_runs(s, c, layer_line, out);
     }
     tokenizer_text(tok, c, have_cfg, out);
     totals tt;
@@ -368,7 +400,7 @@ static bool describe_json(const gm_source *s, const gm_config *c, bool have_cfg,
         cJSON_AddStringToObject(o, "architecture", c->arch);
         cJSON_AddItemToObject(o, "config", config_json(c));
         cJSON *layers = cJSON_CreateArray();
-        layer_runs(c, layer_obj, layers);
+        layer_runs(s, c, layer_obj, layers);
         cJSON_AddItemToObject(o, "layers", layers);
     } else {
         cJSON_AddNullToObject(o, "config");

@@ -11,7 +11,10 @@
  * then logits = RMSNorm(x, output_norm) E^T (tied) for the rows that ask, Gemma 2: final soft-cap, and
  * RMSNorm(x, output_norm) itself for the rows that ask for their hidden state (embedding models).
  * Bidirectional batches (EmbeddingGemma) are one whole sequence in one chunk: every row's keys and values
- * are in the cache before attention runs, so each row attends both ways (attention.c, keys_of). */
+ * are in the cache before attention runs, so each row attends both ways (attention.c, keys_of).
+ * Gemma 3n (model/gemma3n.h) keeps 4 streams per row around this block: x is the active prediction, LAuReL
+ * joins the attention residual, layers < 10 sparsify the FFN gate, V is RMS-normed, and the layer output
+ * corrects the streams. */
 #include "model/forward.h"
 
 #include <math.h>
@@ -22,6 +25,8 @@
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "model/attention.h"
+#include "model/gemma3n.h"
+#include "model/gemma4.h"
 
 enum { LOGIT_ROWS = 16, MAX_ROPE_KINDS = 8 };
 
@@ -47,6 +52,9 @@ struct gm_forward {
     int *lrows;           /* rows of a chunk that want logits */
     float *buf;           /* backing store of the above */
     float *lbuf;          /* LOGIT_ROWS x n_vocab, allocated on the first on_logits pass */
+    float *ones;          /* head_dim ones: the weightless V norm */
+    gm_3n_state *g3n;     /* Gemma 3n's streams, NULL for other models */
+    gm_4_state *g4;       /* Gemma 4's per-layer inputs, NULL for other models */
 };
 
 void gm_forward_free(gm_forward *f) {
@@ -57,6 +65,9 @@ void gm_forward_free(gm_forward *f) {
     free(f->lrows);
     free(f->buf);
     free(f->lbuf);
+    free(f->ones);
+    gm_3n_state_free(f->g3n);
+    gm_4_state_free(f->g4);
     free(f);
 }
 
@@ -70,7 +81,10 @@ static gm_status find_rope_kinds(gm_forward *f, gm_error *err) {
         int k = 0;
         for (; k < f->n_rope; k++) {
             const rope_kind *r = &f->rope[k];
-            if (r->dims == l->rope_dims && r->base == l->rope_base && r->scale == l->rope_scale) break;
+            /* the frequencies too: Gemma 4's full layers divide theirs by rope_freqs */
+            if (r->dims == l->rope_dims && r->base == l->rope_base && r->scale == l->rope_scale &&
+                !memcmp(r->inv_freq, m->layers[il].inv_freq, (size_t)(l->rope_dims / 2) * sizeof *r->inv_freq))
+                break;
         }
         if (k == f->n_rope) {
             if (k == MAX_ROPE_KINDS)
@@ -131,6 +145,22 @@ gm_status gm_forward_new(const gm_model *m, const gm_kv_layout *lay, gm_pool *po
         p += (B * rh + 15) & ~(size_t)15;
         f->rope[k].sn = p;
         p += (B * rh + 15) & ~(size_t)15;
+    }
+    if (m->cfg.has_v_norm) {
+        f->ones = malloc((size_t)f->mx.head_dim * sizeof *f->ones);
+        if (!f->ones) {
+            gm_forward_free(f);
+            return gm_fail(err, GM_ERR_NOMEM, "forward: out of memory");
+        }
+        for (int i = 0; i < f->mx.head_dim; i++) f->ones[i] = 1.0f;
+    }
+    if (m->g3n && (st = gm_3n_state_new(m, max_batch, pool, &f->mm, &f->g3n, err))) {
+        gm_forward_free(f);
+        return st;
+    }
+    if (m->g4 && (st = gm_4_state_new(m, max_batch, pool, &f->mm, &f->g4, err))) {
+        gm_forward_free(f);
+        return st;
     }
     st = gm_attn_scratch_init(&f->attn, pool ? gm_pool_size(pool) : 1, max_batch, max_ctx, f->mx.group, f->mx.n_heads,
                               f->mx.head_dim, err);
@@ -214,10 +244,13 @@ static void qk_task(void *ctx, int64_t begin, int64_t end, int thread) {
         if (L->k_norm)
             for (int h = 0; h < Hkv; h++) gm_rmsnorm_fast(k + (size_t)h * hd, k + (size_t)h * hd, L->k_norm, hd, c->norm_eps);
         rope_heads(k, Hkv, hd, lc->rope_dims, cs, sn);
+        float *v = f->v + (size_t)i * kvd;
+        if (f->ones)
+            for (int h = 0; h < Hkv; h++) gm_rmsnorm_fast(v + (size_t)h * hd, v + (size_t)h * hd, f->ones, hd, c->norm_eps);
         const gm_fwd_row *r = &j->rows[i];
         const gm_kv_type kt = (gm_kv_type)f->lay->dtype;
         gm_kv_store(gm_kv_row_k(f->lay, r->kv, j->il, r->pos), kt, k, (int)kvd);
-        gm_kv_store(gm_kv_row_v(f->lay, r->kv, j->il, r->pos), kt, f->v + (size_t)i * kvd, (int)kvd);
+        gm_kv_store(gm_kv_row_v(f->lay, r->kv, j->il, r->pos), kt, v, (int)kvd);
     }
 }
 
@@ -232,14 +265,19 @@ static gm_status layer_forward(gm_forward *f, int il, const gm_fwd_row *rows, in
     const gm_config *c = &m->cfg;
     const gm_layer *L = &m->layers[il];
     const int d = c->d_model, ff = L->lc.d_ff;
+    gm_status st;
 
+    if (f->g3n) gm_3n_predict(f->g3n, il, f->x, n); /* x = the active prediction */
     norm_rows(f->pool, f->xn, f->x, L->attn_norm, n, d, c->norm_eps, NULL);
+    if (f->g3n && (st = gm_3n_laurel(f->g3n, il, f->xn, n))) return st;
     {
         const bool own_kv = L->lc.kv_source == il;
         const gm_matrix *W[3] = {&L->wq, &L->wk, &L->wv};
         float *const y[3] = {f->q, f->k, f->v};
-        gm_status st = gm_matmul_multi(W, y, own_kv ? 3 : 1, f->xn, n, f->pool, &f->mm);
+        st = gm_matmul_multi(W, y, !own_kv ? 1 : L->v_from_k ? 2 : 3, f->xn, n, f->pool, &f->mm);
         if (st) return st;
+        /* Gemma 4 without attn_v: V is the raw K projection (normed without weight in qk_task) */
+        if (own_kv && L->v_from_k) memcpy(f->v, f->k, (size_t)n * L->lc.n_kv_heads * L->lc.head_dim * sizeof *f->v);
     }
     qk_job qj = {f, rows, il};
     if (n == 1) qk_task(&qj, 0, 1, 0);
@@ -251,20 +289,25 @@ static gm_status layer_forward(gm_forward *f, int il, const gm_fwd_row *rows, in
     MM(&L->wo, f->att, n, f->o);
     if (L->post_attn_norm) norm_rows(f->pool, f->o, f->o, L->post_attn_norm, n, d, c->norm_eps, NULL);
     gm_add(f->x, f->o, n * d);
+    if (f->g3n) gm_3n_attn_residual(f->g3n, f->x, n); /* x = (x + LAuReL) / sqrt 2 */
 
     norm_rows(f->pool, f->xn, f->x, L->ffn_norm, n, d, c->norm_eps, NULL);
     {
         const gm_matrix *W[2] = {&L->gate, &L->up};
         float *const y[2] = {f->gate, f->up};
-        gm_status st = gm_matmul_multi(W, y, 2, f->xn, n, f->pool, &f->mm);
+        st = gm_matmul_multi(W, y, 2, f->xn, n, f->pool, &f->mm);
         if (st) return st;
     }
+    if (f->g3n) gm_3n_sparsify(f->g3n, il, f->gate, n, ff);
     rows_job gj = {f->gate, f->up, NULL, 0, 0.0f, NULL};
     if (n == 1) gm_geglu_fast(f->gate, f->up, ff); /* ~1 us: cheaper than a pool round trip */
     else gm_pool_parallel_for(f->pool, (int64_t)n * ff, 1024, geglu_task, &gj);
     MM(&L->down, f->gate, n, f->o);
+    if (f->g4 && (st = gm_4_moe(f->g4, il, f->x, f->o, n))) return st; /* Gemma 4 MoE layers: o += experts */
     if (L->post_ffn_norm) norm_rows(f->pool, f->o, f->o, L->post_ffn_norm, n, d, c->norm_eps, NULL);
     gm_add(f->x, f->o, n * d);
+    if (f->g3n && (st = gm_3n_correct(f->g3n, il, f->x, n))) return st; /* the new streams */
+    if (f->g4 && (st = gm_4_layer_end(f->g4, il, f->x, n))) return st;  /* per-layer input, output scale */
     return GM_OK;
 }
 
@@ -339,6 +382,8 @@ static gm_status chunk_forward(gm_forward *f, const gm_fwd_batch *b, int off, in
     const gm_fwd_row *rows = b->rows + off;
     gm_status st = embed_rows(f, rows, n);
     if (st) return st;
+    if (f->g3n && (st = gm_3n_begin(f->g3n, rows, f->x, n))) return st;
+    if (f->g4 && (st = gm_4_begin(f->g4, rows, f->x, n))) return st;
     rope_tables(f, rows, n);
     const int tap = b->aux_row - off; /* the tapped row inside this chunk, if it is here */
     for (int il = 0; il < m->cfg.n_layers; il++) {
@@ -348,6 +393,7 @@ static gm_status chunk_forward(gm_forward *f, const gm_fwd_batch *b, int off, in
                     memcpy(b->aux_out + (size_t)a * d, f->x + (size_t)tap * d, (size_t)d * sizeof(float));
         if ((st = layer_forward(f, il, rows, n, b))) return st;
     }
+    if (f->g3n && (st = gm_3n_end(f->g3n, f->x, n))) return st;
     hidden_rows(f, rows, n);
     return logits_rows(f, b, rows, n, off);
 }

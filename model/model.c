@@ -13,6 +13,8 @@
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
 #include "kernels/pack.h"
+#include "model/gemma3n.h"
+#include "model/gemma4.h"
 #include "quant/quant.h"
 #include "text/tokenizer.h"
 
@@ -74,7 +76,7 @@ static gm_status check_layer(const gm_layer_config *l, int il, const char *path,
 static gm_status check_config(const gm_config *c, const char *path, gm_error *err) {
 #define NEED(cond, what)                                                                      \
     if (!(cond)) return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: cannot run this model: %s", path, what)
-    NEED(c->generation >= 1 && c->generation <= 3, "only Gemma 1, 2 and 3 text decoders are supported");
+    NEED(c->generation >= 1 && c->generation <= 4, "only Gemma 1, 2, 3, 3n and 4 text decoders are supported");
     NEED(!c->is_embedding || c->embedding_dim > 0, "an embedding model needs a pooled vector length");
     NEED(c->d_model > 0 && c->d_model <= 65536, "hidden size out of range");
     NEED(c->n_layers > 0 && c->n_layers <= 1024, "layer count out of range");
@@ -104,8 +106,8 @@ static gm_status find(const gm_model *m, const char *name, bool required, const 
 }
 
 /* A 2-D weight of shape ne = [cols, rows] as a matrix view, with its size checked. */
-static gm_status load_matrix(gm_model *m, const char *name, int64_t cols, int64_t rows, gm_matrix *out,
-                             gm_error *err) {
+gm_status gm_model_load_matrix(gm_model *m, const char *name, int64_t cols, int64_t rows, gm_matrix *out,
+                               gm_error *err) {
     const gm_tensor *t;
     gm_status st = find(m, name, true, &t, err);
     if (st) return st;
@@ -127,8 +129,8 @@ static gm_status load_matrix(gm_model *m, const char *name, int64_t cols, int64_
 
 /* A 1-D norm weight of n elements converted to f32 into dst, with +1 added when the file stores the
  * raw (zero-centred) w. Absent optional norms leave *out NULL. */
-static gm_status load_norm(gm_model *m, const char *name, int n, bool required, float *dst,
-                           const float **out, gm_error *err) {
+gm_status gm_model_load_norm(gm_model *m, const char *name, int n, bool required, float *dst, const float **out,
+                             gm_error *err) {
     const gm_tensor *t;
     *out = NULL;
     gm_status st = find(m, name, required, &t, err);
@@ -151,26 +153,39 @@ static gm_status load_norm(gm_model *m, const char *name, int n, bool required, 
     return GM_OK;
 }
 
-static gm_status load_layer(gm_model *m, int il, float **store, gm_error *err) {
+/* Layer il's facts: Gemma 1/2/3's uniform rules, Gemma 3n's KV sharing, or Gemma 4's per-layer keys. */
+static gm_status layer_facts(gm_model *m, int il, gm_error *err) {
     const gm_config *c = &m->cfg;
     gm_layer *L = &m->layers[il];
     L->lc = gm_layer_config_uniform(c, il);
+    if (gm_is_gemma3n(c)) L->lc.kv_source = gm_3n_kv_source(m->src, c, il); /* K/V still stored: llama.cpp requires them */
+    gm_status st = gm_is_gemma4(c) ? gm_4_layer_config(m->src, c, il, &L->lc, err) : GM_OK;
+    return st ? st : check_layer(&L->lc, il, gm_source_path(m->src), err);
+}
+
+static gm_status load_layer(gm_model *m, int il, float **store, gm_error *err) {
+    const gm_config *c = &m->cfg;
+    gm_layer *L = &m->layers[il];
     const gm_layer_config *lc = &L->lc;
-    gm_status st = check_layer(lc, il, gm_source_path(m->src), err);
-    if (st) return st;
+    gm_status st;
     const int64_t d = c->d_model, qd = (int64_t)lc->n_heads * lc->head_dim,
                   kvd = (int64_t)lc->n_kv_heads * lc->head_dim, ff = lc->d_ff;
+    /* Gemma 4: layers reading another layer's K/V may omit attn_k / attn_v / attn_k_norm, and a layer without
+     * attn_v takes V from the K projection */
+    const bool g4 = gm_is_gemma4(c), own_kv = lc->kv_source == il;
     char name[96];
+#define PRESENT(suffix) (snprintf(name, sizeof name, "blk.%d." suffix ".weight", il), gm_source_tensor(m->src, name) != NULL)
 #define MAT(field, suffix, cols, rows)                                             \
     snprintf(name, sizeof name, "blk.%d." suffix ".weight", il);                   \
-    if ((st = load_matrix(m, name, cols, rows, &L->field, err))) return st;
+    if ((st = gm_model_load_matrix(m, name, cols, rows, &L->field, err))) return st;
 #define NORM(field, suffix, n, req)                                                \
     snprintf(name, sizeof name, "blk.%d." suffix ".weight", il);                   \
-    if ((st = load_norm(m, name, n, req, *store, &L->field, err))) return st;      \
+    if ((st = gm_model_load_norm(m, name, n, req, *store, &L->field, err))) return st;      \
     if (L->field) *store += (n);
     MAT(wq, "attn_q", d, qd)
-    MAT(wk, "attn_k", d, kvd)
-    MAT(wv, "attn_v", d, kvd)
+    if (!g4 || own_kv || PRESENT("attn_k")) { MAT(wk, "attn_k", d, kvd) }
+    if (!g4 || PRESENT("attn_v")) { MAT(wv, "attn_v", d, kvd) }
+    else L->v_from_k = own_kv;
     MAT(wo, "attn_output", qd, d)
     MAT(gate, "ffn_gate", d, ff)
     MAT(up, "ffn_up", d, ff)
@@ -180,13 +195,15 @@ static gm_status load_layer(gm_model *m, int il, float **store, gm_error *err) {
     NORM(post_attn_norm, "post_attention_norm", (int)d, c->has_post_norms)
     NORM(post_ffn_norm, "post_ffw_norm", (int)d, c->has_post_norms)
     NORM(q_norm, "attn_q_norm", lc->head_dim, c->has_qk_norm)
-    NORM(k_norm, "attn_k_norm", lc->head_dim, c->has_qk_norm)
+    NORM(k_norm, "attn_k_norm", lc->head_dim, c->has_qk_norm && (!g4 || own_kv))
 #undef MAT
 #undef NORM
+#undef PRESENT
     if (!c->has_post_norms) L->post_attn_norm = L->post_ffn_norm = NULL;
     if (!c->has_qk_norm) L->q_norm = L->k_norm = NULL;
     float *inv = *store;
     gm_rope_inv_freq(inv, lc->rope_dims, lc->rope_base, 1.0 / lc->rope_scale);
+    if (g4 && !lc->window && (st = gm_4_rope_factors(m, inv, lc->rope_dims / 2, err))) return st;
     L->inv_freq = inv;
     *store += lc->rope_dims / 2;
     return GM_OK;
@@ -194,29 +211,35 @@ static gm_status load_layer(gm_model *m, int il, float **store, gm_error *err) {
 
 static gm_status load_weights(gm_model *m, gm_error *err) {
     const gm_config *c = &m->cfg;
-    /* per layer: 4 norms of d, q/k norms and RoPE frequencies of at most head_dim each (the per-layer
-     * facts are filled in load_layer, so size by the global head_dim, which bounds Gemma 1-3's) */
-    const size_t per_layer = 4 * (size_t)c->d_model + 2 * (size_t)c->head_dim + (size_t)c->head_dim / 2;
-    m->f32_store = malloc(((size_t)c->n_layers * per_layer + (size_t)c->d_model) * sizeof(float));
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
-    if (!m->f32_store || !m->layers) return gm_fail(err, GM_ERR_NOMEM, "model: out of memory for weights");
-    gm_status st = load_matrix(m, "token_embd.weight", c->d_model, c->n_vocab, &m->embd, err);
+    if (!m->layers) return gm_fail(err, GM_ERR_NOMEM, "model: out of memory for weights");
+    gm_status st;
+    for (int il = 0; il < c->n_layers; il++)
+        if ((st = layer_facts(m, il, err))) return st;
+    /* per layer: 4 norms of d, q/k norms and RoPE frequencies of at most the largest head_dim each */
+    const size_t hd = (size_t)gm_model_layer_max(m).head_dim;
+    const size_t per_layer = 4 * (size_t)c->d_model + 2 * hd + hd / 2;
+    m->f32_store = malloc(((size_t)c->n_layers * per_layer + (size_t)c->d_model) * sizeof(float));
+    if (!m->f32_store) return gm_fail(err, GM_ERR_NOMEM, "model: out of memory for weights");
+    st = gm_model_load_matrix(m, "token_embd.weight", c->d_model, c->n_vocab, &m->embd, err);
     if (st) return st;
     m->output = m->embd;
     if (gm_source_tensor(m->src, "output.weight") && !c->tied_embeddings) {
-        st = load_matrix(m, "output.weight", c->d_model, c->n_vocab, &m->output, err);
+        st = gm_model_load_matrix(m, "output.weight", c->d_model, c->n_vocab, &m->output, err);
         if (st) return st;
     }
     float *store = m->f32_store;
-    st = load_norm(m, "output_norm.weight", c->d_model, true, store, &m->output_norm, err);
+    st = gm_model_load_norm(m, "output_norm.weight", c->d_model, true, store, &m->output_norm, err);
     if (st) return st;
     store += c->d_model;
-    if (c->dense_2_out && (st = load_matrix(m, "dense_2.weight", c->dense_2_in, c->dense_2_out, &m->dense_2, err)))
+    if (c->dense_2_out && (st = gm_model_load_matrix(m, "dense_2.weight", c->dense_2_in, c->dense_2_out, &m->dense_2, err)))
         return st;
-    if (c->dense_3_out && (st = load_matrix(m, "dense_3.weight", c->dense_3_in, c->dense_3_out, &m->dense_3, err)))
+    if (c->dense_3_out && (st = gm_model_load_matrix(m, "dense_3.weight", c->dense_3_in, c->dense_3_out, &m->dense_3, err)))
         return st;
     for (int il = 0; il < c->n_layers; il++)
         if ((st = load_layer(m, il, &store, err))) return st;
+    if (gm_is_gemma3n(c)) return gm_3n_load(m, err);
+    if (gm_is_gemma4(c)) return gm_4_load(m, err);
     return GM_OK;
 }
 
@@ -259,7 +282,7 @@ static gm_status pack_weights(gm_model *m, gm_error *err) {
         gm_layer *L = &m->layers[il];
         gm_matrix *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
         for (int i = 0; i < per_layer; i++)
-            if (w[i]->type == GM_TYPE_Q5_0) {
+            if (w[i]->data && w[i]->type == GM_TYPE_Q5_0) {
                 mats[n++] = w[i];
                 total += packed_span(w[i]);
             }
@@ -296,7 +319,8 @@ static void bind_kernels(gm_model *m) {
     for (int il = 0; il < m->cfg.n_layers; il++) {
         gm_layer *L = &m->layers[il];
         gm_matrix *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
-        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) gm_matrix_bind(w[i]);
+        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+            if (w[i]->data) gm_matrix_bind(w[i]); /* Gemma 4 may omit K/V */
     }
 }
 
@@ -314,6 +338,8 @@ void gm_model_free(gm_model *m) {
     gm_source_close(m->src);
     free(m->layers);
     free(m->f32_store);
+    gm_3n_free(m->g3n);
+    gm_4_free(m->g4);
     if (m->packed_store) munmap(m->packed_store, m->packed_bytes);
     free(m);
 }

@@ -20,6 +20,7 @@ typedef struct gm_layer {
     const float *q_norm, *k_norm;   /* hd, NULL without q/k norm (Gemma 1/2) */
     gm_layer_config lc;             /* shapes, window, RoPE, KV source */
     const float *inv_freq;          /* rope_dims/2 RoPE inverse frequencies (base, linear scale folded) */
+    bool v_from_k;                  /* Gemma 4 layer without attn_v: V is the raw K projection */
 } gm_layer;
 
 struct gm_model {
@@ -32,6 +33,8 @@ struct gm_model {
     gm_matrix dense_2, dense_3;     /* embedding models: projections after pooling (rows 0 when absent) */
     gm_layer *layers;
     float *f32_store;               /* backing store of every f32 vector above */
+    struct gm_3n_weights *g3n;      /* Gemma 3n's AltUp / LAuReL / per-layer-input weights, NULL otherwise */
+    struct gm_4_weights *g4;        /* Gemma 4's per-layer inputs and layer output scales, NULL otherwise */
     void *packed_store;             /* packed copies of layer matrices (kernels/pack.h), or NULL */
     size_t packed_bytes;
 };
@@ -46,5 +49,10 @@ typedef struct gm_layer_max {
     int head_dim, n_heads, n_kv_heads, d_ff, q_dim, kv_dim, group; /* group: n_heads / n_kv_heads */
 } gm_layer_max;
 gm_layer_max gm_model_layer_max(const gm_model *m);
+/* A 2-D weight [rows x cols] (GGUF ne = [cols, rows]) as a matrix view, its shape checked. */
+gm_status gm_model_load_matrix(gm_model *m, const char *name, int64_t cols, int64_t rows, gm_matrix *out, gm_error *err);
+/* A norm weight of n elements into dst as f32, +1 added unless cfg.norm_weights_plus_one. */
+gm_status gm_model_load_norm(gm_model *m, const char *name, int n, bool required, float *dst, const float **out,
+                             gm_error *err);
 
 #endif

@@ -104,9 +104,18 @@ static gm_status open_gguf(gm_source *s, bool keep_mtp, gm_error *err) {
 /* Strips multimodal prefixes; NULL for tensors that are not part of the text decoder. */
 static const char *text_name(const char *n) {
     if (starts_with(n, "language_model.")) n += strlen("language_model.");
-    static const char *const keep[] = {"model.layers.", "model.embed_tokens.", "model.norm.", "lm_head."};
+    static const char *const keep[] = {"model.layers.", "model.embed_tokens.", "model.norm.", "lm_head.",
+                                       "model.embed_tokens_per_layer.", "model.altup_projections.",
+                                       "model.altup_unembed_projections.", "model.per_layer_model_projection.",
+                                       "model.per_layer_projection_norm."};
     static const char *const keep_mm[] = {"model.language_model.layers.", "model.language_model.embed_tokens.",
-                                          "model.language_model.norm."};
+                                          "model.language_model.norm.",
+                                          /* Gemma 3n's AltUp and per-layer-input globals */
+                                          "model.language_model.embed_tokens_per_layer.",
+                                          "model.language_model.altup_projections.",
+                                          "model.language_model.altup_unembed_projections.",
+                                          "model.language_model.per_layer_model_projection.",
+                                          "model.language_model.per_layer_projection_norm."};
     for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++)
         if (starts_with(n, keep[i])) return n;
     for (size_t i = 0; i < sizeof keep_mm / sizeof keep_mm[0]; i++)
@@ -130,6 +139,18 @@ static const char *layer_suffix(const char *hf, int generation) {
         {"mlp.gate_proj.weight", "ffn_gate.weight"},
         {"mlp.up_proj.weight", "ffn_up.weight"},
         {"mlp.down_proj.weight", "ffn_down.weight"},
+        /* Gemma 3n */
+        {"per_layer_input_gate.weight", "inp_gate.weight"},
+        {"per_layer_projection.weight", "proj.weight"},
+        {"post_per_layer_input_norm.weight", "post_norm.weight"},
+        {"altup.correction_coefs.weight", "altup_correct_coef.weight"},
+        {"altup.prediction_coefs.weight", "altup_predict_coef.weight"},
+        {"altup.correct_output_scale", "altup_correct_scale.weight"},
+        {"altup.modality_router.weight", "altup_router.weight"},
+        {"altup.router_norm.weight", "altup_router_norm.weight"},
+        {"laurel.linear_left.weight", "laurel_l.weight"},
+        {"laurel.linear_right.weight", "laurel_r.weight"},
+        {"laurel.post_laurel_norm.weight", "laurel_post_norm.weight"},
     };
     if (!strcmp(hf, "post_attention_layernorm.weight"))
         return generation == 1 ? "ffn_norm.weight" : "post_attention_norm.weight";
@@ -143,6 +164,28 @@ static char *gguf_name(const char *n, int generation) {
     if (!strcmp(n, "model.embed_tokens.weight")) return strdup("token_embd.weight");
     if (!strcmp(n, "model.norm.weight")) return strdup("output_norm.weight");
     if (!strcmp(n, "lm_head.weight")) return strdup("output.weight");
+    /* Gemma 3n: the GGUF stacks the three AltUp projections into one [d, d, 3] tensor; an HF folder's
+     * stay apart as "altup_proj.<k>.weight" (model/gemma3n.c takes either form) */
+    static const char *const g3n[][2] = {
+        {"model.embed_tokens_per_layer.weight", "per_layer_token_embd.weight"},
+        {"model.per_layer_model_projection.weight", "per_layer_model_proj.weight"},
+        {"model.per_layer_projection_norm.weight", "per_layer_proj_norm.weight"},
+    };
+    for (size_t i = 0; i < sizeof g3n / sizeof g3n[0]; i++)
+        if (!strcmp(n, g3n[i][0])) return strdup(g3n[i][1]);
+    int k = -1, used_k = 0;
+    if (sscanf(n, "model.altup_projections.%d.weight%n", &k, &used_k) == 1 && used_k > 0 && !n[used_k] && k >= 0 &&
+        k < 8) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "altup_proj.%d.weight", k);
+        return strdup(buf);
+    }
+    if (sscanf(n, "model.altup_unembed_projections.%d.weight%n", &k, &used_k) == 1 && used_k > 0 && !n[used_k] &&
+        k >= 0 && k < 8) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "altup_unembd_proj.%d.weight", k);
+        return strdup(buf);
+    }
     int layer = -1, used = 0;
     if (sscanf(n, "model.layers.%d.%n", &layer, &used) == 1 && used > 0 && layer >= 0) {
         const char *suf = layer_suffix(n + used, generation);

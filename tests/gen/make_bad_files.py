@@ -114,6 +114,30 @@ def gguf_cases():
                                 F32_8x2)
     c["arch_gemma3n.gguf"] = gguf([kv_str("general.architecture", "gemma3n")],
                                   [tinfo("a.weight", [8, 2], T_F32, 0)], F32_8x2)
+    # Gemma 3n files whose keys cannot be run as llama.cpp computes Gemma 3n (refused before the tensors)
+    g3n = [kv_str("general.architecture", "gemma3n")] + [kv_u32("gemma3n." + k, v) for k, v in [
+        ("embedding_length", 8), ("feed_forward_length", 16), ("attention.head_count", 2),
+        ("attention.sliding_window", 4)]]
+    emb = [tinfo("token_embd.weight", [8, 2], T_F32, 0)]
+    c["gemma3n_kv_sharing_12_layers.gguf"] = gguf(g3n + [kv_u32("gemma3n.block_count", 12),
+                                                         kv_u32("gemma3n.attention.shared_kv_layers", 4)], emb, F32_8x2)
+    c["gemma3n_pattern_not_repeating.gguf"] = gguf(g3n + [kv_u32("gemma3n.block_count", 4), kv(
+        "gemma3n.attention.sliding_window_pattern", ARRAY, struct.pack("<IQ", BOOL, 4) + bytes([1, 0, 0, 1]))],
+        emb, F32_8x2)
+    c["gemma3n_pattern_wrong_length.gguf"] = gguf(g3n + [kv_u32("gemma3n.block_count", 4), kv(
+        "gemma3n.attention.sliding_window_pattern", ARRAY, struct.pack("<IQ", BOOL, 3) + bytes([1, 1, 0]))],
+        emb, F32_8x2)
+    c["gemma3n_altup_8_streams.gguf"] = gguf(g3n + [kv_u32("gemma3n.block_count", 2),
+                                                    kv_u32("gemma3n.altup.num_inputs", 8)], emb, F32_8x2)
+    c["gemma3n_ple_512.gguf"] = gguf(g3n + [kv_u32("gemma3n.block_count", 2),
+                                            kv_u32("gemma3n.embedding_length_per_layer_input", 512)], emb, F32_8x2)
+    c["gemma3n_ffn_not_uniform.gguf"] = gguf(g3n[:2] + g3n[3:] + [
+        kv_u32("gemma3n.block_count", 2),
+        kv("gemma3n.feed_forward_length", ARRAY, struct.pack("<IQ", I32, 2) + struct.pack("<2i", 16, 32))],
+        emb, F32_8x2)
+    c["gemma3n_layer19_sliding.gguf"] = gguf(g3n + [kv_u32("gemma3n.block_count", 22),
+                                                    kv_u32("gemma3n.attention.sliding_window_pattern", 3)], emb,
+                                             F32_8x2)
     hp = [kv_str("general.architecture", "gemma3")] + [kv_u32("gemma3." + k, v) for k, v in [
         ("embedding_length", 8), ("block_count", 1), ("feed_forward_length", 16), ("attention.head_count", 2)]]
     c["missing_tensors.gguf"] = gguf(hp, [tinfo("token_embd.weight", [8, 2], T_F32, 0)], F32_8x2)
@@ -191,7 +215,7 @@ def hf_folders():
         "model.safetensors.index.json": json.dumps({"weight_map": {"model.norm.weight": "../x.safetensors"}})}
     folders["hf_no_config"] = {"model.safetensors": st_file(emb, d64)}
     folders["hf_bad_config"] = {"config.json": "{ not json", "model.safetensors": st_file(emb, d64)}
-    folders["hf_unsupported_arch"] = {"config.json": json.dumps(dict(cfg, model_type="gemma3n_text")),
+    folders["hf_unsupported_arch"] = {"config.json": json.dumps(dict(cfg, model_type="llama")),
                                       "model.safetensors": st_file(emb, d64)}
     folders["hf_int8_tensor"] = {"config.json": json.dumps(cfg), "model.safetensors": st_file(
         {"model.embed_tokens.weight": {"dtype": "I8", "shape": [2, 8], "data_offsets": [0, 16]}}, d64[:16])}

@@ -1,0 +1,97 @@
+/* model/gemma4.h — Gemma 4 text decoders (GGUF arch "gemma4"), as llama.cpp computes them
+ * (src/models/gemma4.cpp; facts in docs/model-files.md):
+ *
+ *   Per-layer geometry: the bool array attention.sliding_window_pattern says which layers slide; sliding
+ *     layers have head_dim key_length_swa, RoPE base freq_base_swa over rope.dimension_count_swa dims, full
+ *     layers key_length, freq_base over rope.dimension_count dims with the global rope_freqs tensor dividing
+ *     each pair's frequency (1e30 = that pair does not rotate: proportional partial RoPE). head_count,
+ *     head_count_kv and feed_forward_length are a number or one entry per layer.
+ *   Raw norm weights; q/k RMS-normed per head, V RMS-normed without weight; attention scale 1.
+ *   A layer without attn_v uses the raw K projection as V (before k_norm and RoPE; then the V norm).
+ *   KV sharing: the last attention.shared_kv_layers layers compute no K/V; with kv_start = L - shared they
+ *     attend over layer kv_start-2's cache when sliding, kv_start-1's when full (those must be of the kinds).
+ *   Block: a = x + RMS_post_attn(attn(RMS_attn(x))); y = a + RMS_post_ffw(FFN(RMS_ffn(a))); then the per-layer
+ *     embedding (P = embedding_length_per_layer_input > 0: y += RMS_post_norm(proj (gelu(inp_gate y) ple[l])),
+ *     model/ple.h); then y *= layer_output_scale when the layer has one.
+ *   Final soft-cap: final_logit_softcapping, 30 when the key is absent, 0 = none.
+ *   Mixture of experts (a layer with ffn_gate_inp): the dense FFN stays beside the experts;
+ *     m1 = RMS_post_ffw_norm_1(denseFFN(RMS_ffn(a)));
+ *     router logits = ffn_gate_inp (rms(a) / sqrt d * ffn_gate_inp.scale); softmax over the E experts, the
+ *     top expert_used_count kept and renormalised (sum clamped to >= 2^-14, as llama.cpp), each times
+ *     ffn_down_exps.scale[e] when present; experts e: down_e(gelu(gate_e z) * up_e z), z = RMS_pre_ffw_norm_2(a);
+ *     y = a + RMS_post_ffw(m1 + RMS_post_ffw_norm_2(sum_k w_k expert_k)).
+ *     The experts run batched: the rows routed to an expert are gathered and go through one matmul each.
+ * Not supported (refused at open): fused attn_qkv. */
+#ifndef GM_MODEL_GEMMA4_H
+#define GM_MODEL_GEMMA4_H
+
+#include <stdbool.h>
+
+#include "formats/gguf.h"
+#include "gemma.h"
+#include "kernels/matmul.h"
+#include "kernels/threadpool.h"
+#include "model/backend.h"
+#include "model/source.h"
+
+typedef struct gm_model gm_model;
+
+typedef struct gm_4_layer {
+    gm_matrix inp_gate, proj;  /* PLE: [P x d], [d x P] (P > 0 only) */
+    const float *post_norm;    /* PLE: d */
+    float out_scale;           /* layer_output_scale, 1 when absent */
+    /* mixture of experts (moe only) */
+    bool moe;
+    int n_ff_exp;              /* expert width F */
+    gm_matrix router;          /* [E x d] ffn_gate_inp */
+    gm_matrix *gate_e, *up_e, *down_e; /* E each: [F x d], [F x d], [d x F] (views into the 3-D tensors) */
+    const float *router_scale; /* d: ffn_gate_inp.scale */
+    const float *expert_scale; /* E: ffn_down_exps.scale, NULL = ones */
+    const float *pre_norm2, *post_norm1, *post_norm2; /* d each */
+} gm_4_layer;
+
+typedef struct gm_4_weights {
+    int P;                     /* per-layer embedding width, 0 = none */
+    int n_expert, n_expert_used; /* 0 without MoE layers */
+    gm_matrix *expert_views;   /* backing store of the layers' per-expert views */
+    gm_matrix ple_tok;         /* [V x P L] */
+    gm_matrix ple_proj;        /* [P L x d] */
+    const float *ple_norm;     /* P */
+    gm_4_layer *layers;
+    float *store;
+} gm_4_weights;
+
+bool gm_is_gemma4(const gm_config *c);
+/* Every gemma4 key of a GGUF (after general.architecture): global sizes (layer 0's where per layer), window,
+ * soft-cap, and the checks of the per-layer arrays and the KV-sharing split. */
+gm_status gm_4_config_gguf(const gguf_file *f, gm_config *c, gm_error *err);
+/* Layer il's facts from the file (head sizes, heads, KV heads, FFN width, window, RoPE, KV source). */
+gm_status gm_4_layer_config(const gm_source *src, const gm_config *c, int il, gm_layer_config *out, gm_error *err);
+/* What `gemma inspect` shows of a layer beyond gm_layer_config, from the file's tensors. */
+typedef struct gm_4_layer_extras {
+    int rotated_pairs; /* pairs that RoPE rotates (rope_freqs factor < 1e20 on full layers); -1: all of rope_dims */
+    bool v_from_k;     /* no attn_v: V is the raw K projection */
+    float out_scale;   /* layer_output_scale (1 when absent) */
+} gm_4_layer_extras;
+void gm_4_layer_extras_of(const gm_source *src, const gm_layer_config *l, int il, gm_4_layer_extras *out);
+/* Full layers' RoPE frequencies divided by rope_freqs (n = rope_dims / 2 of them). */
+gm_status gm_4_rope_factors(const gm_model *m, float *inv_freq, int n, gm_error *err);
+/* Binds the Gemma 4 tensors beyond the Gemma 3 block (m->g4): PLE, layer output scales, experts. */
+gm_status gm_4_load(gm_model *m, gm_error *err);
+void gm_4_free(gm_4_weights *w);
+
+/* ---- forward steps */
+typedef struct gm_4_state gm_4_state;
+gm_status gm_4_state_new(const gm_model *m, int max_batch, gm_pool *pool, gm_matmul_scratch *mm, gm_4_state **out,
+                         gm_error *err);
+void gm_4_state_free(gm_4_state *s);
+/* Before layer 0 (x: the n rows' scaled embeddings): the per-layer inputs. */
+gm_status gm_4_begin(gm_4_state *s, const gm_fwd_row *rows, const float *x, int n);
+/* MoE layers, after the dense FFN's down projection: o (n x d, the dense output) becomes
+ * RMS_post_ffw_norm_1(o) + RMS_post_ffw_norm_2(experts(a)); a: the n rows' attention residuals. A no-op on
+ * other layers. */
+gm_status gm_4_moe(gm_4_state *s, int il, const float *a, float *o, int n);
+/* After the FFN residual of layer il: the per-layer input, then the layer output scale. */
+gm_status gm_4_layer_end(gm_4_state *s, int il, float *x, int n);
+
+#endif
