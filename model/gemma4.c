@@ -266,8 +266,17 @@ void gm_4_layer_extras_of(const gm_source *src, const gm_layer_config *l, int il
     char name[96];
     snprintf(name, sizeof name, "blk.%d.attn_v.weight", il);
     out->v_from_k = l->kv_source == il && !gm_source_tensor(src, name);
-    snprintf(name, sizeof name, "blk.%d.layer_output_scale.weight", il);
+    snprintf(name, sizeof name, "blk.%d.ffn_down_exps.weight", il);
     const gm_tensor *t = gm_source_tensor(src, name);
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
+    if (t && gm_source_tensor(src, name)) { /* experts and width from the tensor, top-k from the metadata */
+        out->n_expert = (int)t->ne[2], out->ff_exp = (int)t->ne[0];
+        int P, E, fe;
+        if (gm_source_is_gguf(src)) key_int(gm_source_gguf(src), "expert_used_count", 0, &out->n_expert_used, NULL);
+        else gm_4_hparams_hf(src, &P, &E, &out->n_expert_used, &fe, NULL);
+    }
+    snprintf(name, sizeof name, "blk.%d.layer_output_scale.weight", il);
+    t = gm_source_tensor(src, name);
     if (t && t->type == GM_TYPE_F32 && t->nbytes >= sizeof(float)) memcpy(&out->out_scale, t->data, sizeof(float));
     if (!l->window && !gm_source_is_gguf(src)) {
         out->rotated_pairs = gm_4_rotated_pairs_hf(src, l->rope_dims);

@@ -77,6 +77,7 @@ typedef struct gm_4_layer_extras {
     int rotated_pairs; /* pairs that RoPE rotates (rope_freqs factor < 1e20 on full layers); -1: all of rope_dims */
     bool v_from_k;     /* no attn_v: V is the raw K projection */
     float out_scale;   /* layer_output_scale (1 when absent) */
+    int n_expert, n_expert_used, ff_exp; /* mixture-of-experts layers (router present); 0 otherwise */
 } gm_4_layer_extras;
 void gm_4_layer_extras_of(const gm_source *src, const gm_layer_config *l, int il, gm_4_layer_extras *out);
 /* model/gemma4_hf.c: the same facts from an HF folder's config.json (Gemma4TextConfig names; see there). */
