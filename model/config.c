@@ -34,7 +34,7 @@ static int generation_of(const char *arch) {
     if (!strcmp(arch, "gemma2")) return 2;
     if (!strcmp(arch, "gemma3") || !strcmp(arch, "gemma3_text") || !strcmp(arch, "gemma-embedding")) return 3;
     if (!strcmp(arch, "gemma3n")) return 3; /* Gemma 3 plus AltUp, LAuReL, per-layer inputs: model/gemma3n.c */
-    if (!strcmp(arch, "gemma4")) return 4;  /* per-layer geometry, KV sharing, PLE: model/gemma4.c */
+    if (!strcmp(arch, "gemma4") || !strcmp(arch, "gemma4_text")) return 4;  /* per-layer geometry, KV sharing, PLE: model/gemma4.c */
     return 0;
 }
 
@@ -391,9 +391,11 @@ static gm_status hf_arch(const cJSON *root, const cJSON **cfg, gm_config *c, con
     if (!cJSON_IsString(mt) && *cfg != root) mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     if (!cJSON_IsString(mt)) return gm_fail(err, GM_ERR_FORMAT, "%s: \"model_type\" is missing", file);
     c->generation = generation_of(mt->valuestring);
-    if (c->generation == 4)
-        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: Gemma 4 Hugging Face folders are not supported yet (GGUF files are)",
-                       file);
+    if (!strcmp(mt->valuestring, "gemma4") || !strcmp(mt->valuestring, "gemma4_text")) {
+        snprintf(c->arch, sizeof c->arch, "gemma4");
+        c->generation = 4;
+        return GM_OK;
+    }
     if (!strcmp(mt->valuestring, "gemma3n") || !strcmp(mt->valuestring, "gemma3n_text")) {
         snprintf(c->arch, sizeof c->arch, "gemma3n");
         c->generation = 3;
@@ -478,6 +480,14 @@ static gm_status j_ff(const hf_ctx *h, int n_layers, int *out) {
     return GM_OK;
 }
 
+/* bos / eos / pad from the text config or the top level; <end_of_turn> from tokenizer_config.json. */
+static void hf_tokens(const gm_source *s, const cJSON *cfg, gm_config *c) {
+    c->bos_id = j_token(cfg, "bos_token_id", j_token(gm_source_hf_config(s), "bos_token_id", 2));
+    c->eos_id = j_token(cfg, "eos_token_id", j_token(gm_source_hf_config(s), "eos_token_id", 1));
+    c->pad_id = j_token(cfg, "pad_token_id", j_token(gm_source_hf_config(s), "pad_token_id", 0));
+    c->eot_id = hf_find_token(gm_source_hf_dir(s), "<end_of_turn>");
+}
+
 static gm_status config_from_hf(const gm_source *s, gm_config *c, gm_error *err) {
     char file[4096];
     snprintf(file, sizeof file, "%s/config.json", gm_source_hf_dir(s));
@@ -485,6 +495,11 @@ static gm_status config_from_hf(const gm_source *s, gm_config *c, gm_error *err)
     gm_status st = hf_arch(gm_source_hf_config(s), &cfg, c, file, err);
     if (st) return st;
     hf_ctx h = {cfg, file, err};
+    if (gm_is_gemma4(c)) { /* per-layer geometry throughout: model/gemma4_hf.c */
+        if ((st = gm_4_config_hf(s, c, err))) return st;
+        hf_tokens(s, cfg, c);
+        return GM_OK;
+    }
     if ((st = j_int(&h, "hidden_size", -1, &c->d_model)) || (st = j_int(&h, "num_hidden_layers", -1, &c->n_layers)) ||
         (st = j_ff(&h, c->n_layers, &c->d_ff)) || (st = j_int(&h, "num_attention_heads", -1, &c->n_heads)) ||
         (st = j_int(&h, "num_key_value_heads", c->n_heads, &c->n_kv_heads)) ||
@@ -525,10 +540,7 @@ static gm_status config_from_hf(const gm_source *s, gm_config *c, gm_error *err)
     }
     if ((st = hf_rope_parameters(&h, c))) return st;
     c->norm_weights_plus_one = gm_is_gemma3n(c); /* 3n multiplies by the raw w: nothing to add */
-    c->bos_id = j_token(cfg, "bos_token_id", j_token(gm_source_hf_config(s), "bos_token_id", 2));
-    c->eos_id = j_token(cfg, "eos_token_id", j_token(gm_source_hf_config(s), "eos_token_id", 1));
-    c->pad_id = j_token(cfg, "pad_token_id", j_token(gm_source_hf_config(s), "pad_token_id", 0));
-    c->eot_id = hf_find_token(gm_source_hf_dir(s), "<end_of_turn>");
+    hf_tokens(s, cfg, c);
     return GM_OK;
 }
 

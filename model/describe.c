@@ -311,7 +311,8 @@ static bool same_layer(const shown_layer *sa, const shown_layer *sb, int ia, int
            a->d_ff == b->d_ff && a->window == b->window && a->rope_base == b->rope_base &&
            a->rope_scale == b->rope_scale && a->rope_dims == b->rope_dims && (a->kv_source == ia) == (b->kv_source == ib) &&
            (a->kv_source == ia || a->kv_source == b->kv_source) && sa->x.rotated_pairs == sb->x.rotated_pairs &&
-           sa->x.v_from_k == sb->x.v_from_k && sa->x.out_scale == sb->x.out_scale;
+           sa->x.v_from_k == sb->x.v_from_k && sa->x.out_scale == sb->x.out_scale && sa->x.n_expert == sb->x.n_expert &&
+           sa->x.n_expert_used == sb->x.n_expert_used && sa->x.ff_exp == sb->x.ff_exp;
 }
 
 /* layer il's facts: the uniform rules, plus Gemma 3n's KV sharing, or Gemma 4's per-layer keys and tensors
@@ -341,13 +342,16 @@ static void layer_runs(const gm_source *s, const gm_config *c, void (*fn)(int, i
 static void layer_line(int first, int last, const shown_layer *sl, void *user) {
     FILE *out = user;
     const gm_layer_config *l = &sl->l;
-    char span[32], kv[32], rot[32] = "", extra[64] = "";
+    char span[32], kv[32], rot[32] = "", extra[128] = "";
     snprintf(span, sizeof span, first == last ? "%d" : "%d-%d", first, last);
     snprintf(kv, sizeof kv, l->kv_source == first ? "own" : "of layer %d", l->kv_source);
     if (sl->x.rotated_pairs >= 0) snprintf(rot, sizeof rot, ", %d rotate", sl->x.rotated_pairs);
     if (sl->x.v_from_k) snprintf(extra, sizeof extra, "  no attn_v (V = K)");
     if (sl->x.out_scale != 1.0f)
         snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "  out x%g", sl->x.out_scale);
+    if (sl->x.n_expert > 0)
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "  moe %d experts top %d width %d",
+                 sl->x.n_expert, sl->x.n_expert_used, sl->x.ff_exp);
     fprintf(out, "  %-8s %-7s window %-5d head_dim %-4d heads %d/%d  ffn %-6d rope base %g scale %g (%d dims%s)  kv %s%s\n",
             span, l->window ? "sliding" : "full", l->window, l->head_dim, l->n_heads, l->n_kv_heads, l->d_ff,
             l->rope_base, l->rope_scale, l->rope_dims, rot, kv, extra);
@@ -372,6 +376,11 @@ static void layer_obj(int first, int last, const shown_layer *sl, void *user) {
     if (sl->x.rotated_pairs >= 0) cJSON_AddNumberToObject(o, "rope_rotated_pairs", sl->x.rotated_pairs);
     if (sl->x.v_from_k) cJSON_AddBoolToObject(o, "v_from_k", true);
     if (sl->x.out_scale != 1.0f) cJSON_AddNumberToObject(o, "output_scale", float_for_json(sl->x.out_scale));
+    if (sl->x.n_expert > 0) {
+        cJSON_AddNumberToObject(o, "n_experts", sl->x.n_expert);
+        cJSON_AddNumberToObject(o, "n_experts_used", sl->x.n_expert_used);
+        cJSON_AddNumberToObject(o, "expert_d_ff", sl->x.ff_exp);
+    }
     cJSON_AddItemToArray(user, o);
 }
 

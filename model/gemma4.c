@@ -128,8 +128,7 @@ static gm_status layer_config_gguf(const gguf_file *f, const gm_config *c, int i
 }
 
 gm_status gm_4_layer_config(const gm_source *src, const gm_config *c, int il, gm_layer_config *out, gm_error *err) {
-    if (!gm_source_is_gguf(src))
-        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: Gemma 4 runs from GGUF files only", gm_source_path(src));
+    if (!gm_source_is_gguf(src)) return gm_4_layer_config_hf(src, c, il, out, err);
     return layer_config_gguf(gm_source_gguf(src), c, il, out, err);
 }
 
@@ -223,6 +222,10 @@ gm_status gm_4_config_gguf(const gguf_file *f, gm_config *c, gm_error *err) {
 
 gm_status gm_4_rope_factors(const gm_model *m, float *inv_freq, int n, gm_error *err) {
     const char *path = gm_source_path(m->src);
+    if (!gm_source_is_gguf(m->src)) { /* HF: the pairs past partial_rotary_factor do not rotate (angle 0) */
+        for (int i = gm_4_rotated_pairs_hf(m->src, 2 * n); i < n; i++) inv_freq[i] = 0.0f;
+        return GM_OK;
+    }
     const gm_tensor *t = gm_source_tensor(m->src, "rope_freqs.weight");
     if (!t) return gm_fail(err, GM_ERR_NOT_FOUND, "%s: tensor rope_freqs.weight (full layers' RoPE) is missing", path);
     const gm_type_traits *tr = gm_type_traits_of(t->type);
@@ -263,9 +266,22 @@ void gm_4_layer_extras_of(const gm_source *src, const gm_layer_config *l, int il
     char name[96];
     snprintf(name, sizeof name, "blk.%d.attn_v.weight", il);
     out->v_from_k = l->kv_source == il && !gm_source_tensor(src, name);
-    snprintf(name, sizeof name, "blk.%d.layer_output_scale.weight", il);
+    snprintf(name, sizeof name, "blk.%d.ffn_down_exps.weight", il);
     const gm_tensor *t = gm_source_tensor(src, name);
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
+    if (t && gm_source_tensor(src, name)) { /* experts and width from the tensor, top-k from the metadata */
+        out->n_expert = (int)t->ne[2], out->ff_exp = (int)t->ne[0];
+        int P, E, fe;
+        if (gm_source_is_gguf(src)) key_int(gm_source_gguf(src), "expert_used_count", 0, &out->n_expert_used, NULL);
+        else gm_4_hparams_hf(src, &P, &E, &out->n_expert_used, &fe, NULL);
+    }
+    snprintf(name, sizeof name, "blk.%d.layer_output_scale.weight", il);
+    t = gm_source_tensor(src, name);
     if (t && t->type == GM_TYPE_F32 && t->nbytes >= sizeof(float)) memcpy(&out->out_scale, t->data, sizeof(float));
+    if (!l->window && !gm_source_is_gguf(src)) {
+        out->rotated_pairs = gm_4_rotated_pairs_hf(src, l->rope_dims);
+        return;
+    }
     t = gm_source_tensor(src, "rope_freqs.weight");
     if (l->window || !t || t->type != GM_TYPE_F32 || t->nbytes < (uint64_t)(l->rope_dims / 2) * sizeof(float)) return;
     out->rotated_pairs = 0;
@@ -328,8 +344,11 @@ static gm_status load_moe(gm_model *m, int il, float **store, gm_error *err) {
     if (E <= 0)
         return gm_fail(err, GM_ERR_FORMAT, "%s: tensor %s makes layer %d a mixture of experts, but "
                        "gemma4.expert_count is missing or 0", path, name, il);
-    gm_status st = layer_int(gm_source_gguf(m->src), "expert_feed_forward_length", il, m->cfg.n_layers, -1, &l->n_ff_exp,
-                             err);
+    gm_status st = GM_OK;
+    if (gm_source_is_gguf(m->src))
+        st = layer_int(gm_source_gguf(m->src), "expert_feed_forward_length", il, m->cfg.n_layers, -1, &l->n_ff_exp, err);
+    else
+        l->n_ff_exp = w->n_ff_exp_hf;
     if (st) return st;
     const int64_t F = l->n_ff_exp;
     if (F <= 0) return gm_fail(err, GM_ERR_FORMAT, "%s: layer %d: expert_feed_forward_length is 0", path, il);
@@ -386,10 +405,16 @@ gm_status gm_4_load(gm_model *m, gm_error *err) {
     if (!w) return gm_fail(err, GM_ERR_NOMEM, "model: out of memory");
     const gguf_file *f = gm_source_gguf(m->src);
     gm_status st;
-    if ((st = key_int(f, "embedding_length_per_layer_input", 0, &w->P, err)) ||
-        (st = key_int(f, "expert_count", 0, &w->n_expert, err)) ||
-        (st = key_int(f, "expert_used_count", 0, &w->n_expert_used, err)))
+    if (!f) {
+        if ((st = gm_4_hparams_hf(m->src, &w->P, &w->n_expert, &w->n_expert_used, &w->n_ff_exp_hf, err))) return st;
+    } else if ((st = key_int(f, "embedding_length_per_layer_input", 0, &w->P, err)) ||
+               (st = key_int(f, "expert_count", 0, &w->n_expert, err)) ||
+               (st = key_int(f, "expert_used_count", 0, &w->n_expert_used, err))) {
         return st;
+    }
+    if (w->n_expert > GM_4_MAX_EXPERTS)
+        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: %d experts (at most %d are supported)", path, w->n_expert,
+                       GM_4_MAX_EXPERTS);
     const int P = w->P, E = w->n_expert;
     w->layers = calloc((size_t)L, sizeof *w->layers);
     /* per layer: the PLE norm, 4 MoE vectors of d and the expert scales; then the PLE input norm */

@@ -21,6 +21,10 @@
  *     ffn_down_exps.scale[e] when present; experts e: down_e(gelu(gate_e z) * up_e z), z = RMS_pre_ffw_norm_2(a);
  *     y = a + RMS_post_ffw(m1 + RMS_post_ffw_norm_2(sum_k w_k expert_k)).
  *     The experts run batched: the rows routed to an expert are gathered and go through one matmul each.
+ * HF folders (model/gemma4_hf.c): the same model from config.json and model.language_model.* tensors; where HF
+ *   differs from llama.cpp the HF rule is taken: no final soft-cap unless final_logit_softcapping is set, KV
+ *   sharing from the last earlier non-shared layer of the same kind, RoPE pairs past partial_rotary_factor
+ *   unrotated (no rope_freqs tensor).
  * Not supported (refused at open): fused attn_qkv. */
 #ifndef GM_MODEL_GEMMA4_H
 #define GM_MODEL_GEMMA4_H
@@ -53,6 +57,7 @@ typedef struct gm_4_layer {
 typedef struct gm_4_weights {
     int P;                     /* per-layer embedding width, 0 = none */
     int n_expert, n_expert_used; /* 0 without MoE layers */
+    int n_ff_exp_hf;           /* HF folders: moe_intermediate_size (GGUFs say it per layer) */
     gm_matrix *expert_views;   /* backing store of the layers' per-expert views */
     gm_matrix ple_tok;         /* [V x P L] */
     gm_matrix ple_proj;        /* [P L x d] */
@@ -72,8 +77,16 @@ typedef struct gm_4_layer_extras {
     int rotated_pairs; /* pairs that RoPE rotates (rope_freqs factor < 1e20 on full layers); -1: all of rope_dims */
     bool v_from_k;     /* no attn_v: V is the raw K projection */
     float out_scale;   /* layer_output_scale (1 when absent) */
+    int n_expert, n_expert_used, ff_exp; /* mixture-of-experts layers (router present); 0 otherwise */
 } gm_4_layer_extras;
 void gm_4_layer_extras_of(const gm_source *src, const gm_layer_config *l, int il, gm_4_layer_extras *out);
+/* model/gemma4_hf.c: the same facts from an HF folder's config.json (Gemma4TextConfig names; see there). */
+gm_status gm_4_config_hf(const gm_source *src, gm_config *c, gm_error *err);
+gm_status gm_4_layer_config_hf(const gm_source *src, const gm_config *c, int il, gm_layer_config *out, gm_error *err);
+/* P (hidden_size_per_layer_input), experts, top-k and expert width (0s without experts). */
+gm_status gm_4_hparams_hf(const gm_source *src, int *P, int *n_expert, int *n_used, int *ff_exp, gm_error *err);
+/* Full layers' rotated RoPE pairs: int(partial_rotary_factor * head_dim / 2). */
+int gm_4_rotated_pairs_hf(const gm_source *src, int head_dim);
 /* Full layers' RoPE frequencies divided by rope_freqs (n = rope_dims / 2 of them). */
 gm_status gm_4_rope_factors(const gm_model *m, float *inv_freq, int n, gm_error *err);
 /* Binds the Gemma 4 tensors beyond the Gemma 3 block (m->g4): PLE, layer output scales, experts. */

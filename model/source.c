@@ -151,6 +151,17 @@ static const char *layer_suffix(const char *hf, int generation) {
         {"laurel.linear_left.weight", "laurel_l.weight"},
         {"laurel.linear_right.weight", "laurel_r.weight"},
         {"laurel.post_laurel_norm.weight", "laurel_post_norm.weight"},
+        /* Gemma 4: the layer scalar, mixture-of-experts router, experts ([E, 2F, d] gate rows first, and
+         * [E, d, F]) and the extra FFN norms of MoE layers */
+        {"layer_scalar", "layer_output_scale.weight"},
+        {"router.proj.weight", "ffn_gate_inp.weight"},
+        {"router.scale", "ffn_gate_inp.scale"},
+        {"router.per_expert_scale", "ffn_down_exps.scale"},
+        {"experts.gate_up_proj", "ffn_gate_up_exps.weight"},
+        {"experts.down_proj", "ffn_down_exps.weight"},
+        {"pre_feedforward_layernorm_2.weight", "pre_ffw_norm_2.weight"},
+        {"post_feedforward_layernorm_1.weight", "post_ffw_norm_1.weight"},
+        {"post_feedforward_layernorm_2.weight", "post_ffw_norm_2.weight"},
     };
     if (!strcmp(hf, "post_attention_layernorm.weight"))
         return generation == 1 ? "ffn_norm.weight" : "post_attention_norm.weight";

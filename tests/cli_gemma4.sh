@@ -32,4 +32,17 @@ for M in "$SRC/tests/data/gemma4/gemma4-dense.gguf" "$SRC/tests/data/gemma4/gemm
   [ "$rc" -eq 0 ] && [ -n "$ppl" ] && awk -v p="$ppl" 'BEGIN { exit !(p > 1 && p < 1e6) }' &&
     ok "$v: perplexity $ppl" || bad "$v: perplexity: rc $rc, $(head -c 300 "$TMP/err")"
 done
+M="$SRC/tests/data/gemma4/gemma4-moe.gguf"
+"$GEMMA" inspect -m "$M" >"$TMP/out" 2>"$TMP/err" &&
+  grep -q "^  2 .*sliding .*head_dim 8 .*heads 4/2 .*ffn 64 .*kv own .*moe 4 experts top 2 width 16" "$TMP/out" &&
+  grep -q "^  5 .*kv of layer 3 .*moe 4 experts top 2 width 16" "$TMP/out" &&
+  ! grep -q "^  [0134] .*moe" "$TMP/out" && ! grep -q "^  6 .*moe" "$TMP/out" &&
+  ok "gemma4-moe: inspect shows experts, top-k and expert width on layers 2 and 5 only" ||
+  bad "gemma4-moe: inspect layer table: $(grep -E '^  [0-9]' "$TMP/out") $(head -c 300 "$TMP/err")"
+"$GEMMA" inspect -m "$M" --json >"$TMP/json" 2>"$TMP/err" &&
+  [ "$(grep -o '"n_experts":[[:space:]]*4' "$TMP/json" | wc -l)" -eq 2 ] &&
+  [ "$(grep -o '"n_experts_used":[[:space:]]*2' "$TMP/json" | wc -l)" -eq 2 ] &&
+  [ "$(grep -o '"expert_d_ff":[[:space:]]*16' "$TMP/json" | wc -l)" -eq 2 ] &&
+  ok "gemma4-moe: inspect --json n_experts / n_experts_used / expert_d_ff" ||
+  bad "gemma4-moe: inspect --json: $(head -c 300 "$TMP/err")"
 exit $fail

@@ -21,6 +21,7 @@
 #include "formats/gguf.h"
 #include "gemma.h"
 #include "support/gguf_writer.h"
+#include "support/tiny_gemma4.h"
 #include "support/test.h"
 
 #define MAX_TOK 64
@@ -481,6 +482,119 @@ TEST(layer_facts) {
     gm_model_free(m);
 }
 
+/* ---- the HF folder form of the same weights (tests/support/tiny_gemma4.c) */
+
+/* All n_tok positions' logits of the model at path (1 thread, one batch). */
+static float *logits_of(const char *path) {
+    gm_error err = {0};
+    gm_model *m = NULL;
+    gm_generator *g = NULL;
+    float *out = NULL;
+    CHECK_OK(gm_model_open(path, NULL, &m, &err), &err);
+    gm_generator_options o = {.n_threads = 1, .n_ctx = 64};
+    if (m) CHECK_OK(gm_generator_new(m, &o, &g, &err), &err);
+    if (g) {
+        out = malloc(sizeof(float) * (size_t)fx.n_tok * (size_t)fx.n_vocab);
+        CHECK_OK(gm_generator_prefill(g, fx.tok, fx.n_tok, &err), &err);
+        if (gm_generator_score(g, out, &err) != GM_OK) free(out), out = NULL;
+    }
+    gm_generator_free(g);
+    gm_model_free(m);
+    return out;
+}
+
+static char hf_dir[512];
+
+static bool write_hf(float softcap, bool text_only) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(hf_dir, sizeof hf_dir, "%s/gm_t4_hf_%d_%s%s", tmp && *tmp ? tmp : "/tmp", (int)getpid(), stem,
+             text_only ? "_text" : "");
+    char werr[256];
+    const t4_hf_options o = {.softcap = softcap, .text_only = text_only};
+    const bool ok = t4_gguf_to_hf(model_path, &o, hf_dir, werr, sizeof werr);
+    CHECK_MSG(ok, "%s", werr);
+    return ok;
+}
+
+static void remove_hf(void) {
+    static const char *const files[] = {"config.json", "tokenizer.json", "tokenizer_config.json",
+                                        "model.safetensors.index.json", "model-00001-of-00002.safetensors",
+                                        "model-00002-of-00002.safetensors"};
+    char p[700];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", hf_dir, files[i]);
+        unlink(p);
+    }
+    rmdir(hf_dir);
+}
+
+/* The HF folder with the soft-cap the GGUF applies gives the GGUF's logits: the math is the same where the
+ * fixture sits (KV sharing from layers 3 and 4 under both rules; HF's unrotated pairs have angle 0 where
+ * llama.cpp divides by 1e30, which leaves cos 1 and sin < 1e-28 - nothing in f32). Tolerance: 0, bit for bit. */
+static void hf_equals_gguf(float softcap, bool text_only) {
+    float *a = logits_of(model_path);
+    float *b = write_hf(softcap, text_only) ? logits_of(hf_dir) : NULL;
+    if (a && b) {
+        double diff = 0;
+        for (size_t i = 0; i < (size_t)fx.n_tok * (size_t)fx.n_vocab; i++) diff = fmax(diff, fabs((double)a[i] - b[i]));
+        fprintf(stderr, "  %s HF folder%s vs GGUF: max |diff| %.3g over %d positions\n", stem,
+                text_only ? " (gemma4_text)" : "", diff, fx.n_tok);
+        CHECK_MSG(diff == 0.0, "%s: HF folder logits differ from the GGUF's by %g", stem, diff);
+    }
+    free(a);
+    free(b);
+    remove_hf();
+}
+
+static float variant_softcap(void) { return strcmp(stem, "gemma4-moe") ? 30.0f : 0.0f; }
+
+TEST(hf_folder_equals_gguf) { hf_equals_gguf(variant_softcap(), false); }
+TEST(hf_text_only_folder_equals_gguf) { hf_equals_gguf(variant_softcap(), true); }
+
+/* final_logit_softcapping null (HF's default): no cap, where llama.cpp's GGUF default is 30. The uncapped
+ * logits, capped here in double, must give the GGUF's (tolerance: f32 rounding of tanh, 1e-5 x 30). */
+TEST(hf_null_softcap_is_no_cap) {
+    float *a = logits_of(model_path);
+    float *b = write_hf(-1.0f, false) ? logits_of(hf_dir) : NULL;
+    if (a && b) {
+        double diff = 0, raw = 0;
+        for (size_t i = 0; i < (size_t)fx.n_tok * (size_t)fx.n_vocab; i++) {
+            diff = fmax(diff, fabs(30.0 * tanh(b[i] / 30.0) - a[i]));
+            raw = fmax(raw, fabs((double)b[i] - a[i]));
+        }
+        fprintf(stderr, "  %s HF soft-cap null: uncapped differ by %.3g, capped here by %.3g\n", stem, raw, diff);
+        CHECK_MSG(raw > 1e-2, "null soft-cap should leave the logits uncapped (diff %g)", raw);
+        CHECK_MSG(diff <= 3e-4, "capped HF logits differ by %g", diff);
+    }
+    free(a);
+    free(b);
+    remove_hf();
+}
+
+/* The per-layer facts of the HF folder are the GGUF's (the HF KV-sharing rule picks layers 3 and 4 too). */
+TEST(hf_layer_facts) {
+    gm_error err = {0};
+    gm_model *g = NULL, *h = NULL;
+    CHECK_OK(gm_model_open(model_path, NULL, &g, &err), &err);
+    if (write_hf(30.0f, false)) CHECK_OK(gm_model_open(hf_dir, NULL, &h, &err), &err);
+    if (g && h) {
+        for (int il = 0; il < 7; il++) {
+            const gm_layer_config *a = gm_model_layer(g, il), *b = gm_model_layer(h, il);
+            CHECK_EQ_INT(b->head_dim, a->head_dim);
+            CHECK_EQ_INT(b->n_heads, a->n_heads);
+            CHECK_EQ_INT(b->n_kv_heads, a->n_kv_heads);
+            CHECK_EQ_INT(b->d_ff, a->d_ff);
+            CHECK_EQ_INT(b->kv_source, a->kv_source);
+            CHECK_EQ_INT(b->window, a->window);
+            CHECK_EQ_INT(b->rope_dims, a->rope_dims);
+            CHECK(b->rope_base == a->rope_base);
+        }
+    }
+    gm_model_free(g);
+    gm_model_free(h);
+    remove_hf();
+}
+
 static void run_variant(const char *name, bool full, bool moe) {
     stem = name;
     char rel[128];
@@ -501,6 +615,12 @@ static void run_variant(const char *name, bool full, bool moe) {
             RUN(bad_variants_are_refused);
         }
         if (moe) RUN(bad_moe_variants_are_refused);
+        RUN(hf_folder_equals_gguf);
+        if (full) {
+            RUN(hf_text_only_folder_equals_gguf);
+            RUN(hf_null_softcap_is_no_cap);
+            RUN(hf_layer_facts);
+        }
     }
     free(first_run);
     first_run = NULL;
