@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/cli_gemma3n.sh — `gemma inspect / run / perplexity` on the tiny synthetic Gemma 3n GGUF (25 layers,
+# tests/cli_gemma3n.sh — `gemma inspect / run / run --lookup / perplexity` on the tiny synthetic Gemma 3n GGUF (25 layers,
 # KV shared from layer 20, window 8), written at test time by `test_gemma3n --write` (its weights are the
 # ones tests/test_gemma3n.c checks against llama.cpp; the file is ~17 MB, so it is not committed).
 # usage: cli_gemma3n.sh <gemma binary> <source dir>
@@ -20,6 +20,10 @@ grep -q "20-23 .*kv of layer 18" "$TMP/out" && grep -q "^  24 .*kv of layer 19" 
 "$GEMMA" run -m "$M" -p "the cat" -n 24 --ignore-eos -t 1 --naive >"$TMP/naive" 2>"$TMP/err" &&
   ok "run --naive" || bad "run --naive: $(head -c 300 "$TMP/err")"
 cmp -s "$TMP/naive" "$TMP/cached" && ok "naive == cached output" || bad "naive and cached outputs differ"
+"$GEMMA" run -m "$M" -p "the cat the cat the cat" -n 24 --ignore-eos -t 2 >"$TMP/plain" 2>/dev/null
+"$GEMMA" run -m "$M" -p "the cat the cat the cat" -n 24 --ignore-eos -t 2 --lookup -v >"$TMP/lookup" 2>"$TMP/err" &&
+  grep -q "speculative (lookup)" "$TMP/err" && cmp -s "$TMP/plain" "$TMP/lookup" &&
+  ok "run --lookup: the greedy output unchanged" || bad "run --lookup: $(tail -c 300 "$TMP/err")"
 
 for i in $(seq 40); do printf 'the cat and the hat are on the mat of the sea and a tree. '; done >"$TMP/text.txt"
 "$GEMMA" perplexity -m "$M" -f "$TMP/text.txt" -c 48 --chunks 3 -t 2 >"$TMP/out" 2>"$TMP/err"

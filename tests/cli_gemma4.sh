@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# tests/cli_gemma4.sh — `gemma inspect / run / perplexity` on the tiny synthetic Gemma 4 GGUFs committed under
+# tests/cli_gemma4.sh — `gemma inspect / run / run --lookup / perplexity` on the tiny synthetic Gemma 4 GGUFs committed under
 # tests/data/gemma4/ (7 layers: sliding head_dim 8 x 2 KV heads, full head_dim 16 x 1, layers 5 and 6 reading
 # the K/V of layers 3 and 4, window 8; the -ple variant with per-layer embeddings). Their logits are checked
 # against llama.cpp by tests/test_gemma4.c.
 # usage: cli_gemma4.sh <gemma binary> <source dir>
 set -u
 . "$2/tests/support/cli_common.sh"
-for M in "$SRC/tests/data/gemma4/gemma4-dense.gguf" "$SRC/tests/data/gemma4/gemma4-ple.gguf"; do
+for M in "$SRC/tests/data/gemma4/gemma4-dense.gguf" "$SRC/tests/data/gemma4/gemma4-ple.gguf" \
+         "$SRC/tests/data/gemma4/gemma4-moe.gguf"; do
   v=$(basename "$M" .gguf)
   "$GEMMA" inspect -m "$M" >"$TMP/out" 2>"$TMP/err" && grep -q "architecture: gemma4" "$TMP/out" &&
     ok "$v: inspect names gemma4" || bad "$v: inspect: $(head -c 300 "$TMP/err")"
@@ -24,6 +25,10 @@ for M in "$SRC/tests/data/gemma4/gemma4-dense.gguf" "$SRC/tests/data/gemma4/gemm
   "$GEMMA" run -m "$M" -p "the cat" -n 24 --ignore-eos -t 1 --naive >"$TMP/naive" 2>"$TMP/err" &&
     ok "$v: run --naive" || bad "$v: run --naive: $(head -c 300 "$TMP/err")"
   cmp -s "$TMP/naive" "$TMP/cached" && ok "$v: naive == cached output" || bad "$v: naive and cached outputs differ"
+  "$GEMMA" run -m "$M" -p "the cat the cat the cat" -n 24 --ignore-eos -t 2 >"$TMP/plain" 2>/dev/null
+  "$GEMMA" run -m "$M" -p "the cat the cat the cat" -n 24 --ignore-eos -t 2 --lookup -v >"$TMP/lookup" 2>"$TMP/err" &&
+    grep -q "speculative (lookup)" "$TMP/err" && cmp -s "$TMP/plain" "$TMP/lookup" &&
+    ok "$v: run --lookup: the greedy output unchanged" || bad "$v: run --lookup: $(tail -c 300 "$TMP/err")"
 
   for i in $(seq 40); do printf 'the cat and the hat are on the mat of the sea and a tree. '; done >"$TMP/text.txt"
   "$GEMMA" perplexity -m "$M" -f "$TMP/text.txt" -c 48 --chunks 3 -t 2 >"$TMP/out" 2>"$TMP/err"
