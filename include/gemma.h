@@ -100,7 +100,7 @@ typedef struct gm_config {
     bool has_post_norms;     /* post-attention and post-FFN norms */
     bool has_v_norm;         /* V is RMS-normed without weight (Gemma 3n) */
     bool tied_embeddings;
-    int bos_id, eos_id, eot_id, pad_id; /* eot = <end_of_turn>, -1 if absent */
+    int bos_id, eos_id, eot_id, pad_id; /* eot = <end_of_turn> (Gemma 4: <turn|>), -1 if absent */
     /* Embedding models (EmbeddingGemma: GGUF arch "gemma-embedding", HF Gemma3TextModel with
      * use_bidirectional_attention). Such a model is an encoder: every token attends to every other
      * one (sliding layers within |i - j| <= sliding_window / 2), the final-normed hidden states are

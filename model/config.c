@@ -227,6 +227,7 @@ ids:
     c->eos_id = token_id(f, "tokenizer.ggml.eos_token_id", 1);
     c->pad_id = token_id(f, "tokenizer.ggml.padding_token_id", 0);
     c->eot_id = find_token(f, "<end_of_turn>");
+    if (c->eot_id < 0) c->eot_id = find_token(f, "<turn|>"); /* Gemma 4 */
     return GM_OK;
 }
 
@@ -486,6 +487,7 @@ static void hf_tokens(const gm_source *s, const cJSON *cfg, gm_config *c) {
     c->eos_id = j_token(cfg, "eos_token_id", j_token(gm_source_hf_config(s), "eos_token_id", 1));
     c->pad_id = j_token(cfg, "pad_token_id", j_token(gm_source_hf_config(s), "pad_token_id", 0));
     c->eot_id = hf_find_token(gm_source_hf_dir(s), "<end_of_turn>");
+    if (c->eot_id < 0) c->eot_id = hf_find_token(gm_source_hf_dir(s), "<turn|>"); /* Gemma 4 */
 }
 
 static gm_status config_from_hf(const gm_source *s, gm_config *c, gm_error *err) {

@@ -278,7 +278,7 @@ static gm_status build_specials(gm_tokenizer *t, gm_error *err) {
 /* llama.cpp recognises end-of-generation and fill-in-the-middle tokens by their text and forces
  * them to CONTROL whatever the file says (Gemma 3 has one such: the HTML tag "</s>", id 212, which
  * the file calls user-defined). The type decides how text is split and decoded, so we do the same;
- * unlike llama.cpp we do not stop generation on them (gm_token_is_eog: <eos>, <end_of_turn>). */
+ * unlike llama.cpp we do not stop generation on them (gm_token_is_eog: <eos>, <end_of_turn> or Gemma 4's <turn|>). */
 static const char *const FORCED_CONTROL[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
     "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
@@ -343,6 +343,7 @@ gm_status gm_tokenizer_build(const gm_vocab_spec *s, const char *name, gm_tokeni
     t->unk = valid_id(t, s->unk_id);
     t->pad = valid_id(t, s->pad_id);
     t->eot = s->eot_id >= 0 ? valid_id(t, s->eot_id) : lookup(t, "<end_of_turn>", 13);
+    if (t->eot < 0 && s->eot_id < 0) t->eot = lookup(t, "<turn|>", 7); /* Gemma 4's end of turn */
     /* like llama.cpp: an end-of-turn token is a control token whatever the file says */
     if (t->eot >= 0) t->types[t->eot] = GM_TOKEN_CONTROL;
     force_types(t);
