@@ -100,24 +100,32 @@ static void free_choices(srv_sched *s, job *j) {
     }
 }
 
+static void publish_state(srv_sched *s);
+
 /* Ends an active job (finished, failed or abandoned): its sequences go back to the engine (their
- * blocks stay in the prefix index), the connection thread is woken, the scheduler's reference dropped. */
+ * blocks stay in the prefix index), the connection thread is woken, the scheduler's reference dropped.
+ * The metrics are published before the client is woken, so a client that reads /metrics right after
+ * its response never sees its own request still active. */
 static void retire(srv_sched *s, int k) {
     job *j = s->active[k];
     pthread_mutex_lock(&j->mu);
     free_choices(s, j);
     int gen = 0;
     for (int i = 0; i < j->n; i++) gen += j->ch[i].n_gen;
-    j->done = true;
-    pthread_cond_broadcast(&j->cv);
+    const bool failed = j->err_http != 0;
     pthread_mutex_unlock(&j->mu);
-    if (!j->err_http) metrics_tokens(s->met, j->n_prompt, j->cached, gen);
+    if (!failed) metrics_tokens(s->met, j->n_prompt, j->cached, gen);
     memmove(s->active + k, s->active + k + 1, (size_t)(s->n_active - k - 1) * sizeof *s->active);
     s->n_active--;
     pthread_mutex_lock(&s->mu);
     s->slots_used -= j->n;
     s->hold = false;
     pthread_mutex_unlock(&s->mu);
+    publish_state(s);
+    pthread_mutex_lock(&j->mu);
+    j->done = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
     job_release(j);
 }
 
