@@ -41,8 +41,8 @@ static inline __m256i bits_to_bytes(uint32_t bits) {
 #define T32_T 2
 #define TK_R 3
 #define TK_T 4
-#define TF_R 2
-#define TF_T 3
+#define TF_R 3
+#define TF_T 4
 #endif
 #ifndef TT_MAX
 #define TT_MAX 4
@@ -342,8 +342,9 @@ INL void tileK(int type, int P, int R, int T, int64_t n, const char *w, size_t w
         for (int t = 0; t < T; t++) y[t * ldy + r] = hsum8(acc[r][t]);
 }
 
-/* ---- float weights (F32, F16, BF16) over f32 activations: two accumulators over 16 elements, a
- * scalar tail */
+/* ---- float weights (F32, F16, BF16) over f32 activations: one accumulator per (row, token) over
+ * 8-element steps, a scalar tail. One accumulator lets a 3 x 4 tile keep its 12 sums in registers; the
+ * decode instance runs DECF_R rows per pass so the FMA latency chains of several rows overlap. */
 
 static inline __m256 bf16x8(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
@@ -363,25 +364,21 @@ INL float wf1(int type, const char *row, int64_t i) {
 
 INL void tileF(int type, int R, int T, int64_t n, const char *w, size_t ws, const char *a, size_t as, float *y,
                int64_t ldy) {
-    __m256 acc0[TR][TT], acc1[TR][TT];
+    __m256 acc[TR][TT];
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
-        for (int t = 0; t < T; t++) acc0[r][t] = acc1[r][t] = _mm256_setzero_ps();
+        for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m256 w0[TR], w1[TR];
+    for (; i + 8 <= n; i += 8) {
+        __m256 wv[TR];
 #pragma GCC unroll 8
-        for (int r = 0; r < R; r++) w0[r] = wf8(type, w + r * ws, i), w1[r] = wf8(type, w + r * ws, i + 8);
+        for (int r = 0; r < R; r++) wv[r] = wf8(type, w + r * ws, i);
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
-            const float *x = (const float *)(a + t * as) + i;
-            const __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
+            const __m256 x = _mm256_loadu_ps((const float *)(a + t * as) + i);
 #pragma GCC unroll 8
-            for (int r = 0; r < R; r++) {
-                acc0[r][t] = _mm256_fmadd_ps(w0[r], x0, acc0[r][t]);
-                acc1[r][t] = _mm256_fmadd_ps(w1[r], x1, acc1[r][t]);
-            }
+            for (int r = 0; r < R; r++) acc[r][t] = _mm256_fmadd_ps(wv[r], x, acc[r][t]);
         }
     }
 #pragma GCC unroll 8
@@ -389,10 +386,35 @@ INL void tileF(int type, int R, int T, int64_t n, const char *w, size_t ws, cons
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             const float *x = (const float *)(a + t * as);
-            float s = hsum8(_mm256_add_ps(acc0[r][t], acc1[r][t]));
+            float s = hsum8(acc[r][t]);
             for (int64_t j = i; j < n; j++) s += wf1(type, w + r * ws, j) * x[j];
             y[t * ldy + r] = s;
         }
+}
+
+/* Decode, float rows: DECF_R rows x 1 token with tileF's arithmetic per row. Several rows at once
+ * overlap their FMA chains but read DECF_R short streams instead of one long one, which the hardware
+ * prefetcher follows badly; so the next DECF_R rows are prefetched at the rate these are read. */
+#define DECF_R 4
+INL void decF(int type, int64_t n, const char *w, size_t ws, const char *a, float *y) {
+    const int eb = type == GM_TYPE_F32 ? 4 : 2;
+    const char *next = w + DECF_R * ws;
+    __m256 acc[DECF_R];
+#pragma GCC unroll 8
+    for (int r = 0; r < DECF_R; r++) acc[r] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        for (int k = 0; k < 8 * eb * DECF_R; k += 64) _mm_prefetch(next + i * eb * DECF_R + k, _MM_HINT_T0);
+        const __m256 x = _mm256_loadu_ps((const float *)a + i);
+#pragma GCC unroll 8
+        for (int r = 0; r < DECF_R; r++) acc[r] = _mm256_fmadd_ps(wf8(type, w + r * ws, i), x, acc[r]);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < DECF_R; r++) {
+        float s = hsum8(acc[r]);
+        for (int64_t j = i; j < n; j++) s += wf1(type, w + r * ws, j) * ((const float *)a)[j];
+        y[r] = s;
+    }
 }
 
 /* ---- instances: full tiles, a row group for one token (decode), one row for a token block, 1 x 1 */
@@ -429,6 +451,32 @@ INL void tile_rows(int type, int P, int tr, int tt, int64_t n, const char *w, si
 #define DEC_R 1
 #endif
 enum { PRE_BYTES = 24576 };
+
+/* F16 / BF16 rows for many tokens: converted to f32 once into an L1 buffer (exact), then F32 tiles over
+ * it — the same sums as converting in the inner loop, without repeating the conversion per token group.
+ * Rows too long for the buffer go straight to the tiles. */
+INL void tiles_pre_f32(int type, int64_t n, const char *w, size_t ws, int64_t rows, const char *a, size_t as,
+                       int64_t n_tok, float *y, int64_t ldy, int tr, int tt) {
+    const size_t prs = (size_t)n * sizeof(float);
+    int64_t per = (int64_t)(PRE_BYTES / prs);
+    per -= per % tr;
+    if (per < tr) {
+        tile_rows(type, 0, tr, tt, n, w, ws, rows, a, as, n_tok, y, ldy);
+        return;
+    }
+    _Alignas(32) float buf[PRE_BYTES / sizeof(float)];
+    for (int64_t r0 = 0; r0 < rows; r0 += per) {
+        const int64_t nr = rows - r0 < per ? rows - r0 : per;
+        for (int64_t r = 0; r < nr; r++) {
+            const char *row = w + (r0 + r) * ws;
+            float *dst = buf + r * n;
+            int64_t i = 0;
+            for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, wf8(type, row, i));
+            for (; i < n; i++) dst[i] = wf1(type, row, i);
+        }
+        tile_rows(GM_TYPE_F32, 0, tr, tt, n, (const char *)buf, prs, nr, a, as, n_tok, y + r0, ldy);
+    }
+}
 INL void tiles(int type, int64_t n, const void *w, size_t ws, int64_t rows, const void *a, size_t as, int64_t n_tok,
                float *y, int64_t ldy) {
     const bool kq = type == GM_TYPE_Q4_K || type == GM_TYPE_Q5_K || type == GM_TYPE_Q6_K;
@@ -437,10 +485,20 @@ INL void tiles(int type, int64_t n, const void *w, size_t ws, int64_t rows, cons
     const char *wc = w, *ac = a;
     if (n_tok < tt) {
         int64_t r = 0;
-        for (; r + DEC_R <= rows; r += DEC_R)
-            for (int64_t t = 0; t < n_tok; t++)
-                tile_any(type, 0, DEC_R, 1, n, wc + r * ws, ws, ac + t * as, as, y + t * ldy + r, ldy);
+        if (fl) {
+            for (; r + DECF_R <= rows; r += DECF_R)
+                for (int64_t t = 0; t < n_tok; t++)
+                    decF(type, n, wc + r * ws, ws, ac + t * as, y + t * ldy + r);
+        } else {
+            for (; r + DEC_R <= rows; r += DEC_R)
+                for (int64_t t = 0; t < n_tok; t++)
+                    tile_any(type, 0, DEC_R, 1, n, wc + r * ws, ws, ac + t * as, as, y + t * ldy + r, ldy);
+        }
         tile_rows(type, 0, tr, tt, n, wc + r * ws, ws, rows - r, ac, as, n_tok, y + r, ldy);
+        return;
+    }
+    if (fl && type != GM_TYPE_F32) {
+        tiles_pre_f32(type, n, wc, ws, rows, ac, as, n_tok, y, ldy, tr, tt);
         return;
     }
     const size_t prs = kq ? (size_t)(n / 256) * PREK : pre32_bytes(n);
