@@ -444,11 +444,13 @@ INL void tile_rows(int type, int P, int tr, int tt, int64_t n, const char *w, si
     }
 }
 
-/* Fewer tokens than a tile (decode): DEC_R x 1 from the file's blocks. Many tokens, quantized types: the
+/* Fewer tokens than a tile (decode): DEC_R x 1 from the file's blocks, two rows so two FMA chains
+ * overlap; the rows two passes ahead are prefetched, since the hardware prefetcher loses track of
+ * several short row streams read side by side (docs/performance.md). Many tokens, quantized types: the
  * rows decoded once into an L1 buffer (PRE_BYTES) for all the tokens, then tiles over that (the decode,
  * 12 ops per Q5_0 block and row, was a third of the tile's work when repeated per 4 tokens). */
 #ifndef DEC_R
-#define DEC_R 1
+#define DEC_R 2
 #endif
 enum { PRE_BYTES = 24576 };
 
@@ -490,9 +492,11 @@ INL void tiles(int type, int64_t n, const void *w, size_t ws, int64_t rows, cons
                 for (int64_t t = 0; t < n_tok; t++)
                     decF(type, n, wc + r * ws, ws, ac + t * as, y + t * ldy + r);
         } else {
-            for (; r + DEC_R <= rows; r += DEC_R)
+            for (; r + DEC_R <= rows; r += DEC_R) {
+                for (size_t k = 0; k < DEC_R * ws; k += 64) _mm_prefetch(wc + (r + 2 * DEC_R) * ws + k, _MM_HINT_T0);
                 for (int64_t t = 0; t < n_tok; t++)
                     tile_any(type, 0, DEC_R, 1, n, wc + r * ws, ws, ac + t * as, as, y + t * ldy + r, ldy);
+            }
         }
         tile_rows(type, 0, tr, tt, n, wc + r * ws, ws, rows - r, ac, as, n_tok, y + r, ldy);
         return;
