@@ -433,6 +433,8 @@ INL void tile_rows(int type, int P, int tr, int tt, int64_t n, const char *w, si
                    size_t as, int64_t n_tok, float *y, int64_t ldy) {
     int64_t r = 0;
     for (; r + tr <= rows; r += tr) {
+        if (!P) /* the file's rows: tr short streams side by side, prefetched two groups ahead (as decode) */
+            for (size_t k = 0; k < (size_t)tr * ws; k += 64) _mm_prefetch(w + (r + 2 * tr) * ws + k, _MM_HINT_T0);
         int64_t t = 0;
         for (; t + tt <= n_tok; t += tt) tile_any(type, P, tr, tt, n, w + r * ws, ws, a + t * as, as, y + t * ldy + r, ldy);
         for (; t < n_tok; t++) tile_any(type, P, tr, 1, n, w + r * ws, ws, a + t * as, as, y + t * ldy + r, ldy);
