@@ -11,6 +11,7 @@
 
 #include "gemma.h"
 #include "support/gguf_writer.h"
+#include "support/safetensors_writer.h"
 
 enum { D = 64, H = 4, HKV = 2, HD = 16, FF = 128, V = 300, W = 8, P = 256, R = 64, NA = 4 };
 static const uint64_t SEED = 0x3E3E3E;
@@ -264,41 +265,13 @@ typedef struct hf_tensor {
 } hf_tensor;
 
 static bool write_safetensors(const char *path, const hf_tensor *t, int n) {
-    cJSON *h = cJSON_CreateObject();
-    cJSON_AddStringToObject(cJSON_AddObjectToObject(h, "__metadata__"), "format", "pt");
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        cJSON *e = cJSON_AddObjectToObject(h, t[i].name);
-        cJSON_AddStringToObject(e, "dtype", "F32");
-        cJSON *shape = cJSON_AddArrayToObject(e, "shape");
-        for (int d = 0; d < t[i].nd; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t[i].shape[d]));
-        cJSON *offs = cJSON_AddArrayToObject(e, "data_offsets");
-        const size_t nb = (size_t)t[i].count * sizeof(float);
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(off + nb)));
-        off += nb;
-    }
-    char *js = cJSON_PrintUnformatted(h);
-    cJSON_Delete(h);
-    const size_t jn = strlen(js), padded = (jn + 7) / 8 * 8;
-    FILE *f = fopen(path, "wb");
-    bool ok = f != NULL;
-    const uint64_t n64 = padded;
-    if (ok) ok = fwrite(&n64, 8, 1, f) == 1 && fwrite(js, 1, jn, f) == jn;
-    for (size_t i = jn; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
-    for (int i = 0; ok && i < n; i++) ok = fwrite(t[i].data, sizeof(float), (size_t)t[i].count, f) == (size_t)t[i].count;
-    if (f && fclose(f) != 0) ok = false;
-    free(js);
-    return ok;
-}
-
-static bool write_json(const char *path, cJSON *j) {
-    char *text = cJSON_Print(j);
-    cJSON_Delete(j);
-    FILE *f = text ? fopen(path, "wb") : NULL;
-    bool ok = f && fputs(text, f) >= 0;
-    if (f && fclose(f) != 0) ok = false;
-    free(text);
+    st_tensor *st = calloc((size_t)n, sizeof *st);
+    if (!st) return false;
+    for (int i = 0; i < n; i++)
+        st[i] = (st_tensor){t[i].name, "F32", t[i].nd, {t[i].shape[0], t[i].shape[1]}, t[i].data,
+                            (size_t)t[i].count * sizeof(float)};
+    const bool ok = st_write(path, st, n);
+    free(st);
     return ok;
 }
 
@@ -449,11 +422,11 @@ bool t3n_write_hf(const t3n_options *o, const char *dir, char *err, size_t err_l
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     bool ok = write_safetensors(path, h, m);
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (ok) ok = write_json(path, hf_config(o));
+    if (ok) ok = st_write_json(path, hf_config(o));
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    if (ok) ok = write_json(path, tokenizer_json());
+    if (ok) ok = st_write_json(path, tokenizer_json());
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    if (ok) ok = write_json(path, tokenizer_config());
+    if (ok) ok = st_write_json(path, tokenizer_config());
     if (!ok) snprintf(err, err_len, "t3n_write_hf(%s): cannot write the folder", dir);
     for (int i = 0; i < m; i++) free(h[i].data);
     free(h);

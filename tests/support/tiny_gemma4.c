@@ -11,6 +11,7 @@
 
 #include "formats/gguf.h"
 #include "gemma.h"
+#include "support/safetensors_writer.h"
 
 /* Value number il of gemma4.<key> (a number, or an array with one entry per layer); def when absent. */
 static double key_at(const gguf_file *f, const char *suffix, int il, double def) {
@@ -92,47 +93,16 @@ typedef struct st_entry {
 } st_entry;
 
 static bool write_shard(const char *path, const st_entry *t, int n) {
-    cJSON *h = cJSON_CreateObject();
-    cJSON_AddStringToObject(cJSON_AddObjectToObject(h, "__metadata__"), "format", "pt");
-    size_t off = 0;
+    st_tensor *st = calloc((size_t)n, sizeof *st);
+    if (!st) return false;
     for (int i = 0; i < n; i++) {
-        cJSON *e = cJSON_AddObjectToObject(h, t[i].name);
-        cJSON_AddStringToObject(e, "dtype", "F32");
-        cJSON *shape = cJSON_AddArrayToObject(e, "shape");
         int64_t count = 1;
-        for (int d = t[i].nd - 1; d >= 0; d--) { /* torch order */
-            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t[i].ne[d]));
-            count *= t[i].ne[d];
-        }
-        cJSON *offs = cJSON_AddArrayToObject(e, "data_offsets");
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
-        off += (size_t)count * sizeof(float);
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+        st[i] = (st_tensor){.name = t[i].name, .dtype = "F32", .nd = t[i].nd, .data = t[i].data};
+        for (int d = 0; d < t[i].nd; d++) st[i].shape[d] = t[i].ne[t[i].nd - 1 - d], count *= t[i].ne[d]; /* torch order */
+        st[i].nbytes = (size_t)count * sizeof(float);
     }
-    char *js = cJSON_PrintUnformatted(h);
-    cJSON_Delete(h);
-    const size_t jn = strlen(js), padded = (jn + 7) / 8 * 8;
-    const uint64_t n64 = padded;
-    FILE *f = fopen(path, "wb");
-    bool ok = f && fwrite(&n64, 8, 1, f) == 1 && fwrite(js, 1, jn, f) == jn;
-    for (size_t i = jn; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
-    for (int i = 0; ok && i < n; i++) {
-        int64_t count = 1;
-        for (int d = 0; d < t[i].nd; d++) count *= t[i].ne[d];
-        ok = fwrite(t[i].data, sizeof(float), (size_t)count, f) == (size_t)count;
-    }
-    if (f && fclose(f) != 0) ok = false;
-    free(js);
-    return ok;
-}
-
-static bool write_json(const char *path, cJSON *j) {
-    char *text = cJSON_Print(j);
-    cJSON_Delete(j);
-    FILE *f = text ? fopen(path, "wb") : NULL;
-    bool ok = f && fputs(text, f) >= 0;
-    if (f && fclose(f) != 0) ok = false;
-    free(text);
+    const bool ok = st_write(path, st, n);
+    free(st);
     return ok;
 }
 
@@ -306,17 +276,17 @@ bool t4_gguf_to_hf(const char *gguf_path, const t4_hf_options *o, const char *di
     snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
     if (ok) ok = write_shard(path, t + half, n - half);
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    if (ok) ok = write_json(path, index);
+    if (ok) ok = st_write_json(path, index);
     else cJSON_Delete(index);
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (ok) ok = write_json(path, config_json(f, o));
+    if (ok) ok = st_write_json(path, config_json(f, o));
     cJSON *tj, *tc;
     tokenizer_files(f, &tj, &tc);
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    if (ok) ok = write_json(path, tj);
+    if (ok) ok = st_write_json(path, tj);
     else cJSON_Delete(tj);
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    if (ok) ok = write_json(path, tc);
+    if (ok) ok = st_write_json(path, tc);
     else cJSON_Delete(tc);
     if (!ok && !err[0]) snprintf(err, err_len, "t4_gguf_to_hf(%s): cannot write the folder", dir);
     for (int i = 0; i < n; i++) free(t[i].owned);

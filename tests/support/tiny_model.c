@@ -11,6 +11,7 @@
 
 #include "quant/quant.h"
 #include "support/gguf_writer.h"
+#include "support/safetensors_writer.h"
 
 /* ------------------------------------------------------------------ options */
 
@@ -334,32 +335,12 @@ typedef struct st_entry {
 } st_entry;
 
 static bool write_safetensors(const char *path, const st_entry *e, int n, const char *dtype) {
-    cJSON *h = cJSON_CreateObject();
-    cJSON *meta = cJSON_AddObjectToObject(h, "__metadata__");
-    cJSON_AddStringToObject(meta, "format", "pt");
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        cJSON *t = cJSON_AddObjectToObject(h, e[i].name);
-        cJSON_AddStringToObject(t, "dtype", dtype);
-        cJSON *shape = cJSON_AddArrayToObject(t, "shape");
-        for (int d = 0; d < e[i].n_dims; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)e[i].shape[d]));
-        cJSON *offs = cJSON_AddArrayToObject(t, "data_offsets");
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(off + e[i].nbytes)));
-        off += e[i].nbytes;
-    }
-    char *js = cJSON_PrintUnformatted(h);
-    cJSON_Delete(h);
-    size_t jn = strlen(js);
-    size_t padded = (jn + 7) / 8 * 8; /* the header is padded with spaces, as safetensors does */
-    FILE *f = fopen(path, "wb");
-    bool ok = f != NULL;
-    uint64_t n64 = padded;
-    if (ok) ok = fwrite(&n64, 8, 1, f) == 1 && fwrite(js, 1, jn, f) == jn;
-    for (size_t i = jn; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
-    for (int i = 0; ok && i < n; i++) ok = fwrite(e[i].data, 1, e[i].nbytes, f) == e[i].nbytes;
-    if (f && fclose(f) != 0) ok = false;
-    free(js);
+    st_tensor *st = calloc((size_t)n, sizeof *st);
+    if (!st) return false;
+    for (int i = 0; i < n; i++)
+        st[i] = (st_tensor){e[i].name, dtype, e[i].n_dims, {e[i].shape[0], e[i].shape[1]}, e[i].data, e[i].nbytes};
+    const bool ok = st_write(path, st, n);
+    free(st);
     return ok;
 }
 
