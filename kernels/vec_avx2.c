@@ -343,8 +343,8 @@ INL void tileK(int type, int P, int R, int T, int64_t n, const char *w, size_t w
 }
 
 /* ---- float weights (F32, F16, BF16) over f32 activations: one accumulator per (row, token) over
- * 8-element steps, a scalar tail. One accumulator lets a 3 x 4 tile keep its 12 sums in registers; the
- * decode instance runs DECF_R rows per pass so the FMA latency chains of several rows overlap. */
+ * 8-element steps, a scalar tail. One accumulator lets a 3 x 4 tile keep its 12 sums in registers;
+ * decode runs DECF_R rows per pass so the FMA latency chains of several rows overlap. */
 
 static inline __m256 bf16x8(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
@@ -362,8 +362,10 @@ INL float wf1(int type, const char *row, int64_t i) {
     return gm_bf16_to_fp32(((const uint16_t *)row)[i]);
 }
 
+/* pf: for decode, the R rows after these, prefetched at the rate these are read (NULL: none) */
 INL void tileF(int type, int R, int T, int64_t n, const char *w, size_t ws, const char *a, size_t as, float *y,
-               int64_t ldy) {
+               int64_t ldy, const char *pf) {
+    const int eb = type == GM_TYPE_F32 ? 4 : 2;
     __m256 acc[TR][TT];
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++)
@@ -371,6 +373,8 @@ INL void tileF(int type, int R, int T, int64_t n, const char *w, size_t ws, cons
         for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
+        if (pf)
+            for (int k = 0; k < 8 * eb * R; k += 64) _mm_prefetch(pf + i * eb * R + k, _MM_HINT_T0);
         __m256 wv[TR];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) wv[r] = wf8(type, w + r * ws, i);
@@ -392,38 +396,13 @@ INL void tileF(int type, int R, int T, int64_t n, const char *w, size_t ws, cons
         }
 }
 
-/* Decode, float rows: DECF_R rows x 1 token with tileF's arithmetic per row. Several rows at once
- * overlap their FMA chains but read DECF_R short streams instead of one long one, which the hardware
- * prefetcher follows badly; so the next DECF_R rows are prefetched at the rate these are read. */
-#define DECF_R 4
-INL void decF(int type, int64_t n, const char *w, size_t ws, const char *a, float *y) {
-    const int eb = type == GM_TYPE_F32 ? 4 : 2;
-    const char *next = w + DECF_R * ws;
-    __m256 acc[DECF_R];
-#pragma GCC unroll 8
-    for (int r = 0; r < DECF_R; r++) acc[r] = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        for (int k = 0; k < 8 * eb * DECF_R; k += 64) _mm_prefetch(next + i * eb * DECF_R + k, _MM_HINT_T0);
-        const __m256 x = _mm256_loadu_ps((const float *)a + i);
-#pragma GCC unroll 8
-        for (int r = 0; r < DECF_R; r++) acc[r] = _mm256_fmadd_ps(wf8(type, w + r * ws, i), x, acc[r]);
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < DECF_R; r++) {
-        float s = hsum8(acc[r]);
-        for (int64_t j = i; j < n; j++) s += wf1(type, w + r * ws, j) * ((const float *)a)[j];
-        y[r] = s;
-    }
-}
-
 /* ---- instances: full tiles, a row group for one token (decode), one row for a token block, 1 x 1 */
 
 INL void tile_any(int type, int P, int R, int T, int64_t n, const char *w, size_t ws, const char *a, size_t as,
                   float *y, int64_t ldy) {
     switch (type) {
     case GM_TYPE_Q4_K: case GM_TYPE_Q5_K: case GM_TYPE_Q6_K: tileK(type, P, R, T, n, w, ws, a, as, y, ldy); break;
-    case GM_TYPE_F32: case GM_TYPE_F16: case GM_TYPE_BF16: tileF(type, R, T, n, w, ws, a, as, y, ldy); break;
+    case GM_TYPE_F32: case GM_TYPE_F16: case GM_TYPE_BF16: tileF(type, R, T, n, w, ws, a, as, y, ldy, NULL); break;
     default: tile32(type, P, R, T, n, w, ws, a, as, y, ldy); break;
     }
 }
@@ -446,41 +425,50 @@ INL void tile_rows(int type, int P, int tr, int tt, int64_t n, const char *w, si
     }
 }
 
-/* Fewer tokens than a tile (decode): DEC_R x 1 from the file's blocks, two rows so two FMA chains
- * overlap; the rows two passes ahead are prefetched, since the hardware prefetcher loses track of
- * several short row streams read side by side (docs/performance.md). Many tokens, quantized types: the
- * rows decoded once into an L1 buffer (PRE_BYTES) for all the tokens, then tiles over that (the decode,
- * 12 ops per Q5_0 block and row, was a third of the tile's work when repeated per 4 tokens). */
+/* Fewer tokens than a tile (decode): DEC_R x 1 from the file's blocks (DECF_R for float rows), several
+ * rows so their FMA chains overlap; the rows two passes ahead are prefetched, since the hardware
+ * prefetcher loses track of several short row streams read side by side (docs/performance.md). Many
+ * tokens: the rows decoded once into an L1 buffer (PRE_BYTES) for all the tokens, then tiles over that
+ * (the decode, 12 ops per Q5_0 block and row, was a third of the tile's work when repeated per 4 tokens). */
 #ifndef DEC_R
 #define DEC_R 2
 #endif
+#define DECF_R 4
 enum { PRE_BYTES = 24576 };
 
-/* F16 / BF16 rows for many tokens: converted to f32 once into an L1 buffer (exact), then F32 tiles over
- * it — the same sums as converting in the inner loop, without repeating the conversion per token group.
- * Rows too long for the buffer go straight to the tiles. */
-INL void tiles_pre_f32(int type, int64_t n, const char *w, size_t ws, int64_t rows, const char *a, size_t as,
-                       int64_t n_tok, float *y, int64_t ldy, int tr, int tt) {
-    const size_t prs = (size_t)n * sizeof(float);
-    int64_t per = (int64_t)(PRE_BYTES / prs);
-    per -= per % tr;
-    if (per < tr) {
-        tile_rows(type, 0, tr, tt, n, w, ws, rows, a, as, n_tok, y, ldy);
-        return;
-    }
-    _Alignas(32) float buf[PRE_BYTES / sizeof(float)];
-    for (int64_t r0 = 0; r0 < rows; r0 += per) {
-        const int64_t nr = rows - r0 < per ? rows - r0 : per;
-        for (int64_t r = 0; r < nr; r++) {
-            const char *row = w + (r0 + r) * ws;
-            float *dst = buf + r * n;
-            int64_t i = 0;
-            for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, wf8(type, row, i));
-            for (; i < n; i++) dst[i] = wf1(type, row, i);
+/* rows by R (a constant) for each of n_tok < a tile's tokens; returns the rows done (the rest < R). Float
+ * rows prefetch the next R rows spread over the pass (a burst of 4 F16 rows, 80 lines, lost 30% of the
+ * decode speed); quantized rows prefetch the rows two passes ahead in one burst (docs/performance.md) */
+INL int64_t decode_pass(int type, int R, int64_t n, const char *w, size_t ws, int64_t rows, const char *a, size_t as,
+                        int64_t n_tok, float *y, int64_t ldy) {
+    const bool fl = type == GM_TYPE_F32 || type == GM_TYPE_F16 || type == GM_TYPE_BF16;
+    int64_t r = 0;
+    for (; r + R <= rows; r += R) {
+        if (!fl)
+            for (size_t k = 0; k < (size_t)R * ws; k += 64) _mm_prefetch(w + (r + 2 * R) * ws + k, _MM_HINT_T0);
+        for (int64_t t = 0; t < n_tok; t++) {
+            if (fl) tileF(type, R, 1, n, w + r * ws, ws, a + t * as, as, y + t * ldy + r, ldy, w + (r + R) * ws);
+            else tile_any(type, 0, R, 1, n, w + r * ws, ws, a + t * as, as, y + t * ldy + r, ldy);
         }
-        tile_rows(GM_TYPE_F32, 0, tr, tt, n, (const char *)buf, prs, nr, a, as, n_tok, y + r0, ldy);
+    }
+    return r;
+}
+
+/* one row of the file into the L1 buffer's form: decoded codes and scales (quantized types, for tiles with
+ * P = 1) or f32 values (F16 / BF16: exact, then read as F32 rows) */
+INL void pre_row(int type, int64_t n, const char *row, char *dst) {
+    if (type == GM_TYPE_Q4_K || type == GM_TYPE_Q5_K || type == GM_TYPE_Q6_K) {
+        preK_row(type, n, row, dst);
+    } else if (type == GM_TYPE_F16 || type == GM_TYPE_BF16) {
+        float *f = (float *)dst;
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(f + i, wf8(type, row, i));
+        for (; i < n; i++) f[i] = wf1(type, row, i);
+    } else {
+        pre32_row(type, n, row, dst);
     }
 }
+
 INL void tiles(int type, int64_t n, const void *w, size_t ws, int64_t rows, const void *a, size_t as, int64_t n_tok,
                float *y, int64_t ldy) {
     const bool kq = type == GM_TYPE_Q4_K || type == GM_TYPE_Q5_K || type == GM_TYPE_Q6_K;
@@ -488,40 +476,24 @@ INL void tiles(int type, int64_t n, const void *w, size_t ws, int64_t rows, cons
     const int tr = kq ? TK_R : fl ? TF_R : T32_R, tt = kq ? TK_T : fl ? TF_T : T32_T;
     const char *wc = w, *ac = a;
     if (n_tok < tt) {
-        int64_t r = 0;
-        if (fl) {
-            for (; r + DECF_R <= rows; r += DECF_R)
-                for (int64_t t = 0; t < n_tok; t++)
-                    decF(type, n, wc + r * ws, ws, ac + t * as, y + t * ldy + r);
-        } else {
-            for (; r + DEC_R <= rows; r += DEC_R) {
-                for (size_t k = 0; k < DEC_R * ws; k += 64) _mm_prefetch(wc + (r + 2 * DEC_R) * ws + k, _MM_HINT_T0);
-                for (int64_t t = 0; t < n_tok; t++)
-                    tile_any(type, 0, DEC_R, 1, n, wc + r * ws, ws, ac + t * as, as, y + t * ldy + r, ldy);
-            }
-        }
+        const int64_t r = fl ? decode_pass(type, DECF_R, n, wc, ws, rows, ac, as, n_tok, y, ldy)
+                             : decode_pass(type, DEC_R, n, wc, ws, rows, ac, as, n_tok, y, ldy);
         tile_rows(type, 0, tr, tt, n, wc + r * ws, ws, rows - r, ac, as, n_tok, y + r, ldy);
         return;
     }
-    if (fl && type != GM_TYPE_F32) {
-        tiles_pre_f32(type, n, wc, ws, rows, ac, as, n_tok, y, ldy, tr, tt);
-        return;
-    }
-    const size_t prs = kq ? (size_t)(n / 256) * PREK : pre32_bytes(n);
+    const size_t prs = kq ? (size_t)(n / 256) * PREK : fl ? (size_t)n * sizeof(float) : pre32_bytes(n);
     int64_t per = prs ? (int64_t)(PRE_BYTES / prs) : 0;
     per -= per % tr;
-    if (fl || n_tok < 2 * tt || per < tr) {
+    if (type == GM_TYPE_F32 || (!fl && n_tok < 2 * tt) || per < tr) {
         tile_rows(type, 0, tr, tt, n, wc, ws, rows, ac, as, n_tok, y, ldy);
         return;
     }
+    /* F16 / BF16 rows are converted even for a few tokens: the conversion is one instruction per 8 values */
     _Alignas(32) char buf[PRE_BYTES];
     for (int64_t r0 = 0; r0 < rows; r0 += per) {
         const int64_t nr = rows - r0 < per ? rows - r0 : per;
-        for (int64_t r = 0; r < nr; r++) {
-            if (kq) preK_row(type, n, wc + (r0 + r) * ws, buf + r * prs);
-            else pre32_row(type, n, wc + (r0 + r) * ws, buf + r * prs);
-        }
-        tile_rows(type, 1, tr, tt, n, buf, prs, nr, ac, as, n_tok, y + r0, ldy);
+        for (int64_t r = 0; r < nr; r++) pre_row(type, n, wc + (r0 + r) * ws, buf + r * prs);
+        tile_rows(fl ? GM_TYPE_F32 : type, 1, tr, tt, n, buf, prs, nr, ac, as, n_tok, y + r0, ldy);
     }
 }
 
