@@ -11,7 +11,7 @@
 
 #include "gemma.h"
 #include "support/gguf_writer.h"
-#include "support/safetensors_writer.h"
+#include "support/hf_writer.h"
 
 enum { D = 64, H = 4, HKV = 2, HD = 16, FF = 128, V = 300, W = 8, P = 256, R = 64, NA = 4 };
 static const uint64_t SEED = 0x3E3E3E;
@@ -47,12 +47,10 @@ static const char *const WORDS[] = {"\xe2\x96\x81", "\xe2\x96\x81the", "\xe2\x96
                                     "at", "en", "nd", "ti", "es", "or", "te", "of", "ed", "is", "it", "al", "ar", "st",
                                     "to", "nt", "ng", "se", "ha", "as", "ou"};
 
-static void add_vocab(gw_writer *w) {
+/* the vocabulary: 6 control tokens (<unk> as type 2), 256 byte tokens, WORDS with falling scores */
+static void vocab(const char **toks, float *scores, int32_t *types) {
     static char bytes[256][8];
-    const char *toks[V];
-    float scores[V];
-    int32_t types[V];
-    const char *special[] = {"<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"};
+    static const char *const special[] = {"<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"};
     int n = 0;
     for (int i = 0; i < 6; i++, n++) toks[n] = special[i], scores[n] = 0.0f, types[n] = i == 3 ? 2 : 3;
     for (int b = 0; b < 256; b++, n++) {
@@ -61,6 +59,13 @@ static void add_vocab(gw_writer *w) {
     }
     for (size_t i = 0; i < sizeof WORDS / sizeof WORDS[0]; i++, n++)
         toks[n] = WORDS[i], scores[n] = -(float)(i + 1), types[n] = 1;
+}
+
+static void add_vocab(gw_writer *w) {
+    const char *toks[V];
+    float scores[V];
+    int32_t types[V];
+    vocab(toks, scores, types);
     gw_add_str(w, "tokenizer.ggml.model", "llama");
     gw_add_arr_str(w, "tokenizer.ggml.tokens", V, toks);
     gw_add_arr(w, "tokenizer.ggml.scores", GGUF_VT_F32, V, scores);
@@ -318,66 +323,16 @@ static cJSON *hf_config(const t3n_options *o) {
     return root;
 }
 
-/* tokenizer.json: the GGUF's vocabulary and scores as a Unigram model with byte fallback. */
-static cJSON *tokenizer_json(void) {
-    static char bytes[256][8];
-    cJSON *t = cJSON_CreateObject();
-    cJSON_AddStringToObject(t, "version", "1.0");
-    cJSON *added = cJSON_AddArrayToObject(t, "added_tokens");
-    const char *special[] = {"<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"};
-    for (int i = 0; i < 6; i++) {
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "id", i);
-        cJSON_AddStringToObject(e, "content", special[i]);
-        cJSON_AddBoolToObject(e, "single_word", false);
-        cJSON_AddBoolToObject(e, "lstrip", false);
-        cJSON_AddBoolToObject(e, "rstrip", false);
-        cJSON_AddBoolToObject(e, "normalized", false);
-        cJSON_AddBoolToObject(e, "special", true);
-        cJSON_AddItemToArray(added, e);
-    }
-    cJSON *norm = cJSON_AddObjectToObject(t, "normalizer");
-    cJSON_AddStringToObject(norm, "type", "Replace");
-    cJSON_AddStringToObject(cJSON_AddObjectToObject(norm, "pattern"), "String", " ");
-    cJSON_AddStringToObject(norm, "content", "\xe2\x96\x81");
-    cJSON_AddNullToObject(t, "pre_tokenizer");
-    cJSON *model = cJSON_AddObjectToObject(t, "model");
-    cJSON_AddStringToObject(model, "type", "Unigram");
-    cJSON_AddNumberToObject(model, "unk_id", 3);
-    cJSON *vocab = cJSON_AddArrayToObject(model, "vocab");
-    for (int i = 0; i < V; i++) {
-        const char *tok;
-        double score = 0.0;
-        if (i < 6) tok = special[i];
-        else if (i < 262) snprintf(bytes[i - 6], sizeof bytes[i - 6], "<0x%02X>", i - 6), tok = bytes[i - 6];
-        else tok = WORDS[i - 262], score = -(double)(i - 262 + 1);
-        cJSON *e = cJSON_CreateArray();
-        cJSON_AddItemToArray(e, cJSON_CreateString(tok));
-        cJSON_AddItemToArray(e, cJSON_CreateNumber(score));
-        cJSON_AddItemToArray(vocab, e);
-    }
-    cJSON_AddBoolToObject(model, "byte_fallback", true);
-    return t;
-}
-
-static cJSON *tokenizer_config(void) {
-    const char *special[] = {"<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"};
-    cJSON *tc = cJSON_CreateObject();
-    cJSON *dec = cJSON_AddObjectToObject(tc, "added_tokens_decoder");
-    for (int i = 0; i < 6; i++) {
-        char id[16];
-        snprintf(id, sizeof id, "%d", i);
-        cJSON *e = cJSON_AddObjectToObject(dec, id);
-        cJSON_AddStringToObject(e, "content", special[i]);
-        cJSON_AddBoolToObject(e, "special", true);
-    }
-    cJSON_AddStringToObject(tc, "bos_token", "<bos>");
-    cJSON_AddStringToObject(tc, "eos_token", "<eos>");
-    cJSON_AddStringToObject(tc, "unk_token", "<unk>");
-    cJSON_AddStringToObject(tc, "pad_token", "<pad>");
-    cJSON_AddBoolToObject(tc, "add_bos_token", true);
-    cJSON_AddBoolToObject(tc, "add_eos_token", false);
-    return tc;
+/* tokenizer.json and tokenizer_config.json: the GGUF's vocabulary, its control tokens special */
+static bool write_tokenizer(const char *dir) {
+    const char *toks[V];
+    float scores[V];
+    int32_t types[V];
+    double sc[V];
+    bool special[V];
+    vocab(toks, scores, types);
+    for (int i = 0; i < V; i++) sc[i] = scores[i], special[i] = types[i] == 2 || types[i] == 3;
+    return hf_write_tokenizer(dir, V, toks, sc, special, 3);
 }
 
 bool t3n_write_hf(const t3n_options *o, const char *dir, char *err, size_t err_len) {
@@ -423,10 +378,7 @@ bool t3n_write_hf(const t3n_options *o, const char *dir, char *err, size_t err_l
     bool ok = write_safetensors(path, h, m);
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (ok) ok = st_write_json(path, hf_config(o));
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    if (ok) ok = st_write_json(path, tokenizer_json());
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    if (ok) ok = st_write_json(path, tokenizer_config());
+    if (ok) ok = write_tokenizer(dir);
     if (!ok) snprintf(err, err_len, "t3n_write_hf(%s): cannot write the folder", dir);
     for (int i = 0; i < m; i++) free(h[i].data);
     free(h);

@@ -11,7 +11,7 @@
 
 #include "formats/gguf.h"
 #include "gemma.h"
-#include "support/safetensors_writer.h"
+#include "support/hf_writer.h"
 
 /* Value number il of gemma4.<key> (a number, or an array with one entry per layer); def when absent. */
 static double key_at(const gguf_file *f, const char *suffix, int il, double def) {
@@ -171,57 +171,31 @@ static cJSON *config_json(const gguf_file *f, const t4_hf_options *o) {
     return root;
 }
 
-/* tokenizer.json: the GGUF's tokens and scores as a Unigram model with byte fallback; control and unknown
- * tokens (types 3, 2) as special added tokens. */
-static void tokenizer_files(const gguf_file *f, cJSON **tj, cJSON **tc) {
+/* tokenizer.json and tokenizer_config.json: the GGUF's tokens and scores; control and unknown tokens
+ * (types 3, 2) special */
+static bool write_tokenizer(const gguf_file *f, const char *dir) {
     const gguf_kv *toks = gguf_find(f, "tokenizer.ggml.tokens"), *scores = gguf_find(f, "tokenizer.ggml.scores"),
                   *types = gguf_find(f, "tokenizer.ggml.token_type");
-    cJSON *t = cJSON_CreateObject(), *c = cJSON_CreateObject();
-    cJSON_AddStringToObject(t, "version", "1.0");
-    cJSON *added = cJSON_AddArrayToObject(t, "added_tokens"), *dec = cJSON_AddObjectToObject(c, "added_tokens_decoder");
-    cJSON *norm = cJSON_AddObjectToObject(t, "normalizer");
-    cJSON_AddStringToObject(norm, "type", "Replace");
-    cJSON_AddStringToObject(cJSON_AddObjectToObject(norm, "pattern"), "String", " ");
-    cJSON_AddStringToObject(norm, "content", "\xe2\x96\x81");
-    cJSON_AddNullToObject(t, "pre_tokenizer");
-    cJSON *model = cJSON_AddObjectToObject(t, "model");
-    cJSON_AddStringToObject(model, "type", "Unigram");
-    cJSON_AddNumberToObject(model, "unk_id", 3);
-    cJSON *vocab = cJSON_AddArrayToObject(model, "vocab");
+    const int n = (int)toks->val.v.arr.n;
+    char (*text)[256] = malloc((size_t)n * sizeof *text);
+    const char **tp = malloc((size_t)n * sizeof *tp);
+    double *sc = malloc((size_t)n * sizeof *sc);
+    bool *special = malloc((size_t)n * sizeof *special);
+    if (!text || !tp || !sc || !special) abort();
     gguf_arr_iter it;
     gguf_value v;
     gguf_arr_iter_init(&it, &toks->val);
-    for (int i = 0; gguf_arr_iter_next(&it, &v); i++) {
-        char s[256];
-        snprintf(s, sizeof s, "%.*s", (int)v.v.str.len, v.v.str.ptr);
+    for (int i = 0; i < n && gguf_arr_iter_next(&it, &v); i++) {
+        snprintf(text[i], sizeof text[i], "%.*s", (int)v.v.str.len, v.v.str.ptr);
         float score;
         int32_t type;
         memcpy(&score, scores->val.v.arr.data + 4 * (size_t)i, 4);
         memcpy(&type, types->val.v.arr.data + 4 * (size_t)i, 4);
-        cJSON *e = cJSON_CreateArray();
-        cJSON_AddItemToArray(e, cJSON_CreateString(s));
-        cJSON_AddItemToArray(e, cJSON_CreateNumber(score));
-        cJSON_AddItemToArray(vocab, e);
-        if (type != 2 && type != 3) continue;
-        cJSON *a = cJSON_CreateObject();
-        cJSON_AddNumberToObject(a, "id", i);
-        cJSON_AddStringToObject(a, "content", s);
-        cJSON_AddBoolToObject(a, "special", true);
-        cJSON_AddItemToArray(added, a);
-        char id[16];
-        snprintf(id, sizeof id, "%d", i);
-        cJSON *d = cJSON_AddObjectToObject(dec, id);
-        cJSON_AddStringToObject(d, "content", s);
-        cJSON_AddBoolToObject(d, "special", true);
+        tp[i] = text[i], sc[i] = score, special[i] = type == 2 || type == 3;
     }
-    cJSON_AddBoolToObject(model, "byte_fallback", true);
-    cJSON_AddStringToObject(c, "bos_token", "<bos>");
-    cJSON_AddStringToObject(c, "eos_token", "<eos>");
-    cJSON_AddStringToObject(c, "unk_token", "<unk>");
-    cJSON_AddStringToObject(c, "pad_token", "<pad>");
-    cJSON_AddBoolToObject(c, "add_bos_token", true);
-    cJSON_AddBoolToObject(c, "add_eos_token", false);
-    *tj = t, *tc = c;
+    const bool ok = hf_write_tokenizer(dir, n, tp, sc, special, 3);
+    free(text), free(tp), free(sc), free(special);
+    return ok;
 }
 
 bool t4_gguf_to_hf(const char *gguf_path, const t4_hf_options *o, const char *dir, char *err, size_t err_len) {
@@ -280,14 +254,7 @@ bool t4_gguf_to_hf(const char *gguf_path, const t4_hf_options *o, const char *di
     else cJSON_Delete(index);
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (ok) ok = st_write_json(path, config_json(f, o));
-    cJSON *tj, *tc;
-    tokenizer_files(f, &tj, &tc);
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    if (ok) ok = st_write_json(path, tj);
-    else cJSON_Delete(tj);
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    if (ok) ok = st_write_json(path, tc);
-    else cJSON_Delete(tc);
+    if (ok) ok = write_tokenizer(f, dir);
     if (!ok && !err[0]) snprintf(err, err_len, "t4_gguf_to_hf(%s): cannot write the folder", dir);
     for (int i = 0; i < n; i++) free(t[i].owned);
     free(t);

@@ -11,7 +11,7 @@
 
 #include "quant/quant.h"
 #include "support/gguf_writer.h"
-#include "support/safetensors_writer.h"
+#include "support/hf_writer.h"
 
 /* ------------------------------------------------------------------ options */
 
@@ -344,13 +344,6 @@ static bool write_safetensors(const char *path, const st_entry *e, int n, const 
     return ok;
 }
 
-static bool write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return false;
-    bool ok = fputs(text, f) >= 0;
-    return fclose(f) == 0 && ok;
-}
-
 static cJSON *hf_text_config(const tm_options *o) {
     int g = generation(o);
     cJSON *c = cJSON_CreateObject();
@@ -403,45 +396,6 @@ static cJSON *hf_text_config(const tm_options *o) {
     return c;
 }
 
-/* tokenizer.json: the same vocabulary and scores as the GGUF, as a Unigram model with byte
- * fallback; control tokens listed in added_tokens; spaces become U+2581, no prefix space. */
-static char *tokenizer_json(void) {
-    cJSON *t = cJSON_CreateObject();
-    cJSON_AddStringToObject(t, "version", "1.0");
-    cJSON *added = cJSON_AddArrayToObject(t, "added_tokens");
-    for (int i = 0; i < N_CONTROL; i++) {
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "id", i);
-        cJSON_AddStringToObject(e, "content", k_control[i]);
-        cJSON_AddBoolToObject(e, "single_word", false);
-        cJSON_AddBoolToObject(e, "lstrip", false);
-        cJSON_AddBoolToObject(e, "rstrip", false);
-        cJSON_AddBoolToObject(e, "normalized", false);
-        cJSON_AddBoolToObject(e, "special", true);
-        cJSON_AddItemToArray(added, e);
-    }
-    cJSON *norm = cJSON_AddObjectToObject(t, "normalizer");
-    cJSON_AddStringToObject(norm, "type", "Replace");
-    cJSON *pat = cJSON_AddObjectToObject(norm, "pattern");
-    cJSON_AddStringToObject(pat, "String", " ");
-    cJSON_AddStringToObject(norm, "content", "\xe2\x96\x81");
-    cJSON_AddNullToObject(t, "pre_tokenizer");
-    cJSON *model = cJSON_AddObjectToObject(t, "model");
-    cJSON_AddStringToObject(model, "type", "Unigram");
-    cJSON_AddNumberToObject(model, "unk_id", TM_UNK);
-    cJSON *vocab = cJSON_AddArrayToObject(model, "vocab");
-    for (int i = 0; i < N_VOCAB; i++) {
-        cJSON *e = cJSON_CreateArray();
-        cJSON_AddItemToArray(e, cJSON_CreateString(tm_vocab_token(i)));
-        cJSON_AddItemToArray(e, cJSON_CreateNumber(tm_vocab_score(i)));
-        cJSON_AddItemToArray(vocab, e);
-    }
-    cJSON_AddBoolToObject(model, "byte_fallback", true);
-    char *js = cJSON_Print(t);
-    cJSON_Delete(t);
-    return js;
-}
-
 static bool write_configs(const tm_options *o, const tm_hf_options *h, const char *dir) {
     cJSON *c = hf_text_config(o);
     if (h->multimodal) {
@@ -455,35 +409,14 @@ static bool write_configs(const tm_options *o, const tm_hf_options *h, const cha
         c = outer;
     }
     char path[4096];
-    char *js = cJSON_Print(c);
-    cJSON_Delete(c);
     snprintf(path, sizeof path, "%s/config.json", dir);
-    bool ok = write_text(path, js);
-    free(js);
-    cJSON *tc = cJSON_CreateObject();
-    cJSON *dec = cJSON_AddObjectToObject(tc, "added_tokens_decoder");
-    for (int i = 0; i < N_CONTROL; i++) {
-        char id[16];
-        snprintf(id, sizeof id, "%d", i);
-        cJSON *e = cJSON_AddObjectToObject(dec, id);
-        cJSON_AddStringToObject(e, "content", k_control[i]);
-        cJSON_AddBoolToObject(e, "special", true);
-    }
-    cJSON_AddStringToObject(tc, "bos_token", "<bos>");
-    cJSON_AddStringToObject(tc, "eos_token", "<eos>");
-    cJSON_AddStringToObject(tc, "unk_token", "<unk>");
-    cJSON_AddStringToObject(tc, "pad_token", "<pad>");
-    cJSON_AddBoolToObject(tc, "add_bos_token", true);
-    cJSON_AddBoolToObject(tc, "add_eos_token", false);
-    js = cJSON_Print(tc);
-    cJSON_Delete(tc);
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    ok = ok && write_text(path, js);
-    free(js);
-    js = tokenizer_json();
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    ok = ok && write_text(path, js);
-    free(js);
+    bool ok = st_write_json(path, c);
+    /* tokenizer.json and tokenizer_config.json: the GGUF's vocabulary and scores, control tokens special */
+    const char *toks[N_VOCAB];
+    double scores[N_VOCAB];
+    bool special[N_VOCAB];
+    for (int i = 0; i < N_VOCAB; i++) toks[i] = tm_vocab_token(i), scores[i] = tm_vocab_score(i), special[i] = i < N_CONTROL;
+    ok = ok && hf_write_tokenizer(dir, N_VOCAB, toks, scores, special, TM_UNK);
     return ok;
 }
 
@@ -557,11 +490,8 @@ bool tm_write_hf(const tm_options *o, const tm_hf_options *h, const char *dir, c
             snprintf(path, sizeof path, "%s/%s", dir, fname);
             ok = ok && write_safetensors(path, e + lo, hi - lo, dtype);
         }
-        char *js = cJSON_Print(idx);
-        cJSON_Delete(idx);
         snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-        ok = ok && write_text(path, js);
-        free(js);
+        ok = st_write_json(path, idx) && ok;
     }
     for (int i = 0; i < n; i++) free(e[i].data);
     free(e);
