@@ -36,13 +36,16 @@ void gm_avx512_gemm(int type, const void *w, size_t w_stride, int64_t rows, int6
 #include "quant/quant.h"
 gm_vec_dot_fn gm_avx2_vec_dot(int type);
 /* y[t * ldy + r] = row r . token t for rows x n_tok (rows ws bytes apart from w, activations of
- * vec_dot_type as bytes apart), through register tiles of a few rows x a few tokens: every output
- * bit-identical to gm_avx2_vec_dot's on the same operands. Callers split rows in groups of
- * GM_AVX2_TILE_ROWS (a multiple of every tile height). */
-enum { GM_AVX2_TILE_ROWS = 4 };
+ * vec_dot_type as bytes apart): every output bit-identical to gm_avx2_vec_dot's on the same operands,
+ * whatever the rows, tokens or split. Callers split rows in groups of GM_AVX2_TILE_ROWS (the quantized
+ * kernels' 8 rows per vector, a multiple of the float tiles' height). */
+enum { GM_AVX2_TILE_ROWS = 8 };
 typedef void (*gm_avx2_tiles_fn)(int64_t n, const void *w, size_t ws, int64_t rows, const void *a, size_t as,
                                  int64_t n_tok, float *y, int64_t ldy);
 gm_avx2_tiles_fn gm_avx2_tiles(int type);
+/* the quantized types' kernels (kernels/qtiles_avx2.c), which the two above return */
+gm_vec_dot_fn gm_avx2_qdot(int type);
+gm_avx2_tiles_fn gm_avx2_qtiles(int type);
 gm_quant_row_fn gm_avx2_quant_act(int act_type);
 /* AVX-512 decode matmul straight from the weights (kernels/vec_avx512.c): y[t * ldy + r] for rows
  * [r0, r1) and n_tok tokens, each (row, token) output bit-identical to gm_avx512_gemm's. The tokens come

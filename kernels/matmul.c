@@ -106,27 +106,12 @@ static void mm_rows_task(void *ctx, int64_t r0, int64_t r1, int thread) {
     }
 }
 
-/* AVX2: rows [r0, r1) x every token in register tiles, by blocks of ROW_BLOCK rows x TOK_BLOCK tokens
- * (~7-12 KB of weights and ~22-37 KB of activations: the block's weights stay in L1 while the tokens
- * stream from L2, and the weights are read from memory once; tokens outer would stream the chunk's
- * weights, up to a few MB, once per token block) */
-#ifndef ROW_BLOCK
-#define ROW_BLOCK 24
-#define TOK_BLOCK 32
-#endif
-
+/* AVX2: rows [r0, r1) x every token (the kernels block rows and tokens for the caches themselves) */
 static void avx2_tiles_task(void *ctx, int64_t r0, int64_t r1, int thread) {
     (void)thread;
     const mm_job *j = ctx;
-    const char *w = (const char *)j->W->data;
-    for (int64_t rb = r0; rb < r1; rb += ROW_BLOCK) {
-        const int64_t nr = r1 - rb < ROW_BLOCK ? r1 - rb : ROW_BLOCK;
-        for (int64_t t = 0; t < j->n_tok; t += TOK_BLOCK) {
-            const int64_t nt = j->n_tok - t < TOK_BLOCK ? j->n_tok - t : TOK_BLOCK;
-            j->tiles2(j->W->cols, w + (size_t)rb * j->w_stride, j->w_stride, nr, j->act + (size_t)t * j->a_stride,
-                      j->a_stride, nt, j->y + t * j->W->rows + rb, j->W->rows);
-        }
-    }
+    j->tiles2(j->W->cols, (const char *)j->W->data + (size_t)r0 * j->w_stride, j->w_stride, r1 - r0, j->act, j->a_stride,
+              j->n_tok, j->y + r0, j->W->rows);
 }
 
 /* the same over groups of GM_AVX2_TILE_ROWS rows (prefill) */

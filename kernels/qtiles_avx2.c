@@ -1,0 +1,603 @@
+/* kernels/qtiles_avx2.c — AVX2 matmul kernels for the quantized weight types (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1,
+ * Q4_K, Q5_K, Q6_K) over the scalar reference's activation blocks (Q8_0, Q8_1, Q8_K), with eight weight
+ * rows in the eight int32 lanes of a vector.
+ *
+ * Why rows in lanes: vpmaddubsw + vpmaddwd leave 8 int32 partial sums. When the 8 lanes belong to one row,
+ * each 32-code block costs a convert, a scale and an fmadd per (row, token) on top of the 2 integer ops,
+ * and 8 partial lanes still need a horizontal sum. With lane r holding row r, one convert / scale /
+ * fmadd serves 8 rows, and for codes below 32 the int16 products of 4 or 8 code groups add up before one
+ * vpmaddwd: ~21 instructions per 8 rows x 32 codes x 1 token for Q5_0 where one row at a time took 48.
+ *
+ * The arithmetic, identical in every path of this file and in gm_avx2_vec_dot (so a (row, token) output
+ * has the same bits in a decode pass, a prefill tile, alone or in any batch): per block b in order (32
+ * codes; a 256-code super-block for K-quants) the exact int32 dot isum_b, then in f32 from 0
+ *   32-code types:  acc = fma((float)isum_b, dw_b * da_b, acc)
+ *                   Q4_1 / Q5_1 also acc = fma(m_b, s_b, acc)          (the offset m times d * sum(x))
+ *   Q4_K / Q5_K:    acc = fma((float)isum_b, d * da, acc); acc = fma((float)msum_b, -(dmin * da), acc)
+ *   Q6_K:           acc = fma((float)(isum_b - msum_b), d * da, acc)  (msum_b: the code offset 32 x bsums)
+ * The integers are exact however they are summed, and the f32 steps are lane-wise, so they do not depend
+ * on which lane or which instruction sequence carries them.
+ *
+ * Two routes to these numbers:
+ *  - one token (decode): 8 rows read side by side from the file's blocks; each row's block gives 8 partial
+ *    int32 lanes, and a transpose-add of the 8 rows' vectors puts row r's total in lane r;
+ *  - more tokens: 8 rows decoded once into an "octet" (codes as bytes, vector g of a block holding codes
+ *    4g .. 4g+3 of row r in lane r), then register tiles of 8 rows x T tokens in which a token contributes
+ *    one broadcast of 4 activation bytes per group. */
+#include "kernels/gemm.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#include "quant/blocks.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+#include "kernels/x86_common.h"
+
+#define INL static inline __attribute__((always_inline))
+
+enum {
+    TQ = 4,               /* tokens per register tile */
+    OB32 = 320,           /* octet bytes per 32-code block: 8 code vectors, dw[8], mw[8] (f32) */
+    OBK = 2880,           /* per K-quant super-block: 64 code vectors, 16 scale vectors, 8 min vectors, d, dmin */
+    OCT_BYTES = 49152,    /* octet buffer (stack): longer rows go in slices of blocks */
+    SIDE_ENTRIES = 4096,  /* per-(token, block) activation terms of one call (stack, 8 bytes each) */
+    K_TOKENS = 64,        /* K-quant tokens per octet pass: 64 Q8_K rows of 2048 codes stay in L2 */
+};
+
+INL bool kquant(int type) { return type == GM_TYPE_Q4_K || type == GM_TYPE_Q5_K || type == GM_TYPE_Q6_K; }
+INL bool has_m(int type) { return type == GM_TYPE_Q4_1 || type == GM_TYPE_Q5_1; }
+/* the code offset: unsigned codes minus this are the signed values (Q8_0 codes are signed already) */
+INL int offset32(int type) { return type == GM_TYPE_Q4_0 ? 8 : type == GM_TYPE_Q5_0 ? 16 : 0; }
+INL bool five_bits(int type) { return type == GM_TYPE_Q5_0 || type == GM_TYPE_Q5_1; }
+
+INL size_t wblock_bytes(int type) {
+    switch (type) {
+    case GM_TYPE_Q8_0: return sizeof(gm_block_q8_0);
+    case GM_TYPE_Q4_0: return sizeof(gm_block_q4_0);
+    case GM_TYPE_Q5_0: return sizeof(gm_block_q5_0);
+    case GM_TYPE_Q4_1: return sizeof(gm_block_q4_1);
+    case GM_TYPE_Q5_1: return sizeof(gm_block_q5_1);
+    case GM_TYPE_Q4_K: return sizeof(gm_block_q4_K);
+    case GM_TYPE_Q5_K: return sizeof(gm_block_q5_K);
+    default: return sizeof(gm_block_q6_K);
+    }
+}
+/* activation block: Q8_K for K-quants, Q8_1 where the weights carry m, Q8_0 otherwise */
+INL size_t ablock_bytes(int type) {
+    return kquant(type) ? sizeof(gm_block_q8_K) : has_m(type) ? sizeof(gm_block_q8_1) : sizeof(gm_block_q8_0);
+}
+INL const int8_t *aqs(int type, const char *ab) {
+    return has_m(type) ? ((const gm_block_q8_1 *)ab)->qs : ((const gm_block_q8_0 *)ab)->qs;
+}
+INL uint16_t ld16(const void *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+INL __m256i bcast32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* 32 bits -> 32 bytes, 0xFF where the bit is set */
+INL __m256i bits_to_bytes(uint32_t bits) {
+    const __m256i v = _mm256_set1_epi32((int)bits);
+    const __m256i sh = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                        3, 3, 3, 3, 3, 3);
+    const __m256i bytes = _mm256_shuffle_epi8(v, sh);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+}
+
+/* the 32 codes of a 32-code block: unsigned (value = d (code - offset32), + m for Q4_1 / Q5_1); Q8_0's
+ * signed bytes as they are */
+INL __m256i codes32(int type, const char *blk) {
+    switch (type) {
+    case GM_TYPE_Q8_0: return _mm256_loadu_si256((const __m256i *)((const gm_block_q8_0 *)blk)->qs);
+    case GM_TYPE_Q4_0: return nibbles(((const gm_block_q4_0 *)blk)->qs);
+    case GM_TYPE_Q4_1: return nibbles(((const gm_block_q4_1 *)blk)->qs);
+    case GM_TYPE_Q5_0: {
+        const gm_block_q5_0 *x = (const gm_block_q5_0 *)blk;
+        uint32_t qh;
+        memcpy(&qh, x->qh, 4);
+        return _mm256_or_si256(nibbles(x->qs), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(16)));
+    }
+    default: {
+        const gm_block_q5_1 *x = (const gm_block_q5_1 *)blk;
+        uint32_t qh;
+        memcpy(&qh, x->qh, 4);
+        return _mm256_or_si256(nibbles(x->qs), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(16)));
+    }
+    }
+}
+
+/* f16 fields of 8 rows' blocks (at byte `off` of the block) as 8 f32 lanes */
+INL __m256 h2f_rows(const char *const p[8], size_t off) {
+    return _mm256_cvtph_ps(_mm_setr_epi16((short)ld16(p[0] + off), (short)ld16(p[1] + off), (short)ld16(p[2] + off),
+                                          (short)ld16(p[3] + off), (short)ld16(p[4] + off), (short)ld16(p[5] + off),
+                                          (short)ld16(p[6] + off), (short)ld16(p[7] + off)));
+}
+
+/* v[r] (row r's 8 dwords) -> v[g] (dword g of every row, row r in lane r) */
+INL void transpose8(__m256i v[8]) {
+    __m256i t[8], u[8];
+    for (int k = 0; k < 4; k++) {
+        t[2 * k] = _mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]);
+        t[2 * k + 1] = _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]);
+    }
+    for (int h = 0; h < 2; h++) { /* rows 0-3, 4-7 */
+        u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+        u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+        u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+        u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+    }
+    for (int g = 0; g < 4; g++) {
+        v[g] = _mm256_permute2x128_si256(u[g], u[4 + g], 0x20);
+        v[g + 4] = _mm256_permute2x128_si256(u[g], u[4 + g], 0x31);
+    }
+}
+
+/* lane r = the sum of the 8 lanes of p[r] */
+INL __m256i hsum_rows(const __m256i p[8]) {
+    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/* 8 rows' f32 results for rows [0, nr) of y (the others are lanes of repeated rows) */
+INL void store_rows(float *y, __m256 v, int nr) {
+    if (nr == 8) {
+        _mm256_storeu_ps(y, v);
+        return;
+    }
+    float tmp[8];
+    _mm256_storeu_ps(tmp, v);
+    memcpy(y, tmp, (size_t)nr * sizeof(float));
+}
+INL __m256 load_rows(const float *y, int nr) {
+    if (nr == 8) return _mm256_loadu_ps(y);
+    float tmp[8] = {0};
+    memcpy(tmp, y, (size_t)nr * sizeof(float));
+    return _mm256_loadu_ps(tmp);
+}
+
+/* ------------------------------------------------------------------ K-quant blocks, one row at a time */
+
+/* the integer scales of a K-quant block: sc[16] per 16 codes (Q4_K / Q5_K: one per 32, repeated), mn[8]
+ * (Q4_K / Q5_K: the mins per 32 codes; Q6_K: unused) */
+INL void kscales(int type, const char *blk, int16_t sc[16], int16_t mn[8]) {
+    if (type == GM_TYPE_Q6_K) {
+        const gm_block_q6_K *x = (const gm_block_q6_K *)blk;
+        for (int j = 0; j < 16; j++) sc[j] = x->scales[j];
+        return;
+    }
+    const uint8_t *s12 = type == GM_TYPE_Q4_K ? ((const gm_block_q4_K *)blk)->scales : ((const gm_block_q5_K *)blk)->scales;
+    for (int j = 0; j < 8; j++) {
+        int s, m;
+        gm_k4_scale_min(j, s12, &s, &m);
+        sc[2 * j] = sc[2 * j + 1] = (int16_t)s;
+        mn[j] = (int16_t)m;
+    }
+}
+
+/* chunk c (codes 32c .. 32c + 31) of a K-quant block as unsigned codes (Q6_K: value + 32) */
+INL __m256i kcodes(int type, const char *blk, int c) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    if (type == GM_TYPE_Q6_K) {
+        const gm_block_q6_K *x = (const gm_block_q6_K *)blk;
+        const int h = c / 4, kk = c % 4; /* ql: 64 bytes per half; low nibbles for kk 0, 1, high for 2, 3 */
+        const __m256i ql = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32 * (kk & 1)));
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+        const __m256i lo = kk < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+        /* bits 2kk, 2kk + 1 of each qh byte to bits 4, 5 */
+        const __m256i sh = kk == 0 ? _mm256_slli_epi16(qh, 4) : kk == 1 ? _mm256_slli_epi16(qh, 2) : kk == 2 ? qh : _mm256_srli_epi16(qh, 2);
+        return _mm256_or_si256(lo, _mm256_and_si256(sh, _mm256_set1_epi8(0x30)));
+    }
+    const uint8_t *qs = type == GM_TYPE_Q4_K ? ((const gm_block_q4_K *)blk)->qs : ((const gm_block_q5_K *)blk)->qs;
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * (c / 2)));
+    __m256i v = c % 2 ? _mm256_and_si256(_mm256_srli_epi16(q, 4), m4) : _mm256_and_si256(q, m4);
+    if (type == GM_TYPE_Q5_K) {
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)((const gm_block_q5_K *)blk)->qh);
+        const __m256i bit = _mm256_and_si256(_mm256_srli_epi16(qh, c), _mm256_set1_epi8(1));
+        v = _mm256_or_si256(v, _mm256_slli_epi16(bit, 4));
+    }
+    return v;
+}
+
+INL float kd(int type, const char *blk) {
+    return h2f(type == GM_TYPE_Q6_K ? ((const gm_block_q6_K *)blk)->d : ld16(blk)); /* Q4_K / Q5_K: d first */
+}
+INL float kdmin(int type, const char *blk) { return type == GM_TYPE_Q6_K ? 0.f : h2f(ld16(blk + 2)); }
+
+/* ------------------------------------------------------------------ one token: 8 file rows side by side */
+
+/* p[r]: the 8 partial int32 lanes of row r's block b (32-code types) against activation codes av
+ * (offset codes: minus offset32 x the activation's pair sums c16, exact in int16) */
+INL __m256i part32(int type, const char *blk, __m256i av, __m256i c16) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i q = codes32(type, blk);
+    if (type == GM_TYPE_Q8_0) return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(av, q)), ones);
+    __m256i m = _mm256_maddubs_epi16(q, av);
+    if (offset32(type)) m = _mm256_sub_epi16(m, c16);
+    return _mm256_madd_epi16(m, ones);
+}
+
+/* y lanes of 8 rows (pointers, repeats allowed) for one token; pf: the rows after these (ws apart),
+ * prefetched line by line as these are read, since the hardware prefetcher loses track of 8 short row
+ * streams read side by side (docs/performance.md) */
+INL __m256 direct32(int type, int64_t nb, const char *const row[8], const char *a, const char *pf, size_t ws) {
+    const size_t wb = wblock_bytes(type), ab = ablock_bytes(type);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const size_t o = (size_t)b * wb;
+        if (pf && (o & 63) < wb)
+            for (int r = 0; r < 8; r++) _mm_prefetch(pf + r * ws + o + 64, _MM_HINT_T0);
+        const char *blk = a + b * ab;
+        const __m256i av = _mm256_loadu_si256((const __m256i *)aqs(type, blk));
+        const __m256i c16 = _mm256_maddubs_epi16(_mm256_set1_epi8((char)offset32(type)), av);
+        __m256i p[8];
+        const char *rb[8];
+        for (int r = 0; r < 8; r++) rb[r] = row[r] + o, p[r] = part32(type, rb[r], av, c16);
+        const __m256 da = _mm256_set1_ps(h2f(ld16(blk)));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum_rows(p)), _mm256_mul_ps(h2f_rows(rb, 0), da), acc);
+        if (has_m(type)) acc = _mm256_fmadd_ps(h2f_rows(rb, 2), _mm256_set1_ps(h2f(ld16(blk + 2))), acc);
+    }
+    return acc;
+}
+
+/* int16 scales of chunk c's two 16-code groups (2c in the low 8 lanes, 2c + 1 in the high 8) from sc[16]
+ * repeated in both halves (s_lo: sc[0..7], s_hi: sc[8..15]): one in-lane byte shuffle */
+INL __m256i kscale_pair(__m256i s, int c) {
+    const int g = 4 * (c % 4); /* byte offset of group 2c within its 128-bit half */
+    return _mm256_shuffle_epi8(s, _mm256_set_m128i(_mm_set1_epi16((short)((g + 3) << 8 | (g + 2))),
+                                                   _mm_set1_epi16((short)((g + 1) << 8 | g))));
+}
+
+INL __m256 directK(int type, int64_t nb, const char *const row[8], const char *a, const char *pf, size_t ws) {
+    const size_t wb = wblock_bytes(type);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const size_t o = (size_t)i * wb;
+        const gm_block_q8_K *yb = (const gm_block_q8_K *)a + i;
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)yb->bsums);
+        __m256i is[8], ms[8];
+        float d[8], dm[8];
+        for (int r = 0; r < 8; r++) {
+            const char *blk = row[r] + o;
+            if (pf)
+                for (size_t k = 0; k < wb; k += 64) _mm_prefetch(pf + r * ws + o + k, _MM_HINT_T0);
+            int16_t sc[16], mn[8];
+            kscales(type, blk, sc, mn);
+            const __m256i sv = _mm256_loadu_si256((const __m256i *)sc);
+            const __m256i s_lo = _mm256_permute2x128_si256(sv, sv, 0x00), s_hi = _mm256_permute2x128_si256(sv, sv, 0x11);
+            __m256i s = _mm256_setzero_si256();
+            for (int c = 0; c < 8; c++) {
+                const __m256i scale = kscale_pair(c < 4 ? s_lo : s_hi, c);
+                const __m256i u = kcodes(type, blk, c);
+                const __m256i av = _mm256_loadu_si256((const __m256i *)(yb->qs + 32 * c));
+                s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(u, av), scale));
+            }
+            __m256i mv;
+            if (type == GM_TYPE_Q6_K) { /* 32 x scale per 16 codes against bsums */
+                mv = _mm256_slli_epi16(sv, 5);
+            } else { /* min per 32 codes, both 16-groups */
+                const __m256i m32 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)mn));
+                mv = _mm256_or_si256(m32, _mm256_slli_epi32(m32, 16));
+            }
+            is[r] = s;
+            ms[r] = _mm256_madd_epi16(bs, mv);
+            d[r] = kd(type, blk), dm[r] = kdmin(type, blk);
+        }
+        const __m256 da = _mm256_set1_ps(yb->d);
+        const __m256i isum = hsum_rows(is), msum = hsum_rows(ms);
+        const __m256 dv = _mm256_mul_ps(_mm256_loadu_ps(d), da);
+        if (type == GM_TYPE_Q6_K) {
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum, msum)), dv, acc);
+        } else {
+            const __m256 nm = _mm256_xor_ps(_mm256_mul_ps(_mm256_loadu_ps(dm), da), _mm256_set1_ps(-0.0f));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dv, acc);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), nm, acc);
+        }
+    }
+    return acc;
+}
+
+/* ------------------------------------------------------------------ many tokens: octets and register tiles */
+
+/* Rows row[0..7] (repeats allowed), blocks [b0, b0 + nbs), into octet ob (32-byte aligned); pf: the next
+ * octet's first row (ws apart), prefetched one line per line read (NULL: none). */
+INL void octet32(int type, int64_t b0, int64_t nbs, const char *const row[8], char *ob, const char *pf, size_t ws) {
+    const size_t wb = wblock_bytes(type);
+    for (int64_t b = 0; b < nbs; b++) {
+        const size_t o = (size_t)(b0 + b) * wb;
+        if (pf && (o & 63) < wb)
+            for (int r = 0; r < 8; r++) _mm_prefetch(pf + r * ws + o, _MM_HINT_T0);
+        __m256i v[8];
+        const char *rb[8];
+        for (int r = 0; r < 8; r++) rb[r] = row[r] + o, v[r] = codes32(type, rb[r]);
+        transpose8(v);
+        char *dst = ob + b * OB32;
+        for (int g = 0; g < 8; g++) _mm256_store_si256((__m256i *)(dst + 32 * g), v[g]);
+        _mm256_store_ps((float *)(dst + 256), h2f_rows(rb, 0));
+        if (has_m(type)) _mm256_store_ps((float *)(dst + 288), h2f_rows(rb, 2));
+    }
+}
+
+/* K-quant octet, per super-block: codes (8 chunks x 8 vectors), 16 int16 scale vectors (vector j: row r's
+ * scale of 16-group j in both int16 halves of lane r), 8 offset vectors (chunk c: Q4_K / Q5_K the min of
+ * chunk c in both halves; Q6_K 32 x the scales of groups 2c, 2c + 1), d and dmin as f32 */
+INL void octetK(int type, int64_t b0, int64_t nbs, const char *const row[8], char *ob, const char *pf, size_t ws) {
+    const size_t wb = wblock_bytes(type);
+    for (int64_t i = 0; i < nbs; i++) {
+        const size_t o = (size_t)(b0 + i) * wb;
+        char *dst = ob + i * OBK;
+        const char *rb[8];
+        for (int r = 0; r < 8; r++) rb[r] = row[r] + o;
+        if (pf)
+            for (int r = 0; r < 8; r++)
+                for (size_t k = 0; k < wb; k += 64) _mm_prefetch(pf + r * ws + o + k, _MM_HINT_T0);
+        for (int c = 0; c < 8; c++) {
+            __m256i v[8];
+            for (int r = 0; r < 8; r++) v[r] = kcodes(type, rb[r], c);
+            transpose8(v);
+            for (int g = 0; g < 8; g++) _mm256_store_si256((__m256i *)(dst + 256 * c + 32 * g), v[g]);
+        }
+        int16_t *S = (int16_t *)(dst + 2048), *M = (int16_t *)(dst + 2560);
+        float *d = (float *)(dst + 2816), *dm = (float *)(dst + 2848);
+        for (int r = 0; r < 8; r++) {
+            int16_t sc[16], mn[8];
+            kscales(type, rb[r], sc, mn);
+            for (int j = 0; j < 16; j++) S[16 * j + 2 * r] = S[16 * j + 2 * r + 1] = sc[j];
+            for (int c = 0; c < 8; c++) {
+                M[16 * c + 2 * r] = type == GM_TYPE_Q6_K ? (int16_t)(32 * sc[2 * c]) : mn[c];
+                M[16 * c + 2 * r + 1] = type == GM_TYPE_Q6_K ? (int16_t)(32 * sc[2 * c + 1]) : mn[c];
+            }
+            d[r] = kd(type, rb[r]), dm[r] = kdmin(type, rb[r]);
+        }
+    }
+}
+
+/* per (token, block) activation terms of a 32-code call: da, and the offset's -offset32 x sum(codes) or
+ * Q8_1's s */
+typedef struct {
+    float da;
+    union {
+        int32_t corr;
+        float sa;
+    };
+} side_t;
+
+INL int32_t sum32(const int8_t *q) {
+    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_loadu_si256((const __m256i *)q)),
+                                        _mm256_set1_epi16(1));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+INL void side32(int type, int64_t nbs, const char *a, size_t as, int64_t nt, side_t *sd) {
+    const size_t ab = ablock_bytes(type);
+    for (int64_t t = 0; t < nt; t++)
+        for (int64_t b = 0; b < nbs; b++) {
+            const char *blk = a + t * as + b * ab;
+            side_t *s = &sd[t * nbs + b];
+            s->da = h2f(ld16(blk));
+            if (has_m(type)) s->sa = h2f(ld16(blk + 2));
+            else s->corr = -offset32(type) * sum32(aqs(type, blk));
+        }
+}
+
+/* acc[t] += blocks [0, nbs) of octet ob . token t (a: its first block, tokens as apart; sd: its side terms,
+ * nbs per token). Codes below 16 (Q4_0, Q4_1) add 8 groups' int16 pair sums before one vpmaddwd, codes
+ * below 32 (Q5_0, Q5_1) 4 groups: 8 x 2 x 15 x 128 and 4 x 2 x 31 x 128 stay below 2^15. Q8_0 (signed
+ * codes): |w| against the activation with w's signs, one vpmaddwd per group. */
+INL void kern32(int type, int T, int64_t nbs, const char *ob, const char *a, size_t as, const side_t *sd,
+                __m256 acc[TQ]) {
+    const size_t ab = ablock_bytes(type), qo = has_m(type) ? offsetof(gm_block_q8_1, qs) : offsetof(gm_block_q8_0, qs);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int gs = type == GM_TYPE_Q8_0 ? 1 : five_bits(type) ? 4 : 8; /* groups per int16 sum */
+    for (int64_t b = 0; b < nbs; b++) {
+        const char *wb = ob + b * OB32;
+        __m256i is[TQ], s[TQ];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) is[t] = _mm256_setzero_si256(), s[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            const __m256i w = _mm256_load_si256((const __m256i *)(wb + 32 * g));
+            const __m256i u = type == GM_TYPE_Q8_0 ? _mm256_sign_epi8(w, w) : w;
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                __m256i x = bcast32(a + t * as + b * ab + qo + 4 * g);
+                if (type == GM_TYPE_Q8_0) x = _mm256_sign_epi8(x, w);
+                s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(u, x));
+                if (g % gs == gs - 1) {
+                    is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(s[t], ones));
+                    s[t] = _mm256_setzero_si256();
+                }
+            }
+        }
+        const __m256 dw = _mm256_load_ps((const float *)(wb + 256));
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const side_t *e = &sd[t * nbs + b];
+            if (offset32(type)) is[t] = _mm256_add_epi32(is[t], _mm256_set1_epi32(e->corr));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), _mm256_mul_ps(dw, _mm256_set1_ps(e->da)), acc[t]);
+            if (has_m(type)) acc[t] = _mm256_fmadd_ps(_mm256_load_ps((const float *)(wb + 288)), _mm256_set1_ps(e->sa), acc[t]);
+        }
+    }
+}
+
+/* the same for K-quants: int16 sums of 8 groups (Q4_K, codes < 16), 4 (Q5_K, < 32) or 2 (Q6_K, < 64) before
+ * one vpmaddwd with the groups' scales; the offsets (mins, Q6_K's 32) from bsums per chunk */
+INL void kernK(int type, int T, int64_t nbs, const char *ob, const char *a, size_t as, __m256 acc[TQ]) {
+    const int gs = type == GM_TYPE_Q4_K ? 8 : type == GM_TYPE_Q5_K ? 4 : 2;
+    for (int64_t i = 0; i < nbs; i++) {
+        const char *wb = ob + i * OBK;
+        __m256i is[TQ], ms[TQ], s[TQ];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) is[t] = ms[t] = s[t] = _mm256_setzero_si256();
+        for (int c = 0; c < 8; c++) {
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++) {
+                const __m256i w = _mm256_load_si256((const __m256i *)(wb + 256 * c + 32 * g));
+                const __m256i sc = _mm256_load_si256((const __m256i *)(wb + 2048 + 32 * (2 * c + g / 4)));
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) {
+                    const gm_block_q8_K *yb = (const gm_block_q8_K *)(a + t * as) + i;
+                    s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(w, bcast32(yb->qs + 32 * c + 4 * g)));
+                    if (g % gs == gs - 1) {
+                        is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(s[t], sc));
+                        s[t] = _mm256_setzero_si256();
+                    }
+                }
+            }
+            const __m256i mv = _mm256_load_si256((const __m256i *)(wb + 2560 + 32 * c));
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                const gm_block_q8_K *yb = (const gm_block_q8_K *)(a + t * as) + i;
+                ms[t] = _mm256_add_epi32(ms[t], _mm256_madd_epi16(mv, bcast32(yb->bsums + 2 * c)));
+            }
+        }
+        const __m256 d = _mm256_load_ps((const float *)(wb + 2816)), dm = _mm256_load_ps((const float *)(wb + 2848));
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const __m256 da = _mm256_set1_ps(((const gm_block_q8_K *)(a + t * as) + i)->d);
+            const __m256 dv = _mm256_mul_ps(d, da);
+            if (type == GM_TYPE_Q6_K) {
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(is[t], ms[t])), dv, acc[t]);
+            } else {
+                const __m256 nm = _mm256_xor_ps(_mm256_mul_ps(dm, da), _mm256_set1_ps(-0.0f));
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), dv, acc[t]);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms[t]), nm, acc[t]);
+            }
+        }
+    }
+}
+
+/* T tokens (a: the first, at block b0 of a slice; y: its outputs for the octet's nr rows). A slice after
+ * the first continues the f32 sums it left in y: the same sequence of operations as one pass. */
+INL void tile(int type, int T, int64_t b0, int64_t nbs, const char *ob, const char *a, size_t as, const side_t *sd,
+              float *y, int64_t ldy, int nr) {
+    __m256 acc[TQ];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) acc[t] = b0 ? load_rows(y + t * ldy, nr) : _mm256_setzero_ps();
+    if (kquant(type)) kernK(type, T, nbs, ob, a, as, acc);
+    else kern32(type, T, nbs, ob, a, as, sd, acc);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) store_rows(y + t * ldy, acc[t], nr);
+}
+
+/* rows [r0, r0 + 8) of w, the last ones repeated where fewer remain */
+INL int octet_rows(const char *w, size_t ws, int64_t r0, int64_t rows, const char *row[8]) {
+    const int nr = rows - r0 < 8 ? (int)(rows - r0) : 8;
+    for (int r = 0; r < 8; r++) row[r] = w + (size_t)(r0 + (r < nr ? r : nr - 1)) * ws;
+    return nr;
+}
+
+#ifndef PF_ROWS
+#define PF_ROWS 8
+#endif
+
+INL void qtiles(int type, int64_t n, const char *w, size_t ws, int64_t rows, const char *a, size_t as, int64_t n_tok,
+                float *y, int64_t ldy) {
+    const bool K = kquant(type);
+    const int64_t nb = n / (K ? 256 : 32);
+    const size_t ab = ablock_bytes(type);
+    const char *row[8];
+    if (n_tok == 1) {
+        for (int64_t r0 = 0; r0 < rows; r0 += 8) {
+            const int nr = octet_rows(w, ws, r0, rows, row);
+            const char *pf = nr == 8 ? w + (size_t)(r0 + PF_ROWS) * ws : NULL;
+            store_rows(y + r0, K ? directK(type, nb, row, a, pf, ws) : direct32(type, nb, row, a, pf, ws), nr);
+        }
+        return;
+    }
+    _Alignas(32) char ob[OCT_BYTES];
+    side_t sd[SIDE_ENTRIES];
+    const size_t obb = K ? OBK : OB32;
+    const int64_t kb = nb < (int64_t)(OCT_BYTES / obb) ? nb : (int64_t)(OCT_BYTES / obb); /* blocks per slice */
+    const int64_t tc = K ? K_TOKENS : SIDE_ENTRIES / kb;                                  /* tokens per pass */
+    for (int64_t k0 = 0; k0 < nb; k0 += kb) {
+        const int64_t nbs = nb - k0 < kb ? nb - k0 : kb;
+        for (int64_t t0 = 0; t0 < n_tok; t0 += tc) {
+            const int64_t nt = n_tok - t0 < tc ? n_tok - t0 : tc;
+            const char *at = a + t0 * as + k0 * ab;
+            if (!K) side32(type, nbs, at, as, nt, sd);
+            for (int64_t r0 = 0; r0 < rows; r0 += 8) {
+                const int nr = octet_rows(w, ws, r0, rows, row);
+                const char *pf = r0 + 16 <= rows ? w + (size_t)(r0 + 8) * ws : NULL;
+                if (K) octetK(type, k0, nbs, row, ob, pf, ws);
+                else octet32(type, k0, nbs, row, ob, pf, ws);
+                float *yo = y + t0 * ldy + r0;
+                int64_t t = 0;
+                for (; t + TQ <= nt; t += TQ) tile(type, TQ, k0, nbs, ob, at + t * as, as, sd + t * nbs, yo + t * ldy, ldy, nr);
+                switch (nt - t) {
+                case 3: tile(type, 3, k0, nbs, ob, at + t * as, as, sd + t * nbs, yo + t * ldy, ldy, nr); break;
+                case 2: tile(type, 2, k0, nbs, ob, at + t * as, as, sd + t * nbs, yo + t * ldy, ldy, nr); break;
+                case 1: tile(type, 1, k0, nbs, ob, at + t * as, as, sd + t * nbs, yo + t * ldy, ldy, nr); break;
+                default: break;
+                }
+            }
+        }
+    }
+}
+
+#define QTYPE(name, TYPE)                                                                                       \
+    static void dot_##name(int64_t n, float *s, const void *w, const void *a) {                                \
+        const char *row[8];                                                                                     \
+        for (int r = 0; r < 8; r++) row[r] = w;                                                                 \
+        const __m256 v = kquant(TYPE) ? directK(TYPE, n / 256, row, a, NULL, 0) : direct32(TYPE, n / 32, row, a, NULL, 0); \
+        *s = _mm256_cvtss_f32(v);                                                                               \
+    }                                                                                                           \
+    static void tiles_##name(int64_t n, const void *w, size_t ws, int64_t rows, const void *a, size_t as,      \
+                             int64_t n_tok, float *y, int64_t ldy) {                                            \
+        qtiles(TYPE, n, w, ws, rows, a, as, n_tok, y, ldy);                                                     \
+    }
+QTYPE(q8_0, GM_TYPE_Q8_0)
+QTYPE(q4_0, GM_TYPE_Q4_0)
+QTYPE(q5_0, GM_TYPE_Q5_0)
+QTYPE(q4_1, GM_TYPE_Q4_1)
+QTYPE(q5_1, GM_TYPE_Q5_1)
+QTYPE(q4_K, GM_TYPE_Q4_K)
+QTYPE(q5_K, GM_TYPE_Q5_K)
+QTYPE(q6_K, GM_TYPE_Q6_K)
+
+gm_vec_dot_fn gm_avx2_qdot(int type) {
+    switch (type) {
+    case GM_TYPE_Q4_0: return dot_q4_0;
+    case GM_TYPE_Q4_1: return dot_q4_1;
+    case GM_TYPE_Q5_0: return dot_q5_0;
+    case GM_TYPE_Q5_1: return dot_q5_1;
+    case GM_TYPE_Q8_0: return dot_q8_0;
+    case GM_TYPE_Q4_K: return dot_q4_K;
+    case GM_TYPE_Q5_K: return dot_q5_K;
+    case GM_TYPE_Q6_K: return dot_q6_K;
+    default: return NULL;
+    }
+}
+
+gm_avx2_tiles_fn gm_avx2_qtiles(int type) {
+    switch (type) {
+    case GM_TYPE_Q4_0: return tiles_q4_0;
+    case GM_TYPE_Q4_1: return tiles_q4_1;
+    case GM_TYPE_Q5_0: return tiles_q5_0;
+    case GM_TYPE_Q5_1: return tiles_q5_1;
+    case GM_TYPE_Q8_0: return tiles_q8_0;
+    case GM_TYPE_Q4_K: return tiles_q4_K;
+    case GM_TYPE_Q5_K: return tiles_q5_K;
+    case GM_TYPE_Q6_K: return tiles_q6_K;
+    default: return NULL;
+    }
+}
+
+#else
+
+gm_vec_dot_fn gm_avx2_qdot(int type) { (void)type; return NULL; }
+gm_avx2_tiles_fn gm_avx2_qtiles(int type) { (void)type; return NULL; }
+
+#endif
