@@ -125,16 +125,19 @@ INL __m256 h2f_rows(const char *const p[8], size_t off) {
 /* v[r] (row r's 8 dwords) -> v[g] (dword g of every row, row r in lane r) */
 INL void transpose8(__m256i v[8]) {
     __m256i t[8], u[8];
+    #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
         t[2 * k] = _mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]);
         t[2 * k + 1] = _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]);
     }
+    #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) { /* rows 0-3, 4-7 */
         u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
         u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
         u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
         u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
     }
+    #pragma GCC unroll 4
     for (int g = 0; g < 4; g++) {
         v[g] = _mm256_permute2x128_si256(u[g], u[4 + g], 0x20);
         v[g + 4] = _mm256_permute2x128_si256(u[g], u[4 + g], 0x31);
@@ -172,10 +175,12 @@ INL __m256 load_rows(const float *y, int nr) {
 INL void kscales(int type, const char *blk, int16_t sc[16], int16_t mn[8]) {
     if (type == GM_TYPE_Q6_K) {
         const gm_block_q6_K *x = (const gm_block_q6_K *)blk;
+        #pragma GCC unroll 16
         for (int j = 0; j < 16; j++) sc[j] = x->scales[j];
         return;
     }
     const uint8_t *s12 = type == GM_TYPE_Q4_K ? ((const gm_block_q4_K *)blk)->scales : ((const gm_block_q5_K *)blk)->scales;
+    #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
         int s, m;
         gm_k4_scale_min(j, s12, &s, &m);
@@ -230,17 +235,18 @@ INL __m256i part32(int type, const char *blk, __m256i av, __m256i c16) {
  * prefetched line by line as these are read, since the hardware prefetcher loses track of 8 short row
  * streams read side by side (docs/performance.md) */
 INL __m256 direct32(int type, int64_t nb, const char *const row[8], const char *a, const char *pf, size_t ws) {
-    const size_t wb = wblock_bytes(type), ab = ablock_bytes(type);
+    const size_t wb = wblock_bytes(type), ab = ablock_bytes(type), per = (8 * ws + (size_t)nb - 1) / (size_t)nb;
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = (size_t)b * wb;
-        if (pf && (o & 63) < wb)
-            for (int r = 0; r < 8; r++) _mm_prefetch(pf + r * ws + o + 64, _MM_HINT_T0);
+        if (pf) /* the 8 rows ahead are one contiguous span: its lines spread evenly over this pass */
+            for (size_t k = (size_t)b * per & ~(size_t)63; k < (size_t)(b + 1) * per; k += 64) _mm_prefetch(pf + k, _MM_HINT_T0);
         const char *blk = a + b * ab;
         const __m256i av = _mm256_loadu_si256((const __m256i *)aqs(type, blk));
         const __m256i c16 = _mm256_maddubs_epi16(_mm256_set1_epi8((char)offset32(type)), av);
         __m256i p[8];
         const char *rb[8];
+        #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) rb[r] = row[r] + o, p[r] = part32(type, rb[r], av, c16);
         const __m256 da = _mm256_set1_ps(h2f(ld16(blk)));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum_rows(p)), _mm256_mul_ps(h2f_rows(rb, 0), da), acc);
@@ -257,6 +263,27 @@ INL __m256i kscale_pair(__m256i s, int c) {
                                                    _mm_set1_epi16((short)((g + 1) << 8 | g))));
 }
 
+/* a K-quant block's integer scales as vectors: sv the 16 int16 scales of its 16-code groups (Q4_K / Q5_K:
+ * each 32-code scale twice), mv the offsets against bsums' int16 pairs (Q4_K / Q5_K: min j in both halves
+ * of int32 lane j; Q6_K: 32 x the scales) */
+INL void kheads(int type, const char *blk, __m256i *sv, __m256i *mv) {
+    if (type == GM_TYPE_Q6_K) {
+        *sv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)((const gm_block_q6_K *)blk)->scales));
+        *mv = _mm256_slli_epi16(*sv, 5);
+        return;
+    }
+    const uint8_t *scales = type == GM_TYPE_Q4_K ? ((const gm_block_q4_K *)blk)->scales : ((const gm_block_q5_K *)blk)->scales;
+    /* the 12 bytes of 6-bit scales and mins (gm_k4_scale_min) unpacked four at a time */
+    uint32_t a[3];
+    memcpy(a, scales, 12);
+    const uint64_t sc = (uint64_t)(a[0] & 0x3f3f3f3f) | (uint64_t)((a[2] & 0x0f0f0f0f) | ((a[0] >> 2) & 0x30303030)) << 32;
+    const uint64_t mn = (uint64_t)(a[1] & 0x3f3f3f3f) | (uint64_t)(((a[2] >> 4) & 0x0f0f0f0f) | ((a[1] >> 2) & 0x30303030)) << 32;
+    const __m256i m = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn));
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc));
+    *mv = _mm256_or_si256(m, _mm256_slli_epi32(m, 16));
+    *sv = _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
+}
+
 INL __m256 directK(int type, int64_t nb, const char *const row[8], const char *a, const char *pf, size_t ws) {
     const size_t wb = wblock_bytes(type);
     __m256 acc = _mm256_setzero_ps();
@@ -266,27 +293,20 @@ INL __m256 directK(int type, int64_t nb, const char *const row[8], const char *a
         const __m256i bs = _mm256_loadu_si256((const __m256i *)yb->bsums);
         __m256i is[8], ms[8];
         float d[8], dm[8];
+        #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) {
             const char *blk = row[r] + o;
             if (pf)
                 for (size_t k = 0; k < wb; k += 64) _mm_prefetch(pf + r * ws + o + k, _MM_HINT_T0);
-            int16_t sc[16], mn[8];
-            kscales(type, blk, sc, mn);
-            const __m256i sv = _mm256_loadu_si256((const __m256i *)sc);
+            __m256i sv, mv;
+            kheads(type, blk, &sv, &mv);
             const __m256i s_lo = _mm256_permute2x128_si256(sv, sv, 0x00), s_hi = _mm256_permute2x128_si256(sv, sv, 0x11);
             __m256i s = _mm256_setzero_si256();
+#pragma GCC unroll 8
             for (int c = 0; c < 8; c++) {
-                const __m256i scale = kscale_pair(c < 4 ? s_lo : s_hi, c);
                 const __m256i u = kcodes(type, blk, c);
                 const __m256i av = _mm256_loadu_si256((const __m256i *)(yb->qs + 32 * c));
-                s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(u, av), scale));
-            }
-            __m256i mv;
-            if (type == GM_TYPE_Q6_K) { /* 32 x scale per 16 codes against bsums */
-                mv = _mm256_slli_epi16(sv, 5);
-            } else { /* min per 32 codes, both 16-groups */
-                const __m256i m32 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)mn));
-                mv = _mm256_or_si256(m32, _mm256_slli_epi32(m32, 16));
+                s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(u, av), kscale_pair(c < 4 ? s_lo : s_hi, c)));
             }
             is[r] = s;
             ms[r] = _mm256_madd_epi16(bs, mv);
@@ -315,12 +335,15 @@ INL void octet32(int type, int64_t b0, int64_t nbs, const char *const row[8], ch
     for (int64_t b = 0; b < nbs; b++) {
         const size_t o = (size_t)(b0 + b) * wb;
         if (pf && (o & 63) < wb)
+            #pragma GCC unroll 8
             for (int r = 0; r < 8; r++) _mm_prefetch(pf + r * ws + o, _MM_HINT_T0);
         __m256i v[8];
         const char *rb[8];
+        #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) rb[r] = row[r] + o, v[r] = codes32(type, rb[r]);
         transpose8(v);
         char *dst = ob + b * OB32;
+        #pragma GCC unroll 8
         for (int g = 0; g < 8; g++) _mm256_store_si256((__m256i *)(dst + 32 * g), v[g]);
         _mm256_store_ps((float *)(dst + 256), h2f_rows(rb, 0));
         if (has_m(type)) _mm256_store_ps((float *)(dst + 288), h2f_rows(rb, 2));
@@ -336,22 +359,30 @@ INL void octetK(int type, int64_t b0, int64_t nbs, const char *const row[8], cha
         const size_t o = (size_t)(b0 + i) * wb;
         char *dst = ob + i * OBK;
         const char *rb[8];
+        #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) rb[r] = row[r] + o;
         if (pf)
+            #pragma GCC unroll 8
             for (int r = 0; r < 8; r++)
                 for (size_t k = 0; k < wb; k += 64) _mm_prefetch(pf + r * ws + o + k, _MM_HINT_T0);
+        #pragma GCC unroll 8
         for (int c = 0; c < 8; c++) {
             __m256i v[8];
+            #pragma GCC unroll 8
             for (int r = 0; r < 8; r++) v[r] = kcodes(type, rb[r], c);
             transpose8(v);
+            #pragma GCC unroll 8
             for (int g = 0; g < 8; g++) _mm256_store_si256((__m256i *)(dst + 256 * c + 32 * g), v[g]);
         }
         int16_t *S = (int16_t *)(dst + 2048), *M = (int16_t *)(dst + 2560);
         float *d = (float *)(dst + 2816), *dm = (float *)(dst + 2848);
+        #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) {
             int16_t sc[16], mn[8];
             kscales(type, rb[r], sc, mn);
+            #pragma GCC unroll 16
             for (int j = 0; j < 16; j++) S[16 * j + 2 * r] = S[16 * j + 2 * r + 1] = sc[j];
+            #pragma GCC unroll 8
             for (int c = 0; c < 8; c++) {
                 M[16 * c + 2 * r] = type == GM_TYPE_Q6_K ? (int16_t)(32 * sc[2 * c]) : mn[c];
                 M[16 * c + 2 * r + 1] = type == GM_TYPE_Q6_K ? (int16_t)(32 * sc[2 * c + 1]) : mn[c];
@@ -441,6 +472,7 @@ INL void kernK(int type, int T, int64_t nbs, const char *ob, const char *a, size
         __m256i is[TQ], ms[TQ], s[TQ];
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) is[t] = ms[t] = s[t] = _mm256_setzero_si256();
+        #pragma GCC unroll 8
         for (int c = 0; c < 8; c++) {
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++) {
@@ -495,6 +527,7 @@ INL void tile(int type, int T, int64_t b0, int64_t nbs, const char *ob, const ch
 /* rows [r0, r0 + 8) of w, the last ones repeated where fewer remain */
 INL int octet_rows(const char *w, size_t ws, int64_t r0, int64_t rows, const char *row[8]) {
     const int nr = rows - r0 < 8 ? (int)(rows - r0) : 8;
+    #pragma GCC unroll 8
     for (int r = 0; r < 8; r++) row[r] = w + (size_t)(r0 + (r < nr ? r : nr - 1)) * ws;
     return nr;
 }
