@@ -329,14 +329,13 @@ INL __m256 directK(int type, int64_t nb, const char *const row[8], const char *a
 /* ------------------------------------------------------------------ many tokens: octets and register tiles */
 
 /* Rows row[0..7] (repeats allowed), blocks [b0, b0 + nbs), into octet ob (32-byte aligned); pf: the next
- * octet's first row (ws apart), prefetched one line per line read (NULL: none). */
+ * octet's 8 whole rows (one span of 8 ws bytes), prefetched spread over the blocks (NULL: none). */
 INL void octet32(int type, int64_t b0, int64_t nbs, const char *const row[8], char *ob, const char *pf, size_t ws) {
-    const size_t wb = wblock_bytes(type);
+    const size_t wb = wblock_bytes(type), per = (8 * ws + (size_t)nbs - 1) / (size_t)nbs;
     for (int64_t b = 0; b < nbs; b++) {
         const size_t o = (size_t)(b0 + b) * wb;
-        if (pf && (o & 63) < wb)
-            #pragma GCC unroll 8
-            for (int r = 0; r < 8; r++) _mm_prefetch(pf + r * ws + o, _MM_HINT_T0);
+        if (pf) /* as direct32 */
+            for (size_t k = (size_t)b * per & ~(size_t)63; k < (size_t)(b + 1) * per; k += 64) _mm_prefetch(pf + k, _MM_HINT_T0);
         __m256i v[8];
         const char *rb[8];
         #pragma GCC unroll 8
@@ -535,6 +534,9 @@ INL int octet_rows(const char *w, size_t ws, int64_t r0, int64_t rows, const cha
 #ifndef PF_ROWS
 #define PF_ROWS 8
 #endif
+#ifndef PF_OCT
+#define PF_OCT 8
+#endif
 
 INL void qtiles(int type, int64_t n, const char *w, size_t ws, int64_t rows, const char *a, size_t as, int64_t n_tok,
                 float *y, int64_t ldy) {
@@ -563,7 +565,7 @@ INL void qtiles(int type, int64_t n, const char *w, size_t ws, int64_t rows, con
             if (!K) side32(type, nbs, at, as, nt, sd);
             for (int64_t r0 = 0; r0 < rows; r0 += 8) {
                 const int nr = octet_rows(w, ws, r0, rows, row);
-                const char *pf = r0 + 16 <= rows ? w + (size_t)(r0 + 8) * ws : NULL;
+                const char *pf = nbs == nb && r0 + 8 + PF_OCT <= rows ? w + (size_t)(r0 + PF_OCT) * ws : NULL; /* whole rows only */
                 if (K) octetK(type, k0, nbs, row, ob, pf, ws);
                 else octet32(type, k0, nbs, row, ob, pf, ws);
                 float *yo = y + t0 * ldy + r0;

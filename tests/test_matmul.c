@@ -317,10 +317,14 @@ TEST(avx2_tiles_vs_dot_and_scalar) {
         gm_vec_dot_fn vd = gm_avx2_vec_dot(types[k]);
         CHECK_MSG(tf && vd, "%s: no AVX2 tiles", wt->name);
         if (!tf || !vd) continue;
-        const int64_t ns[2] = {wt->block_elems == 256 ? 768 : wt->block_elems == 1 ? 77 : 352,
-                               wt->block_elems == 256 ? 256 : wt->block_elems == 1 ? 16 : 32};
-        for (int z = 0; z < 2; z++) {
-            const int64_t n = ns[z], rows = 11, n_tok = 13, ldy = 17;
+        /* the third shape: rows long enough that the quantized kernels take them in slices of blocks (their
+         * octet buffer holds 49152 bytes: 153 32-code blocks, 17 K-quant super-blocks), and more tokens than
+         * one pass of the per-token terms (4096 entries) or of K-quant tokens (64) */
+        const int64_t ns[3] = {wt->block_elems == 256 ? 768 : wt->block_elems == 1 ? 77 : 352,
+                               wt->block_elems == 256 ? 256 : wt->block_elems == 1 ? 16 : 32,
+                               wt->block_elems == 256 ? 4608 : wt->block_elems == 1 ? 200 : 5120};
+        for (int z = 0; z < 3; z++) {
+            const int64_t n = ns[z], rows = 11, n_tok = z == 2 ? 70 : 13, ldy = 17;
             /* strides that are not the row size (kept 4-aligned: the block structs hold 2- and 4-byte fields) */
             const size_t ws = gm_row_bytes(types[k], n) + 12, as = gm_row_bytes(at->type, n) + 4;
             unsigned char *w = calloc(rows, ws), *a = calloc(n_tok, as);
