@@ -125,19 +125,19 @@ INL __m256 h2f_rows(const char *const p[8], size_t off) {
 /* v[r] (row r's 8 dwords) -> v[g] (dword g of every row, row r in lane r) */
 INL void transpose8(__m256i v[8]) {
     __m256i t[8], u[8];
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
         t[2 * k] = _mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]);
         t[2 * k + 1] = _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]);
     }
-    #pragma GCC unroll 2
+#pragma GCC unroll 2
     for (int h = 0; h < 2; h++) { /* rows 0-3, 4-7 */
         u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
         u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
         u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
         u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
     }
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int g = 0; g < 4; g++) {
         v[g] = _mm256_permute2x128_si256(u[g], u[4 + g], 0x20);
         v[g + 4] = _mm256_permute2x128_si256(u[g], u[4 + g], 0x31);
@@ -175,12 +175,12 @@ INL __m256 load_rows(const float *y, int nr) {
 INL void kscales(int type, const char *blk, int16_t sc[16], int16_t mn[8]) {
     if (type == GM_TYPE_Q6_K) {
         const gm_block_q6_K *x = (const gm_block_q6_K *)blk;
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int j = 0; j < 16; j++) sc[j] = x->scales[j];
         return;
     }
     const uint8_t *s12 = type == GM_TYPE_Q4_K ? ((const gm_block_q4_K *)blk)->scales : ((const gm_block_q5_K *)blk)->scales;
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
         int s, m;
         gm_k4_scale_min(j, s12, &s, &m);
@@ -246,7 +246,7 @@ INL __m256 direct32(int type, int64_t nb, const char *const row[8], const char *
         const __m256i c16 = _mm256_maddubs_epi16(_mm256_set1_epi8((char)offset32(type)), av);
         __m256i p[8];
         const char *rb[8];
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < 8; r++) rb[r] = row[r] + o, p[r] = part32(type, rb[r], av, c16);
         const __m256 da = _mm256_set1_ps(h2f(ld16(blk)));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum_rows(p)), _mm256_mul_ps(h2f_rows(rb, 0), da), acc);
@@ -293,7 +293,7 @@ INL __m256 directK(int type, int64_t nb, const char *const row[8], const char *a
         const __m256i bs = _mm256_loadu_si256((const __m256i *)yb->bsums);
         __m256i is[8], ms[8];
         float d[8], dm[8];
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < 8; r++) {
             const char *blk = row[r] + o;
             if (pf)
@@ -338,11 +338,11 @@ INL void octet32(int type, int64_t b0, int64_t nbs, const char *const row[8], ch
             for (size_t k = (size_t)b * per & ~(size_t)63; k < (size_t)(b + 1) * per; k += 64) _mm_prefetch(pf + k, _MM_HINT_T0);
         __m256i v[8];
         const char *rb[8];
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < 8; r++) rb[r] = row[r] + o, v[r] = codes32(type, rb[r]);
         transpose8(v);
         char *dst = ob + b * OB32;
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int g = 0; g < 8; g++) _mm256_store_si256((__m256i *)(dst + 32 * g), v[g]);
         _mm256_store_ps((float *)(dst + 256), h2f_rows(rb, 0));
         if (has_m(type)) _mm256_store_ps((float *)(dst + 288), h2f_rows(rb, 2));
@@ -358,30 +358,30 @@ INL void octetK(int type, int64_t b0, int64_t nbs, const char *const row[8], cha
         const size_t o = (size_t)(b0 + i) * wb;
         char *dst = ob + i * OBK;
         const char *rb[8];
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < 8; r++) rb[r] = row[r] + o;
         if (pf)
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (int r = 0; r < 8; r++)
                 for (size_t k = 0; k < wb; k += 64) _mm_prefetch(pf + r * ws + o + k, _MM_HINT_T0);
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int c = 0; c < 8; c++) {
             __m256i v[8];
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (int r = 0; r < 8; r++) v[r] = kcodes(type, rb[r], c);
             transpose8(v);
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (int g = 0; g < 8; g++) _mm256_store_si256((__m256i *)(dst + 256 * c + 32 * g), v[g]);
         }
         int16_t *S = (int16_t *)(dst + 2048), *M = (int16_t *)(dst + 2560);
         float *d = (float *)(dst + 2816), *dm = (float *)(dst + 2848);
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < 8; r++) {
             int16_t sc[16], mn[8];
             kscales(type, rb[r], sc, mn);
-            #pragma GCC unroll 16
+#pragma GCC unroll 16
             for (int j = 0; j < 16; j++) S[16 * j + 2 * r] = S[16 * j + 2 * r + 1] = sc[j];
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (int c = 0; c < 8; c++) {
                 M[16 * c + 2 * r] = type == GM_TYPE_Q6_K ? (int16_t)(32 * sc[2 * c]) : mn[c];
                 M[16 * c + 2 * r + 1] = type == GM_TYPE_Q6_K ? (int16_t)(32 * sc[2 * c + 1]) : mn[c];
@@ -471,7 +471,7 @@ INL void kernK(int type, int T, int64_t nbs, const char *ob, const char *a, size
         __m256i is[TQ], ms[TQ], s[TQ];
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) is[t] = ms[t] = s[t] = _mm256_setzero_si256();
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int c = 0; c < 8; c++) {
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++) {
@@ -526,7 +526,7 @@ INL void tile(int type, int T, int64_t b0, int64_t nbs, const char *ob, const ch
 /* rows [r0, r0 + 8) of w, the last ones repeated where fewer remain */
 INL int octet_rows(const char *w, size_t ws, int64_t r0, int64_t rows, const char *row[8]) {
     const int nr = rows - r0 < 8 ? (int)(rows - r0) : 8;
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < 8; r++) row[r] = w + (size_t)(r0 + (r < nr ? r : nr - 1)) * ws;
     return nr;
 }
