@@ -231,11 +231,11 @@ INL __m256i part32(int type, const char *blk, __m256i av, __m256i c16) {
     return _mm256_madd_epi16(m, ones);
 }
 
-/* y lanes of 8 rows (pointers, repeats allowed) for one token; pf: the rows after these (ws apart),
- * prefetched line by line as these are read, since the hardware prefetcher loses track of 8 short row
- * streams read side by side (docs/performance.md) */
+/* y lanes of 8 rows (pointers, repeats allowed) for one token; pf: the 8 rows after these (one span of 8 ws
+ * bytes), prefetched spread over the blocks of this pass, since the hardware prefetcher loses track of 8
+ * short row streams read side by side (docs/performance.md) */
 INL __m256 direct32(int type, int64_t nb, const char *const row[8], const char *a, const char *pf, size_t ws) {
-    const size_t wb = wblock_bytes(type), ab = ablock_bytes(type), per = (8 * ws + (size_t)nb - 1) / (size_t)nb;
+    const size_t wb = wblock_bytes(type), ab = ablock_bytes(type), per = nb ? (8 * ws + (size_t)nb - 1) / (size_t)nb : 0;
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = (size_t)b * wb;
@@ -582,6 +582,8 @@ INL void qtiles(int type, int64_t n, const char *w, size_t ws, int64_t rows, con
     }
 }
 
+/* the single dot is the decode pass with its row in all 8 lanes (8 times the work, the same bits; tests and
+ * the fallback path use it, the matmul never does) */
 #define QTYPE(name, TYPE)                                                                                       \
     static void dot_##name(int64_t n, float *s, const void *w, const void *a) {                                \
         const char *row[8];                                                                                     \
