@@ -170,25 +170,6 @@ INL __m256 load_rows(const float *y, int nr) {
 
 /* ------------------------------------------------------------------ K-quant blocks, one row at a time */
 
-/* the integer scales of a K-quant block: sc[16] per 16 codes (Q4_K / Q5_K: one per 32, repeated), mn[8]
- * (Q4_K / Q5_K: the mins per 32 codes; Q6_K: unused) */
-INL void kscales(int type, const char *blk, int16_t sc[16], int16_t mn[8]) {
-    if (type == GM_TYPE_Q6_K) {
-        const gm_block_q6_K *x = (const gm_block_q6_K *)blk;
-#pragma GCC unroll 16
-        for (int j = 0; j < 16; j++) sc[j] = x->scales[j];
-        return;
-    }
-    const uint8_t *s12 = type == GM_TYPE_Q4_K ? ((const gm_block_q4_K *)blk)->scales : ((const gm_block_q5_K *)blk)->scales;
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) {
-        int s, m;
-        gm_k4_scale_min(j, s12, &s, &m);
-        sc[2 * j] = sc[2 * j + 1] = (int16_t)s;
-        mn[j] = (int16_t)m;
-    }
-}
-
 /* chunk c (codes 32c .. 32c + 31) of a K-quant block as unsigned codes (Q6_K: value + 32) */
 INL __m256i kcodes(int type, const char *blk, int c) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -213,10 +194,8 @@ INL __m256i kcodes(int type, const char *blk, int c) {
     return v;
 }
 
-INL float kd(int type, const char *blk) {
-    return h2f(type == GM_TYPE_Q6_K ? ((const gm_block_q6_K *)blk)->d : ld16(blk)); /* Q4_K / Q5_K: d first */
-}
-INL float kdmin(int type, const char *blk) { return type == GM_TYPE_Q6_K ? 0.f : h2f(ld16(blk + 2)); }
+/* byte offsets of a K-quant block's f16 d and dmin (Q6_K has no dmin) */
+INL size_t kd_off(int type) { return type == GM_TYPE_Q6_K ? offsetof(gm_block_q6_K, d) : 0; }
 
 /* ------------------------------------------------------------------ one token: 8 file rows side by side */
 
@@ -292,10 +271,10 @@ INL __m256 directK(int type, int64_t nb, const char *const row[8], const char *a
         const gm_block_q8_K *yb = (const gm_block_q8_K *)a + i;
         const __m256i bs = _mm256_loadu_si256((const __m256i *)yb->bsums);
         __m256i is[8], ms[8];
-        float d[8], dm[8];
+        const char *rb[8];
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) {
-            const char *blk = row[r] + o;
+            const char *blk = rb[r] = row[r] + o;
             if (pf)
                 for (size_t k = 0; k < wb; k += 64) _mm_prefetch(pf + r * ws + o + k, _MM_HINT_T0);
             __m256i sv, mv;
@@ -310,15 +289,14 @@ INL __m256 directK(int type, int64_t nb, const char *const row[8], const char *a
             }
             is[r] = s;
             ms[r] = _mm256_madd_epi16(bs, mv);
-            d[r] = kd(type, blk), dm[r] = kdmin(type, blk);
         }
         const __m256 da = _mm256_set1_ps(yb->d);
         const __m256i isum = hsum_rows(is), msum = hsum_rows(ms);
-        const __m256 dv = _mm256_mul_ps(_mm256_loadu_ps(d), da);
+        const __m256 dv = _mm256_mul_ps(h2f_rows(rb, kd_off(type)), da);
         if (type == GM_TYPE_Q6_K) {
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum, msum)), dv, acc);
         } else {
-            const __m256 nm = _mm256_xor_ps(_mm256_mul_ps(_mm256_loadu_ps(dm), da), _mm256_set1_ps(-0.0f));
+            const __m256 nm = _mm256_xor_ps(_mm256_mul_ps(h2f_rows(rb, 2), da), _mm256_set1_ps(-0.0f));
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dv, acc);
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), nm, acc);
         }
@@ -353,17 +331,15 @@ INL void octet32(int type, int64_t b0, int64_t nbs, const char *const row[8], ch
  * scale of 16-group j in both int16 halves of lane r), 8 offset vectors (chunk c: Q4_K / Q5_K the min of
  * chunk c in both halves; Q6_K 32 x the scales of groups 2c, 2c + 1), d and dmin as f32 */
 INL void octetK(int type, int64_t b0, int64_t nbs, const char *const row[8], char *ob, const char *pf, size_t ws) {
-    const size_t wb = wblock_bytes(type);
+    const size_t wb = wblock_bytes(type), per = (8 * ws + (size_t)nbs - 1) / (size_t)nbs;
     for (int64_t i = 0; i < nbs; i++) {
         const size_t o = (size_t)(b0 + i) * wb;
         char *dst = ob + i * OBK;
         const char *rb[8];
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) rb[r] = row[r] + o;
-        if (pf)
-#pragma GCC unroll 8
-            for (int r = 0; r < 8; r++)
-                for (size_t k = 0; k < wb; k += 64) _mm_prefetch(pf + r * ws + o + k, _MM_HINT_T0);
+        if (pf) /* as octet32 */
+            for (size_t k = (size_t)i * per & ~(size_t)63; k < (size_t)(i + 1) * per; k += 64) _mm_prefetch(pf + k, _MM_HINT_T0);
 #pragma GCC unroll 8
         for (int c = 0; c < 8; c++) {
             __m256i v[8];
@@ -373,21 +349,28 @@ INL void octetK(int type, int64_t b0, int64_t nbs, const char *const row[8], cha
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++) _mm256_store_si256((__m256i *)(dst + 256 * c + 32 * g), v[g]);
         }
-        int16_t *S = (int16_t *)(dst + 2048), *M = (int16_t *)(dst + 2560);
-        float *d = (float *)(dst + 2816), *dm = (float *)(dst + 2848);
+        /* the scales as vectors per row (kheads), each int16 paired with itself, then transposed to rows in lanes */
+        __m256i lo[8], hi[8], mv[8];
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) {
-            int16_t sc[16], mn[8];
-            kscales(type, rb[r], sc, mn);
-#pragma GCC unroll 16
-            for (int j = 0; j < 16; j++) S[16 * j + 2 * r] = S[16 * j + 2 * r + 1] = sc[j];
-#pragma GCC unroll 8
-            for (int c = 0; c < 8; c++) {
-                M[16 * c + 2 * r] = type == GM_TYPE_Q6_K ? (int16_t)(32 * sc[2 * c]) : mn[c];
-                M[16 * c + 2 * r + 1] = type == GM_TYPE_Q6_K ? (int16_t)(32 * sc[2 * c + 1]) : mn[c];
-            }
-            d[r] = kd(type, rb[r]), dm[r] = kdmin(type, rb[r]);
+            __m256i sv;
+            kheads(type, rb[r], &sv, &mv[r]);
+            lo[r] = _mm256_unpacklo_epi16(sv, sv); /* groups 0-3 | 8-11 */
+            hi[r] = _mm256_unpackhi_epi16(sv, sv); /* groups 4-7 | 12-15 */
         }
+        transpose8(lo), transpose8(hi), transpose8(mv);
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            _mm256_store_si256((__m256i *)(dst + 2048 + 32 * g), lo[g]);
+            _mm256_store_si256((__m256i *)(dst + 2048 + 32 * (8 + g)), lo[4 + g]);
+            _mm256_store_si256((__m256i *)(dst + 2048 + 32 * (4 + g)), hi[g]);
+            _mm256_store_si256((__m256i *)(dst + 2048 + 32 * (12 + g)), hi[4 + g]);
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) _mm256_store_si256((__m256i *)(dst + 2560 + 32 * c), mv[c]);
+        const bool q6 = type == GM_TYPE_Q6_K;
+        _mm256_store_ps((float *)(dst + 2816), h2f_rows(rb, kd_off(type)));
+        _mm256_store_ps((float *)(dst + 2848), q6 ? _mm256_setzero_ps() : h2f_rows(rb, 2));
     }
 }
 
