@@ -38,7 +38,7 @@ gm_vec_dot_fn gm_avx2_vec_dot(int type);
 /* y[t * ldy + r] = row r . token t for rows x n_tok (rows ws bytes apart from w, activations of
  * vec_dot_type as bytes apart): every output bit-identical to gm_avx2_vec_dot's on the same operands,
  * whatever the rows, tokens or split. Callers split rows in groups of GM_AVX2_TILE_ROWS (the quantized
- * kernels' 8 rows per vector, a multiple of the float tiles' height). */
+ * kernels' 8 rows per vector; another split gives the same bits, with partly filled vectors). */
 enum { GM_AVX2_TILE_ROWS = 8 };
 typedef void (*gm_avx2_tiles_fn)(int64_t n, const void *w, size_t ws, int64_t rows, const void *a, size_t as,
                                  int64_t n_tok, float *y, int64_t ldy);
