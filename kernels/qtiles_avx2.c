@@ -93,6 +93,13 @@ INL __m256i bits_to_bytes(uint32_t bits) {
     return _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
 }
 
+/* 5-bit codes: the nibbles plus 16 where the block's fifth bit is set */
+INL __m256i codes5(const uint8_t *qh, const uint8_t *qs) {
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    return _mm256_or_si256(nibbles(qs), _mm256_and_si256(bits_to_bytes(h), _mm256_set1_epi8(16)));
+}
+
 /* the 32 codes of a 32-code block: unsigned (value = d (code - offset32), + m for Q4_1 / Q5_1); Q8_0's
  * signed bytes as they are */
 INL __m256i codes32(int type, const char *blk) {
@@ -100,18 +107,8 @@ INL __m256i codes32(int type, const char *blk) {
     case GM_TYPE_Q8_0: return _mm256_loadu_si256((const __m256i *)((const gm_block_q8_0 *)blk)->qs);
     case GM_TYPE_Q4_0: return nibbles(((const gm_block_q4_0 *)blk)->qs);
     case GM_TYPE_Q4_1: return nibbles(((const gm_block_q4_1 *)blk)->qs);
-    case GM_TYPE_Q5_0: {
-        const gm_block_q5_0 *x = (const gm_block_q5_0 *)blk;
-        uint32_t qh;
-        memcpy(&qh, x->qh, 4);
-        return _mm256_or_si256(nibbles(x->qs), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(16)));
-    }
-    default: {
-        const gm_block_q5_1 *x = (const gm_block_q5_1 *)blk;
-        uint32_t qh;
-        memcpy(&qh, x->qh, 4);
-        return _mm256_or_si256(nibbles(x->qs), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(16)));
-    }
+    case GM_TYPE_Q5_0: return codes5(((const gm_block_q5_0 *)blk)->qh, ((const gm_block_q5_0 *)blk)->qs);
+    default: return codes5(((const gm_block_q5_1 *)blk)->qh, ((const gm_block_q5_1 *)blk)->qs);
     }
 }
 
@@ -168,6 +165,15 @@ INL __m256 load_rows(const float *y, int nr) {
     return _mm256_loadu_ps(tmp);
 }
 
+/* The rows after a pass of 8 (one span of 8 row strides) prefetched spread over the pass's nb blocks: block
+ * b issues the span's lines in [b * span / nb, (b + 1) * span / nb). The hardware prefetcher loses track of
+ * 8 short row streams read side by side (docs/performance.md); per = span_per(ws, nb). */
+INL size_t span_per(size_t ws, int64_t nb) { return nb ? (8 * ws + (size_t)nb - 1) / (size_t)nb : 0; }
+INL void prefetch_span(const char *pf, size_t per, int64_t b) {
+    if (pf)
+        for (size_t k = (size_t)b * per & ~(size_t)63; k < (size_t)(b + 1) * per; k += 64) _mm_prefetch(pf + k, _MM_HINT_T0);
+}
+
 /* ------------------------------------------------------------------ K-quant blocks, one row at a time */
 
 /* chunk c (codes 32c .. 32c + 31) of a K-quant block as unsigned codes (Q6_K: value + 32) */
@@ -210,16 +216,13 @@ INL __m256i part32(int type, const char *blk, __m256i av, __m256i c16) {
     return _mm256_madd_epi16(m, ones);
 }
 
-/* y lanes of 8 rows (pointers, repeats allowed) for one token; pf: the 8 rows after these (one span of 8 ws
- * bytes), prefetched spread over the blocks of this pass, since the hardware prefetcher loses track of 8
- * short row streams read side by side (docs/performance.md) */
+/* y lanes of 8 rows (pointers, repeats allowed) for one token; pf: the 8 rows after these (prefetch_span) */
 INL __m256 direct32(int type, int64_t nb, const char *const row[8], const char *a, const char *pf, size_t ws) {
-    const size_t wb = wblock_bytes(type), ab = ablock_bytes(type), per = nb ? (8 * ws + (size_t)nb - 1) / (size_t)nb : 0;
+    const size_t wb = wblock_bytes(type), ab = ablock_bytes(type), per = span_per(ws, nb);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = (size_t)b * wb;
-        if (pf) /* the 8 rows ahead are one contiguous span: its lines spread evenly over this pass */
-            for (size_t k = (size_t)b * per & ~(size_t)63; k < (size_t)(b + 1) * per; k += 64) _mm_prefetch(pf + k, _MM_HINT_T0);
+        prefetch_span(pf, per, b);
         const char *blk = a + b * ab;
         const __m256i av = _mm256_loadu_si256((const __m256i *)aqs(type, blk));
         const __m256i c16 = _mm256_maddubs_epi16(_mm256_set1_epi8((char)offset32(type)), av);
@@ -264,10 +267,11 @@ INL void kheads(int type, const char *blk, __m256i *sv, __m256i *mv) {
 }
 
 INL __m256 directK(int type, int64_t nb, const char *const row[8], const char *a, const char *pf, size_t ws) {
-    const size_t wb = wblock_bytes(type);
+    const size_t wb = wblock_bytes(type), per = span_per(ws, nb);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const size_t o = (size_t)i * wb;
+        prefetch_span(pf, per, i);
         const gm_block_q8_K *yb = (const gm_block_q8_K *)a + i;
         const __m256i bs = _mm256_loadu_si256((const __m256i *)yb->bsums);
         __m256i is[8], ms[8];
@@ -275,8 +279,6 @@ INL __m256 directK(int type, int64_t nb, const char *const row[8], const char *a
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) {
             const char *blk = rb[r] = row[r] + o;
-            if (pf)
-                for (size_t k = 0; k < wb; k += 64) _mm_prefetch(pf + r * ws + o + k, _MM_HINT_T0);
             __m256i sv, mv;
             kheads(type, blk, &sv, &mv);
             const __m256i s_lo = _mm256_permute2x128_si256(sv, sv, 0x00), s_hi = _mm256_permute2x128_si256(sv, sv, 0x11);
@@ -307,13 +309,12 @@ INL __m256 directK(int type, int64_t nb, const char *const row[8], const char *a
 /* ------------------------------------------------------------------ many tokens: octets and register tiles */
 
 /* Rows row[0..7] (repeats allowed), blocks [b0, b0 + nbs), into octet ob (32-byte aligned); pf: the next
- * octet's 8 whole rows (one span of 8 ws bytes), prefetched spread over the blocks (NULL: none). */
+ * octet's 8 whole rows (prefetch_span; NULL: none). */
 INL void octet32(int type, int64_t b0, int64_t nbs, const char *const row[8], char *ob, const char *pf, size_t ws) {
-    const size_t wb = wblock_bytes(type), per = (8 * ws + (size_t)nbs - 1) / (size_t)nbs;
+    const size_t wb = wblock_bytes(type), per = span_per(ws, nbs);
     for (int64_t b = 0; b < nbs; b++) {
         const size_t o = (size_t)(b0 + b) * wb;
-        if (pf) /* as direct32 */
-            for (size_t k = (size_t)b * per & ~(size_t)63; k < (size_t)(b + 1) * per; k += 64) _mm_prefetch(pf + k, _MM_HINT_T0);
+        prefetch_span(pf, per, b);
         __m256i v[8];
         const char *rb[8];
 #pragma GCC unroll 8
@@ -331,15 +332,14 @@ INL void octet32(int type, int64_t b0, int64_t nbs, const char *const row[8], ch
  * scale of 16-group j in both int16 halves of lane r), 8 offset vectors (chunk c: Q4_K / Q5_K the min of
  * chunk c in both halves; Q6_K 32 x the scales of groups 2c, 2c + 1), d and dmin as f32 */
 INL void octetK(int type, int64_t b0, int64_t nbs, const char *const row[8], char *ob, const char *pf, size_t ws) {
-    const size_t wb = wblock_bytes(type), per = (8 * ws + (size_t)nbs - 1) / (size_t)nbs;
+    const size_t wb = wblock_bytes(type), per = span_per(ws, nbs);
     for (int64_t i = 0; i < nbs; i++) {
         const size_t o = (size_t)(b0 + i) * wb;
         char *dst = ob + i * OBK;
         const char *rb[8];
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) rb[r] = row[r] + o;
-        if (pf) /* as octet32 */
-            for (size_t k = (size_t)i * per & ~(size_t)63; k < (size_t)(i + 1) * per; k += 64) _mm_prefetch(pf + k, _MM_HINT_T0);
+        prefetch_span(pf, per, i);
 #pragma GCC unroll 8
         for (int c = 0; c < 8; c++) {
             __m256i v[8];
@@ -514,12 +514,10 @@ INL int octet_rows(const char *w, size_t ws, int64_t r0, int64_t rows, const cha
     return nr;
 }
 
-#ifndef PF_ROWS
-#define PF_ROWS 8
-#endif
-#ifndef PF_OCT
-#define PF_OCT 8
-#endif
+/* the 8 rows after the pass at r0 when they are all there and whole (a slice of blocks is not one span) */
+INL const char *next_rows(const char *w, size_t ws, int64_t r0, int64_t rows, bool whole) {
+    return whole && r0 + 16 <= rows ? w + (size_t)(r0 + 8) * ws : NULL;
+}
 
 INL void qtiles(int type, int64_t n, const char *w, size_t ws, int64_t rows, const char *a, size_t as, int64_t n_tok,
                 float *y, int64_t ldy) {
@@ -530,7 +528,7 @@ INL void qtiles(int type, int64_t n, const char *w, size_t ws, int64_t rows, con
     if (n_tok == 1) {
         for (int64_t r0 = 0; r0 < rows; r0 += 8) {
             const int nr = octet_rows(w, ws, r0, rows, row);
-            const char *pf = nr == 8 ? w + (size_t)(r0 + PF_ROWS) * ws : NULL;
+            const char *pf = next_rows(w, ws, r0, rows, true);
             store_rows(y + r0, K ? directK(type, nb, row, a, pf, ws) : direct32(type, nb, row, a, pf, ws), nr);
         }
         return;
@@ -548,7 +546,7 @@ INL void qtiles(int type, int64_t n, const char *w, size_t ws, int64_t rows, con
             if (!K) side32(type, nbs, at, as, nt, sd);
             for (int64_t r0 = 0; r0 < rows; r0 += 8) {
                 const int nr = octet_rows(w, ws, r0, rows, row);
-                const char *pf = nbs == nb && r0 + 8 + PF_OCT <= rows ? w + (size_t)(r0 + PF_OCT) * ws : NULL; /* whole rows only */
+                const char *pf = next_rows(w, ws, r0, rows, nbs == nb);
                 if (K) octetK(type, k0, nbs, row, ob, pf, ws);
                 else octet32(type, k0, nbs, row, ob, pf, ws);
                 float *yo = y + t0 * ldy + r0;
@@ -587,32 +585,27 @@ QTYPE(q4_K, GM_TYPE_Q4_K)
 QTYPE(q5_K, GM_TYPE_Q5_K)
 QTYPE(q6_K, GM_TYPE_Q6_K)
 
+/* one row per type (ggml's trait-table style) */
+static const struct {
+    int type;
+    gm_vec_dot_fn dot;
+    gm_avx2_tiles_fn tiles;
+} qtypes[] = {
+    {GM_TYPE_Q8_0, dot_q8_0, tiles_q8_0}, {GM_TYPE_Q4_0, dot_q4_0, tiles_q4_0}, {GM_TYPE_Q5_0, dot_q5_0, tiles_q5_0},
+    {GM_TYPE_Q4_1, dot_q4_1, tiles_q4_1}, {GM_TYPE_Q5_1, dot_q5_1, tiles_q5_1}, {GM_TYPE_Q4_K, dot_q4_K, tiles_q4_K},
+    {GM_TYPE_Q5_K, dot_q5_K, tiles_q5_K}, {GM_TYPE_Q6_K, dot_q6_K, tiles_q6_K},
+};
+
 gm_vec_dot_fn gm_avx2_qdot(int type) {
-    switch (type) {
-    case GM_TYPE_Q4_0: return dot_q4_0;
-    case GM_TYPE_Q4_1: return dot_q4_1;
-    case GM_TYPE_Q5_0: return dot_q5_0;
-    case GM_TYPE_Q5_1: return dot_q5_1;
-    case GM_TYPE_Q8_0: return dot_q8_0;
-    case GM_TYPE_Q4_K: return dot_q4_K;
-    case GM_TYPE_Q5_K: return dot_q5_K;
-    case GM_TYPE_Q6_K: return dot_q6_K;
-    default: return NULL;
-    }
+    for (size_t i = 0; i < sizeof qtypes / sizeof qtypes[0]; i++)
+        if (qtypes[i].type == type) return qtypes[i].dot;
+    return NULL;
 }
 
 gm_avx2_tiles_fn gm_avx2_qtiles(int type) {
-    switch (type) {
-    case GM_TYPE_Q4_0: return tiles_q4_0;
-    case GM_TYPE_Q4_1: return tiles_q4_1;
-    case GM_TYPE_Q5_0: return tiles_q5_0;
-    case GM_TYPE_Q5_1: return tiles_q5_1;
-    case GM_TYPE_Q8_0: return tiles_q8_0;
-    case GM_TYPE_Q4_K: return tiles_q4_K;
-    case GM_TYPE_Q5_K: return tiles_q5_K;
-    case GM_TYPE_Q6_K: return tiles_q6_K;
-    default: return NULL;
-    }
+    for (size_t i = 0; i < sizeof qtypes / sizeof qtypes[0]; i++)
+        if (qtypes[i].type == type) return qtypes[i].tiles;
+    return NULL;
 }
 
 #else
