@@ -87,14 +87,17 @@ static inline __attribute__((always_inline)) void scores_g(int G, float *scores,
     for (int j = 0; j < n_keys; j++) {
         const char *kr = (const char *)k + (size_t)j * kv_stride * es;
         __m256 s0[4], s1[4];
+#pragma GCC unroll 4
         for (int g = 0; g < G; g++) s0[g] = s1[g] = _mm256_setzero_ps();
         for (int i = 0; i < hd; i += 16) {
             const __m256 k0 = kv8(kr, kt, i), k1 = kv8(kr, kt, i + 8);
+#pragma GCC unroll 4
             for (int g = 0; g < G; g++) {
                 s0[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)g * hd + i), k0, s0[g]);
                 s1[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)g * hd + i + 8), k1, s1[g]);
             }
         }
+#pragma GCC unroll 4
         for (int g = 0; g < G; g++) scores[(size_t)g * n_keys + j] = hsum_dot(_mm256_add_ps(s0[g], s1[g]));
     }
 }
