@@ -81,25 +81,50 @@ static inline float hsum_dot(__m256 s0) { /* gm_dot_f32_avx2's reduction */
     return _mm_cvtss_f32(h);
 }
 
-static inline __attribute__((always_inline)) void scores_g(int G, float *scores, const float *q, const void *k,
-                                                           gm_kv_type kt, size_t kv_stride, int n_keys, int hd) {
-    const size_t es = gm_kv_type_size(kt);
-    for (int j = 0; j < n_keys; j++) {
-        const char *kr = (const char *)k + (size_t)j * kv_stride * es;
-        __m256 s0[4], s1[4];
+#define INL static inline __attribute__((always_inline))
+
+/* One of gm_dot_f32_avx2's two accumulator chains (half 0: the 8-float blocks at 0, 16, 32, ...; half 1:
+ * those at 8, 24, ...) for R keys x G heads at once: each q vector loaded once for the R keys, each key
+ * vector once for the G heads (12 chains in registers for 3 x 4) */
+INL void scores_half(int R, int G, __m256 acc[3][4], const float *q, const char *const kr[3], gm_kv_type kt, int hd,
+                     int half) {
 #pragma GCC unroll 4
-        for (int g = 0; g < G; g++) s0[g] = s1[g] = _mm256_setzero_ps();
-        for (int i = 0; i < hd; i += 16) {
-            const __m256 k0 = kv8(kr, kt, i), k1 = kv8(kr, kt, i + 8);
+    for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-            for (int g = 0; g < G; g++) {
-                s0[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)g * hd + i), k0, s0[g]);
-                s1[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)g * hd + i + 8), k1, s1[g]);
-            }
+        for (int g = 0; g < G; g++) acc[r][g] = _mm256_setzero_ps();
+    for (int i = 8 * half; i < hd; i += 16) {
+        __m256 kv[3];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) kv[r] = kv8(kr[r], kt, i);
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            const __m256 x = _mm256_loadu_ps(q + (size_t)g * hd + i);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) acc[r][g] = _mm256_fmadd_ps(x, kv[r], acc[r][g]);
         }
-#pragma GCC unroll 4
-        for (int g = 0; g < G; g++) scores[(size_t)g * n_keys + j] = hsum_dot(_mm256_add_ps(s0[g], s1[g]));
     }
+}
+
+/* R keys' scores: both chains, then gm_dot_f32_avx2's sum of the two and its horizontal sum */
+INL void scores_keys(int R, int G, float *scores, const float *q, const char *k, size_t rs, gm_kv_type kt, int n_keys,
+                     int hd, int j) {
+    const char *const kr[3] = {k + (size_t)j * rs, k + (size_t)(j + (R > 1)) * rs, k + (size_t)(j + 2 * (R > 2)) * rs};
+    __m256 s0[3][4], s1[3][4];
+    scores_half(R, G, s0, q, kr, kt, hd, 0);
+    scores_half(R, G, s1, q, kr, kt, hd, 1);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) scores[(size_t)g * n_keys + j + r] = hsum_dot(_mm256_add_ps(s0[r][g], s1[r][g]));
+}
+
+INL void scores_g(int G, float *scores, const float *q, const void *k, gm_kv_type kt, size_t kv_stride, int n_keys,
+                  int hd) {
+    const size_t rs = kv_stride * gm_kv_type_size(kt);
+    int j = 0;
+    for (; j + 3 <= n_keys; j += 3) scores_keys(3, G, scores, q, k, rs, kt, n_keys, hd, j);
+    if (n_keys - j == 2) scores_keys(2, G, scores, q, k, rs, kt, n_keys, hd, j);
+    if (n_keys - j == 1) scores_keys(1, G, scores, q, k, rs, kt, n_keys, hd, j);
 }
 
 void gm_attend_scores_avx2(float *scores, const float *q, int G, const void *k, gm_kv_type kt, size_t kv_stride,
@@ -112,43 +137,34 @@ void gm_attend_scores_avx2(float *scores, const float *q, int G, const void *k, 
     }
 }
 
-/* value rows in blocks of 4 keys: each output vector stays in a register across the block's 4 fmadds
- * (the same fmadds in the same key order as one key at a time); a block with a zero weight goes key
- * by key, skipping the key for that head as the per-head loop does */
-static inline __attribute__((always_inline)) void values_g(int G, float *part, const float *scores, const void *v,
-                                                           gm_kv_type kt, size_t kv_stride, int n_keys, int hd) {
-    const size_t es = gm_kv_type_size(kt), rs = kv_stride * es;
-    int j = 0;
-    for (; j + 4 <= n_keys; j += 4) {
-        const char *vr = (const char *)v + (size_t)j * rs;
-        bool all = true;
-        for (int g = 0; g < G; g++)
-            for (int b = 0; b < 4; b++) all = all && scores[(size_t)g * n_keys + j + b] != 0.0f;
-        if (!all) break;
+/* part[g] += sum_j p[g, j] v_j, 16 floats of every head at a time held in registers while the value rows
+ * stream by: per element the fmadds of gm_axpy_f32_avx2 in key order. A zero weight adds 0 * v, which
+ * leaves the sum's bits as they are for finite v (the sum starts at +0 and is never -0), as skipping the
+ * key in the per-head loops does. */
+INL void values_g(int G, float *part, const float *scores, const void *v, gm_kv_type kt, size_t kv_stride, int n_keys,
+                  int hd) {
+    const size_t rs = kv_stride * gm_kv_type_size(kt);
+    for (int c = 0; c < hd; c += 16) {
+        __m256 o[4][2];
 #pragma GCC unroll 4
         for (int g = 0; g < G; g++) {
-            const float *sg = scores + (size_t)g * n_keys + j;
-            const __m256 p0 = _mm256_set1_ps(sg[0]), p1 = _mm256_set1_ps(sg[1]), p2 = _mm256_set1_ps(sg[2]),
-                         p3 = _mm256_set1_ps(sg[3]);
-            float *o = part + (size_t)g * (hd + 2);
-            for (int i = 0; i < hd; i += 8) {
-                __m256 acc = _mm256_loadu_ps(o + i);
-                acc = _mm256_fmadd_ps(p0, kv8(vr, kt, i), acc);
-                acc = _mm256_fmadd_ps(p1, kv8(vr + rs, kt, i), acc);
-                acc = _mm256_fmadd_ps(p2, kv8(vr + 2 * rs, kt, i), acc);
-                acc = _mm256_fmadd_ps(p3, kv8(vr + 3 * rs, kt, i), acc);
-                _mm256_storeu_ps(o + i, acc);
+            o[g][0] = _mm256_loadu_ps(part + (size_t)g * (hd + 2) + c);
+            o[g][1] = _mm256_loadu_ps(part + (size_t)g * (hd + 2) + c + 8);
+        }
+        const char *vr = v;
+        for (int j = 0; j < n_keys; j++, vr += rs) {
+            const __m256 v0 = kv8(vr, kt, c), v1 = kv8(vr, kt, c + 8);
+#pragma GCC unroll 4
+            for (int g = 0; g < G; g++) {
+                const __m256 p = _mm256_broadcast_ss(scores + (size_t)g * n_keys + j);
+                o[g][0] = _mm256_fmadd_ps(p, v0, o[g][0]);
+                o[g][1] = _mm256_fmadd_ps(p, v1, o[g][1]);
             }
         }
-    }
-    for (; j < n_keys; j++) {
-        const char *vr = (const char *)v + (size_t)j * rs;
+#pragma GCC unroll 4
         for (int g = 0; g < G; g++) {
-            const float pg = scores[(size_t)g * n_keys + j];
-            if (pg == 0.0f) continue;
-            const __m256 p = _mm256_set1_ps(pg);
-            float *o = part + (size_t)g * (hd + 2);
-            for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(o + i, _mm256_fmadd_ps(p, kv8(vr, kt, i), _mm256_loadu_ps(o + i)));
+            _mm256_storeu_ps(part + (size_t)g * (hd + 2) + c, o[g][0]);
+            _mm256_storeu_ps(part + (size_t)g * (hd + 2) + c + 8, o[g][1]);
         }
     }
 }
