@@ -105,10 +105,11 @@ INL void scores_half(int R, int G, __m256 acc[3][4], const float *q, const char 
     }
 }
 
-/* R keys' scores: both chains, then gm_dot_f32_avx2's sum of the two and its horizontal sum */
-INL void scores_keys(int R, int G, float *scores, const float *q, const char *k, size_t rs, gm_kv_type kt, int n_keys,
-                     int hd, int j) {
-    const char *const kr[3] = {k + (size_t)j * rs, k + (size_t)(j + (R > 1)) * rs, k + (size_t)(j + 2 * (R > 2)) * rs};
+/* R keys' scores (keys at kr, kr + rs, ...) into scores[g * n_keys + j + r]: both chains, then
+ * gm_dot_f32_avx2's sum of the two and its horizontal sum */
+INL void scores_keys(int R, int G, float *scores, const float *q, const char *kr0, size_t rs, gm_kv_type kt,
+                     int n_keys, int hd, int j) {
+    const char *const kr[3] = {kr0, kr0 + (R > 1 ? rs : 0), kr0 + (R > 2 ? 2 * rs : 0)};
     __m256 s0[3][4], s1[3][4];
     scores_half(R, G, s0, q, kr, kt, hd, 0);
     scores_half(R, G, s1, q, kr, kt, hd, 1);
@@ -118,65 +119,95 @@ INL void scores_keys(int R, int G, float *scores, const float *q, const char *k,
         for (int g = 0; g < G; g++) scores[(size_t)g * n_keys + j + r] = hsum_dot(_mm256_add_ps(s0[r][g], s1[r][g]));
 }
 
-INL void scores_g(int G, float *scores, const float *q, const void *k, gm_kv_type kt, size_t kv_stride, int n_keys,
-                  int hd) {
+#define SCORES_R(G)                                                                                               \
+    switch (R) {                                                                                                  \
+    case 1: scores_keys(1, G, scores, q, kr0, rs, kt, n_keys, hd, j); break;                                      \
+    case 2: scores_keys(2, G, scores, q, kr0, rs, kt, n_keys, hd, j); break;                                      \
+    default: scores_keys(3, G, scores, q, kr0, rs, kt, n_keys, hd, j); break;                                     \
+    }
+static void scores_tile(int R, int G, float *scores, const float *q, const char *kr0, size_t rs, gm_kv_type kt,
+                        int n_keys, int hd, int j) {
+    switch (G) {
+    case 1: SCORES_R(1) break;
+    case 2: SCORES_R(2) break;
+    case 3: SCORES_R(3) break;
+    default: SCORES_R(4) break;
+    }
+}
+#undef SCORES_R
+
+/* Tiles of 3 keys from the rows' first key on, each tile for every row that attends (part of) it while
+ * its key rows are in L1. A score does not depend on the tiling: each row's are its one-row bits. */
+void gm_attend_scores_rows_avx2(float *scores, size_t row_stride, const gm_attend_row *rows, int n, int G,
+                                const void *k, gm_kv_type kt, size_t kv_stride, int hd) {
     const size_t rs = kv_stride * gm_kv_type_size(kt);
-    int j = 0;
-    for (; j + 3 <= n_keys; j += 3) scores_keys(3, G, scores, q, k, rs, kt, n_keys, hd, j);
-    if (n_keys - j == 2) scores_keys(2, G, scores, q, k, rs, kt, n_keys, hd, j);
-    if (n_keys - j == 1) scores_keys(1, G, scores, q, k, rs, kt, n_keys, hd, j);
+    int lo = rows[0].lo, hi = rows[0].hi;
+    for (int i = 1; i < n; i++) lo = rows[i].lo < lo ? rows[i].lo : lo, hi = rows[i].hi > hi ? rows[i].hi : hi;
+    for (int j = lo; j < hi; j += 3)
+        for (int i = 0; i < n; i++) {
+            const int a = j > rows[i].lo ? j : rows[i].lo, b = j + 3 < rows[i].hi ? j + 3 : rows[i].hi;
+            if (a < b)
+                scores_tile(b - a, G, scores + (size_t)i * row_stride, rows[i].q, (const char *)k + (size_t)a * rs, rs, kt,
+                            rows[i].hi - rows[i].lo, hd, a - rows[i].lo);
+        }
 }
 
 void gm_attend_scores_avx2(float *scores, const float *q, int G, const void *k, gm_kv_type kt, size_t kv_stride,
                            int n_keys, int hd) {
-    switch (G) {
-    case 1: scores_g(1, scores, q, k, kt, kv_stride, n_keys, hd); break;
-    case 2: scores_g(2, scores, q, k, kt, kv_stride, n_keys, hd); break;
-    case 3: scores_g(3, scores, q, k, kt, kv_stride, n_keys, hd); break;
-    default: scores_g(4, scores, q, k, kt, kv_stride, n_keys, hd); break;
+    const gm_attend_row r = {.q = q, .lo = 0, .hi = n_keys};
+    gm_attend_scores_rows_avx2(scores, 0, &r, 1, G, k, kt, kv_stride, hd);
+}
+
+/* part[g][c, c + 16) += sum_j p[g, j] v_j[c, c + 16): that slice of every head held in registers while the
+ * value rows stream by; per element the fmadds of gm_axpy_f32_avx2 in key order. A zero weight adds 0 * v,
+ * which leaves the sum's bits as they are for finite v (the sum starts at +0 and is never -0), as skipping
+ * the key in the per-head loops does. */
+INL void values_slice(int G, float *part, const float *scores, const char *v, gm_kv_type kt, size_t rs, int n_keys,
+                      int hd, int c) {
+    __m256 o[4][2];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++) {
+        o[g][0] = _mm256_loadu_ps(part + (size_t)g * (hd + 2) + c);
+        o[g][1] = _mm256_loadu_ps(part + (size_t)g * (hd + 2) + c + 8);
+    }
+    for (int j = 0; j < n_keys; j++, v += rs) {
+        const __m256 v0 = kv8(v, kt, c), v1 = kv8(v, kt, c + 8);
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            const __m256 p = _mm256_broadcast_ss(scores + (size_t)g * n_keys + j);
+            o[g][0] = _mm256_fmadd_ps(p, v0, o[g][0]);
+            o[g][1] = _mm256_fmadd_ps(p, v1, o[g][1]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++) {
+        _mm256_storeu_ps(part + (size_t)g * (hd + 2) + c, o[g][0]);
+        _mm256_storeu_ps(part + (size_t)g * (hd + 2) + c + 8, o[g][1]);
     }
 }
 
-/* part[g] += sum_j p[g, j] v_j, 16 floats of every head at a time held in registers while the value rows
- * stream by: per element the fmadds of gm_axpy_f32_avx2 in key order. A zero weight adds 0 * v, which
- * leaves the sum's bits as they are for finite v (the sum starts at +0 and is never -0), as skipping the
- * key in the per-head loops does. */
-INL void values_g(int G, float *part, const float *scores, const void *v, gm_kv_type kt, size_t kv_stride, int n_keys,
-                  int hd) {
+/* slice by slice, every row in turn: a slice of the chunk's value rows stays in L1 for all the rows */
+void gm_attend_values_rows_avx2(const float *scores, size_t row_stride, const gm_attend_row *rows, int n, int G,
+                                const void *v, gm_kv_type kt, size_t kv_stride, int hd) {
     const size_t rs = kv_stride * gm_kv_type_size(kt);
-    for (int c = 0; c < hd; c += 16) {
-        __m256 o[4][2];
-#pragma GCC unroll 4
-        for (int g = 0; g < G; g++) {
-            o[g][0] = _mm256_loadu_ps(part + (size_t)g * (hd + 2) + c);
-            o[g][1] = _mm256_loadu_ps(part + (size_t)g * (hd + 2) + c + 8);
-        }
-        const char *vr = v;
-        for (int j = 0; j < n_keys; j++, vr += rs) {
-            const __m256 v0 = kv8(vr, kt, c), v1 = kv8(vr, kt, c + 8);
-#pragma GCC unroll 4
-            for (int g = 0; g < G; g++) {
-                const __m256 p = _mm256_broadcast_ss(scores + (size_t)g * n_keys + j);
-                o[g][0] = _mm256_fmadd_ps(p, v0, o[g][0]);
-                o[g][1] = _mm256_fmadd_ps(p, v1, o[g][1]);
+    for (int c = 0; c < hd; c += 16)
+        for (int i = 0; i < n; i++) {
+            const float *s = scores + (size_t)i * row_stride;
+            const char *vr = (const char *)v + (size_t)rows[i].lo * rs;
+            const int nk = rows[i].hi - rows[i].lo;
+            switch (G) {
+            case 1: values_slice(1, rows[i].part, s, vr, kt, rs, nk, hd, c); break;
+            case 2: values_slice(2, rows[i].part, s, vr, kt, rs, nk, hd, c); break;
+            case 3: values_slice(3, rows[i].part, s, vr, kt, rs, nk, hd, c); break;
+            default: values_slice(4, rows[i].part, s, vr, kt, rs, nk, hd, c); break;
             }
         }
-#pragma GCC unroll 4
-        for (int g = 0; g < G; g++) {
-            _mm256_storeu_ps(part + (size_t)g * (hd + 2) + c, o[g][0]);
-            _mm256_storeu_ps(part + (size_t)g * (hd + 2) + c + 8, o[g][1]);
-        }
-    }
 }
 
 void gm_attend_values_avx2(float *part, const float *scores, int G, const void *v, gm_kv_type kt, size_t kv_stride,
                            int n_keys, int hd) {
-    switch (G) {
-    case 1: values_g(1, part, scores, v, kt, kv_stride, n_keys, hd); break;
-    case 2: values_g(2, part, scores, v, kt, kv_stride, n_keys, hd); break;
-    case 3: values_g(3, part, scores, v, kt, kv_stride, n_keys, hd); break;
-    default: values_g(4, part, scores, v, kt, kv_stride, n_keys, hd); break;
-    }
+    const gm_attend_row r = {.part = part, .lo = 0, .hi = n_keys};
+    gm_attend_values_rows_avx2(scores, 0, &r, 1, G, v, kt, kv_stride, hd);
 }
 
 /* exp(x) for x in [-87, 88]: x = n ln2 + r (ln2 split in two for an exact n ln2), e^r by a degree-6
@@ -288,5 +319,13 @@ void gm_attend_scores_avx2(float *scores, const float *q, int G, const void *k, 
 void gm_attend_values_avx2(float *part, const float *scores, int G, const void *v, gm_kv_type kt, size_t kv_stride,
                            int n_keys, int hd) {
     (void)part, (void)scores, (void)G, (void)v, (void)kt, (void)kv_stride, (void)n_keys, (void)hd;
+}
+void gm_attend_scores_rows_avx2(float *scores, size_t row_stride, const gm_attend_row *rows, int n, int G,
+                                const void *k, gm_kv_type kt, size_t kv_stride, int hd) {
+    (void)scores, (void)row_stride, (void)rows, (void)n, (void)G, (void)k, (void)kt, (void)kv_stride, (void)hd;
+}
+void gm_attend_values_rows_avx2(const float *scores, size_t row_stride, const gm_attend_row *rows, int n, int G,
+                                const void *v, gm_kv_type kt, size_t kv_stride, int hd) {
+    (void)scores, (void)row_stride, (void)rows, (void)n, (void)G, (void)v, (void)kt, (void)kv_stride, (void)hd;
 }
 #endif

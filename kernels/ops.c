@@ -146,20 +146,10 @@ static const float *kv_row(const void *base, gm_kv_type t, size_t j, size_t stri
     return buf;
 }
 
-void gm_attend_partial(float *part, const float *q, int G, const void *k, const void *v, gm_kv_type kt,
-                       size_t kv_stride, int n_keys, int hd, float softcap, const float *bias, float *scores) {
-    if (gm_isa_active() >= GM_ISA_AVX512 && gm_attend_partial_avx512_fits(G, hd)) {
-        gm_attend_partial_avx512(part, q, G, k, v, kt, kv_stride, n_keys, hd, softcap, bias, scores);
-        return;
-    }
-    float buf[4096]; /* one converted F16 row (head_dim <= 4096: model/model.c) */
-    const bool fused = use_avx2() && gm_attend_avx2_fits(G, hd); /* the same bits, each row read once */
-    if (fused) gm_attend_scores_avx2(scores, q, G, k, kt, kv_stride, n_keys, hd);
-    else
-        for (int j = 0; j < n_keys; j++) {
-            const float *kj = kv_row(k, kt, (size_t)j, kv_stride, hd, buf);
-            for (int g = 0; g < G; g++) scores[(size_t)g * n_keys + j] = gm_dot_f32(q + (size_t)g * hd, kj, hd);
-        }
+/* softcap, bias, the max and the exponentials of G heads' scores (G x n_keys), normalised in place; the
+ * head's m and z into part and its values zeroed for the values pass */
+static void softmax_heads(float *scores, int G, int n_keys, float softcap, const float *bias, float *part, int hd,
+                          bool fused) {
     for (int g = 0; g < G; g++) {
         float *s = scores + (size_t)g * n_keys, *o = part + (size_t)g * (hd + 2);
         if (softcap > 0.0f) gm_softcap(s, n_keys, softcap);
@@ -177,10 +167,28 @@ void gm_attend_partial(float *part, const float *q, int G, const void *k, const 
         o[hd + 1] = (float)sum;
         memset(o, 0, (size_t)hd * sizeof *o);
     }
-    if (fused) {
-        gm_attend_values_avx2(part, scores, G, v, kt, kv_stride, n_keys, hd);
+}
+
+static bool attend_avx512(int G, int hd) { return gm_isa_active() >= GM_ISA_AVX512 && gm_attend_partial_avx512_fits(G, hd); }
+static bool attend_fused(int G, int hd) { return !attend_avx512(G, hd) && use_avx2() && gm_attend_avx2_fits(G, hd); }
+
+void gm_attend_partial(float *part, const float *q, int G, const void *k, const void *v, gm_kv_type kt,
+                       size_t kv_stride, int n_keys, int hd, float softcap, const float *bias, float *scores) {
+    if (attend_avx512(G, hd)) {
+        gm_attend_partial_avx512(part, q, G, k, v, kt, kv_stride, n_keys, hd, softcap, bias, scores);
         return;
     }
+    if (attend_fused(G, hd)) { /* the same bits, each row read once */
+        const gm_attend_row r = {.part = part, .q = q, .bias = bias, .lo = 0, .hi = n_keys};
+        gm_attend_partial_rows(&r, 1, G, k, v, kt, kv_stride, hd, softcap, scores);
+        return;
+    }
+    float buf[4096]; /* one converted F16 row (head_dim <= 4096: model/model.c) */
+    for (int j = 0; j < n_keys; j++) {
+        const float *kj = kv_row(k, kt, (size_t)j, kv_stride, hd, buf);
+        for (int g = 0; g < G; g++) scores[(size_t)g * n_keys + j] = gm_dot_f32(q + (size_t)g * hd, kj, hd);
+    }
+    softmax_heads(scores, G, n_keys, softcap, bias, part, hd, false);
     for (int j = 0; j < n_keys; j++) {
         const float *vj = kv_row(v, kt, (size_t)j, kv_stride, hd, buf);
         for (int g = 0; g < G; g++) {
@@ -188,4 +196,24 @@ void gm_attend_partial(float *part, const float *q, int G, const void *k, const 
             if (p != 0.0f) gm_axpy_f32(part + (size_t)g * (hd + 2), p, vj, hd);
         }
     }
+}
+
+void gm_attend_partial_rows(const gm_attend_row *rows, int n, int G, const void *k, const void *v, gm_kv_type kt,
+                            size_t kv_stride, int hd, float softcap, float *scores) {
+    if (!attend_fused(G, hd)) {
+        const size_t rs = kv_stride * gm_kv_type_size(kt);
+        for (int i = 0; i < n; i++)
+            gm_attend_partial(rows[i].part, rows[i].q, G, (const char *)k + (size_t)rows[i].lo * rs,
+                              (const char *)v + (size_t)rows[i].lo * rs, kt, kv_stride, rows[i].hi - rows[i].lo, hd,
+                              softcap, rows[i].bias, scores);
+        return;
+    }
+    int cap = 0;
+    for (int i = 0; i < n; i++) cap = rows[i].hi - rows[i].lo > cap ? rows[i].hi - rows[i].lo : cap;
+    const size_t stride = (size_t)G * (size_t)cap;
+    gm_attend_scores_rows_avx2(scores, stride, rows, n, G, k, kt, kv_stride, hd);
+    for (int i = 0; i < n; i++)
+        softmax_heads(scores + (size_t)i * stride, G, rows[i].hi - rows[i].lo, softcap, rows[i].bias, rows[i].part, hd,
+                      true);
+    gm_attend_values_rows_avx2(scores, stride, rows, n, G, v, kt, kv_stride, hd);
 }

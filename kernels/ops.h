@@ -64,6 +64,21 @@ void gm_kv_store(void *dst, gm_kv_type t, const float *src, int n);
 void gm_attend_partial(float *part, const float *q, int G, const void *k, const void *v, gm_kv_type kt,
                        size_t kv_stride, int n_keys, int hd, float softcap, const float *bias, float *scores);
 
+/* One query row of gm_attend_partial_rows: its q (G heads), output partial (G x (hd + 2)), bias for key lo
+ * (NULL: none) and its keys [lo, hi) of the chunk. */
+typedef struct gm_attend_row {
+    float *part;
+    const float *q, *bias;
+    int lo, hi;
+} gm_attend_row;
+
+/* n query rows over one chunk (k, v: the chunk's key / value 0): row i gets exactly gm_attend_partial's
+ * result over its keys [lo, hi), bit for bit; where the kernels allow (AVX2) each key and value row is
+ * read once for all the rows, so rows of one sequence share the chunk's memory traffic. scores: n x G x
+ * (the largest hi - lo) floats of scratch. */
+void gm_attend_partial_rows(const gm_attend_row *rows, int n, int G, const void *k, const void *v, gm_kv_type kt,
+                            size_t kv_stride, int hd, float softcap, float *scores);
+
 /* Inner loops, scalar or AVX2 (kernels/attn_avx2.c) by gm_isa_active(). */
 float gm_dot_f32(const float *a, const float *b, int n);
 void gm_axpy_f32(float *y, float a, const float *x, int n); /* y += a x */
@@ -81,6 +96,12 @@ void gm_attend_scores_avx2(float *scores, const float *q, int G, const void *k, 
                            int n_keys, int hd);
 void gm_attend_values_avx2(float *part, const float *scores, int G, const void *v, gm_kv_type kt, size_t kv_stride,
                            int n_keys, int hd);
+/* The same passes for n rows of gm_attend_partial_rows: row i's scores at scores + i * row_stride (head g
+ * at g * (hi - lo)), its values added to its part; each row's results bit-identical to the one-row calls. */
+void gm_attend_scores_rows_avx2(float *scores, size_t row_stride, const gm_attend_row *rows, int n, int G,
+                                const void *k, gm_kv_type kt, size_t kv_stride, int hd);
+void gm_attend_values_rows_avx2(const float *scores, size_t row_stride, const gm_attend_row *rows, int n, int G,
+                                const void *v, gm_kv_type kt, size_t kv_stride, int hd);
 /* AVX-512 gm_attend_partial (kernels/attn_avx512.c) for shapes where _fits says so. */
 bool gm_attend_partial_avx512_fits(int G, int hd);
 void gm_attend_partial_avx512(float *part, const float *q, int G, const void *k, const void *v, gm_kv_type kt,

@@ -21,14 +21,17 @@ gm_status gm_attn_scratch_init(gm_attn_scratch *s, int n_threads, int max_rows, 
     s->max_chunks = max_ctx / GM_KV_BLOCK + 2; /* a window may start inside a block */
     s->max_group = max_group;
     s->max_hd = max_hd;
-    s->local_stride = ((size_t)s->max_chunks * (size_t)max_group * (size_t)(max_hd + 2) +
-                       (size_t)max_group * GM_KV_BLOCK + 15) & ~(size_t)15;
+    /* per thread: the chunk partials and the scores of a group of rows (one row where there is no prefill) */
+    s->group_rows = max_rows > 1 ? GM_ATTN_ROW_GROUP : 1;
+    s->row_parts = (size_t)s->max_chunks * (size_t)max_group * (size_t)(max_hd + 2);
+    s->local_stride = ((size_t)s->group_rows * (s->row_parts + (size_t)max_group * GM_KV_BLOCK) + 15) & ~(size_t)15;
     /* split items: a few rows (SPLIT_ROWS) over every chunk of every head */
     s->split_cap = 4 * (size_t)s->max_chunks * (size_t)max_heads * (size_t)(max_hd + 2);
     s->local = malloc((size_t)n_threads * s->local_stride * sizeof(float));
     s->split = malloc(s->split_cap * sizeof(float));
     s->row_keys = malloc((size_t)max_rows * sizeof(keys));
-    if (!s->local || !s->split || !s->row_keys) {
+    s->group_first = malloc(((size_t)max_rows + 1) * sizeof(int));
+    if (!s->local || !s->split || !s->row_keys || !s->group_first) {
         gm_attn_scratch_free(s);
         return gm_fail(err, GM_ERR_NOMEM, "attention: cannot allocate scratch for %d positions", max_ctx);
     }
@@ -39,6 +42,7 @@ void gm_attn_scratch_free(gm_attn_scratch *s) {
     free(s->local);
     free(s->split);
     free(s->row_keys);
+    free(s->group_first);
     memset(s, 0, sizeof *s);
 }
 
@@ -123,20 +127,48 @@ static float *att_of(const attn_job *j, int row, int kvh, int part) {
            ((size_t)kvh * j->G + (size_t)part * j->group) * j->c->lc->head_dim;
 }
 
-/* item = (row, KV head, part of its query heads): every chunk in turn, then the merge */
-static void row_task(void *ctx, int64_t begin, int64_t end, int thread) {
+/* item = (group of rows of one sequence, KV head, part of its query heads): block by block, the partials
+ * of every row of the group that attends into the block (the block's keys and values read once for them:
+ * gm_attend_partial_rows), then each row's merge. A row's partials are its one-row bits. */
+static void group_task(void *ctx, int64_t begin, int64_t end, int thread) {
     const attn_job *j = ctx;
-    const int hd = j->c->lc->head_dim;
+    const gm_attn_call *c = j->c;
+    const int hd = c->lc->head_dim;
     const size_t stride = (size_t)j->group * (hd + 2);
     float *parts = j->s->local + (size_t)thread * j->s->local_stride;
-    float *scores = parts + (size_t)j->s->max_chunks * stride;
+    float *scores = parts + (size_t)j->s->group_rows * j->s->row_parts;
     for (int64_t t = begin; t < end; t++) {
-        const int row = (int)(t / (j->Hkv * j->parts)), kvh = (int)(t / j->parts % j->Hkv), part = (int)(t % j->parts);
-        const keys k = j->k[row];
-        const float *q = q_of(j, row, kvh, part);
-        for (int ch = 0; ch < k.nc; ch++)
-            chunk_partial(j->c, &j->c->rows[row], k, ch, kvh, q, j->group, parts + (size_t)ch * stride, scores);
-        merge(att_of(j, row, kvh, part), parts, stride, k.nc, j->group, hd);
+        const int gi = (int)(t / (j->Hkv * j->parts)), kvh = (int)(t / j->parts % j->Hkv), part = (int)(t % j->parts);
+        const int r0 = j->s->group_first[gi], r1 = j->s->group_first[gi + 1];
+        int b0 = j->k[r0].c0, b1 = j->k[r0].c0 + j->k[r0].nc;
+        for (int r = r0 + 1; r < r1; r++) {
+            b0 = j->k[r].c0 < b0 ? j->k[r].c0 : b0;
+            b1 = j->k[r].c0 + j->k[r].nc > b1 ? j->k[r].c0 + j->k[r].nc : b1;
+        }
+        for (int blk = b0; blk < b1; blk++) {
+            gm_attend_row ar[GM_ATTN_ROW_GROUP];
+            int n = 0;
+            for (int r = r0; r < r1; r++) {
+                const keys k = j->k[r];
+                if (blk < k.c0 || blk >= k.c0 + k.nc) continue;
+                const int k0 = blk * GM_KV_BLOCK > k.start ? blk * GM_KV_BLOCK : k.start;
+                const int k1 = (blk + 1) * GM_KV_BLOCK < k.end ? (blk + 1) * GM_KV_BLOCK : k.end;
+                ar[n++] = (gm_attend_row){
+                    .part = parts + (size_t)(r - r0) * j->s->row_parts + (size_t)(blk - k.c0) * stride,
+                    .q = q_of(j, r, kvh, part),
+                    .bias = c->bias ? c->bias + (size_t)c->rows[r].pos * (size_t)c->bias_n + k0 : NULL,
+                    .lo = k0 - blk * GM_KV_BLOCK,
+                    .hi = k1 - blk * GM_KV_BLOCK};
+            }
+            if (n == 0) continue; /* a gap between the rows' windows */
+            const size_t off = (size_t)kvh * (size_t)hd * c->lay->elem;
+            const char *kp = gm_kv_row_k(c->lay, c->rows[r0].kv, c->il, blk * GM_KV_BLOCK) + off;
+            const char *vp = gm_kv_row_v(c->lay, c->rows[r0].kv, c->il, blk * GM_KV_BLOCK) + off;
+            gm_attend_partial_rows(ar, n, j->group, kp, vp, (gm_kv_type)c->lay->dtype, (size_t)c->lay->kv_dim[c->il], hd,
+                                   c->softcap, scores);
+        }
+        for (int r = r0; r < r1; r++)
+            merge(att_of(j, r, kvh, part), parts + (size_t)(r - r0) * j->s->row_parts, stride, j->k[r].nc, j->group, hd);
     }
 }
 
@@ -174,6 +206,20 @@ static void merge_task(void *ctx, int64_t begin, int64_t end, int thread) {
 
 enum { SPLIT_ROWS = 4 };
 
+/* Cuts the rows into groups of consecutive rows of one sequence (s->group_first), at most s->group_rows
+ * each, fewer where whole groups would leave threads idle (at least 4 items per thread); the number of
+ * groups. The grouping changes which rows share the reads of a block, never a row's bits. */
+static int row_groups(gm_attn_scratch *s, const gm_attn_call *c, int per_group, int nt) {
+    int size = s->group_rows;
+    while (size > 1 && (int64_t)(c->n + size - 1) / size * per_group < 4 * (int64_t)nt) size /= 2;
+    int g = 0;
+    for (int i = 0; i < c->n; i++)
+        if (i == 0 || i - s->group_first[g - 1] == size || c->rows[i].kv != c->rows[s->group_first[g - 1]].kv)
+            s->group_first[g++] = i;
+    s->group_first[g] = c->n;
+    return g;
+}
+
 void gm_attention(gm_pool *pool, gm_attn_scratch *s, const gm_attn_call *c) {
     const int nt = pool ? gm_pool_size(pool) : 1;
     keys *kv = (keys *)s->row_keys; /* c->n <= max_rows: the forward pass runs chunks of its scratch size */
@@ -199,6 +245,7 @@ void gm_attention(gm_pool *pool, gm_attn_scratch *s, const gm_attn_call *c) {
         gm_pool_parallel_for(pool, chunks * j.Hkv * j.parts, 1, split_task, &j);
         gm_pool_parallel_for(pool, items, 1, merge_task, &j);
     } else {
-        gm_pool_parallel_for(pool, items, 1, row_task, &j);
+        const int64_t groups = row_groups(s, c, j.Hkv * j.parts, nt);
+        gm_pool_parallel_for(pool, groups * j.Hkv * j.parts, 1, group_task, &j);
     }
 }

@@ -14,6 +14,8 @@
 #include "model/forward.h"
 #include "model/kvcache.h"
 
+enum { GM_ATTN_ROW_GROUP = 4 }; /* query rows of one sequence sharing each block's reads */
+
 typedef struct gm_attn_scratch {
     int n_threads, max_chunks, max_group, max_hd;
     float *local;    /* per thread: max_chunks partials of max_group heads, then scores */
@@ -22,6 +24,9 @@ typedef struct gm_attn_scratch {
     size_t split_cap;
     int *row_keys;   /* max_rows x 4: each row's key range and chunks */
     int max_rows;
+    int group_rows;    /* rows per group of gm_attention's items (GM_ATTN_ROW_GROUP, or 1 without prefill) */
+    size_t row_parts;  /* floats of one row's chunk partials in local */
+    int *group_first;  /* max_rows + 1: first row of each group */
 } gm_attn_scratch;
 
 gm_status gm_attn_scratch_init(gm_attn_scratch *s, int n_threads, int max_rows, int max_ctx, int max_group,

@@ -221,6 +221,52 @@ TEST(attend_avx2_passes_equal_per_head_loops) {
         }
 }
 
+/* Several query rows over one chunk (kernels/ops.h gm_attend_partial_rows, what model/attention.c runs for
+ * a group of prefill rows) give each row the bits of its own gm_attend_partial call: rows with different
+ * key ranges (window starts, causal ends, tiles of 3 keys cut anywhere), G 1..4, F32 and F16, bias with
+ * masked keys, soft-cap, every ISA level. */
+TEST(attend_partial_rows_equal_one_row_calls) {
+    unsigned s = 31;
+    enum { HD = 256, NK = 64, STRIDE = 272, NR = 4 };
+    static float q[NR * 4 * HD], kf[NK * STRIDE], vf[NK * STRIDE], bias[NR * NK], sc[NR * 4 * NK];
+    static float got[NR * 4 * (HD + 2)], want[NR * 4 * (HD + 2)];
+    static uint16_t kh[NK * STRIDE], vh[NK * STRIDE];
+    for (int i = 0; i < NR * 4 * HD; i++) q[i] = frand(&s) * 0.3f;
+    for (int i = 0; i < NK * STRIDE; i++) {
+        kf[i] = frand(&s), vf[i] = frand(&s);
+        kh[i] = gm_fp32_to_fp16(kf[i]), vh[i] = gm_fp32_to_fp16(vf[i]);
+    }
+    for (int i = 0; i < NR * NK; i++) bias[i] = i % 7 == 3 ? -INFINITY : frand(&s);
+    const int ranges[][NR][2] = {{{0, 61}, {0, 62}, {0, 63}, {0, 64}},   /* causal ends */
+                                 {{5, 64}, {6, 64}, {7, 64}, {8, 64}},   /* window starts */
+                                 {{0, 1}, {0, 2}, {1, 3}, {2, 40}},      /* short rows */
+                                 {{10, 11}, {30, 64}, {0, 64}, {33, 35}}};
+    const gm_isa top = gm_isa_supported();
+    for (int isa = 0; isa <= (int)top; isa++)
+        for (int kt = 0; kt < 2; kt++)
+            for (int G = 1; G <= 4; G++)
+                for (size_t c = 0; c < sizeof ranges / sizeof ranges[0]; c++)
+                    for (int with_bias = 0; with_bias < 2; with_bias++) {
+                        gm_isa_set((gm_isa)isa);
+                        const void *k = kt ? (const void *)kh : kf, *v = kt ? (const void *)vh : vf;
+                        const size_t es = kt ? 2 : 4, P = (size_t)G * (HD + 2);
+                        const float cap = c % 2 ? 5.0f : 0.0f;
+                        gm_attend_row rows[NR];
+                        for (int i = 0; i < NR; i++) {
+                            const int lo = ranges[c][i][0], hi = ranges[c][i][1];
+                            const float *b = with_bias ? bias + i * NK + lo : NULL;
+                            rows[i] = (gm_attend_row){.part = got + i * P, .q = q + i * 4 * HD, .bias = b, .lo = lo, .hi = hi};
+                            gm_attend_partial(want + i * P, q + i * 4 * HD, G, (const char *)k + lo * STRIDE * es,
+                                              (const char *)v + lo * STRIDE * es, (gm_kv_type)kt, STRIDE, hi - lo, HD, cap, b,
+                                              sc);
+                        }
+                        gm_attend_partial_rows(rows, NR, G, k, v, (gm_kv_type)kt, STRIDE, HD, cap, sc);
+                        CHECK_MSG(memcmp(got, want, sizeof(float) * NR * P) == 0, "%s %s G %d ranges %zu bias %d",
+                                  gm_isa_name((gm_isa)isa), kt ? "f16" : "f32", G, c, with_bias);
+                    }
+    gm_isa_set(top);
+}
+
 TEST(kv_store_f16_exact) {
     unsigned s = 9;
     float x[301];
@@ -267,6 +313,7 @@ int main(void) {
     RUN(attend_partial_matches_reference);
     RUN(attend_partial_group_split_is_exact);
     RUN(attend_avx2_passes_equal_per_head_loops);
+    RUN(attend_partial_rows_equal_one_row_calls);
     RUN(kv_store_f16_exact);
     return test_summary();
 }
