@@ -13,6 +13,8 @@ typedef struct keys {
     int c0, nc;         /* blocks c0 .. c0 + nc - 1 */
 } keys;
 
+enum { GROUP_SCRATCH_MAX = 32 << 20 }; /* bytes */
+
 gm_status gm_attn_scratch_init(gm_attn_scratch *s, int n_threads, int max_rows, int max_ctx, int max_group,
                                int max_heads, int max_hd, gm_error *err) {
     memset(s, 0, sizeof *s);
@@ -21,9 +23,13 @@ gm_status gm_attn_scratch_init(gm_attn_scratch *s, int n_threads, int max_rows, 
     s->max_chunks = max_ctx / GM_KV_BLOCK + 2; /* a window may start inside a block */
     s->max_group = max_group;
     s->max_hd = max_hd;
-    /* per thread: the chunk partials and the scores of a group of rows (one row where there is no prefill) */
-    s->group_rows = max_rows > 1 ? GM_ATTN_ROW_GROUP : 1;
+    /* per thread: the chunk partials and the scores of a group of rows; one row where there is no prefill,
+     * and smaller groups where the extra rows' partials of all threads would pass GROUP_SCRATCH_MAX */
     s->row_parts = (size_t)s->max_chunks * (size_t)max_group * (size_t)(max_hd + 2);
+    s->group_rows = max_rows > 1 ? GM_ATTN_ROW_GROUP : 1;
+    while (s->group_rows > 1 &&
+           (size_t)n_threads * (size_t)(s->group_rows - 1) * s->row_parts * sizeof(float) > GROUP_SCRATCH_MAX)
+        s->group_rows /= 2;
     s->local_stride = ((size_t)s->group_rows * (s->row_parts + (size_t)max_group * GM_KV_BLOCK) + 15) & ~(size_t)15;
     /* split items: a few rows (SPLIT_ROWS) over every chunk of every head */
     s->split_cap = 4 * (size_t)s->max_chunks * (size_t)max_heads * (size_t)(max_hd + 2);
