@@ -37,6 +37,8 @@ static gguf_impl *impl_of(const gguf_file *f) {
     return (gguf_impl *)((char *)f - offsetof(gguf_impl, pub));
 }
 
+bool gguf_file_backed(const gguf_file *f) { return f && impl_of(f)->map.data != NULL; }
+
 /* ------------------------------------------------------------------ value types */
 
 const char *gguf_vtype_name(int vt) {

@@ -96,6 +96,8 @@ gm_status gguf_open_memory(const void *buf, uint64_t size, const char *name, con
 void gguf_close(gguf_file *f);
 
 /* Lookup: NULL when absent. gguf_find_tensor skips hidden tensors. */
+/* true when f's bytes are its own read-only map of a file (gguf_open), false for gguf_open_memory */
+bool gguf_file_backed(const gguf_file *f);
 const gguf_kv *gguf_find(const gguf_file *f, const char *key);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
 

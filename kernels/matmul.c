@@ -37,7 +37,13 @@ static gm_status scratch_reserve(gm_matmul_scratch *s, size_t bytes);
 
 /* ---- the kernel table: [ISA][type slot], filled once */
 
-enum { TYPE_SLOTS = 32, PACKED_SLOT = TYPE_SLOTS, N_SLOTS = TYPE_SLOTS + 1, N_ISA = GM_ISA_AVX512 + 1 };
+enum {
+    TYPE_SLOTS = 32,
+    PACKED_SLOT = TYPE_SLOTS,     /* Q5_0x16 */
+    F16X8_SLOT = TYPE_SLOTS + 1,  /* F16x8 */
+    N_SLOTS = TYPE_SLOTS + 2,
+    N_ISA = GM_ISA_AVX512 + 1
+};
 
 static gm_mm_kernel table[N_ISA][N_SLOTS];
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
@@ -68,6 +74,12 @@ static void table_init(void) {
         for (int t = 0; t < TYPE_SLOTS; t++) table[isa][t] = resolve((gm_isa)isa, t, false);
         /* the packed Q5_0 copy serves the AVX-512 kernels only; lower levels read the file's Q5_0 */
         table[isa][PACKED_SLOT] = resolve((gm_isa)isa, GM_TYPE_Q5_0, isa >= GM_ISA_AVX512);
+        /* the F16x8 copy serves the AVX2 level only; the others read the file's F16 */
+        table[isa][F16X8_SLOT] = resolve((gm_isa)isa, GM_TYPE_F16, false);
+        if (isa == GM_ISA_AVX2 && gm_avx2_f16x8_tiles()) {
+            table[isa][F16X8_SLOT].tiles2 = gm_avx2_f16x8_tiles();
+            table[isa][F16X8_SLOT].packed = true;
+        }
     }
 }
 
@@ -77,7 +89,11 @@ static const gm_mm_kernel *lookup(const gm_matrix *W, gm_isa isa) {
         static const gm_mm_kernel none = {0};
         return &none;
     }
-    return &table[isa][W->packed && W->packed_type == GM_KTYPE_Q5_0X16 ? PACKED_SLOT : W->type];
+    const int slot = !W->packed                          ? W->type
+                     : W->packed_type == GM_KTYPE_Q5_0X16 ? PACKED_SLOT
+                     : W->packed_type == GM_KTYPE_F16X8   ? F16X8_SLOT
+                                                          : W->type;
+    return &table[isa][slot];
 }
 
 void gm_matrix_bind(gm_matrix *W) { W->kern = lookup(W, gm_isa_active()); }
@@ -87,7 +103,7 @@ const gm_mm_kernel *gm_matrix_kernel(const gm_matrix *W) {
     return W->kern && W->kern->isa == (int)isa ? W->kern : lookup(W, isa);
 }
 
-/* W as the AVX-512 tiles see it: its packed copy where there is one */
+/* W as the tiles see it: its packed copy where the kernel reads one */
 static gm_matrix tile_view(const gm_matrix *W, const gm_mm_kernel *k) {
     gm_matrix v = *W;
     if (k->packed) v.data = W->packed, v.type = W->packed_type;
@@ -213,8 +229,10 @@ static void decode_rows(gm_pool *pool, int64_t n, gm_task_fn fn, void *ctx) {
         return;
     }
     steal_job j = {.n = nt, .rows = fn, .ctx = ctx};
-    for (int t = 0; t < nt; t++)
-        atomic_init(&j.s[t].w, (uint64_t)(n * t / nt) << 32 | (uint64_t)(n * (t + 1) / nt));
+    /* slices and batches start at multiples of GM_AVX2_TILE_ROWS (the AVX2 kernels' row groups) */
+    int64_t cut[STEAL_MAX_OWNERS + 1];
+    for (int t = 0; t <= nt; t++) cut[t] = t == nt ? n : n * t / nt / GM_AVX2_TILE_ROWS * GM_AVX2_TILE_ROWS;
+    for (int t = 0; t < nt; t++) atomic_init(&j.s[t].w, (uint64_t)cut[t] << 32 | (uint64_t)cut[t + 1]);
     gm_pool_parallel_for_chunk(pool, nt, 1, steal_task, &j);
 }
 
@@ -377,7 +395,8 @@ gm_status gm_matmul(const gm_matrix *W, const float *x, int64_t n_tok, float *y,
         mm_job j = {.W = &K, .wt = wt, .w_stride = w_stride, .n_tok = n_tok, .y = y, .x = x};
         return matmul_avx512(&j, pool, scratch);
     }
-    mm_job j = {W, wt, w_stride, (const char *)x, a_stride, n_tok, y, x, at, k->vec_dot, k->quant, 0, 0, NULL, k->tiles2};
+    const gm_matrix V = tile_view(W, k); /* AVX2 F16x8: the packed copy */
+    mm_job j = {&V, wt, w_stride, (const char *)x, a_stride, n_tok, y, x, at, k->vec_dot, k->quant, 0, 0, NULL, k->tiles2};
     if (at->type != GM_TYPE_F32) {
         if ((uint64_t)n_tok > SIZE_MAX / a_stride) return GM_ERR_NOMEM;
         gm_status st = scratch_reserve(scratch, (size_t)n_tok * a_stride);

@@ -62,3 +62,31 @@ void gm_unpack_q5_0x16_row(const void *src, void *dst, int64_t cols) {
     }
     if (nb & 1) memcpy(&b[nb - 1], in + 44 * npair, sizeof(gm_block_q5_0));
 }
+
+/* one group: 8 rows (cols apart) -> cols x 8 halves; by 8 x 8 transposes where SSE2 has them */
+static void pack_f16x8_group(const uint16_t *s, uint16_t *d, int64_t cols) {
+    int64_t k = 0;
+#if defined(__SSE2__)
+    for (; k + 8 <= cols; k += 8) {
+        __m128i a[8], t[8], u[8];
+        for (int l = 0; l < 8; l++) a[l] = _mm_loadu_si128((const __m128i *)(s + l * cols + k));
+        for (int l = 0; l < 8; l += 2) t[l] = _mm_unpacklo_epi16(a[l], a[l + 1]), t[l + 1] = _mm_unpackhi_epi16(a[l], a[l + 1]);
+        for (int h = 0; h < 8; h += 4) {
+            u[h] = _mm_unpacklo_epi32(t[h], t[h + 2]), u[h + 1] = _mm_unpackhi_epi32(t[h], t[h + 2]);
+            u[h + 2] = _mm_unpacklo_epi32(t[h + 1], t[h + 3]), u[h + 3] = _mm_unpackhi_epi32(t[h + 1], t[h + 3]);
+        }
+        for (int c = 0; c < 4; c++) { /* u[c]: columns 2c, 2c + 1 of rows 0-3; u[c + 4]: of rows 4-7 */
+            _mm_storeu_si128((__m128i *)(d + 8 * (k + 2 * c)), _mm_unpacklo_epi64(u[c], u[c + 4]));
+            _mm_storeu_si128((__m128i *)(d + 8 * (k + 2 * c + 1)), _mm_unpackhi_epi64(u[c], u[c + 4]));
+        }
+    }
+#endif
+    for (; k < cols; k++)
+        for (int l = 0; l < 8; l++) d[8 * k + l] = s[l * cols + k];
+}
+
+void gm_pack_f16x8(const void *src, void *dst, int64_t rows, int64_t cols) {
+    const uint16_t *s = src;
+    uint16_t *d = dst;
+    for (int64_t g = 0; g < rows / 8; g++) pack_f16x8_group(s + g * 8 * cols, d + g * 8 * cols, cols);
+}

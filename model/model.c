@@ -7,10 +7,12 @@
 #include <string.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include <stdbool.h>
 
 #include "core/error.h"
 #include "kernels/cpu.h"
+#include "kernels/gemm.h"
 #include "kernels/ops.h"
 #include "kernels/pack.h"
 #include "model/gemma3n.h"
@@ -243,13 +245,20 @@ static gm_status load_weights(gm_model *m, gm_error *err) {
     return GM_OK;
 }
 
-/* Opt-in (GEMMA_REPACK=1): with AVX-512 active, each layer's Q5_0 matrix (q, k, gate, up of the
- * usual Q4_K_M files) gets a copy in the Q5_0x16 layout of kernels/pack.h, whose one-token dot is
- * ~1.3x faster on data in cache. Measured on the whole decode step (Gemma 3 270M Q4_K_M, Zen 4,
- * paired runs): +3% at 2 threads, +0% at 1 (the step is bound by memory, not by that kernel), for
- * +44 MB resident, which breaks the budget of file + KV cache + 64 MiB (file pages shared with
- * other tensors stay mapped: 2 MiB folios map whole), and +16 ms at open. Hence off by default.
- * The file bytes stay mapped for the other ISA levels. */
+/* Packed copies of layer matrices for the active ISA level's kernels (kernels/pack.h); the file bytes
+ * stay mapped for the other levels and for every other reader.
+ *
+ * F16x8 (AVX2 active, F16 matrices of rows a multiple of 8): the AVX2 F16 kernels multiply eight rows per
+ * vector (kernels/f16x8_avx2.c). The copy takes the place of the file's pages in memory (those are not
+ * touched while AVX2 runs), so the resident size stays about the file's. The tied embedding / output
+ * matrix is not packed: the token lookup reads its rows.
+ *
+ * Q5_0x16, opt-in (GEMMA_REPACK=1): with AVX-512 active, each layer's Q5_0 matrix (q, k, gate, up of the
+ * usual Q4_K_M files) gets a copy whose one-token dot is ~1.3x faster on data in cache. Measured on the
+ * whole decode step (Gemma 3 270M Q4_K_M, Zen 4, paired runs): +3% at 2 threads, +0% at 1 (the step is
+ * bound by memory, not by that kernel), for +44 MB resident, which breaks the budget of file + KV cache +
+ * 64 MiB (file pages shared with other tensors stay mapped: 2 MiB folios map whole), and +16 ms at open.
+ * Hence off by default. GEMMA_REPACK=0 turns both off. */
 typedef struct pack_job {
     gm_matrix **mats;
     int n;
@@ -260,6 +269,10 @@ static void *pack_mats(void *arg) {
     for (int i = 0; i < j->n; i++) {
         const gm_matrix *w = j->mats[i];
         const size_t rb = gm_row_bytes(w->type, w->cols);
+        if (w->packed_type == GM_KTYPE_F16X8) {
+            gm_pack_f16x8(w->data, (void *)w->packed, w->rows, w->cols);
+            continue;
+        }
         for (int64_t r = 0; r < w->rows; r++)
             gm_pack_q5_0x16_row((const char *)w->data + (size_t)r * rb, (char *)w->packed + (size_t)r * rb, w->cols);
     }
@@ -270,11 +283,30 @@ static size_t packed_span(const gm_matrix *w) { /* bytes of w's copy, 64-byte al
     return (gm_row_bytes(w->type, w->cols) * (size_t)w->rows + 63) / 64 * 64;
 }
 
-static gm_status pack_weights(gm_model *m, gm_error *err) {
+/* the layout w gets at open, 0 for none */
+static int pack_layout(const gm_matrix *w) {
     const char *env = getenv("GEMMA_REPACK");
-    if (!env || strcmp(env, "1") != 0 || gm_isa_active() < GM_ISA_AVX512) return GM_OK;
+    if (!w->data || (env && strcmp(env, "0") == 0)) return 0;
+    if (w->type == GM_TYPE_F16 && w->rows % 8 == 0 && gm_isa_active() == GM_ISA_AVX2 && gm_avx2_f16x8_tiles())
+        return GM_KTYPE_F16X8;
+    if (w->type == GM_TYPE_Q5_0 && env && strcmp(env, "1") == 0 && gm_isa_active() >= GM_ISA_AVX512)
+        return GM_KTYPE_Q5_0X16;
+    return 0;
+}
+
+/* Drops w's file pages (those wholly inside it) from the resident set: while the packed copy's level is
+ * active nothing reads them; another level reads them back from the file. Only for the source's own file
+ * map (a caller's buffer would lose its bytes). */
+static void release_file_pages(const gm_model *m, const gm_matrix *w) {
+    const size_t bytes = gm_row_bytes(w->type, w->cols) * (size_t)w->rows, pg = (size_t)sysconf(_SC_PAGESIZE);
+    if (!gm_source_file_mapped(m->src, w->data, bytes)) return;
+    const uintptr_t b = ((uintptr_t)w->data + pg - 1) / pg * pg, e = ((uintptr_t)w->data + bytes) / pg * pg;
+    if (e > b) (void)madvise((void *)b, e - b, MADV_DONTNEED);
+}
+
+static gm_status pack_weights(gm_model *m, gm_error *err) {
     const int per_layer = 7;
-    gm_matrix **mats = malloc(sizeof *mats * (size_t)m->cfg.n_layers * per_layer);
+    gm_matrix **mats = malloc(sizeof *mats * ((size_t)m->cfg.n_layers * per_layer + 1));
     if (!mats) return gm_fail(err, GM_ERR_NOMEM, "model: out of memory");
     int n = 0;
     size_t total = 0;
@@ -282,7 +314,7 @@ static gm_status pack_weights(gm_model *m, gm_error *err) {
         gm_layer *L = &m->layers[il];
         gm_matrix *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
         for (int i = 0; i < per_layer; i++)
-            if (w[i]->data && w[i]->type == GM_TYPE_Q5_0) {
+            if (pack_layout(w[i])) {
                 mats[n++] = w[i];
                 total += packed_span(w[i]);
             }
@@ -297,7 +329,7 @@ static gm_status pack_weights(gm_model *m, gm_error *err) {
     m->packed_bytes = n > 0 ? total : 0;
     char *p = m->packed_store;
     for (int i = 0; i < n; i++) {
-        mats[i]->packed_type = GM_KTYPE_Q5_0X16;
+        mats[i]->packed_type = pack_layout(mats[i]);
         mats[i]->packed = p;
         p += packed_span(mats[i]);
     }
@@ -308,6 +340,8 @@ static gm_status pack_weights(gm_model *m, gm_error *err) {
     pack_mats(&b);
     if (helper) pthread_join(th, NULL);
     else pack_mats(&a);
+    for (int i = 0; i < n; i++)
+        if (mats[i]->packed_type == GM_KTYPE_F16X8) release_file_pages(m, mats[i]);
     free(mats);
     return GM_OK;
 }

@@ -412,6 +412,11 @@ void gm_source_close(gm_source *s) {
 
 const char *gm_source_path(const gm_source *s) { return s ? s->path : NULL; }
 bool gm_source_is_gguf(const gm_source *s) { return s && s->gguf; }
+bool gm_source_file_mapped(const gm_source *s, const void *p, uint64_t n) {
+    if (!s || !s->gguf || !gguf_file_backed(s->gguf) || !p) return false;
+    const uint8_t *b = s->gguf->map, *q = p;
+    return q >= b && n <= s->gguf->size && (uint64_t)(q - b) <= s->gguf->size - n;
+}
 const gguf_file *gm_source_gguf(const gm_source *s) { return s ? s->gguf : NULL; }
 const char *gm_source_hf_dir(const gm_source *s) { return s && !s->gguf ? s->hf_dir : NULL; }
 const void *gm_source_hf_config(const gm_source *s) { return s ? s->hf_config : NULL; }

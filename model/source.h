@@ -37,6 +37,9 @@ const char *gm_source_path(const gm_source *s);
 bool gm_source_is_gguf(const gm_source *s);
 const gguf_file *gm_source_gguf(const gm_source *s);   /* NULL for HF folders */
 const char *gm_source_hf_dir(const gm_source *s);      /* NULL for GGUF */
+/* true when [p, p + n) lies in the source's own read-only map of a GGUF file (not a caller's buffer):
+ * pages there may be dropped from memory and are read back from the file when touched again */
+bool gm_source_file_mapped(const gm_source *s, const void *p, uint64_t n);
 /* The parsed config.json (a cJSON*), NULL for GGUF. */
 const void *gm_source_hf_config(const gm_source *s);
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "gemma.h"
+#include "kernels/cpu.h"
 #include "kernels/ops.h"
 #include "support/test.h"
 #include "support/tiny_model.h"
@@ -262,6 +263,40 @@ TEST(gemma3_rope_scaling_matches_reference) {
 
 /* ---------------------------------------------------------------- ops */
 
+/* F16 matrices with AVX2 active at open get the F16x8 copy (model/model.c) and its kernels, whose sums run
+ * column by column instead of in 8 lanes: the logits stay within 1e-4 (relative) of the scalar kernels'
+ * on the file layout, and chunked prefill on 1 thread gives one batch's bits on 2. */
+TEST(gemma3_f16_weights_packed_for_avx2) {
+    if (gm_isa_supported() < GM_ISA_AVX2) return;
+    tm_options o;
+    tm_options_default(&o, "gemma3");
+    o.n_layers = 6;
+    o.weight_type = GM_TYPE_F16;
+    const int n = 24, V = tm_vocab_size();
+    char err[256];
+    const char *path = tmp_path("f16");
+    CHECK_MSG(tm_write_gguf(&o, path, err, sizeof err), "%s", err);
+    int32_t ids[24];
+    make_ids(ids, n, 7);
+    float *avx2 = malloc(sizeof(float) * (size_t)n * V), *chunked = malloc(sizeof(float) * (size_t)n * V),
+          *scalar = malloc(sizeof(float) * (size_t)n * V);
+    const gm_isa top = gm_isa_supported();
+    gm_isa_set(GM_ISA_SCALAR);
+    const bool ok_s = our_logits(path, ids, n, 0, 2, scalar);
+    gm_isa_set(GM_ISA_AVX2);
+    const bool ok_a = our_logits(path, ids, n, 0, 2, avx2) && our_logits(path, ids, n, 5, 1, chunked);
+    gm_isa_set(top);
+    if (ok_s && ok_a) {
+        double worst = 0;
+        for (size_t i = 0; i < (size_t)n * V; i++) worst = fmax(worst, fabs(avx2[i] - scalar[i]) / fmax(1.0, fabs(scalar[i])));
+        fprintf(stderr, "  f16 weights: avx2 (packed) vs scalar max rel diff %.3g\n", worst);
+        CHECK_MSG(worst <= 1e-4, "f16 weights: avx2 vs scalar logits differ by %.3g", worst);
+        CHECK_MSG(memcmp(avx2, chunked, sizeof(float) * (size_t)n * V) == 0, "f16 weights: chunked prefill changes bits");
+    }
+    unlink(path);
+    free(avx2), free(chunked), free(scalar);
+}
+
 TEST(ops_basic) {
     float x[4] = {1, 2, 3, 4}, w[4] = {1, 1, 1, 2}, y[4];
     gm_rmsnorm(y, x, w, 4, 0.0f);
@@ -297,5 +332,6 @@ int main(void) {
     RUN(gemma2_matches_reference);
     RUN(gemma3_matches_reference);
     RUN(gemma3_rope_scaling_matches_reference);
+    RUN(gemma3_f16_weights_packed_for_avx2);
     return test_summary();
 }
