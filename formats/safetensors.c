@@ -24,6 +24,8 @@ typedef struct st_impl {
 
 static st_impl *st_impl_of(st_file *f) { return (st_impl *)((char *)f - offsetof(st_impl, pub)); }
 
+bool st_file_backed(const st_file *f) { return f && st_impl_of((st_file *)f)->map.data != NULL; }
+
 /* ------------------------------------------------------------------ dtypes */
 
 static const struct {

@@ -59,6 +59,9 @@ int st_dtype_size(const char *dtype);
 gm_status st_tensor_type(const st_tensor *t, const char *file, int *type, gm_error *err);
 
 /* A model's tensors across one or many files. */
+/* true when f's bytes are its own read-only map of a file (st_open), false for st_open_memory */
+bool st_file_backed(const st_file *f);
+
 typedef struct st_set {
     char *dir;             /* folder holding the files */
     int n_files;

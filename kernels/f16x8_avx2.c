@@ -1,5 +1,6 @@
-/* kernels/f16x8_avx2.c — AVX2 + FMA + F16C kernels for F16 weights in the F16x8 layout of kernels/pack.h
- * (eight rows interleaved: for each column k, the eight rows' halves side by side), over f32 activations.
+/* kernels/f16x8_avx2.c — AVX2 + FMA + F16C kernels for F16 and BF16 weights in the x8 layouts of
+ * kernels/pack.h (eight rows interleaved: for each column k, the eight rows' 16-bit values side by side),
+ * over f32 activations.
  *
  * Why a layout of its own: with file rows, a dot product keeps 8 partial sums per (row, token) and both
  * operands stream through the loads (the 3 x 4 tiles of kernels/vec_avx2.c: 7 loads per 12 fmadds, the
@@ -16,6 +17,8 @@
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 
+#include <stdbool.h>
+
 #define INL static inline __attribute__((always_inline))
 
 enum {
@@ -23,10 +26,16 @@ enum {
     TOK_BLOCK = 64,      /* tokens per pass over the rows: their activations stay in L2 */
 };
 
-/* One tile: G consecutive groups (w: the first group's column 0; gs: halves per group) x T tokens
+/* column k of a group: 8 values as f32 */
+INL __m256 col8(bool bf16, const uint16_t *p) {
+    const __m128i h = _mm_loadu_si128((const __m128i *)p);
+    return bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h);
+}
+
+/* One tile: G consecutive groups (w: the first group's column 0; gs: values per group) x T tokens
  * (a: token 0's activations, as floats apart). The first rhi of the tile's 8 G rows are stored. */
-INL void tile(int G, int T, int64_t n, const uint16_t *w, size_t gs, const float *a, size_t as, float *y, int64_t ldy,
-              int rhi) {
+INL void tile(bool bf16, int G, int T, int64_t n, const uint16_t *w, size_t gs, const float *a, size_t as, float *y,
+              int64_t ldy, int rhi) {
     __m256 acc[GMAX][TMAX];
 #pragma GCC unroll 4
     for (int g = 0; g < G; g++)
@@ -35,7 +44,7 @@ INL void tile(int G, int T, int64_t n, const uint16_t *w, size_t gs, const float
     for (int64_t k = 0; k < n; k++) {
         __m256 wv[GMAX];
 #pragma GCC unroll 4
-        for (int g = 0; g < G; g++) wv[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + g * gs + 8 * k)));
+        for (int g = 0; g < G; g++) wv[g] = col8(bf16, w + g * gs + 8 * k);
 #pragma GCC unroll 6
         for (int t = 0; t < T; t++) {
             const __m256 x = _mm256_broadcast_ss(a + t * as + k);
@@ -60,22 +69,22 @@ INL void tile(int G, int T, int64_t n, const uint16_t *w, size_t gs, const float
 }
 
 /* G groups x T tokens, dispatched to the inlined shapes */
-static void tile_any(int G, int T, int64_t n, const uint16_t *w, size_t gs, const float *a, size_t as, float *y,
+INL void tile_any(bool bf16, int G, int T, int64_t n, const uint16_t *w, size_t gs, const float *a, size_t as, float *y,
                      int64_t ldy, int rhi) {
 #define T_CASES(G)                                                                                                    \
     switch (T) {                                                                                                      \
-    case 1: tile(G, 1, n, w, gs, a, as, y, ldy, rhi); break;                                                        \
-    case 2: tile(G, 2, n, w, gs, a, as, y, ldy, rhi); break;                                                        \
-    case 3: tile(G, 3, n, w, gs, a, as, y, ldy, rhi); break;                                                        \
-    case 4: tile(G, 4, n, w, gs, a, as, y, ldy, rhi); break;                                                        \
-    case 5: tile(G, 5, n, w, gs, a, as, y, ldy, rhi); break;                                                        \
-    default: tile(G, 6, n, w, gs, a, as, y, ldy, rhi); break;                                                       \
+    case 1: tile(bf16, G, 1, n, w, gs, a, as, y, ldy, rhi); break;                                                        \
+    case 2: tile(bf16, G, 2, n, w, gs, a, as, y, ldy, rhi); break;                                                        \
+    case 3: tile(bf16, G, 3, n, w, gs, a, as, y, ldy, rhi); break;                                                        \
+    case 4: tile(bf16, G, 4, n, w, gs, a, as, y, ldy, rhi); break;                                                        \
+    case 5: tile(bf16, G, 5, n, w, gs, a, as, y, ldy, rhi); break;                                                        \
+    default: tile(bf16, G, 6, n, w, gs, a, as, y, ldy, rhi); break;                                                       \
     }
     switch (G) {
     case 1: T_CASES(1) break;
     case 2: T_CASES(2) break;
-    case 3: tile(3, 1, n, w, gs, a, as, y, ldy, rhi); break; /* decode only: T == 1 */
-    default: tile(4, 1, n, w, gs, a, as, y, ldy, rhi); break;
+    case 3: tile(bf16, 3, 1, n, w, gs, a, as, y, ldy, rhi); break; /* decode only: T == 1 */
+    default: tile(bf16, 4, 1, n, w, gs, a, as, y, ldy, rhi); break;
     }
 #undef T_CASES
 }
@@ -84,8 +93,8 @@ static void tile_any(int G, int T, int64_t n, const uint16_t *w, size_t gs, cons
  * GM_AVX2_TILE_ROWS), every token. One token: four groups per tile (four independent sums per column hide
  * the fmadd latency while the weights stream from memory). More: pairs of groups x 6 tokens, tokens in
  * blocks of TOK_BLOCK so their activations stay in L2 while the pairs (in L1 / L2) go by. */
-static void tiles_f16x8(int64_t n, const void *w, size_t ws, int64_t rows, const void *a, size_t as, int64_t n_tok,
-                        float *y, int64_t ldy) {
+INL void tiles_x8(bool bf16, int64_t n, const void *w, size_t ws, int64_t rows, const void *a, size_t as,
+                  int64_t n_tok, float *y, int64_t ldy) {
     const uint16_t *wp = w;
     const size_t gs = (size_t)(8 * n), af = as / sizeof(float);
     const float *x = a;
@@ -95,7 +104,7 @@ static void tiles_f16x8(int64_t n, const void *w, size_t ws, int64_t rows, const
         for (int64_t g = 0; g < groups; g += GMAX) {
             const int G = groups - g < GMAX ? (int)(groups - g) : GMAX;
             const int64_t left = rows - 8 * g;
-            tile_any(G, 1, n, wp + g * gs, gs, x, af, y + 8 * g, ldy, left < 8 * G ? (int)left : 8 * G);
+            tile_any(bf16, G, 1, n, wp + g * gs, gs, x, af, y + 8 * g, ldy, left < 8 * G ? (int)left : 8 * G);
         }
         return;
     }
@@ -107,13 +116,27 @@ static void tiles_f16x8(int64_t n, const void *w, size_t ws, int64_t rows, const
             const int rhi = left < 8 * G ? (int)left : 8 * G;
             for (int64_t t = 0; t < nt; t += TMAX) {
                 const int T = nt - t < TMAX ? (int)(nt - t) : TMAX;
-                tile_any(G, T, n, wp + g * gs, gs, x + (t0 + t) * (int64_t)af, af, y + (t0 + t) * ldy + 8 * g, ldy, rhi);
+                tile_any(bf16, G, T, n, wp + g * gs, gs, x + (t0 + t) * (int64_t)af, af, y + (t0 + t) * ldy + 8 * g, ldy, rhi);
             }
         }
     }
 }
 
-gm_avx2_tiles_fn gm_avx2_f16x8_tiles(void) { return tiles_f16x8; }
+static void tiles_f16x8(int64_t n, const void *w, size_t ws, int64_t rows, const void *a, size_t as, int64_t n_tok,
+                        float *y, int64_t ldy) {
+    tiles_x8(false, n, w, ws, rows, a, as, n_tok, y, ldy);
+}
+static void tiles_bf16x8(int64_t n, const void *w, size_t ws, int64_t rows, const void *a, size_t as, int64_t n_tok,
+                         float *y, int64_t ldy) {
+    tiles_x8(true, n, w, ws, rows, a, as, n_tok, y, ldy);
+}
+
+gm_avx2_tiles_fn gm_avx2_x8_tiles(int type) {
+    return type == GM_TYPE_F16 ? tiles_f16x8 : type == GM_TYPE_BF16 ? tiles_bf16x8 : NULL;
+}
 #else
-gm_avx2_tiles_fn gm_avx2_f16x8_tiles(void) { return NULL; }
+gm_avx2_tiles_fn gm_avx2_x8_tiles(int type) {
+    (void)type;
+    return NULL;
+}
 #endif

@@ -46,9 +46,10 @@ gm_avx2_tiles_fn gm_avx2_tiles(int type);
 /* the quantized types' kernels (kernels/qtiles_avx2.c), which the two above return */
 gm_vec_dot_fn gm_avx2_qdot(int type);
 gm_avx2_tiles_fn gm_avx2_qtiles(int type);
-/* F16 weights packed as F16x8 (kernels/pack.h): w is the packed matrix at a group start (rows split at
- * multiples of GM_AVX2_TILE_ROWS), ws the file's row bytes (unused); NULL without AVX2 in this build. */
-gm_avx2_tiles_fn gm_avx2_f16x8_tiles(void);
+/* F16 / BF16 weights packed as F16x8 / BF16x8 (kernels/pack.h, kernels/f16x8_avx2.c): w is the packed
+ * matrix at a group start (rows split at multiples of GM_AVX2_TILE_ROWS), ws the file's row bytes
+ * (unused); NULL for other types or without AVX2 in this build. */
+gm_avx2_tiles_fn gm_avx2_x8_tiles(int type);
 gm_quant_row_fn gm_avx2_quant_act(int act_type);
 /* AVX-512 decode matmul straight from the weights (kernels/vec_avx512.c): y[t * ldy + r] for rows
  * [r0, r1) and n_tok tokens, each (row, token) output bit-identical to gm_avx512_gemm's. The tokens come

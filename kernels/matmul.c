@@ -41,7 +41,8 @@ enum {
     TYPE_SLOTS = 32,
     PACKED_SLOT = TYPE_SLOTS,     /* Q5_0x16 */
     F16X8_SLOT = TYPE_SLOTS + 1,  /* F16x8 */
-    N_SLOTS = TYPE_SLOTS + 2,
+    BF16X8_SLOT = TYPE_SLOTS + 2, /* BF16x8 */
+    N_SLOTS = TYPE_SLOTS + 3,
     N_ISA = GM_ISA_AVX512 + 1
 };
 
@@ -74,11 +75,14 @@ static void table_init(void) {
         for (int t = 0; t < TYPE_SLOTS; t++) table[isa][t] = resolve((gm_isa)isa, t, false);
         /* the packed Q5_0 copy serves the AVX-512 kernels only; lower levels read the file's Q5_0 */
         table[isa][PACKED_SLOT] = resolve((gm_isa)isa, GM_TYPE_Q5_0, isa >= GM_ISA_AVX512);
-        /* the F16x8 copy serves the AVX2 level only; the others read the file's F16 */
-        table[isa][F16X8_SLOT] = resolve((gm_isa)isa, GM_TYPE_F16, false);
-        if (isa == GM_ISA_AVX2 && gm_avx2_f16x8_tiles()) {
-            table[isa][F16X8_SLOT].tiles2 = gm_avx2_f16x8_tiles();
-            table[isa][F16X8_SLOT].packed = true;
+        /* the F16x8 / BF16x8 copies serve the AVX2 level only; the others read the file's rows */
+        const int x8[2][2] = {{F16X8_SLOT, GM_TYPE_F16}, {BF16X8_SLOT, GM_TYPE_BF16}};
+        for (int i = 0; i < 2; i++) {
+            table[isa][x8[i][0]] = resolve((gm_isa)isa, x8[i][1], false);
+            if (isa == GM_ISA_AVX2 && gm_avx2_x8_tiles(x8[i][1])) {
+                table[isa][x8[i][0]].tiles2 = gm_avx2_x8_tiles(x8[i][1]);
+                table[isa][x8[i][0]].packed = true;
+            }
         }
     }
 }
@@ -92,6 +96,7 @@ static const gm_mm_kernel *lookup(const gm_matrix *W, gm_isa isa) {
     const int slot = !W->packed                          ? W->type
                      : W->packed_type == GM_KTYPE_Q5_0X16 ? PACKED_SLOT
                      : W->packed_type == GM_KTYPE_F16X8   ? F16X8_SLOT
+                     : W->packed_type == GM_KTYPE_BF16X8  ? BF16X8_SLOT
                                                           : W->type;
     return &table[isa][slot];
 }
@@ -395,7 +400,7 @@ gm_status gm_matmul(const gm_matrix *W, const float *x, int64_t n_tok, float *y,
         mm_job j = {.W = &K, .wt = wt, .w_stride = w_stride, .n_tok = n_tok, .y = y, .x = x};
         return matmul_avx512(&j, pool, scratch);
     }
-    const gm_matrix V = tile_view(W, k); /* AVX2 F16x8: the packed copy */
+    const gm_matrix V = tile_view(W, k); /* AVX2 F16x8 / BF16x8: the packed copy */
     mm_job j = {&V, wt, w_stride, (const char *)x, a_stride, n_tok, y, x, at, k->vec_dot, k->quant, 0, 0, NULL, k->tiles2};
     if (at->type != GM_TYPE_F32) {
         if ((uint64_t)n_tok > SIZE_MAX / a_stride) return GM_ERR_NOMEM;

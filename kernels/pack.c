@@ -64,7 +64,7 @@ void gm_unpack_q5_0x16_row(const void *src, void *dst, int64_t cols) {
 }
 
 /* one group: 8 rows (cols apart) -> cols x 8 halves; by 8 x 8 transposes where SSE2 has them */
-static void pack_f16x8_group(const uint16_t *s, uint16_t *d, int64_t cols) {
+static void pack_x8_group(const uint16_t *s, uint16_t *d, int64_t cols) {
     int64_t k = 0;
 #if defined(__SSE2__)
     for (; k + 8 <= cols; k += 8) {
@@ -85,8 +85,8 @@ static void pack_f16x8_group(const uint16_t *s, uint16_t *d, int64_t cols) {
         for (int l = 0; l < 8; l++) d[8 * k + l] = s[l * cols + k];
 }
 
-void gm_pack_f16x8(const void *src, void *dst, int64_t rows, int64_t cols) {
+void gm_pack_x8(const void *src, void *dst, int64_t rows, int64_t cols) {
     const uint16_t *s = src;
     uint16_t *d = dst;
-    for (int64_t g = 0; g < rows / 8; g++) pack_f16x8_group(s + g * 8 * cols, d + g * 8 * cols, cols);
+    for (int64_t g = 0; g < rows / 8; g++) pack_x8_group(s + g * 8 * cols, d + g * 8 * cols, cols);
 }

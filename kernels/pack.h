@@ -27,6 +27,7 @@
  * they take a gm_type. The low byte is the file type the layout holds. */
 #define GM_KTYPE_Q5_0X16 (0x100 | GM_TYPE_Q5_0)
 #define GM_KTYPE_F16X8 (0x200 | GM_TYPE_F16)
+#define GM_KTYPE_BF16X8 (0x200 | GM_TYPE_BF16)
 static inline int gm_ktype_file_type(int kt) { return kt & 0xff; }
 
 /* Byte offsets, within a packed row, of the group that starts at block pair p0 (a multiple of 8) of
@@ -47,9 +48,10 @@ void gm_pack_q5_0x16_row(const void *src, void *dst, int64_t cols);
 /* The inverse: back to the GGUF block layout (tests, and any reader that wants file bytes). */
 void gm_unpack_q5_0x16_row(const void *src, void *dst, int64_t cols);
 
-/* F16x8 (the AVX2 F16 kernels, kernels/f16x8_avx2.c): rows in groups of 8, each group its 8 rows' halves
- * column by column (column k: rows 8g .. 8g + 7 side by side), 16 bytes per column; the same bytes as the
- * file's 8 rows. Packs rows (a multiple of 8) of `cols` halves; src and dst must not overlap. */
-void gm_pack_f16x8(const void *src, void *dst, int64_t rows, int64_t cols);
+/* F16x8 / BF16x8 (the AVX2 kernels of kernels/f16x8_avx2.c): rows in groups of 8, each group its 8 rows'
+ * 16-bit values column by column (column k: rows 8g .. 8g + 7 side by side), 16 bytes per column; the same
+ * bytes as the file's 8 rows. Packs rows (a multiple of 8) of `cols` 16-bit values; src and dst must not
+ * overlap. */
+void gm_pack_x8(const void *src, void *dst, int64_t rows, int64_t cols);
 
 #endif

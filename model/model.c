@@ -248,8 +248,8 @@ static gm_status load_weights(gm_model *m, gm_error *err) {
 /* Packed copies of layer matrices for the active ISA level's kernels (kernels/pack.h); the file bytes
  * stay mapped for the other levels and for every other reader.
  *
- * F16x8 (AVX2 active, F16 matrices of rows a multiple of 8): the AVX2 F16 kernels multiply eight rows per
- * vector (kernels/f16x8_avx2.c). The copy takes the place of the file's pages in memory (those are not
+ * F16x8 / BF16x8 (AVX2 active, F16 / BF16 matrices of rows a multiple of 8): the AVX2 kernels multiply
+ * eight rows per vector (kernels/f16x8_avx2.c). The copy takes the place of the file's pages in memory (those are not
  * touched while AVX2 runs), so the resident size stays about the file's. The tied embedding / output
  * matrix is not packed: the token lookup reads its rows.
  *
@@ -269,8 +269,8 @@ static void *pack_mats(void *arg) {
     for (int i = 0; i < j->n; i++) {
         const gm_matrix *w = j->mats[i];
         const size_t rb = gm_row_bytes(w->type, w->cols);
-        if (w->packed_type == GM_KTYPE_F16X8) {
-            gm_pack_f16x8(w->data, (void *)w->packed, w->rows, w->cols);
+        if (w->packed_type == GM_KTYPE_F16X8 || w->packed_type == GM_KTYPE_BF16X8) {
+            gm_pack_x8(w->data, (void *)w->packed, w->rows, w->cols);
             continue;
         }
         for (int64_t r = 0; r < w->rows; r++)
@@ -287,8 +287,9 @@ static size_t packed_span(const gm_matrix *w) { /* bytes of w's copy, 64-byte al
 static int pack_layout(const gm_matrix *w) {
     const char *env = getenv("GEMMA_REPACK");
     if (!w->data || (env && strcmp(env, "0") == 0)) return 0;
-    if (w->type == GM_TYPE_F16 && w->rows % 8 == 0 && gm_isa_active() == GM_ISA_AVX2 && gm_avx2_f16x8_tiles())
-        return GM_KTYPE_F16X8;
+    if ((w->type == GM_TYPE_F16 || w->type == GM_TYPE_BF16) && w->rows % 8 == 0 && gm_isa_active() == GM_ISA_AVX2 &&
+        gm_avx2_x8_tiles(w->type))
+        return w->type == GM_TYPE_F16 ? GM_KTYPE_F16X8 : GM_KTYPE_BF16X8;
     if (w->type == GM_TYPE_Q5_0 && env && strcmp(env, "1") == 0 && gm_isa_active() >= GM_ISA_AVX512)
         return GM_KTYPE_Q5_0X16;
     return 0;
@@ -341,7 +342,7 @@ static gm_status pack_weights(gm_model *m, gm_error *err) {
     if (helper) pthread_join(th, NULL);
     else pack_mats(&a);
     for (int i = 0; i < n; i++)
-        if (mats[i]->packed_type == GM_KTYPE_F16X8) release_file_pages(m, mats[i]);
+        if (mats[i]->packed_type != GM_KTYPE_Q5_0X16) release_file_pages(m, mats[i]);
     free(mats);
     return GM_OK;
 }

@@ -412,10 +412,17 @@ void gm_source_close(gm_source *s) {
 
 const char *gm_source_path(const gm_source *s) { return s ? s->path : NULL; }
 bool gm_source_is_gguf(const gm_source *s) { return s && s->gguf; }
+static bool in_map(const uint8_t *b, uint64_t size, const void *p, uint64_t n) {
+    const uint8_t *q = p;
+    return b && q >= b && n <= size && (uint64_t)(q - b) <= size - n;
+}
+
 bool gm_source_file_mapped(const gm_source *s, const void *p, uint64_t n) {
-    if (!s || !s->gguf || !gguf_file_backed(s->gguf) || !p) return false;
-    const uint8_t *b = s->gguf->map, *q = p;
-    return q >= b && n <= s->gguf->size && (uint64_t)(q - b) <= s->gguf->size - n;
+    if (!s || !p) return false;
+    if (s->gguf) return gguf_file_backed(s->gguf) && in_map(s->gguf->map, s->gguf->size, p, n);
+    for (int i = 0; s->st && i < s->st->n_files; i++)
+        if (st_file_backed(s->st->files[i]) && in_map(s->st->files[i]->map, s->st->files[i]->size, p, n)) return true;
+    return false;
 }
 const gguf_file *gm_source_gguf(const gm_source *s) { return s ? s->gguf : NULL; }
 const char *gm_source_hf_dir(const gm_source *s) { return s && !s->gguf ? s->hf_dir : NULL; }

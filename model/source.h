@@ -37,7 +37,8 @@ const char *gm_source_path(const gm_source *s);
 bool gm_source_is_gguf(const gm_source *s);
 const gguf_file *gm_source_gguf(const gm_source *s);   /* NULL for HF folders */
 const char *gm_source_hf_dir(const gm_source *s);      /* NULL for GGUF */
-/* true when [p, p + n) lies in the source's own read-only map of a GGUF file (not a caller's buffer):
+/* true when [p, p + n) lies in the source's own read-only map of a file (GGUF or safetensors shard; not a
+ * caller's buffer or memory the loader filled):
  * pages there may be dropped from memory and are read back from the file when touched again */
 bool gm_source_file_mapped(const gm_source *s, const void *p, uint64_t n);
 /* The parsed config.json (a cJSON*), NULL for GGUF. */

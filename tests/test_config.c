@@ -533,6 +533,45 @@ TEST(quantized_weights_round_trip) {
     }
 }
 
+/* gm_source_file_mapped (model/model.c drops a packed matrix's file pages only where it says so): true for
+ * tensors of a GGUF file and of a safetensors folder, false for the same GGUF image in a caller's buffer
+ * (its bytes would be lost) and for ranges past a mapping's end. */
+TEST(file_mapped_only_for_own_maps) {
+    tm_options o;
+    tm_options_default(&o, "gemma3");
+    o.n_layers = 1;
+    char e[256], *path = tmp_path("fm.gguf"), *dir = tmp_path("fm_hf");
+    CHECK_MSG(tm_write_gguf(&o, path, e, sizeof e), "%s", e);
+    tm_hf_options h = {GM_TYPE_BF16, 2, false};
+    CHECK_MSG(tm_write_hf(&o, &h, dir, e, sizeof e), "%s", e);
+    gm_source *s = NULL, *hf = NULL, *mem = NULL;
+    gm_error err;
+    CHECK_OK(gm_source_open(path, false, &s, &err), &err);
+    CHECK_OK(gm_source_open(dir, false, &hf, &err), &err);
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long size = 0;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)size)))
+        CHECK(fread(buf, 1, (size_t)size, f) == (size_t)size);
+    if (f) fclose(f);
+    if (buf) CHECK_OK(gm_source_open_gguf_memory(buf, (uint64_t)size, "mem", false, &mem, &err), &err);
+    const char *name = "blk.0.ffn_down.weight";
+    const gm_tensor *t = s ? gm_source_tensor(s, name) : NULL, *th = hf ? gm_source_tensor(hf, name) : NULL,
+                    *tm = mem ? gm_source_tensor(mem, name) : NULL;
+    CHECK(t && th && tm);
+    if (t && th && tm) {
+        CHECK(gm_source_file_mapped(s, t->data, t->nbytes));
+        CHECK(gm_source_file_mapped(hf, th->data, th->nbytes));
+        CHECK(!gm_source_file_mapped(mem, tm->data, tm->nbytes));
+        CHECK(!gm_source_file_mapped(s, t->data, (uint64_t)size + 1));
+        CHECK(!gm_source_file_mapped(s, tm->data, tm->nbytes));
+    }
+    gm_source_close(s), gm_source_close(hf), gm_source_close(mem);
+    free(buf);
+    remove(path);
+    rm_folder(dir);
+}
+
 int main(void) {
     RUN(gguf_and_hf_agree);
     RUN(gemma1_norm_naming);
@@ -543,6 +582,7 @@ int main(void) {
     RUN(describe);
     RUN(quantized_weights_round_trip);
     RUN(errors);
+    RUN(file_mapped_only_for_own_maps);
     RUN(default_model);
     return test_summary();
 }

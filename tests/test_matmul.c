@@ -373,69 +373,78 @@ TEST(avx2_tiles_vs_dot_and_scalar) {
 
 /* Decode dots against prepared tokens (two blocks per vector, odd block counts too) vs the scalar
  * dot on the same quantized operands. */
-/* The AVX2 F16x8 kernels (kernels/f16x8_avx2.c) give, for every (row, token), the bits of their stated
- * arithmetic emulated in scalar C (one sum from 0, fmaf over the columns in order), whatever the tokens
- * (decode, 6-token tiles and their edges, token blocks) or the row range (groups of 8, a range ending
- * inside a group); within n u sum |w x| of the float64 dot; nothing written outside the range. Through
- * gm_matmul (a 2-thread pool, a packed copy bound as the model does) the same bits for 1 and 70 tokens. */
-TEST(avx2_f16x8_tiles_exact_and_invariant) {
-    gm_avx2_tiles_fn tf = gm_avx2_f16x8_tiles();
-    if (gm_isa_supported() < GM_ISA_AVX2 || !tf) return;
-    const int64_t ns[2] = {77, 640}, rows = 40, n_tok = 70, ldy = 43;
+/* The AVX2 F16x8 / BF16x8 kernels (kernels/f16x8_avx2.c) give, for every (row, token), the bits of their
+ * stated arithmetic emulated in scalar C (one sum from 0, fmaf over the columns in order), whatever the
+ * tokens (decode, 6-token tiles and their edges, token blocks) or the row range (groups of 8, a range
+ * ending inside a group); within n u sum |w x| of the float64 dot; nothing written outside the range.
+ * Through gm_matmul (a 2-thread pool, a packed copy bound as the model does) the same bits for 1 and 70
+ * tokens. */
+static float half_to_f32(int type, uint16_t h) { return type == GM_TYPE_F16 ? gm_fp16_to_fp32(h) : gm_bf16_to_fp32(h); }
+
+static void x8_case(int type, int64_t n, gm_pool *p2) {
+    gm_avx2_tiles_fn tf = gm_avx2_x8_tiles(type);
+    const int64_t rows = 40, n_tok = 70, ldy = 43;
     const int64_t ranges[][2] = {{0, 40}, {8, 37}, {16, 17}, {32, 40}};
     const int nts[] = {1, 2, 5, 6, 7, 13, 64, 65, 70};
-    gm_pool *p2 = gm_pool_new(2);
-    for (int z = 0; z < 2; z++) {
-        const int64_t n = ns[z];
-        uint16_t *w = malloc(rows * n * 2), *wp = malloc(rows * n * 2);
-        float *x = malloc(n_tok * n * 4), *want = malloc(n_tok * rows * 4), *y = malloc(n_tok * ldy * 4);
-        int bad_bits = 0, bad_ref = 0, bad_out = 0;
-        for (int64_t i = 0; i < rows * n; i++) w[i] = gm_fp32_to_fp16(frand() * (i / n % 5 ? 1.f : 30.f));
-        for (int64_t i = 0; i < n_tok * n; i++) x[i] = frand() * (i / n % 3 ? 2.f : 0.01f);
-        for (int64_t t = 0; t < n_tok; t++)
-            for (int64_t r = 0; r < rows; r++) {
-                float acc = 0.0f;
-                double exact = 0.0, m = 0.0;
-                for (int64_t k = 0; k < n; k++) {
-                    const float wk = gm_fp16_to_fp32(w[r * n + k]);
-                    acc = fmaf(wk, x[t * n + k], acc);
-                    exact += (double)wk * x[t * n + k];
-                    m += fabs((double)wk * x[t * n + k]);
-                }
-                want[t * rows + r] = acc;
-                bad_ref += !(fabs(exact - acc) <= (double)n * 0x1p-24 * m + 1e-30);
+    uint16_t *w = malloc(rows * n * 2), *wp = malloc(rows * n * 2);
+    float *x = malloc(n_tok * n * 4), *want = malloc(n_tok * rows * 4), *y = malloc(n_tok * ldy * 4);
+    int bad_bits = 0, bad_ref = 0, bad_out = 0;
+    for (int64_t i = 0; i < rows * n; i++) {
+        const float v = frand() * (i / n % 5 ? 1.f : 30.f);
+        w[i] = type == GM_TYPE_F16 ? gm_fp32_to_fp16(v) : gm_fp32_to_bf16(v);
+    }
+    for (int64_t i = 0; i < n_tok * n; i++) x[i] = frand() * (i / n % 3 ? 2.f : 0.01f);
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t r = 0; r < rows; r++) {
+            float acc = 0.0f;
+            double exact = 0.0, m = 0.0;
+            for (int64_t k = 0; k < n; k++) {
+                const float wk = half_to_f32(type, w[r * n + k]);
+                acc = fmaf(wk, x[t * n + k], acc);
+                exact += (double)wk * x[t * n + k];
+                m += fabs((double)wk * x[t * n + k]);
             }
-        gm_pack_f16x8(w, wp, rows, n);
-        for (size_t b = 0; b < sizeof nts / sizeof nts[0]; b++)
-            for (size_t q = 0; q < sizeof ranges / sizeof ranges[0]; q++) {
-                const int64_t nt = nts[b], r0 = ranges[q][0], r1 = ranges[q][1];
-                for (int64_t i = 0; i < n_tok * ldy; i++) y[i] = NAN;
-                tf(n, wp + r0 * n, (size_t)n * 2, r1 - r0, x, (size_t)n * 4, nt, y + r0, ldy);
-                for (int64_t t = 0; t < n_tok; t++)
-                    for (int64_t r = 0; r < ldy; r++) {
-                        const float v = y[t * ldy + r];
-                        if (t < nt && r >= r0 && r < r1) bad_bits += memcmp(&v, &want[t * rows + r], 4) != 0;
-                        else bad_out += !isnan(v);
-                    }
-            }
-        gm_matrix M = {GM_TYPE_F16, rows, n, w, GM_KTYPE_F16X8, wp, NULL};
-        gm_matmul_scratch s = {0};
-        gm_isa_set(GM_ISA_AVX2);
-        for (int k = 0; k < 2; k++) {
-            const int64_t nt = k ? n_tok : 1;
-            CHECK_EQ_INT(gm_matmul(&M, x, nt, y, p2, &s), GM_OK);
-            for (int64_t i = 0; i < nt * rows; i++) {
-                float acc = 0.0f;
-                for (int64_t c = 0; c < n; c++) acc = fmaf(gm_fp16_to_fp32(w[i % rows * n + c]), x[i / rows * n + c], acc);
-                bad_bits += memcmp(&acc, &y[i], 4) != 0;
-            }
+            want[t * rows + r] = acc;
+            bad_ref += !(fabs(exact - acc) <= (double)n * 0x1p-24 * m + 1e-30);
         }
-        gm_isa_set(gm_isa_supported());
-        gm_matmul_scratch_free(&s);
-        CHECK_MSG(bad_bits == 0, "n %lld: %d outputs differ from the emulated arithmetic", (long long)n, bad_bits);
-        CHECK_MSG(bad_ref == 0, "n %lld: %d emulated sums off the float64 dot", (long long)n, bad_ref);
-        CHECK_MSG(bad_out == 0, "n %lld: %d outputs written outside the range", (long long)n, bad_out);
-        free(w), free(wp), free(x), free(want), free(y);
+    gm_pack_x8(w, wp, rows, n);
+    for (size_t b = 0; b < sizeof nts / sizeof nts[0]; b++)
+        for (size_t q = 0; q < sizeof ranges / sizeof ranges[0]; q++) {
+            const int64_t nt = nts[b], r0 = ranges[q][0], r1 = ranges[q][1];
+            for (int64_t i = 0; i < n_tok * ldy; i++) y[i] = NAN;
+            tf(n, wp + r0 * n, (size_t)n * 2, r1 - r0, x, (size_t)n * 4, nt, y + r0, ldy);
+            for (int64_t t = 0; t < n_tok; t++)
+                for (int64_t r = 0; r < ldy; r++) {
+                    const float v = y[t * ldy + r];
+                    if (t < nt && r >= r0 && r < r1) bad_bits += memcmp(&v, &want[t * rows + r], 4) != 0;
+                    else bad_out += !isnan(v);
+                }
+        }
+    gm_matrix M = {type, rows, n, w, type == GM_TYPE_F16 ? GM_KTYPE_F16X8 : GM_KTYPE_BF16X8, wp, NULL};
+    gm_matmul_scratch s = {0};
+    gm_isa_set(GM_ISA_AVX2);
+    for (int k = 0; k < 2; k++) {
+        const int64_t nt = k ? n_tok : 1;
+        CHECK_EQ_INT(gm_matmul(&M, x, nt, y, p2, &s), GM_OK);
+        for (int64_t i = 0; i < nt * rows; i++) bad_bits += memcmp(&want[i], &y[i], 4) != 0;
+    }
+    gm_isa_set(gm_isa_supported());
+    gm_matmul_scratch_free(&s);
+    const char *name = gm_type_name(type);
+    CHECK_MSG(bad_bits == 0, "%s n %lld: %d outputs differ from the emulated arithmetic", name, (long long)n, bad_bits);
+    CHECK_MSG(bad_ref == 0, "%s n %lld: %d emulated sums off the float64 dot", name, (long long)n, bad_ref);
+    CHECK_MSG(bad_out == 0, "%s n %lld: %d outputs written outside the range", name, (long long)n, bad_out);
+    free(w), free(wp), free(x), free(want), free(y);
+}
+
+TEST(avx2_x8_tiles_exact_and_invariant) {
+    if (gm_isa_supported() < GM_ISA_AVX2 || !gm_avx2_x8_tiles(GM_TYPE_F16)) return;
+    CHECK(gm_avx2_x8_tiles(GM_TYPE_BF16) && !gm_avx2_x8_tiles(GM_TYPE_F32) && !gm_avx2_x8_tiles(GM_TYPE_Q8_0));
+    gm_pool *p2 = gm_pool_new(2);
+    const int types[2] = {GM_TYPE_F16, GM_TYPE_BF16};
+    for (int k = 0; k < 2; k++) {
+        x8_case(types[k], 77, p2);
+        x8_case(types[k], 640, p2);
     }
     gm_pool_free(p2);
 }
@@ -624,7 +633,7 @@ int main(void) {
     RUN(simd_quant_act_exact);
     RUN(simd_vec_dot_vs_scalar);
     RUN(avx2_tiles_vs_dot_and_scalar);
-    RUN(avx2_f16x8_tiles_exact_and_invariant);
+    RUN(avx2_x8_tiles_exact_and_invariant);
     RUN(avx512_tok_dot_vs_scalar);
     RUN(matmul_multi_equals_separate);
     RUN(decode_split_with_stealing_covers_every_row);
