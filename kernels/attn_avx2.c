@@ -61,11 +61,11 @@ void gm_rmsnorm_avx2(float *y, const float *x, const float *w, int n, float eps)
     for (; i < n; i++) y[i] = x[i] * r * w[i];
 }
 
-/* ---- attention of one query's G heads over a chunk of keys (kernels/ops.c gm_attend_partial): the
- * key / value row is loaded (and converted from F16) once for all heads instead of once per head.
- * Each head's score is gm_dot_f32_avx2's operations in its order (two accumulators over 16 floats,
- * the same horizontal sum) and each value update gm_axpy_f32_avx2's: the same bits as the per-head
- * loops, whatever G. */
+/* ---- attention of query rows' G heads over a chunk of keys (kernels/ops.c gm_attend_partial_rows):
+ * each key / value row is loaded (and converted from F16) once for all heads, and for all the rows of
+ * a call while it is in L1. Each head's score is gm_dot_f32_avx2's operations in its order (two
+ * accumulators over 16 floats, the same horizontal sum) and each value update gm_axpy_f32_avx2's: the
+ * same bits as the per-head loops, whatever G, whatever the other rows. */
 
 bool gm_attend_avx2_fits(int G, int hd) { return G >= 1 && G <= 4 && hd % 16 == 0; }
 

@@ -26,7 +26,8 @@
 typedef struct gm_mm_kernel {
     int isa;                /* the level it was resolved for */
     int type;               /* the weight type */
-    bool packed;            /* AVX-512 tiles read the matrix's packed copy (the fused kernels the file's) */
+    bool packed;            /* the tiles read the matrix's packed copy (AVX-512 Q5_0x16: the fused kernels the file's;
+                               AVX2 F16x8 / BF16x8) */
     gm_fused_fn fused;      /* AVX-512: a few tokens straight from the weights; NULL: none */
     bool tiles;             /* AVX-512: 4x4 register tiles (gm_avx512_gemm) */
     gm_vec_dot_fn vec_dot;  /* scalar / AVX2: one (row, token) dot over quantized activations; NULL: unsupported */
@@ -40,8 +41,9 @@ typedef struct gm_matrix {
     int64_t rows;      /* output features (GGUF ne[1]) */
     int64_t cols;      /* input features  (GGUF ne[0]), contiguous */
     const void *data;  /* rows * gm_row_bytes(type, cols) bytes */
-    /* Optional: the same weights rearranged for the AVX-512 kernels (kernels/pack.h), used instead
-     * of data while that ISA is active; NULL when there is none. Same bytes per row as data. */
+    /* Optional: the same weights rearranged for one ISA level's kernels (kernels/pack.h: Q5_0x16 for
+     * AVX-512, F16x8 / BF16x8 for AVX2), used instead of data while that level is active; NULL when
+     * there is none. Same bytes per row as data. */
     int packed_type;   /* GM_KTYPE_* */
     const void *packed;
     /* The kernels, bound once (gm_matrix_bind) at model open; NULL or bound for another ISA level:
