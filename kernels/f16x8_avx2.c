@@ -71,14 +71,14 @@ INL void tile(bool bf16, int G, int T, int64_t n, const uint16_t *w, size_t gs, 
 /* G groups x T tokens, dispatched to the inlined shapes */
 INL void tile_any(bool bf16, int G, int T, int64_t n, const uint16_t *w, size_t gs, const float *a, size_t as, float *y,
                      int64_t ldy, int rhi) {
-#define T_CASES(G)                                                                                                    \
-    switch (T) {                                                                                                      \
-    case 1: tile(bf16, G, 1, n, w, gs, a, as, y, ldy, rhi); break;                                                        \
-    case 2: tile(bf16, G, 2, n, w, gs, a, as, y, ldy, rhi); break;                                                        \
-    case 3: tile(bf16, G, 3, n, w, gs, a, as, y, ldy, rhi); break;                                                        \
-    case 4: tile(bf16, G, 4, n, w, gs, a, as, y, ldy, rhi); break;                                                        \
-    case 5: tile(bf16, G, 5, n, w, gs, a, as, y, ldy, rhi); break;                                                        \
-    default: tile(bf16, G, 6, n, w, gs, a, as, y, ldy, rhi); break;                                                       \
+#define T_CASES(G)                                                                                                   \
+    switch (T) {                                                                                                     \
+    case 1: tile(bf16, G, 1, n, w, gs, a, as, y, ldy, rhi); break;                                                   \
+    case 2: tile(bf16, G, 2, n, w, gs, a, as, y, ldy, rhi); break;                                                   \
+    case 3: tile(bf16, G, 3, n, w, gs, a, as, y, ldy, rhi); break;                                                   \
+    case 4: tile(bf16, G, 4, n, w, gs, a, as, y, ldy, rhi); break;                                                   \
+    case 5: tile(bf16, G, 5, n, w, gs, a, as, y, ldy, rhi); break;                                                   \
+    default: tile(bf16, G, 6, n, w, gs, a, as, y, ldy, rhi); break;                                                  \
     }
     switch (G) {
     case 1: T_CASES(1) break;
@@ -116,7 +116,8 @@ INL void tiles_x8(bool bf16, int64_t n, const void *w, size_t ws, int64_t rows, 
             const int rhi = left < 8 * G ? (int)left : 8 * G;
             for (int64_t t = 0; t < nt; t += TMAX) {
                 const int T = nt - t < TMAX ? (int)(nt - t) : TMAX;
-                tile_any(bf16, G, T, n, wp + g * gs, gs, x + (t0 + t) * (int64_t)af, af, y + (t0 + t) * ldy + 8 * g, ldy, rhi);
+                const int64_t tt = t0 + t;
+                tile_any(bf16, G, T, n, wp + g * gs, gs, x + tt * (int64_t)af, af, y + tt * ldy + 8 * g, ldy, rhi);
             }
         }
     }
