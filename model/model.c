@@ -260,9 +260,12 @@ static gm_status load_weights(gm_model *m, gm_error *err) {
  * 64 MiB (file pages shared with other tensors stay mapped: 2 MiB folios map whole), and +16 ms at open.
  * Hence off by default. GEMMA_REPACK=0 turns both off. */
 typedef struct pack_job {
+    const gm_model *m;
     gm_matrix **mats;
     int n;
 } pack_job;
+
+static void release_file_pages(const gm_model *m, const gm_matrix *w);
 
 static void *pack_mats(void *arg) {
     const pack_job *j = arg;
@@ -271,6 +274,7 @@ static void *pack_mats(void *arg) {
         const size_t rb = gm_row_bytes(w->type, w->cols);
         if (w->packed_type == GM_KTYPE_F16X8 || w->packed_type == GM_KTYPE_BF16X8) {
             gm_pack_x8(w->data, (void *)w->packed, w->rows, w->cols);
+            release_file_pages(j->m, w); /* matrix by matrix: the file's pages and the copy are not both resident */
             continue;
         }
         for (int64_t r = 0; r < w->rows; r++)
@@ -335,14 +339,12 @@ static gm_status pack_weights(gm_model *m, gm_error *err) {
         p += packed_span(mats[i]);
     }
     /* two halves, one on a helper thread (the copy is memory bound) */
-    pack_job a = {mats, n / 2}, b = {mats + n / 2, n - n / 2};
+    pack_job a = {m, mats, n / 2}, b = {m, mats + n / 2, n - n / 2};
     pthread_t th;
     const bool helper = n > 1 && pthread_create(&th, NULL, pack_mats, &a) == 0;
     pack_mats(&b);
     if (helper) pthread_join(th, NULL);
     else pack_mats(&a);
-    for (int i = 0; i < n; i++)
-        if (mats[i]->packed_type != GM_KTYPE_Q5_0X16) release_file_pages(m, mats[i]);
     free(mats);
     return GM_OK;
 }
