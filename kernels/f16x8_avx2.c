@@ -4,7 +4,7 @@
  *
  * Why a layout of its own: with file rows, a dot product keeps 8 partial sums per (row, token) and both
  * operands stream through the loads (the 3 x 4 tiles of kernels/vec_avx2.c: 7 loads per 12 fmadds, the
- * 8-lane sums folded at the end) and ran at ~36 GMAC/s, ~70% of the core's FMA peak. Interleaved, one load
+ * 8-lane sums folded at the end), well short of the FMA peak (docs/performance.md). Interleaved, one load
  * and one conversion give column k of eight rows, and a broadcast of one activation per token multiplies it
  * into eight rows' sums at once (a register tile of 2 x 8 rows x 6 tokens: 2 loads, 6 broadcasts and 12
  * fmadds per column), with no folding at the end.
