@@ -72,18 +72,27 @@ static keys keys_of(const gm_attn_call *c, int pos) {
     return k;
 }
 
-/* The partial of chunk ch (0-based within the row's chunks) for `group` heads of KV head kvh. */
-static void chunk_partial(const gm_attn_call *c, const gm_fwd_row *r, keys k, int ch, int kvh, const float *q,
-                          int group, float *part, float *scores) {
-    const gm_kv_layout *lay = c->lay;
-    const int blk = k.c0 + ch, hd = c->lc->head_dim;
+/* Row r's part of block blk (its keys k meet the block): the keys as offsets into the block, its bias at
+ * the first of them. */
+static gm_attend_row row_in_block(const gm_attn_call *c, int r, keys k, int blk, const float *q, float *part) {
     const int k0 = blk * GM_KV_BLOCK > k.start ? blk * GM_KV_BLOCK : k.start;
     const int k1 = (blk + 1) * GM_KV_BLOCK < k.end ? (blk + 1) * GM_KV_BLOCK : k.end;
-    const size_t head = (size_t)kvh * (size_t)hd * lay->elem;
-    const char *kp = gm_kv_row_k(lay, r->kv, c->il, k0) + head, *vp = gm_kv_row_v(lay, r->kv, c->il, k0) + head;
-    const float *bias = c->bias ? c->bias + (size_t)r->pos * (size_t)c->bias_n + k0 : NULL;
-    gm_attend_partial(part, q, group, kp, vp, (gm_kv_type)lay->dtype, (size_t)lay->kv_dim[c->il], k1 - k0, hd,
-                      c->softcap, bias, scores);
+    return (gm_attend_row){.part = part,
+                           .q = q,
+                           .bias = c->bias ? c->bias + (size_t)c->rows[r].pos * (size_t)c->bias_n + k0 : NULL,
+                           .lo = k0 - blk * GM_KV_BLOCK,
+                           .hi = k1 - blk * GM_KV_BLOCK};
+}
+
+/* n rows of one sequence (cache kv) over block blk of KV head kvh: each row's partial of `group` heads */
+static void attend_block(const gm_attn_call *c, const gm_kv_table *kv, int blk, int kvh, int group,
+                         const gm_attend_row *rows, int n, float *scores) {
+    const gm_kv_layout *lay = c->lay;
+    const size_t head = (size_t)kvh * (size_t)c->lc->head_dim * lay->elem;
+    const char *kp = gm_kv_row_k(lay, kv, c->il, blk * GM_KV_BLOCK) + head;
+    const char *vp = gm_kv_row_v(lay, kv, c->il, blk * GM_KV_BLOCK) + head;
+    gm_attend_partial_rows(rows, n, group, kp, vp, (gm_kv_type)lay->dtype, (size_t)lay->kv_dim[c->il], c->lc->head_dim,
+                           c->softcap, scores);
 }
 
 /* Merges nc chunk partials (stride apart; head g at g * (hd + 2): its chunk's softmax-weighted values, max
@@ -156,22 +165,11 @@ static void group_task(void *ctx, int64_t begin, int64_t end, int thread) {
             int n = 0;
             for (int r = r0; r < r1; r++) {
                 const keys k = j->k[r];
-                if (blk < k.c0 || blk >= k.c0 + k.nc) continue;
-                const int k0 = blk * GM_KV_BLOCK > k.start ? blk * GM_KV_BLOCK : k.start;
-                const int k1 = (blk + 1) * GM_KV_BLOCK < k.end ? (blk + 1) * GM_KV_BLOCK : k.end;
-                ar[n++] = (gm_attend_row){
-                    .part = parts + (size_t)(r - r0) * j->s->row_parts + (size_t)(blk - k.c0) * stride,
-                    .q = q_of(j, r, kvh, part),
-                    .bias = c->bias ? c->bias + (size_t)c->rows[r].pos * (size_t)c->bias_n + k0 : NULL,
-                    .lo = k0 - blk * GM_KV_BLOCK,
-                    .hi = k1 - blk * GM_KV_BLOCK};
+                if (blk >= k.c0 && blk < k.c0 + k.nc)
+                    ar[n++] = row_in_block(c, r, k, blk, q_of(j, r, kvh, part),
+                                           parts + (size_t)(r - r0) * j->s->row_parts + (size_t)(blk - k.c0) * stride);
             }
-            if (n == 0) continue; /* a gap between the rows' windows */
-            const size_t off = (size_t)kvh * (size_t)hd * c->lay->elem;
-            const char *kp = gm_kv_row_k(c->lay, c->rows[r0].kv, c->il, blk * GM_KV_BLOCK) + off;
-            const char *vp = gm_kv_row_v(c->lay, c->rows[r0].kv, c->il, blk * GM_KV_BLOCK) + off;
-            gm_attend_partial_rows(ar, n, j->group, kp, vp, (gm_kv_type)c->lay->dtype, (size_t)c->lay->kv_dim[c->il], hd,
-                                   c->softcap, scores);
+            if (n > 0) attend_block(c, c->rows[r0].kv, blk, kvh, j->group, ar, n, scores); /* 0: a gap between windows */
         }
         for (int r = r0; r < r1; r++)
             merge(att_of(j, r, kvh, part), parts + (size_t)(r - r0) * j->s->row_parts, stride, j->k[r].nc, j->group, hd);
@@ -194,8 +192,10 @@ static void split_task(void *ctx, int64_t begin, int64_t end, int thread) {
         int64_t u = t;
         while (u >= (int64_t)j->k[row].nc * per) u -= (int64_t)j->k[row].nc * per, row++;
         const int ch = (int)(u / per), kvh = (int)(u % per / j->parts), part = (int)(u % j->parts);
-        chunk_partial(j->c, &j->c->rows[row], j->k[row], ch, kvh, q_of(j, row, kvh, part), j->group,
-                      split_part(j, row, kvh, part, ch), scores);
+        const int blk = j->k[row].c0 + ch;
+        const gm_attend_row ar =
+            row_in_block(j->c, row, j->k[row], blk, q_of(j, row, kvh, part), split_part(j, row, kvh, part, ch));
+        attend_block(j->c, j->c->rows[row].kv, blk, kvh, j->group, &ar, 1, scores);
     }
 }
 

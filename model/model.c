@@ -249,8 +249,8 @@ static gm_status load_weights(gm_model *m, gm_error *err) {
  * stay mapped for the other levels and for every other reader.
  *
  * F16x8 / BF16x8 (AVX2 active, F16 / BF16 matrices of rows a multiple of 8): the AVX2 kernels multiply
- * eight rows per vector (kernels/f16x8_avx2.c). The copy takes the place of the file's pages in memory (those are not
- * touched while AVX2 runs), so the resident size stays about the file's. The tied embedding / output
+ * eight rows per vector (kernels/f16x8_avx2.c). The copy takes the place of the file's pages in memory
+ * (those are not touched while AVX2 runs), so the resident size stays about the file's. The tied embedding / output
  * matrix is not packed: the token lookup reads its rows.
  *
  * Q5_0x16, opt-in (GEMMA_REPACK=1): with AVX-512 active, each layer's Q5_0 matrix (q, k, gate, up of the
@@ -259,13 +259,22 @@ static gm_status load_weights(gm_model *m, gm_error *err) {
  * bound by memory, not by that kernel), for +44 MB resident, which breaks the budget of file + KV cache +
  * 64 MiB (file pages shared with other tensors stay mapped: 2 MiB folios map whole), and +16 ms at open.
  * Hence off by default. GEMMA_REPACK=0 turns both off. */
+
+/* Drops w's file pages (those wholly inside it) from the resident set: while the packed copy's level is
+ * active nothing reads them; another level reads them back from the file. Only for the source's own file
+ * map (a caller's buffer would lose its bytes). */
+static void release_file_pages(const gm_model *m, const gm_matrix *w) {
+    const size_t bytes = gm_row_bytes(w->type, w->cols) * (size_t)w->rows, pg = (size_t)sysconf(_SC_PAGESIZE);
+    if (!gm_source_file_mapped(m->src, w->data, bytes)) return;
+    const uintptr_t b = ((uintptr_t)w->data + pg - 1) / pg * pg, e = ((uintptr_t)w->data + bytes) / pg * pg;
+    if (e > b) (void)madvise((void *)b, e - b, MADV_DONTNEED);
+}
+
 typedef struct pack_job {
     const gm_model *m;
     gm_matrix **mats;
     int n;
 } pack_job;
-
-static void release_file_pages(const gm_model *m, const gm_matrix *w);
 
 static void *pack_mats(void *arg) {
     const pack_job *j = arg;
@@ -299,16 +308,6 @@ static int pack_layout(const gm_matrix *w) {
     return 0;
 }
 
-/* Drops w's file pages (those wholly inside it) from the resident set: while the packed copy's level is
- * active nothing reads them; another level reads them back from the file. Only for the source's own file
- * map (a caller's buffer would lose its bytes). */
-static void release_file_pages(const gm_model *m, const gm_matrix *w) {
-    const size_t bytes = gm_row_bytes(w->type, w->cols) * (size_t)w->rows, pg = (size_t)sysconf(_SC_PAGESIZE);
-    if (!gm_source_file_mapped(m->src, w->data, bytes)) return;
-    const uintptr_t b = ((uintptr_t)w->data + pg - 1) / pg * pg, e = ((uintptr_t)w->data + bytes) / pg * pg;
-    if (e > b) (void)madvise((void *)b, e - b, MADV_DONTNEED);
-}
-
 static gm_status pack_weights(gm_model *m, gm_error *err) {
     const int per_layer = 7;
     gm_matrix **mats = malloc(sizeof *mats * ((size_t)m->cfg.n_layers * per_layer + 1));
@@ -318,11 +317,13 @@ static gm_status pack_weights(gm_model *m, gm_error *err) {
     for (int il = 0; il < m->cfg.n_layers; il++) {
         gm_layer *L = &m->layers[il];
         gm_matrix *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
-        for (int i = 0; i < per_layer; i++)
-            if (pack_layout(w[i])) {
-                mats[n++] = w[i];
-                total += packed_span(w[i]);
-            }
+        for (int i = 0; i < per_layer; i++) {
+            const int layout = pack_layout(w[i]);
+            if (!layout) continue;
+            w[i]->packed_type = layout; /* the copy itself is set below, once the store is mapped */
+            mats[n++] = w[i];
+            total += packed_span(w[i]);
+        }
     }
     /* MAP_POPULATE: the pages are faulted in one call, not one fault per 4 KiB while packing */
     if (n > 0 && (m->packed_store = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
@@ -334,7 +335,6 @@ static gm_status pack_weights(gm_model *m, gm_error *err) {
     m->packed_bytes = n > 0 ? total : 0;
     char *p = m->packed_store;
     for (int i = 0; i < n; i++) {
-        mats[i]->packed_type = pack_layout(mats[i]);
         mats[i]->packed = p;
         p += packed_span(mats[i]);
     }
