@@ -8,7 +8,9 @@
  * Matvec (1 token): GB/s = weight bytes / time. Small matrices are replicated into a ~192 MiB pool
  * and the bench cycles through the copies, so weights come from DRAM as in a real decode step
  * (all ~253 MB of Gemma 3 270M are read once per token).
- * Matmul (512 tokens): GFLOP/s = 2 * rows * cols * 512 / time. */
+ * Matmul (512 tokens): GFLOP/s = 2 * rows * cols * 512 / time.
+ * The avx2+x8 columns: the weights packed as the model packs them at open when AVX2 is the active level
+ * (kernels/pack.h, GM_KTYPE_X8); "-" for types without that layout. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +18,9 @@
 #include <sys/mman.h>
 
 #include "kernels/cpu.h"
+#include "kernels/gemm.h"
 #include "kernels/matmul.h"
+#include "kernels/pack.h"
 #include "quant/quant.h"
 
 static double now(void) {
@@ -61,15 +65,34 @@ typedef struct {
     int64_t rows, cols;
 } shape;
 
-static void bench_matvec(int type, shape sh, gm_pool *pool, double *gbs) {
+/* the x8 copy of n_copies matrices of rows x cols (NULL: out of memory) */
+static unsigned char *pack_copies(int type, const unsigned char *w, int64_t rows, int64_t cols, int64_t n_copies) {
+    const size_t mbytes = gm_row_bytes(type, cols) * rows;
+    unsigned char *p = malloc(mbytes * n_copies);
+    for (int64_t c = 0; p && c < n_copies; c++) {
+        if (type == GM_TYPE_F16 || type == GM_TYPE_BF16) gm_pack_x8(w + c * mbytes, p + c * mbytes, rows, cols);
+        else gm_pack_qx8(type, w + c * mbytes, p + c * mbytes, rows, cols);
+    }
+    return p;
+}
+
+/* M over w (packed: its x8 copy p too) */
+static gm_matrix matrix_of(int type, shape sh, unsigned char *w, unsigned char *p) {
+    gm_matrix M = {type, sh.rows, sh.cols, w, 0, NULL, NULL};
+    if (p) M.packed_type = GM_KTYPE_X8(type), M.packed = p;
+    return M;
+}
+
+static void bench_matvec(int type, shape sh, bool x8, gm_pool *pool, double *gbs) {
     const size_t mbytes = gm_row_bytes(type, sh.cols) * sh.rows;
     int64_t copies = (int64_t)((192u << 20) / mbytes);
     if (copies < 1) copies = 1;
     unsigned char *w = make_weights(type, sh.rows, sh.cols, copies);
+    unsigned char *p = x8 && w ? pack_copies(type, w, sh.rows, sh.cols, copies) : NULL;
     float *x = malloc(sh.cols * sizeof *x), *y = malloc(sh.rows * sizeof *y);
-    if (!w || !x || !y) {
+    if (!w || !x || !y || (x8 && !p)) {
         *gbs = -1;
-        free(w); free(x); free(y);
+        free(w); free(p); free(x); free(y);
         return;
     }
     unsigned s = 7;
@@ -80,7 +103,7 @@ static void bench_matvec(int type, shape sh, gm_pool *pool, double *gbs) {
     int64_t calls = 0;
     double t_start = now();
     while (calls < 2 * copies || now() - t_start < 0.3) {
-        gm_matrix M = {type, sh.rows, sh.cols, w + (calls % copies) * mbytes, 0, NULL, NULL};
+        gm_matrix M = matrix_of(type, sh, w + (calls % copies) * mbytes, p ? p + (calls % copies) * mbytes : NULL);
         double t0 = now();
         gm_matmul(&M, x, 1, y, pool, &sc);
         double dt = now() - t0;
@@ -91,21 +114,22 @@ static void bench_matvec(int type, shape sh, gm_pool *pool, double *gbs) {
     }
     *gbs = mbytes / best / 1e9;
     gm_matmul_scratch_free(&sc);
-    free(w); free(x); free(y);
+    free(w); free(p); free(x); free(y);
 }
 
-static void bench_matmul(int type, shape sh, int64_t n_tok, gm_pool *pool, double *gflops) {
+static void bench_matmul(int type, shape sh, int64_t n_tok, bool x8, gm_pool *pool, double *gflops) {
     unsigned char *w = make_weights(type, sh.rows, sh.cols, 1);
+    unsigned char *p = x8 && w ? pack_copies(type, w, sh.rows, sh.cols, 1) : NULL;
     float *x = malloc(n_tok * sh.cols * sizeof *x), *y = malloc(n_tok * sh.rows * sizeof *y);
-    if (!w || !x || !y) {
+    if (!w || !x || !y || (x8 && !p)) {
         *gflops = -1;
-        free(w); free(x); free(y);
+        free(w); free(p); free(x); free(y);
         return;
     }
     unsigned s = 9;
     for (int64_t i = 0; i < n_tok * sh.cols; i++) x[i] = frand(&s);
     gm_matmul_scratch sc = {0};
-    gm_matrix M = {type, sh.rows, sh.cols, w, 0, NULL, NULL};
+    gm_matrix M = matrix_of(type, sh, w, p);
     double best = 1e30, t_start = now();
     for (int it = 0; it < 50 && (it < 2 || now() - t_start < 1.0); it++) {
         double t0 = now();
@@ -115,7 +139,18 @@ static void bench_matmul(int type, shape sh, int64_t n_tok, gm_pool *pool, doubl
     }
     *gflops = 2.0 * sh.rows * sh.cols * n_tok / best / 1e9;
     gm_matmul_scratch_free(&sc);
-    free(w); free(x); free(y);
+    free(w); free(p); free(x); free(y);
+}
+
+static void header(int n_cols) {
+    printf("%-5s %-13s", "type", "shape");
+    for (int c = 0; c < n_cols; c++)
+        for (int p = 0; p < 2; p++) {
+            char name[32];
+            snprintf(name, sizeof name, "%s/%dt", c <= (int)gm_isa_supported() ? gm_isa_name((gm_isa)c) : "avx2+x8", p + 1);
+            printf(" %11s", name);
+        }
+    printf("\n");
 }
 
 static int n_only;
@@ -142,11 +177,11 @@ int main(int argc, char **argv) {
     gm_pool *pools[2] = {gm_pool_new(1), gm_pool_new(2)};
     const gm_isa top = gm_isa_supported();
 
+    /* columns: each ISA level up to the CPU's, then AVX2 over x8 copies where the CPU has AVX2 */
+    const int n_cols = (int)top + 1 + (top >= GM_ISA_AVX2);
+
     printf("\nmatvec, 1 token: GB/s of weights (weights cycled through a 192 MiB pool)\n");
-    printf("%-5s %-13s", "type", "shape");
-    for (int isa = 0; isa <= (int)top; isa++)
-        for (int p = 0; p < 2; p++) printf(" %8s/%dt", gm_isa_name((gm_isa)isa), p + 1);
-    printf("\n");
+    header(n_cols);
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         for (size_t s = 0; s < sizeof mv / sizeof mv[0]; s++) {
             const gm_type_traits *t = gm_type_traits_of(types[k]);
@@ -154,12 +189,13 @@ int main(int argc, char **argv) {
             if (mv[s].rows > 100000 && t->block_elems == 1) continue; /* 0.3-0.7 GB unquantized: skip */
             if (quick && mv[s].rows > 100000 && types[k] != GM_TYPE_Q8_0) continue;
             printf("%-5s %6lldx%-6lld", t->name, (long long)mv[s].rows, (long long)mv[s].cols);
-            for (int isa = 0; isa <= (int)top; isa++) {
-                gm_isa_set((gm_isa)isa);
+            for (int c = 0; c < n_cols; c++) {
+                const bool x8 = c > (int)top;
+                gm_isa_set(x8 ? GM_ISA_AVX2 : (gm_isa)c);
                 for (int p = 0; p < 2; p++) {
                     double gbs;
-                    bench_matvec(types[k], mv[s], pools[p], &gbs);
-                    printf(" %11.2f", gbs);
+                    if (x8 && !gm_avx2_x8_tiles(types[k])) printf(" %11s", "-");
+                    else bench_matvec(types[k], mv[s], x8, pools[p], &gbs), printf(" %11.2f", gbs);
                 }
             }
             printf("\n");
@@ -168,22 +204,20 @@ int main(int argc, char **argv) {
     }
 
     printf("\nmatmul, 512 tokens: GFLOP/s (2*rows*cols*512 / time)\n");
-    printf("%-5s %-13s", "type", "shape");
-    for (int isa = 0; isa <= (int)top; isa++)
-        for (int p = 0; p < 2; p++) printf(" %8s/%dt", gm_isa_name((gm_isa)isa), p + 1);
-    printf("\n");
+    header(n_cols);
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         for (size_t s = 0; s < sizeof mm / sizeof mm[0]; s++) {
             const gm_type_traits *t = gm_type_traits_of(types[k]);
             if (mm[s].cols % t->block_elems || !wanted(t->name)) continue;
             if (quick && s == 1) continue;
             printf("%-5s %6lldx%-6lld", t->name, (long long)mm[s].rows, (long long)mm[s].cols);
-            for (int isa = 0; isa <= (int)top; isa++) {
-                gm_isa_set((gm_isa)isa);
+            for (int c = 0; c < n_cols; c++) {
+                const bool x8 = c > (int)top;
+                gm_isa_set(x8 ? GM_ISA_AVX2 : (gm_isa)c);
                 for (int p = 0; p < 2; p++) {
                     double gf;
-                    bench_matmul(types[k], mm[s], 512, pools[p], &gf);
-                    printf(" %11.2f", gf);
+                    if (x8 && !gm_avx2_x8_tiles(types[k])) printf(" %11s", "-");
+                    else bench_matmul(types[k], mm[s], 512, x8, pools[p], &gf), printf(" %11.2f", gf);
                 }
             }
             printf("\n");

@@ -132,11 +132,11 @@ static void tiles_bf16x8(int64_t n, const void *w, size_t ws, int64_t rows, cons
     tiles_x8(true, n, w, ws, rows, a, as, n_tok, y, ldy);
 }
 
-gm_avx2_tiles_fn gm_avx2_x8_tiles(int type) {
+gm_avx2_tiles_fn gm_avx2_f16x8_tiles(int type) {
     return type == GM_TYPE_F16 ? tiles_f16x8 : type == GM_TYPE_BF16 ? tiles_bf16x8 : NULL;
 }
 #else
-gm_avx2_tiles_fn gm_avx2_x8_tiles(int type) {
+gm_avx2_tiles_fn gm_avx2_f16x8_tiles(int type) {
     (void)type;
     return NULL;
 }

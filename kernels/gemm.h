@@ -46,9 +46,16 @@ gm_avx2_tiles_fn gm_avx2_tiles(int type);
 /* the quantized types' kernels (kernels/qtiles_avx2.c), which the two above return */
 gm_vec_dot_fn gm_avx2_qdot(int type);
 gm_avx2_tiles_fn gm_avx2_qtiles(int type);
+/* the 32-code quantized types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) over weights packed as x8 (kernels/pack.h), with
+ * the bits of gm_avx2_qtiles on the file's rows: w the packed matrix at a group start (rows split at multiples
+ * of GM_AVX2_TILE_ROWS), ws the file's row bytes; NULL for other types or without AVX2 in this build */
+gm_avx2_tiles_fn gm_avx2_qx8_tiles(int type);
 /* F16 / BF16 weights packed as F16x8 / BF16x8 (kernels/pack.h, kernels/f16x8_avx2.c): w is the packed
  * matrix at a group start (rows split at multiples of GM_AVX2_TILE_ROWS), ws the file's row bytes
  * (unused); NULL for other types or without AVX2 in this build. */
+gm_avx2_tiles_fn gm_avx2_f16x8_tiles(int type);
+/* The AVX2 tiles over the x8 layout of `type` (GM_KTYPE_X8, kernels/pack.h): one of the two above, or NULL
+ * where the type has no x8 layout (kernels/matmul.c). */
 gm_avx2_tiles_fn gm_avx2_x8_tiles(int type);
 gm_quant_row_fn gm_avx2_quant_act(int act_type);
 /* AVX-512 decode matmul straight from the weights (kernels/vec_avx512.c): y[t * ldy + r] for rows

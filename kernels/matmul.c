@@ -39,15 +39,18 @@ static gm_status scratch_reserve(gm_matmul_scratch *s, size_t bytes);
 
 enum {
     TYPE_SLOTS = 32,
-    PACKED_SLOT = TYPE_SLOTS,     /* Q5_0x16 */
-    F16X8_SLOT = TYPE_SLOTS + 1,  /* F16x8 */
-    BF16X8_SLOT = TYPE_SLOTS + 2, /* BF16x8 */
-    N_SLOTS = TYPE_SLOTS + 3,
+    X8_SLOT = TYPE_SLOTS,          /* X8_SLOT + t: type t packed as x8 */
+    PACKED_SLOT = 2 * TYPE_SLOTS,  /* Q5_0x16 */
+    N_SLOTS = 2 * TYPE_SLOTS + 1,
     N_ISA = GM_ISA_AVX512 + 1
 };
 
 static gm_mm_kernel table[N_ISA][N_SLOTS];
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+
+gm_avx2_tiles_fn gm_avx2_x8_tiles(int type) {
+    return gm_avx2_f16x8_tiles(type) ? gm_avx2_f16x8_tiles(type) : gm_avx2_qx8_tiles(type);
+}
 
 static gm_mm_kernel resolve(gm_isa isa, int type, bool packed) {
     gm_mm_kernel k = {.isa = (int)isa, .type = type};
@@ -72,18 +75,17 @@ static gm_mm_kernel resolve(gm_isa isa, int type, bool packed) {
 
 static void table_init(void) {
     for (int isa = 0; isa < N_ISA; isa++) {
-        for (int t = 0; t < TYPE_SLOTS; t++) table[isa][t] = resolve((gm_isa)isa, t, false);
-        /* the packed Q5_0 copy serves the AVX-512 kernels only; lower levels read the file's Q5_0 */
-        table[isa][PACKED_SLOT] = resolve((gm_isa)isa, GM_TYPE_Q5_0, isa >= GM_ISA_AVX512);
-        /* the F16x8 / BF16x8 copies serve the AVX2 level only; the others read the file's rows */
-        const int x8[2][2] = {{F16X8_SLOT, GM_TYPE_F16}, {BF16X8_SLOT, GM_TYPE_BF16}};
-        for (int i = 0; i < 2; i++) {
-            table[isa][x8[i][0]] = resolve((gm_isa)isa, x8[i][1], false);
-            if (isa == GM_ISA_AVX2 && gm_avx2_x8_tiles(x8[i][1])) {
-                table[isa][x8[i][0]].tiles2 = gm_avx2_x8_tiles(x8[i][1]);
-                table[isa][x8[i][0]].packed = true;
+        for (int t = 0; t < TYPE_SLOTS; t++) {
+            table[isa][t] = resolve((gm_isa)isa, t, false);
+            /* the x8 copies serve the AVX2 level only; the others read the file's rows */
+            table[isa][X8_SLOT + t] = table[isa][t];
+            if (isa == GM_ISA_AVX2 && gm_avx2_x8_tiles(t) && table[isa][t].tiles2) {
+                table[isa][X8_SLOT + t].tiles2 = gm_avx2_x8_tiles(t);
+                table[isa][X8_SLOT + t].packed = true;
             }
         }
+        /* the packed Q5_0 copy serves the AVX-512 kernels only; lower levels read the file's Q5_0 */
+        table[isa][PACKED_SLOT] = resolve((gm_isa)isa, GM_TYPE_Q5_0, isa >= GM_ISA_AVX512);
     }
 }
 
@@ -93,11 +95,10 @@ static const gm_mm_kernel *lookup(const gm_matrix *W, gm_isa isa) {
         static const gm_mm_kernel none = {0};
         return &none;
     }
-    const int slot = !W->packed                          ? W->type
-                     : W->packed_type == GM_KTYPE_Q5_0X16 ? PACKED_SLOT
-                     : W->packed_type == GM_KTYPE_F16X8   ? F16X8_SLOT
-                     : W->packed_type == GM_KTYPE_BF16X8  ? BF16X8_SLOT
-                                                          : W->type;
+    const int slot = !W->packed                                 ? W->type
+                     : W->packed_type == GM_KTYPE_Q5_0X16        ? PACKED_SLOT
+                     : W->packed_type == GM_KTYPE_X8(W->type)    ? X8_SLOT + W->type
+                                                                 : W->type;
     return &table[isa][slot];
 }
 
@@ -400,7 +401,7 @@ gm_status gm_matmul(const gm_matrix *W, const float *x, int64_t n_tok, float *y,
         mm_job j = {.W = &K, .wt = wt, .w_stride = w_stride, .n_tok = n_tok, .y = y, .x = x};
         return matmul_avx512(&j, pool, scratch);
     }
-    const gm_matrix V = tile_view(W, k); /* AVX2 F16x8 / BF16x8: the packed copy */
+    const gm_matrix V = tile_view(W, k); /* AVX2: the x8 copy where there is one */
     mm_job j = {&V, wt, w_stride, (const char *)x, a_stride, n_tok, y, x, at, k->vec_dot, k->quant, 0, 0, NULL, k->tiles2};
     if (at->type != GM_TYPE_F32) {
         if ((uint64_t)n_tok > SIZE_MAX / a_stride) return GM_ERR_NOMEM;

@@ -1,6 +1,8 @@
-/* kernels/pack.c — the Q5_0x16 row layout of kernels/pack.h, in portable C (load time only). */
+/* kernels/pack.c — the packed layouts of kernels/pack.h (Q5_0x16, F16x8 / BF16x8, the quantized x8), in
+ * portable C with SSE2 where it helps (load time only). */
 #include "kernels/pack.h"
 
+#include <stdbool.h>
 #include <string.h>
 
 #include "quant/blocks.h"
@@ -89,4 +91,83 @@ void gm_pack_x8(const void *src, void *dst, int64_t rows, int64_t cols) {
     const uint16_t *s = src;
     uint16_t *d = dst;
     for (int64_t g = 0; g < rows / 8; g++) pack_x8_group(s + g * 8 * cols, d + g * 8 * cols, cols);
+}
+
+/* ---- x8 layouts of the 32-code quantized types */
+
+/* where a file block keeps its fields (offsets within the block; 0 where a type has none but d) */
+typedef struct {
+    size_t bytes, m, qh, qs; /* d is at 0 in every one of these types */
+    int nq;                  /* code bytes per block: 16 (nibbles) or 32 (Q8_0) */
+} qx8_fields;
+
+static bool qx8_fields_of(int type, qx8_fields *f) {
+    switch (type) {
+    case GM_TYPE_Q4_0: *f = (qx8_fields){sizeof(gm_block_q4_0), 0, 0, offsetof(gm_block_q4_0, qs), 16}; return true;
+    case GM_TYPE_Q4_1: *f = (qx8_fields){sizeof(gm_block_q4_1), 2, 0, offsetof(gm_block_q4_1, qs), 16}; return true;
+    case GM_TYPE_Q5_0:
+        *f = (qx8_fields){sizeof(gm_block_q5_0), 0, offsetof(gm_block_q5_0, qh), offsetof(gm_block_q5_0, qs), 16};
+        return true;
+    case GM_TYPE_Q5_1:
+        *f = (qx8_fields){sizeof(gm_block_q5_1), 2, offsetof(gm_block_q5_1, qh), offsetof(gm_block_q5_1, qs), 16};
+        return true;
+    case GM_TYPE_Q8_0: *f = (qx8_fields){sizeof(gm_block_q8_0), 0, 0, offsetof(gm_block_q8_0, qs), 32}; return true;
+    default: return false;
+    }
+}
+
+/* bits k of v (k < 4) to bits 8k (the four bytes' bit 0), and back */
+static inline uint32_t spread4(uint32_t v) { return (v & 1u) | (v & 2u) << 7 | (v & 4u) << 14 | (v & 8u) << 21; }
+static inline uint32_t gather4(uint32_t h) { return (h & 1u) | (h >> 7 & 2u) | (h >> 14 & 4u) | (h >> 21 & 8u); }
+
+/* one group-block (8 rows' block b, 8 x f.bytes) <-> the 8 file blocks; pack = false unpacks */
+static void qx8_block(const qx8_fields *f, const char *const blk[8], char *o, bool pack) {
+    char *const *fb = (char *const *)blk; /* written only when unpacking */
+    size_t at = 0;
+    for (int r = 0; r < 8; r++) pack ? memcpy(o + 2 * r, blk[r], 2) : memcpy(fb[r], o + 2 * r, 2);
+    at += 16;
+    if (f->m) {
+        for (int r = 0; r < 8; r++) pack ? memcpy(o + at + 2 * r, blk[r] + f->m, 2) : memcpy(fb[r] + f->m, o + at + 2 * r, 2);
+        at += 16;
+    }
+    if (f->qh) { /* row r's 4 bytes as one little-endian word: bit 8k + g = fifth bit of code 4g + k */
+        for (int r = 0; r < 8; r++) {
+            uint32_t qh = 0, h = 0;
+            if (pack) {
+                memcpy(&qh, blk[r] + f->qh, 4);
+                for (int g = 0; g < 8; g++) h |= spread4((qh >> (4 * g)) & 15u) << g;
+                memcpy(o + at + 4 * r, &h, 4);
+            } else {
+                memcpy(&h, o + at + 4 * r, 4);
+                for (int g = 0; g < 8; g++) qh |= gather4(h >> g) << (4 * g);
+                memcpy(fb[r] + f->qh, &qh, 4);
+            }
+        }
+        at += 32;
+    }
+    for (int j = 0; j < f->nq / 4; j++) /* vector j, lane r: code bytes 4j .. 4j + 3 of row r */
+        for (int r = 0; r < 8; r++)
+            pack ? memcpy(o + at + 32 * j + 4 * r, blk[r] + f->qs + 4 * j, 4)
+                 : memcpy(fb[r] + f->qs + 4 * j, o + at + 32 * j + 4 * r, 4);
+}
+
+static void qx8_rows(int type, const void *file, void *x8, int64_t rows, int64_t cols, bool pack) {
+    qx8_fields f;
+    if (!qx8_fields_of(type, &f)) return;
+    const int64_t nb = cols / 32;
+    const size_t rb = f.bytes * (size_t)nb;
+    for (int64_t g = 0; g < rows / 8; g++)
+        for (int64_t b = 0; b < nb; b++) {
+            const char *blk[8];
+            for (int r = 0; r < 8; r++) blk[r] = (const char *)file + (size_t)(8 * g + r) * rb + (size_t)b * f.bytes;
+            qx8_block(&f, blk, (char *)x8 + (size_t)g * 8 * rb + (size_t)b * 8 * f.bytes, pack);
+        }
+}
+
+void gm_pack_qx8(int type, const void *src, void *dst, int64_t rows, int64_t cols) {
+    qx8_rows(type, src, dst, rows, cols, true);
+}
+
+void gm_unpack_qx8(int type, const void *src, void *dst, int64_t rows, int64_t cols) {
+    qx8_rows(type, dst, (void *)src, rows, cols, false);
 }

@@ -26,8 +26,9 @@
 /* Kernel type ids of packed layouts: the AVX-512 entry points of kernels/gemm.h take them where
  * they take a gm_type. The low byte is the file type the layout holds. */
 #define GM_KTYPE_Q5_0X16 (0x100 | GM_TYPE_Q5_0)
-#define GM_KTYPE_F16X8 (0x200 | GM_TYPE_F16)
-#define GM_KTYPE_BF16X8 (0x200 | GM_TYPE_BF16)
+#define GM_KTYPE_X8(type) (0x200 | (type)) /* rows in groups of 8 (below), for the AVX2 kernels */
+#define GM_KTYPE_F16X8 GM_KTYPE_X8(GM_TYPE_F16)
+#define GM_KTYPE_BF16X8 GM_KTYPE_X8(GM_TYPE_BF16)
 static inline int gm_ktype_file_type(int kt) { return kt & 0xff; }
 
 /* Byte offsets, within a packed row, of the group that starts at block pair p0 (a multiple of 8) of
@@ -53,5 +54,22 @@ void gm_unpack_q5_0x16_row(const void *src, void *dst, int64_t cols);
  * bytes as the file's 8 rows. Packs rows (a multiple of 8) of `cols` 16-bit values; src and dst must not
  * overlap. */
 void gm_pack_x8(const void *src, void *dst, int64_t rows, int64_t cols);
+
+/* Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 as x8 (the AVX2 kernels of kernels/qtiles_avx2.c): rows in groups of 8,
+ * each group block by block (block b of the group's 8 rows in 8 x the block's bytes, as in the file):
+ *
+ *   d[8]      f16  the 8 rows' scales                       -> one load + one conversion for 8 rows
+ *   m[8]      f16  Q4_1 / Q5_1: the 8 rows' offsets
+ *   qh[32]    u8   Q5_0 / Q5_1: byte 4r + k, bit g = the fifth bit of code 4g + k of row r
+ *   qs        u8   nibble types: 4 vectors of 32 bytes, vector j: bytes 4r .. 4r + 3 = the file's qs bytes
+ *                  4j .. 4j + 3 of row r (low nibbles codes 4j .. 4j + 3, high nibbles codes 16 + 4j ..);
+ *                  Q8_0: 8 vectors, vector g: bytes 4r .. 4r + 3 = codes 4g .. 4g + 3 of row r
+ *
+ * so that one load, a mask (and a shift) and the fifth bits' shift and mask give the codes of 4 columns of
+ * all 8 rows, row r in int32 lane r, ready for vpmaddubsw against 4 broadcast activation bytes. Packs rows
+ * (a multiple of 8) of `cols` (a multiple of 32); src and dst must not overlap. gm_unpack_qx8 is the inverse
+ * (tests). */
+void gm_pack_qx8(int type, const void *src, void *dst, int64_t rows, int64_t cols);
+void gm_unpack_qx8(int type, const void *src, void *dst, int64_t rows, int64_t cols);
 
 #endif

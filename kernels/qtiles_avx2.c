@@ -493,6 +493,87 @@ INL void kernK(int type, int T, int64_t nbs, const char *ob, const char *a, size
     }
 }
 
+/* ------------------------------------------------------------------ x8 rows (kernels/pack.h GM_KTYPE_X8)
+ *
+ * The 32-code types packed at open in groups of 8 rows, each group block by block with the 8 rows' codes
+ * already in octet order: one token reads a group-block straight into the octet vectors (no transpose, no
+ * horizontal sums, one conversion for the 8 scales), more tokens get the octets by the same expansion. */
+
+/* bytes before the fifth bits and before the codes in an x8 group-block: d[8] (and m[8]) f16 */
+INL size_t x8_qh_off(int type) { return has_m(type) ? 32 : 16; }
+INL size_t x8_qs_off(int type) { return x8_qh_off(type) + (five_bits(type) ? 32 : 0); }
+
+/* octet vectors j and j + 4 (codes 4j .. 4j + 3 and 16 + 4j ..) of nibble-type group-block p */
+INL void x8_nibbles(int type, const char *p, int j, __m256i *lo, __m256i *hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(p + x8_qs_off(type) + 32 * j));
+    *lo = _mm256_and_si256(v, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if (five_bits(type)) { /* bit j of each fifth-bit byte to bit 4 for group j, bit j + 4 for group j + 4 */
+        const __m256i h = _mm256_loadu_si256((const __m256i *)(p + x8_qh_off(type))), b4 = _mm256_set1_epi8(16);
+        *lo = _mm256_or_si256(*lo, _mm256_and_si256(_mm256_slli_epi16(h, 4 - j), b4));
+        *hi = _mm256_or_si256(*hi, _mm256_and_si256(_mm256_srli_epi16(h, j), b4));
+    }
+}
+
+/* One token, one group: acc + blocks [0, nbs) of the group-blocks at p (gb bytes apart) . activation blocks
+ * a (sd: their side terms) — kern32's operations for one token, with the octet vectors from registers. */
+INL __m256 x8_direct(int type, int64_t nbs, const char *p, size_t gb, const char *a, const side_t *sd, __m256 acc) {
+    const size_t ab = ablock_bytes(type);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < nbs; b++, p += gb) {
+        const int8_t *q = aqs(type, a + b * ab);
+        __m256i is = _mm256_setzero_si256();
+        if (type == GM_TYPE_Q8_0) {
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++) {
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(p + 16 + 32 * g));
+                const __m256i x = _mm256_sign_epi8(bcast32(q + 4 * g), w);
+                is = _mm256_add_epi32(is, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), x), ones));
+            }
+        } else {
+            __m256i s_lo = _mm256_setzero_si256(), s_hi = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                __m256i lo, hi;
+                x8_nibbles(type, p, j, &lo, &hi);
+                s_lo = _mm256_add_epi16(s_lo, _mm256_maddubs_epi16(lo, bcast32(q + 4 * j)));
+                s_hi = _mm256_add_epi16(s_hi, _mm256_maddubs_epi16(hi, bcast32(q + 16 + 4 * j)));
+            }
+            /* int16 sums of 4 groups each for 5-bit codes, of all 8 for 4-bit ones (kern32's bounds) */
+            is = five_bits(type) ? _mm256_add_epi32(_mm256_madd_epi16(s_lo, ones), _mm256_madd_epi16(s_hi, ones))
+                                 : _mm256_madd_epi16(_mm256_add_epi16(s_lo, s_hi), ones);
+            if (offset32(type)) is = _mm256_add_epi32(is, _mm256_set1_epi32(sd[b].corr));
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dw, _mm256_set1_ps(sd[b].da)), acc);
+        if (has_m(type)) acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16))), _mm256_set1_ps(sd[b].sa), acc);
+    }
+    return acc;
+}
+
+/* blocks [0, nbs) of the group-blocks at p (gb bytes apart) into octet ob, as octet32 leaves them */
+INL void octet_x8(int type, int64_t nbs, const char *p, size_t gb, char *ob) {
+    for (int64_t b = 0; b < nbs; b++, p += gb) {
+        char *dst = ob + b * OB32;
+        if (type == GM_TYPE_Q8_0) {
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++)
+                _mm256_store_si256((__m256i *)(dst + 32 * g), _mm256_loadu_si256((const __m256i *)(p + 16 + 32 * g)));
+        } else {
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                __m256i lo, hi;
+                x8_nibbles(type, p, j, &lo, &hi);
+                _mm256_store_si256((__m256i *)(dst + 32 * j), lo);
+                _mm256_store_si256((__m256i *)(dst + 32 * (j + 4)), hi);
+            }
+        }
+        _mm256_store_ps((float *)(dst + 256), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)));
+        if (has_m(type)) _mm256_store_ps((float *)(dst + 288), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16))));
+    }
+}
+
 /* T tokens (a: the first, at block b0 of a slice; y: its outputs for the octet's nr rows). A slice after
  * the first continues the f32 sums it left in y: the same sequence of operations as one pass. */
 INL void tile(int type, int T, int64_t b0, int64_t nbs, const char *ob, const char *a, size_t as, const side_t *sd,
@@ -519,12 +600,32 @@ INL const char *next_rows(const char *w, size_t ws, int64_t r0, int64_t rows, bo
     return whole && r0 + 16 <= rows ? w + (size_t)(r0 + 8) * ws : NULL;
 }
 
-INL void qtiles(int type, int64_t n, const char *w, size_t ws, int64_t rows, const char *a, size_t as, int64_t n_tok,
-                float *y, int64_t ldy) {
+/* One token on x8 rows: side terms per slice of blocks, then each group straight from the packed bytes. */
+INL void x8_decode(int type, int64_t nb, const char *w, size_t ws, int64_t rows, const char *a, float *y) {
+    const size_t ab = ablock_bytes(type), gb = 8 * wblock_bytes(type);
+    side_t sd[SIDE_ENTRIES];
+    for (int64_t k0 = 0; k0 < nb; k0 += SIDE_ENTRIES) {
+        const int64_t nbs = nb - k0 < SIDE_ENTRIES ? nb - k0 : SIDE_ENTRIES;
+        side32(type, nbs, a + k0 * ab, 0, 1, sd);
+        for (int64_t r0 = 0; r0 < rows; r0 += 8) {
+            const int nr = rows - r0 < 8 ? (int)(rows - r0) : 8;
+            const __m256 acc = k0 ? load_rows(y + r0, nr) : _mm256_setzero_ps();
+            store_rows(y + r0, x8_direct(type, nbs, w + (size_t)r0 * ws + (size_t)k0 * gb, gb, a + k0 * ab, sd, acc), nr);
+        }
+    }
+}
+
+/* x8: w is packed (kernels/pack.h) from a group start, rows in groups of 8 (ws: the file's row bytes) */
+INL void qtiles(int type, bool x8, int64_t n, const char *w, size_t ws, int64_t rows, const char *a, size_t as,
+                int64_t n_tok, float *y, int64_t ldy) {
     const bool K = kquant(type);
     const int64_t nb = n / (K ? 256 : 32);
     const size_t ab = ablock_bytes(type);
     const char *row[8];
+    if (n_tok == 1 && x8) {
+        x8_decode(type, nb, w, ws, rows, a, y);
+        return;
+    }
     if (n_tok == 1) {
         for (int64_t r0 = 0; r0 < rows; r0 += 8) {
             const int nr = octet_rows(w, ws, r0, rows, row);
@@ -546,9 +647,14 @@ INL void qtiles(int type, int64_t n, const char *w, size_t ws, int64_t rows, con
             if (!K) side32(type, nbs, at, as, nt, sd);
             for (int64_t r0 = 0; r0 < rows; r0 += 8) {
                 const int nr = octet_rows(w, ws, r0, rows, row);
-                const char *pf = next_rows(w, ws, r0, rows, nbs == nb);
-                if (K) octetK(type, k0, nbs, row, ob, pf, ws);
-                else octet32(type, k0, nbs, row, ob, pf, ws);
+                if (x8) {
+                    const size_t gb = 8 * wblock_bytes(type);
+                    octet_x8(type, nbs, w + (size_t)r0 * ws + (size_t)k0 * gb, gb, ob);
+                } else {
+                    const char *pf = next_rows(w, ws, r0, rows, nbs == nb);
+                    if (K) octetK(type, k0, nbs, row, ob, pf, ws);
+                    else octet32(type, k0, nbs, row, ob, pf, ws);
+                }
                 float *yo = y + t0 * ldy + r0;
                 int64_t t = 0;
                 for (; t + TQ <= nt; t += TQ) tile(type, TQ, k0, nbs, ob, at + t * as, as, sd + t * nbs, yo + t * ldy, ldy, nr);
@@ -574,7 +680,7 @@ INL void qtiles(int type, int64_t n, const char *w, size_t ws, int64_t rows, con
     }                                                                                                           \
     static void tiles_##name(int64_t n, const void *w, size_t ws, int64_t rows, const void *a, size_t as,      \
                              int64_t n_tok, float *y, int64_t ldy) {                                            \
-        qtiles(TYPE, n, w, ws, rows, a, as, n_tok, y, ldy);                                                     \
+        qtiles(TYPE, false, n, w, ws, rows, a, as, n_tok, y, ldy);                                              \
     }
 QTYPE(q8_0, GM_TYPE_Q8_0)
 QTYPE(q4_0, GM_TYPE_Q4_0)
@@ -585,15 +691,28 @@ QTYPE(q4_K, GM_TYPE_Q4_K)
 QTYPE(q5_K, GM_TYPE_Q5_K)
 QTYPE(q6_K, GM_TYPE_Q6_K)
 
+/* the 32-code types over x8 rows (kernels/pack.h) */
+#define X8TYPE(name, TYPE)                                                                                      \
+    static void x8tiles_##name(int64_t n, const void *w, size_t ws, int64_t rows, const void *a, size_t as,    \
+                               int64_t n_tok, float *y, int64_t ldy) {                                          \
+        qtiles(TYPE, true, n, w, ws, rows, a, as, n_tok, y, ldy);                                               \
+    }
+X8TYPE(q8_0, GM_TYPE_Q8_0)
+X8TYPE(q4_0, GM_TYPE_Q4_0)
+X8TYPE(q5_0, GM_TYPE_Q5_0)
+X8TYPE(q4_1, GM_TYPE_Q4_1)
+X8TYPE(q5_1, GM_TYPE_Q5_1)
+
 /* one row per type (ggml's trait-table style) */
 static const struct {
     int type;
     gm_vec_dot_fn dot;
-    gm_avx2_tiles_fn tiles;
+    gm_avx2_tiles_fn tiles, x8tiles;
 } qtypes[] = {
-    {GM_TYPE_Q8_0, dot_q8_0, tiles_q8_0}, {GM_TYPE_Q4_0, dot_q4_0, tiles_q4_0}, {GM_TYPE_Q5_0, dot_q5_0, tiles_q5_0},
-    {GM_TYPE_Q4_1, dot_q4_1, tiles_q4_1}, {GM_TYPE_Q5_1, dot_q5_1, tiles_q5_1}, {GM_TYPE_Q4_K, dot_q4_K, tiles_q4_K},
-    {GM_TYPE_Q5_K, dot_q5_K, tiles_q5_K}, {GM_TYPE_Q6_K, dot_q6_K, tiles_q6_K},
+    {GM_TYPE_Q8_0, dot_q8_0, tiles_q8_0, x8tiles_q8_0}, {GM_TYPE_Q4_0, dot_q4_0, tiles_q4_0, x8tiles_q4_0},
+    {GM_TYPE_Q5_0, dot_q5_0, tiles_q5_0, x8tiles_q5_0}, {GM_TYPE_Q4_1, dot_q4_1, tiles_q4_1, x8tiles_q4_1},
+    {GM_TYPE_Q5_1, dot_q5_1, tiles_q5_1, x8tiles_q5_1}, {GM_TYPE_Q4_K, dot_q4_K, tiles_q4_K, NULL},
+    {GM_TYPE_Q5_K, dot_q5_K, tiles_q5_K, NULL},         {GM_TYPE_Q6_K, dot_q6_K, tiles_q6_K, NULL},
 };
 
 gm_vec_dot_fn gm_avx2_qdot(int type) {
@@ -608,9 +727,16 @@ gm_avx2_tiles_fn gm_avx2_qtiles(int type) {
     return NULL;
 }
 
+gm_avx2_tiles_fn gm_avx2_qx8_tiles(int type) {
+    for (size_t i = 0; i < sizeof qtypes / sizeof qtypes[0]; i++)
+        if (qtypes[i].type == type) return qtypes[i].x8tiles;
+    return NULL;
+}
+
 #else
 
 gm_vec_dot_fn gm_avx2_qdot(int type) { (void)type; return NULL; }
 gm_avx2_tiles_fn gm_avx2_qtiles(int type) { (void)type; return NULL; }
+gm_avx2_tiles_fn gm_avx2_qx8_tiles(int type) { (void)type; return NULL; }
 
 #endif

@@ -248,10 +248,13 @@ static gm_status load_weights(gm_model *m, gm_error *err) {
 /* Packed copies of layer matrices for the active ISA level's kernels (kernels/pack.h); the file bytes
  * stay mapped for the other levels and for every other reader.
  *
- * F16x8 / BF16x8 (AVX2 active, F16 / BF16 matrices of rows a multiple of 8): the AVX2 kernels multiply
- * eight rows per vector (kernels/f16x8_avx2.c). The copy takes the place of the file's pages in memory
- * (those are not touched while AVX2 runs), so the resident size stays about the file's. The tied embedding / output
- * matrix is not packed: the token lookup reads its rows.
+ * x8 (AVX2 active; F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 matrices of rows a multiple of 8): the AVX2
+ * kernels take eight rows per vector (kernels/f16x8_avx2.c, kernels/qtiles_avx2.c) straight from the copy.
+ * The copies take the place of the file's pages in memory: each matrix's pages are dropped once it is
+ * packed, and nothing reads them while AVX2 runs. Because a 2 MiB file page is mapped whole again when any
+ * byte of it is read, the layer's other matrices (K-quants, say) move into plain copies too, so that no
+ * read of a layer touches the file and the resident size stays about the file's. The tied embedding /
+ * output matrix is not packed: the token lookup reads its rows.
  *
  * Q5_0x16, opt-in (GEMMA_REPACK=1): with AVX-512 active, each layer's Q5_0 matrix (q, k, gate, up of the
  * usual Q4_K_M files) gets a copy whose one-token dot is ~1.3x faster on data in cache. Measured on the
@@ -260,92 +263,119 @@ static gm_status load_weights(gm_model *m, gm_error *err) {
  * 64 MiB (file pages shared with other tensors stay mapped: 2 MiB folios map whole), and +16 ms at open.
  * Hence off by default. GEMMA_REPACK=0 turns both off. */
 
+static size_t matrix_bytes(const gm_matrix *w) { return gm_row_bytes(w->type, w->cols) * (size_t)w->rows; }
+
 /* Drops w's file pages (those wholly inside it) from the resident set: while the packed copy's level is
  * active nothing reads them; another level reads them back from the file. Only for the source's own file
  * map (a caller's buffer would lose its bytes). */
 static void release_file_pages(const gm_model *m, const gm_matrix *w) {
-    const size_t bytes = gm_row_bytes(w->type, w->cols) * (size_t)w->rows, pg = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t bytes = matrix_bytes(w), pg = (size_t)sysconf(_SC_PAGESIZE);
     if (!gm_source_file_mapped(m->src, w->data, bytes)) return;
     const uintptr_t b = ((uintptr_t)w->data + pg - 1) / pg * pg, e = ((uintptr_t)w->data + bytes) / pg * pg;
     if (e > b) (void)madvise((void *)b, e - b, MADV_DONTNEED);
 }
 
+/* a matrix to copy at open: packed (packed_type set), or moved whole into anonymous memory (dst) */
+typedef struct {
+    gm_matrix *w;
+    char *dst;
+} pack_item;
+
 typedef struct pack_job {
     const gm_model *m;
-    gm_matrix **mats;
+    pack_item *items;
     int n;
 } pack_job;
 
 static void *pack_mats(void *arg) {
     const pack_job *j = arg;
     for (int i = 0; i < j->n; i++) {
-        const gm_matrix *w = j->mats[i];
-        const size_t rb = gm_row_bytes(w->type, w->cols);
-        if (w->packed_type == GM_KTYPE_F16X8 || w->packed_type == GM_KTYPE_BF16X8) {
-            gm_pack_x8(w->data, (void *)w->packed, w->rows, w->cols);
+        gm_matrix *w = j->items[i].w;
+        char *dst = j->items[i].dst;
+        if (!w->packed_type) {
+            memcpy(dst, w->data, matrix_bytes(w));
+            release_file_pages(j->m, w);
+            w->data = dst; /* the same bytes for every reader */
+        } else if (w->packed_type == GM_KTYPE_X8(w->type)) {
+            if (w->type == GM_TYPE_F16 || w->type == GM_TYPE_BF16) gm_pack_x8(w->data, dst, w->rows, w->cols);
+            else gm_pack_qx8(w->type, w->data, dst, w->rows, w->cols);
             release_file_pages(j->m, w); /* matrix by matrix: the file's pages and the copy are not both resident */
-            continue;
+        } else {
+            const size_t rb = gm_row_bytes(w->type, w->cols);
+            for (int64_t r = 0; r < w->rows; r++)
+                gm_pack_q5_0x16_row((const char *)w->data + (size_t)r * rb, dst + (size_t)r * rb, w->cols);
         }
-        for (int64_t r = 0; r < w->rows; r++)
-            gm_pack_q5_0x16_row((const char *)w->data + (size_t)r * rb, (char *)w->packed + (size_t)r * rb, w->cols);
     }
     return NULL;
 }
 
-static size_t packed_span(const gm_matrix *w) { /* bytes of w's copy, 64-byte aligned after it */
-    return (gm_row_bytes(w->type, w->cols) * (size_t)w->rows + 63) / 64 * 64;
-}
+static size_t packed_span(const gm_matrix *w) { return (matrix_bytes(w) + 63) / 64 * 64; } /* 64-byte aligned after */
 
 /* the layout w gets at open, 0 for none */
 static int pack_layout(const gm_matrix *w) {
     const char *env = getenv("GEMMA_REPACK");
     if (!w->data || (env && strcmp(env, "0") == 0)) return 0;
-    if ((w->type == GM_TYPE_F16 || w->type == GM_TYPE_BF16) && w->rows % 8 == 0 && gm_isa_active() == GM_ISA_AVX2 &&
-        gm_avx2_x8_tiles(w->type))
-        return w->type == GM_TYPE_F16 ? GM_KTYPE_F16X8 : GM_KTYPE_BF16X8;
+    if (w->rows % 8 == 0 && gm_isa_active() == GM_ISA_AVX2 && gm_avx2_x8_tiles(w->type)) return GM_KTYPE_X8(w->type);
     if (w->type == GM_TYPE_Q5_0 && env && strcmp(env, "1") == 0 && gm_isa_active() >= GM_ISA_AVX512)
         return GM_KTYPE_Q5_0X16;
     return 0;
 }
 
+/* Anonymous memory for the copies, in 2 MiB pages where the kernel gives them (weights stream once per
+ * token: TLB misses), faulted in by one call rather than one fault per page while packing. */
+static void *map_store(size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+#ifdef MADV_POPULATE_WRITE
+    (void)madvise(p, bytes, MADV_POPULATE_WRITE);
+#endif
+    return p;
+}
+
 static gm_status pack_weights(gm_model *m, gm_error *err) {
-    const int per_layer = 7;
-    gm_matrix **mats = malloc(sizeof *mats * ((size_t)m->cfg.n_layers * per_layer + 1));
-    if (!mats) return gm_fail(err, GM_ERR_NOMEM, "model: out of memory");
+    enum { PER_LAYER = 7 };
+    pack_item *items = malloc(sizeof *items * ((size_t)m->cfg.n_layers * PER_LAYER + 1));
+    if (!items) return gm_fail(err, GM_ERR_NOMEM, "model: out of memory");
     int n = 0;
     size_t total = 0;
     for (int il = 0; il < m->cfg.n_layers; il++) {
         gm_layer *L = &m->layers[il];
-        gm_matrix *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
-        for (int i = 0; i < per_layer; i++) {
-            const int layout = pack_layout(w[i]);
-            if (!layout) continue;
-            w[i]->packed_type = layout; /* the copy itself is set below, once the store is mapped */
-            mats[n++] = w[i];
+        gm_matrix *w[PER_LAYER] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+        bool x8 = false;
+        for (int i = 0; i < PER_LAYER; i++) {
+            w[i]->packed_type = pack_layout(w[i]); /* the copy itself is set below, once the store is mapped */
+            x8 |= w[i]->packed_type == GM_KTYPE_X8(w[i]->type);
+        }
+        for (int i = 0; i < PER_LAYER; i++) {
+            const bool plain = x8 && !w[i]->packed_type && w[i]->data &&
+                               gm_source_file_mapped(m->src, w[i]->data, matrix_bytes(w[i]));
+            if (!w[i]->packed_type && !plain) continue;
+            items[n++] = (pack_item){w[i], NULL};
             total += packed_span(w[i]);
         }
     }
-    /* MAP_POPULATE: the pages are faulted in one call, not one fault per 4 KiB while packing */
-    if (n > 0 && (m->packed_store = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
-                                         -1, 0)) == MAP_FAILED) {
-        m->packed_store = NULL;
-        free(mats);
+    if (n > 0 && !(m->packed_store = map_store(total))) {
+        free(items);
         return gm_fail(err, GM_ERR_NOMEM, "model: out of memory for %zu bytes of packed weights", total);
     }
     m->packed_bytes = n > 0 ? total : 0;
     char *p = m->packed_store;
     for (int i = 0; i < n; i++) {
-        mats[i]->packed = p;
-        p += packed_span(mats[i]);
+        items[i].dst = p;
+        if (items[i].w->packed_type) items[i].w->packed = p;
+        p += packed_span(items[i].w);
     }
     /* two halves, one on a helper thread (the copy is memory bound) */
-    pack_job a = {m, mats, n / 2}, b = {m, mats + n / 2, n - n / 2};
+    pack_job a = {m, items, n / 2}, b = {m, items + n / 2, n - n / 2};
     pthread_t th;
     const bool helper = n > 1 && pthread_create(&th, NULL, pack_mats, &a) == 0;
     pack_mats(&b);
     if (helper) pthread_join(th, NULL);
     else pack_mats(&a);
-    free(mats);
+    free(items);
     return GM_OK;
 }
 

@@ -17,6 +17,8 @@
 #include "gemma.h"
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
+#include "kernels/pack.h"
+#include "model/model.h"
 #include "support/test.h"
 #include "support/tiny_model.h"
 
@@ -297,6 +299,55 @@ TEST(gemma3_f16_weights_packed_for_avx2) {
     free(avx2), free(chunked), free(scalar);
 }
 
+/* Q5_0 / Q8_0 layer matrices are packed as x8 when AVX2 is the active level (model.c pack_layout), and the
+ * packed kernels give the file kernels' bits: a tiny model's logits with the copies equal (memcmp) those with
+ * GEMMA_REPACK=0, whole prefill and chunked. */
+static bool layer0_packed(const char *path, int type) {
+    gm_error err = {0};
+    gm_model *m = NULL;
+    if (gm_model_open(path, NULL, &m, &err) != GM_OK) return false;
+    const gm_matrix *w = &m->layers[0].wq;
+    const bool packed = w->packed && w->packed_type == GM_KTYPE_X8(type) && m->layers[0].down.packed;
+    gm_model_free(m);
+    return packed;
+}
+
+TEST(gemma3_quantized_weights_packed_for_avx2) {
+    if (gm_isa_supported() < GM_ISA_AVX2) return;
+    const int types[] = {GM_TYPE_Q5_0, GM_TYPE_Q8_0};
+    for (int k = 0; k < 2; k++) {
+        tm_options o;
+        tm_options_default(&o, "gemma3");
+        o.n_layers = 3;
+        o.weight_type = types[k];
+        const int n = 24, V = tm_vocab_size();
+        char err[256];
+        const char *path = tmp_path("qx8");
+        CHECK_MSG(tm_write_gguf(&o, path, err, sizeof err), "%s", err);
+        int32_t ids[24];
+        make_ids(ids, n, 11);
+        float *packed = malloc(sizeof(float) * (size_t)n * V), *chunked = malloc(sizeof(float) * (size_t)n * V),
+              *file = malloc(sizeof(float) * (size_t)n * V);
+        const gm_isa top = gm_isa_supported();
+        gm_isa_set(GM_ISA_AVX2);
+        CHECK_MSG(layer0_packed(path, types[k]), "%s: layer matrices not packed at open", gm_type_name(types[k]));
+        bool ok = our_logits(path, ids, n, 0, 2, packed) && our_logits(path, ids, n, 5, 1, chunked);
+        setenv("GEMMA_REPACK", "0", 1);
+        CHECK(!layer0_packed(path, types[k]));
+        ok = ok && our_logits(path, ids, n, 0, 2, file);
+        unsetenv("GEMMA_REPACK");
+        gm_isa_set(top);
+        if (ok) {
+            CHECK_MSG(memcmp(packed, file, sizeof(float) * (size_t)n * V) == 0, "%s: packed logits differ from the file's",
+                      gm_type_name(types[k]));
+            CHECK_MSG(memcmp(packed, chunked, sizeof(float) * (size_t)n * V) == 0, "%s: chunked prefill changes bits",
+                      gm_type_name(types[k]));
+        }
+        unlink(path);
+        free(packed), free(chunked), free(file);
+    }
+}
+
 TEST(ops_basic) {
     float x[4] = {1, 2, 3, 4}, w[4] = {1, 1, 1, 2}, y[4];
     gm_rmsnorm(y, x, w, 4, 0.0f);
@@ -333,5 +384,6 @@ int main(void) {
     RUN(gemma3_matches_reference);
     RUN(gemma3_rope_scaling_matches_reference);
     RUN(gemma3_f16_weights_packed_for_avx2);
+    RUN(gemma3_quantized_weights_packed_for_avx2);
     return test_summary();
 }

@@ -439,12 +439,84 @@ static void x8_case(int type, int64_t n, gm_pool *p2) {
 
 TEST(avx2_x8_tiles_exact_and_invariant) {
     if (gm_isa_supported() < GM_ISA_AVX2 || !gm_avx2_x8_tiles(GM_TYPE_F16)) return;
-    CHECK(gm_avx2_x8_tiles(GM_TYPE_BF16) && !gm_avx2_x8_tiles(GM_TYPE_F32) && !gm_avx2_x8_tiles(GM_TYPE_Q8_0));
+    CHECK(gm_avx2_x8_tiles(GM_TYPE_BF16) && !gm_avx2_x8_tiles(GM_TYPE_F32) && !gm_avx2_x8_tiles(GM_TYPE_Q4_K));
     gm_pool *p2 = gm_pool_new(2);
     const int types[2] = {GM_TYPE_F16, GM_TYPE_BF16};
     for (int k = 0; k < 2; k++) {
         x8_case(types[k], 77, p2);
         x8_case(types[k], 640, p2);
+    }
+    gm_pool_free(p2);
+}
+
+/* The AVX2 kernels over x8-packed 32-code quantized rows (kernels/pack.h) give the bits of the file-layout
+ * AVX2 kernels (gm_avx2_qtiles, checked against the scalar dot above) for every (row, token): decode, tiles
+ * and their token edges, block slices (prefill's octet slices, decode's side-term slices), row ranges from a
+ * group start ending anywhere; nothing written outside the range. Packing is a bijection (unpack gives the
+ * file's bytes back). Through gm_matmul on a 2-thread pool, a packed copy bound as the model binds it, the
+ * same bits as the file rows for 1 and 70 tokens. */
+static void qx8_case(int type, int64_t n, int64_t rows, const int *nts, int n_nts, gm_pool *p2) {
+    const gm_type_traits *wt = gm_type_traits_of(type), *at = gm_type_traits_of(wt->vec_dot_type);
+    const size_t ws = gm_row_bytes(type, n), as = gm_row_bytes(at->type, n);
+    const int64_t n_tok = 70, ldy = rows + 3;
+    const int64_t ranges[][2] = {{0, rows}, {8, rows - 3}, {rows - 8, rows - 7}, {rows - 8, rows}};
+    char *w = malloc(rows * ws), *wp = malloc(rows * ws), *back = malloc(rows * ws), *a = malloc(n_tok * as);
+    float *row = malloc(n * 4), *want = malloc(n_tok * ldy * 4), *y = malloc(n_tok * ldy * 4);
+    float *x = malloc(n_tok * n * 4), *yf = malloc(n_tok * rows * 4);
+    int bad_bits = 0, bad_out = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < n; i++) row[i] = frand() * (r % 4 ? 1.f : 25.f);
+        wt->quant_row(row, w + r * ws, n);
+    }
+    for (int64_t i = 0; i < n_tok * n; i++) x[i] = frand() * ((i / n) % 3 ? 2.f : 0.03f);
+    for (int64_t t = 0; t < n_tok; t++) at->quant_row(x + t * n, a + t * as, n);
+    gm_pack_qx8(type, w, wp, rows, n);
+    gm_unpack_qx8(type, wp, back, rows, n);
+    CHECK_MSG(memcmp(w, back, rows * ws) == 0, "%s n %lld: unpack(pack(w)) != w", wt->name, (long long)n);
+    gm_avx2_tiles_fn file = gm_avx2_qtiles(type), packed = gm_avx2_qx8_tiles(type);
+    for (int b = 0; b < n_nts; b++)
+        for (size_t q = 0; q < sizeof ranges / sizeof ranges[0]; q++) {
+            const int64_t nt = nts[b], r0 = ranges[q][0], r1 = ranges[q][1];
+            file(n, w + r0 * ws, ws, r1 - r0, a, as, nt, want + r0, ldy);
+            for (int64_t i = 0; i < n_tok * ldy; i++) y[i] = NAN;
+            packed(n, wp + r0 * ws, ws, r1 - r0, a, as, nt, y + r0, ldy);
+            for (int64_t t = 0; t < n_tok; t++)
+                for (int64_t r = 0; r < ldy; r++) {
+                    const float v = y[t * ldy + r];
+                    if (t < nt && r >= r0 && r < r1) bad_bits += memcmp(&v, &want[t * ldy + r], 4) != 0;
+                    else bad_out += !isnan(v);
+                }
+        }
+    gm_matrix F = {type, rows, n, w, 0, NULL, NULL}, M = {type, rows, n, w, GM_KTYPE_X8(type), wp, NULL};
+    gm_matmul_scratch s = {0};
+    gm_isa_set(GM_ISA_AVX2);
+    for (int k = 0; k < 2 && n * rows <= 1 << 20; k++) {
+        const int64_t nt = k ? n_tok : 1;
+        CHECK_EQ_INT(gm_matmul(&F, x, nt, yf, p2, &s), GM_OK);
+        CHECK_EQ_INT(gm_matmul(&M, x, nt, y, p2, &s), GM_OK);
+        for (int64_t i = 0; i < nt * rows; i++) bad_bits += memcmp(&yf[i], &y[i], 4) != 0;
+    }
+    gm_isa_set(gm_isa_supported());
+    gm_matmul_scratch_free(&s);
+    CHECK_MSG(bad_bits == 0, "%s n %lld: %d packed outputs differ from the file rows' bits", wt->name, (long long)n, bad_bits);
+    CHECK_MSG(bad_out == 0, "%s n %lld: %d outputs written outside the range", wt->name, (long long)n, bad_out);
+    free(w), free(wp), free(back), free(a), free(row), free(want), free(y), free(x), free(yf);
+}
+
+TEST(avx2_qx8_tiles_same_bits_as_file_rows) {
+    if (gm_isa_supported() < GM_ISA_AVX2 || !gm_avx2_qx8_tiles(GM_TYPE_Q5_0)) return;
+    CHECK(!gm_avx2_qx8_tiles(GM_TYPE_Q4_K) && !gm_avx2_qx8_tiles(GM_TYPE_F16));
+    CHECK(gm_avx2_x8_tiles(GM_TYPE_Q5_0) == gm_avx2_qx8_tiles(GM_TYPE_Q5_0));
+    gm_pool *p2 = gm_pool_new(2);
+    const int types[] = {GM_TYPE_Q4_0, GM_TYPE_Q4_1, GM_TYPE_Q5_0, GM_TYPE_Q5_1, GM_TYPE_Q8_0};
+    const int nts[] = {1, 2, 3, 4, 5, 9, 70}, few[] = {1, 2};
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        CHECK(gm_avx2_qx8_tiles(types[k]) != NULL);
+        qx8_case(types[k], 32, 24, nts, 7, p2);
+        qx8_case(types[k], 96, 40, nts, 7, p2);
+        qx8_case(types[k], 640, 40, nts, 7, p2);
+        qx8_case(types[k], 32 * 160, 16, nts, 7, p2);     /* prefill: octets in slices of blocks */
+        qx8_case(types[k], 32 * 4100, 16, few, 2, p2);     /* decode: side terms in slices of blocks */
     }
     gm_pool_free(p2);
 }
@@ -634,6 +706,7 @@ int main(void) {
     RUN(simd_vec_dot_vs_scalar);
     RUN(avx2_tiles_vs_dot_and_scalar);
     RUN(avx2_x8_tiles_exact_and_invariant);
+    RUN(avx2_qx8_tiles_same_bits_as_file_rows);
     RUN(avx512_tok_dot_vs_scalar);
     RUN(matmul_multi_equals_separate);
     RUN(decode_split_with_stealing_covers_every_row);
