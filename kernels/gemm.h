@@ -46,7 +46,7 @@ gm_avx2_tiles_fn gm_avx2_tiles(int type);
 /* the quantized types' kernels (kernels/qtiles_avx2.c), which the two above return */
 gm_vec_dot_fn gm_avx2_qdot(int type);
 gm_avx2_tiles_fn gm_avx2_qtiles(int type);
-/* the 32-code quantized types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) over weights packed as x8 (kernels/pack.h), with
+/* the quantized types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K over weights packed as x8 (kernels/pack.h), with
  * the bits of gm_avx2_qtiles on the file's rows: w the packed matrix at a group start (rows split at multiples
  * of GM_AVX2_TILE_ROWS), ws the file's row bytes; NULL for other types or without AVX2 in this build */
 gm_avx2_tiles_fn gm_avx2_qx8_tiles(int type);

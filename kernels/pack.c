@@ -151,16 +151,78 @@ static void qx8_block(const qx8_fields *f, const char *const blk[8], char *o, bo
                  : memcpy(fb[r] + f->qs + 4 * j, o + at + 32 * j + 4 * r, 4);
 }
 
+/* Q4_K group-superblock (8 x 144 bytes): d[8], dmin[8], the 6-bit scales and mins split into low nibbles (byte
+ * 32 + 8c + r: scale | min << 4 of chunk c of row r) and high bits (byte 96 + 8c + r for c < 4: bits 0-1 scale
+ * of chunk c, 2-3 its min, 4-5 scale of chunk c + 4, 6-7 its min), then the codes (kernels/pack.h). */
+static void q4k_x8_block(const char *const blk[8], char *o, bool pack) {
+    char *const *fb = (char *const *)blk; /* written only when unpacking */
+    uint8_t *L = (uint8_t *)o + 32, *H = (uint8_t *)o + 96;
+    for (int r = 0; r < 8; r++) {
+        const gm_block_q4_K *b = (const gm_block_q4_K *)blk[r];
+        gm_block_q4_K *w = (gm_block_q4_K *)fb[r];
+        if (pack) {
+            memcpy(o + 2 * r, &b->d, 2), memcpy(o + 16 + 2 * r, &b->dmin, 2);
+            int sc[8], mn[8];
+            for (int c = 0; c < 8; c++) gm_k4_scale_min(c, b->scales, &sc[c], &mn[c]);
+            for (int c = 0; c < 8; c++) L[8 * c + r] = (uint8_t)((sc[c] & 15) | (mn[c] & 15) << 4);
+            for (int c = 0; c < 4; c++)
+                H[8 * c + r] = (uint8_t)(sc[c] >> 4 | (mn[c] >> 4) << 2 | (sc[c + 4] >> 4) << 4 | (mn[c + 4] >> 4) << 6);
+            for (int cp = 0; cp < 4; cp++)
+                for (int g = 0; g < 8; g++) memcpy(o + 128 + 32 * (8 * cp + g) + 4 * r, b->qs + 32 * cp + 4 * g, 4);
+        } else {
+            memcpy(&w->d, o + 2 * r, 2), memcpy(&w->dmin, o + 16 + 2 * r, 2);
+            int sc[8], mn[8];
+            for (int c = 0; c < 8; c++) {
+                const int h = H[8 * (c % 4) + r] >> (c < 4 ? 0 : 4);
+                sc[c] = (L[8 * c + r] & 15) | (h & 3) << 4;
+                mn[c] = (L[8 * c + r] >> 4) | (h >> 2 & 3) << 4;
+            }
+            for (int j = 0; j < 4; j++) { /* the inverse of gm_k4_scale_min */
+                w->scales[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+                w->scales[j + 4] = (uint8_t)(mn[j] | (mn[j + 4] >> 4) << 6);
+                w->scales[j + 8] = (uint8_t)((sc[j + 4] & 15) | (mn[j + 4] & 15) << 4);
+            }
+            for (int cp = 0; cp < 4; cp++)
+                for (int g = 0; g < 8; g++) memcpy(w->qs + 32 * cp + 4 * g, o + 128 + 32 * (8 * cp + g) + 4 * r, 4);
+        }
+    }
+}
+
+/* Q6_K group-superblock (8 x 210 bytes): d[8], scales (byte 16 + 16c + 2r + e: scale 2c + e of row r), then per
+ * step (h, g) at 144 + 96 (8h + g) the ql vectors k = 0, 1 and the qh vector (kernels/pack.h). */
+static void q6k_x8_block(const char *const blk[8], char *o, bool pack) {
+    char *const *fb = (char *const *)blk; /* written only when unpacking */
+    for (int r = 0; r < 8; r++) {
+        char *b = fb[r];
+        const size_t d = offsetof(gm_block_q6_K, d), sc = offsetof(gm_block_q6_K, scales);
+        const size_t ql = offsetof(gm_block_q6_K, ql), qh = offsetof(gm_block_q6_K, qh);
+        pack ? memcpy(o + 2 * r, b + d, 2) : memcpy(b + d, o + 2 * r, 2);
+        for (int c = 0; c < 8; c++) pack ? memcpy(o + 16 + 16 * c + 2 * r, b + sc + 2 * c, 2) : memcpy(b + sc + 2 * c, o + 16 + 16 * c + 2 * r, 2);
+        for (int h = 0; h < 2; h++)
+            for (int g = 0; g < 8; g++) {
+                char *step = o + 144 + 96 * (8 * h + g) + 4 * r;
+                for (int k = 0; k < 2; k++) pack ? memcpy(step + 32 * k, b + ql + 64 * h + 32 * k + 4 * g, 4)
+                                                 : memcpy(b + ql + 64 * h + 32 * k + 4 * g, step + 32 * k, 4);
+                pack ? memcpy(step + 64, b + qh + 32 * h + 4 * g, 4) : memcpy(b + qh + 32 * h + 4 * g, step + 64, 4);
+            }
+    }
+}
+
 static void qx8_rows(int type, const void *file, void *x8, int64_t rows, int64_t cols, bool pack) {
-    qx8_fields f;
-    if (!qx8_fields_of(type, &f)) return;
-    const int64_t nb = cols / 32;
-    const size_t rb = f.bytes * (size_t)nb;
+    qx8_fields f = {0};
+    const bool k4 = type == GM_TYPE_Q4_K, k6 = type == GM_TYPE_Q6_K;
+    if (!k4 && !k6 && !qx8_fields_of(type, &f)) return;
+    const size_t bytes = k4 ? sizeof(gm_block_q4_K) : k6 ? sizeof(gm_block_q6_K) : f.bytes;
+    const int64_t nb = cols / (k4 || k6 ? 256 : 32);
+    const size_t rb = bytes * (size_t)nb;
     for (int64_t g = 0; g < rows / 8; g++)
         for (int64_t b = 0; b < nb; b++) {
             const char *blk[8];
-            for (int r = 0; r < 8; r++) blk[r] = (const char *)file + (size_t)(8 * g + r) * rb + (size_t)b * f.bytes;
-            qx8_block(&f, blk, (char *)x8 + (size_t)g * 8 * rb + (size_t)b * 8 * f.bytes, pack);
+            for (int r = 0; r < 8; r++) blk[r] = (const char *)file + (size_t)(8 * g + r) * rb + (size_t)b * bytes;
+            char *o = (char *)x8 + (size_t)g * 8 * rb + (size_t)b * 8 * bytes;
+            if (k4) q4k_x8_block(blk, o, pack);
+            else if (k6) q6k_x8_block(blk, o, pack);
+            else qx8_block(&f, blk, o, pack);
         }
 }
 

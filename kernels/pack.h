@@ -55,8 +55,9 @@ void gm_unpack_q5_0x16_row(const void *src, void *dst, int64_t cols);
  * overlap. */
 void gm_pack_x8(const void *src, void *dst, int64_t rows, int64_t cols);
 
-/* Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 as x8 (the AVX2 kernels of kernels/qtiles_avx2.c): rows in groups of 8,
- * each group block by block (block b of the group's 8 rows in 8 x the block's bytes, as in the file):
+/* Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K as x8 (the AVX2 kernels of kernels/qtiles_avx2.c): rows in
+ * groups of 8, each group block by block (block b of the group's 8 rows in 8 x the block's bytes, as in the
+ * file), the fields in the order the one-token kernel reads them. 32-code blocks:
  *
  *   d[8]      f16  the 8 rows' scales                       -> one load + one conversion for 8 rows
  *   m[8]      f16  Q4_1 / Q5_1: the 8 rows' offsets
@@ -66,9 +67,20 @@ void gm_pack_x8(const void *src, void *dst, int64_t rows, int64_t cols);
  *                  Q8_0: 8 vectors, vector g: bytes 4r .. 4r + 3 = codes 4g .. 4g + 3 of row r
  *
  * so that one load, a mask (and a shift) and the fifth bits' shift and mask give the codes of 4 columns of
- * all 8 rows, row r in int32 lane r, ready for vpmaddubsw against 4 broadcast activation bytes. Packs rows
- * (a multiple of 8) of `cols` (a multiple of 32); src and dst must not overlap. gm_unpack_qx8 is the inverse
- * (tests). */
+ * all 8 rows, row r in int32 lane r, ready for vpmaddubsw against 4 broadcast activation bytes. 256-code
+ * super-blocks (chunk c = codes 32c .. 32c + 31):
+ *
+ *   Q4_K   d[8], dmin[8] f16; 64 bytes, byte 8c + r = low 4 bits of row r's chunk-c scale | of its min << 4;
+ *          32 bytes, byte 8c + r (c < 4) = the high 2 bits of: scale c (bits 0-1), min c (2-3), scale c + 4
+ *          (4-5), min c + 4 (6-7); then vectors (p, g), p < 4, g < 8: lane r = the file's qs bytes 32p + 4g ..
+ *          + 3 of row r (low nibbles chunk 2p, high chunk 2p + 1)
+ *   Q6_K   d[8] f16; 8 x 16 bytes, chunk c: byte 2r + e = row r's scale 2c + e (int8); then per step (h, g),
+ *          h < 2, g < 8, 96 bytes: ql vectors k = 0, 1 (lane r: ql bytes 64h + 32k + 4g .. + 3 of row r; low
+ *          nibbles chunk 4h + k, high chunk 4h + k + 2) and the qh vector (qh bytes 32h + 4g .. + 3: bits 2k,
+ *          2k + 1 the high bits of chunk 4h + k)
+ *
+ * Packs rows (a multiple of 8) of `cols` (a multiple of the block); src and dst must not overlap.
+ * gm_unpack_qx8 is the inverse (tests). */
 void gm_pack_qx8(int type, const void *src, void *dst, int64_t rows, int64_t cols);
 void gm_unpack_qx8(int type, const void *src, void *dst, int64_t rows, int64_t cols);
 

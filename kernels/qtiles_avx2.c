@@ -23,7 +23,10 @@
  *    int32 lanes, and a transpose-add of the 8 rows' vectors puts row r's total in lane r;
  *  - more tokens: 8 rows decoded once into an "octet" (codes as bytes, vector g of a block holding codes
  *    4g .. 4g+3 of row r in lane r), then register tiles of 8 rows x T tokens in which a token contributes
- *    one broadcast of 4 activation bytes per group. */
+ *    one broadcast of 4 activation bytes per group.
+ * Where the model packed the rows at open (x8, kernels/pack.h), the codes are stored in octet order already:
+ * one token takes them straight into the octet vectors (no transpose, no horizontal sums, one conversion
+ * for 8 rows' scales), more tokens build the octets by the same expansion. */
 #include "kernels/gemm.h"
 
 #include <stddef.h>
@@ -574,6 +577,158 @@ INL void octet_x8(int type, int64_t nbs, const char *p, size_t gb, char *ob) {
     }
 }
 
+/* K-quant group-superblocks (kernels/pack.h). Each chunk's 8 rows' scales come as int16 pairs (both halves of
+ * lane r = row r's scale) for vpmaddwd against the chunk's int16 sums, and likewise the offsets (Q4_K / Q5_K
+ * mins, Q6_K's 32 x scales) against the chunk's two bsums. */
+
+/* lane r = (byte r, byte r) as int16 pairs, from 8 bytes at p */
+INL __m256i pairs8(const uint8_t *p) {
+    int64_t v;
+    memcpy(&v, p, 8);
+    const __m256i idx = _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1, 4, -1, 4, -1, 5, -1, 5, -1,
+                                         6, -1, 6, -1, 7, -1, 7, -1);
+    return _mm256_shuffle_epi8(_mm256_set1_epi64x(v), idx);
+}
+
+/* Q4_K: the 6-bit scales (sm[0, 64): byte 8c + r) and mins (sm[64, 128)) of a group-superblock as bytes */
+INL void q4k_scales(const char *p, uint8_t sm[128]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i l0 = _mm256_loadu_si256((const __m256i *)(p + 32)), l1 = _mm256_loadu_si256((const __m256i *)(p + 64));
+    const __m256i h = _mm256_loadu_si256((const __m256i *)(p + 96));
+    _mm256_storeu_si256((__m256i *)sm, _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30)));
+    _mm256_storeu_si256((__m256i *)(sm + 32), _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(h, m30)));
+    _mm256_storeu_si256((__m256i *)(sm + 64),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m30)));
+    _mm256_storeu_si256((__m256i *)(sm + 96),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(h, 2), m30)));
+}
+
+/* Q6_K: chunk c's scale pairs (lane r: row r's scales 2c, 2c + 1 as int16) */
+INL __m256i q6k_pairs(const char *p, int c) { return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 16 + 16 * c))); }
+/* lane r = (low int16, low int16) / (high, high) of lane r of v */
+INL __m256i dup_lo16(__m256i v) {
+    const __m128i i = _mm_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13);
+    return _mm256_shuffle_epi8(v, _mm256_set_m128i(i, i));
+}
+INL __m256i dup_hi16(__m256i v) {
+    const __m128i i = _mm_setr_epi8(2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15);
+    return _mm256_shuffle_epi8(v, _mm256_set_m128i(i, i));
+}
+
+/* Q6_K codes of chunks 4h .. 4h + 3, group g (octet vectors) */
+INL void q6k_codes(const char *p, int h, int g, __m256i v[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const char *step = p + 144 + 96 * (8 * h + g); /* ql vectors 0, 1 and the qh vector, in the order read */
+    const __m256i l0 = _mm256_loadu_si256((const __m256i *)step);
+    const __m256i l1 = _mm256_loadu_si256((const __m256i *)(step + 32));
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(step + 64));
+    v[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(q, 4), m30));
+    v[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(q, 2), m30));
+    v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(q, m30));
+    v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(q, 2), m30));
+}
+
+/* One token, one group: acc + super-blocks [0, nbs) of the group-superblocks at p (gb bytes apart) . Q8_K
+ * blocks a — kernK's operations for one token. */
+INL __m256 x8k_direct(int type, int64_t nbs, const char *p, size_t gb, const char *a, __m256 acc) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int64_t i = 0; i < nbs; i++, p += gb) {
+        const gm_block_q8_K *yb = (const gm_block_q8_K *)a + i;
+        __m256i is = _mm256_setzero_si256(), ms = _mm256_setzero_si256();
+        const __m256 da = _mm256_set1_ps(yb->d), d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+        if (type == GM_TYPE_Q4_K) {
+            _Alignas(32) uint8_t sm[128];
+            q4k_scales(p, sm);
+#pragma GCC unroll 4
+            for (int cp = 0; cp < 4; cp++) { /* chunks 2cp (low nibbles), 2cp + 1 (high) */
+                __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+                for (int g = 0; g < 8; g++) {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * (8 * cp + g)));
+                    s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(_mm256_and_si256(v, m4), bcast32(yb->qs + 64 * cp + 4 * g)));
+                    s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+                                                                   bcast32(yb->qs + 64 * cp + 32 + 4 * g)));
+                }
+                is = _mm256_add_epi32(is, _mm256_madd_epi16(s0, pairs8(sm + 16 * cp)));
+                is = _mm256_add_epi32(is, _mm256_madd_epi16(s1, pairs8(sm + 16 * cp + 8)));
+                ms = _mm256_add_epi32(ms, _mm256_madd_epi16(pairs8(sm + 64 + 16 * cp), bcast32(yb->bsums + 4 * cp)));
+                ms = _mm256_add_epi32(ms, _mm256_madd_epi16(pairs8(sm + 64 + 16 * cp + 8), bcast32(yb->bsums + 4 * cp + 2)));
+            }
+            const __m256 nm = _mm256_xor_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16))), da),
+                                            _mm256_set1_ps(-0.0f));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d, da), acc);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), nm, acc);
+        } else {
+            /* not unrolled: 16 ymm registers hold one step's 4 sums, codes and constants, no more */
+#pragma GCC unroll 1
+            for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 1
+                for (int g0 = 0; g0 < 8; g0 += 2) { /* int16 sums of 2 groups (codes < 64) */
+                    __m256i sk[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 2
+                    for (int g = g0; g < g0 + 2; g++) {
+                        __m256i v[4];
+                        q6k_codes(p, h, g, v);
+#pragma GCC unroll 4
+                        for (int k = 0; k < 4; k++)
+                            sk[k] = _mm256_add_epi16(sk[k], _mm256_maddubs_epi16(v[k], bcast32(yb->qs + 32 * (4 * h + k) + 4 * g)));
+                    }
+#pragma GCC unroll 4
+                    for (int k = 0; k < 4; k++) {
+                        const __m256i pr = q6k_pairs(p, 4 * h + k);
+                        is = _mm256_add_epi32(is, _mm256_madd_epi16(sk[k], g0 < 4 ? dup_lo16(pr) : dup_hi16(pr)));
+                    }
+                }
+            }
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; c++)
+                ms = _mm256_add_epi32(ms, _mm256_madd_epi16(_mm256_slli_epi16(q6k_pairs(p, c), 5), bcast32(yb->bsums + 2 * c)));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(is, ms)), _mm256_mul_ps(d, da), acc);
+        }
+    }
+    return acc;
+}
+
+/* super-blocks [0, nbs) of the group-superblocks at p (gb bytes apart) into octet ob, as octetK leaves them */
+INL void octet_x8k(int type, int64_t nbs, const char *p, size_t gb, char *ob) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int64_t i = 0; i < nbs; i++, p += gb) {
+        char *dst = ob + i * OBK;
+        if (type == GM_TYPE_Q4_K) {
+            _Alignas(32) uint8_t sm[128];
+            q4k_scales(p, sm);
+            for (int cp = 0; cp < 4; cp++)
+                for (int g = 0; g < 8; g++) {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * (8 * cp + g)));
+                    _mm256_store_si256((__m256i *)(dst + 256 * (2 * cp) + 32 * g), _mm256_and_si256(v, m4));
+                    _mm256_store_si256((__m256i *)(dst + 256 * (2 * cp + 1) + 32 * g), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+                }
+            for (int c = 0; c < 8; c++) {
+                const __m256i sc = pairs8(sm + 8 * c);
+                _mm256_store_si256((__m256i *)(dst + 2048 + 32 * (2 * c)), sc);
+                _mm256_store_si256((__m256i *)(dst + 2048 + 32 * (2 * c + 1)), sc);
+                _mm256_store_si256((__m256i *)(dst + 2560 + 32 * c), pairs8(sm + 64 + 8 * c));
+            }
+            _mm256_store_ps((float *)(dst + 2848), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16))));
+        } else {
+            for (int h = 0; h < 2; h++)
+                for (int g = 0; g < 8; g++) {
+                    __m256i v[4];
+                    q6k_codes(p, h, g, v);
+                    for (int k = 0; k < 4; k++) _mm256_store_si256((__m256i *)(dst + 256 * (4 * h + k) + 32 * g), v[k]);
+                }
+            for (int c = 0; c < 8; c++) {
+                const __m256i pr = q6k_pairs(p, c);
+                _mm256_store_si256((__m256i *)(dst + 2048 + 32 * (2 * c)), dup_lo16(pr));
+                _mm256_store_si256((__m256i *)(dst + 2048 + 32 * (2 * c + 1)), dup_hi16(pr));
+                _mm256_store_si256((__m256i *)(dst + 2560 + 32 * c), _mm256_slli_epi16(pr, 5));
+            }
+            _mm256_store_ps((float *)(dst + 2848), _mm256_setzero_ps());
+        }
+        _mm256_store_ps((float *)(dst + 2816), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)));
+    }
+}
+
 /* T tokens (a: the first, at block b0 of a slice; y: its outputs for the octet's nr rows). A slice after
  * the first continues the f32 sums it left in y: the same sequence of operations as one pass. */
 INL void tile(int type, int T, int64_t b0, int64_t nbs, const char *ob, const char *a, size_t as, const side_t *sd,
@@ -600,9 +755,15 @@ INL const char *next_rows(const char *w, size_t ws, int64_t r0, int64_t rows, bo
     return whole && r0 + 16 <= rows ? w + (size_t)(r0 + 8) * ws : NULL;
 }
 
-/* One token on x8 rows: side terms per slice of blocks, then each group straight from the packed bytes. */
+/* One token on x8 rows: (32-code types) side terms per slice of blocks, then each group straight from the
+ * packed bytes. */
 INL void x8_decode(int type, int64_t nb, const char *w, size_t ws, int64_t rows, const char *a, float *y) {
     const size_t ab = ablock_bytes(type), gb = 8 * wblock_bytes(type);
+    if (kquant(type)) {
+        for (int64_t r0 = 0; r0 < rows; r0 += 8)
+            store_rows(y + r0, x8k_direct(type, nb, w + (size_t)r0 * ws, gb, a, _mm256_setzero_ps()), rows - r0 < 8 ? (int)(rows - r0) : 8);
+        return;
+    }
     side_t sd[SIDE_ENTRIES];
     for (int64_t k0 = 0; k0 < nb; k0 += SIDE_ENTRIES) {
         const int64_t nbs = nb - k0 < SIDE_ENTRIES ? nb - k0 : SIDE_ENTRIES;
@@ -649,7 +810,8 @@ INL void qtiles(int type, bool x8, int64_t n, const char *w, size_t ws, int64_t 
                 const int nr = octet_rows(w, ws, r0, rows, row);
                 if (x8) {
                     const size_t gb = 8 * wblock_bytes(type);
-                    octet_x8(type, nbs, w + (size_t)r0 * ws + (size_t)k0 * gb, gb, ob);
+                    if (K) octet_x8k(type, nbs, w + (size_t)r0 * ws + (size_t)k0 * gb, gb, ob);
+                    else octet_x8(type, nbs, w + (size_t)r0 * ws + (size_t)k0 * gb, gb, ob);
                 } else {
                     const char *pf = next_rows(w, ws, r0, rows, nbs == nb);
                     if (K) octetK(type, k0, nbs, row, ob, pf, ws);
@@ -702,6 +864,8 @@ X8TYPE(q4_0, GM_TYPE_Q4_0)
 X8TYPE(q5_0, GM_TYPE_Q5_0)
 X8TYPE(q4_1, GM_TYPE_Q4_1)
 X8TYPE(q5_1, GM_TYPE_Q5_1)
+X8TYPE(q4_K, GM_TYPE_Q4_K)
+X8TYPE(q6_K, GM_TYPE_Q6_K)
 
 /* one row per type (ggml's trait-table style) */
 static const struct {
@@ -711,8 +875,8 @@ static const struct {
 } qtypes[] = {
     {GM_TYPE_Q8_0, dot_q8_0, tiles_q8_0, x8tiles_q8_0}, {GM_TYPE_Q4_0, dot_q4_0, tiles_q4_0, x8tiles_q4_0},
     {GM_TYPE_Q5_0, dot_q5_0, tiles_q5_0, x8tiles_q5_0}, {GM_TYPE_Q4_1, dot_q4_1, tiles_q4_1, x8tiles_q4_1},
-    {GM_TYPE_Q5_1, dot_q5_1, tiles_q5_1, x8tiles_q5_1}, {GM_TYPE_Q4_K, dot_q4_K, tiles_q4_K, NULL},
-    {GM_TYPE_Q5_K, dot_q5_K, tiles_q5_K, NULL},         {GM_TYPE_Q6_K, dot_q6_K, tiles_q6_K, NULL},
+    {GM_TYPE_Q5_1, dot_q5_1, tiles_q5_1, x8tiles_q5_1}, {GM_TYPE_Q4_K, dot_q4_K, tiles_q4_K, x8tiles_q4_K},
+    {GM_TYPE_Q5_K, dot_q5_K, tiles_q5_K, NULL},         {GM_TYPE_Q6_K, dot_q6_K, tiles_q6_K, x8tiles_q6_K},
 };
 
 gm_vec_dot_fn gm_avx2_qdot(int type) {

@@ -248,7 +248,7 @@ static gm_status load_weights(gm_model *m, gm_error *err) {
 /* Packed copies of layer matrices for the active ISA level's kernels (kernels/pack.h); the file bytes
  * stay mapped for the other levels and for every other reader.
  *
- * x8 (AVX2 active; F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 matrices of rows a multiple of 8): the AVX2
+ * x8 (AVX2 active; F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K matrices of rows a multiple of 8): the AVX2
  * kernels take eight rows per vector (kernels/f16x8_avx2.c, kernels/qtiles_avx2.c) straight from the copy.
  * The copies take the place of the file's pages in memory: each matrix's pages are dropped once it is
  * packed, and nothing reads them while AVX2 runs. Because a 2 MiB file page is mapped whole again when any

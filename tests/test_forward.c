@@ -299,7 +299,7 @@ TEST(gemma3_f16_weights_packed_for_avx2) {
     free(avx2), free(chunked), free(scalar);
 }
 
-/* Q5_0 / Q8_0 layer matrices are packed as x8 when AVX2 is the active level (model.c pack_layout), and the
+/* Q5_0 / Q8_0 / Q4_K / Q6_K layer matrices are packed as x8 when AVX2 is the active level (model.c pack_layout), and the
  * packed kernels give the file kernels' bits: a tiny model's logits with the copies equal (memcmp) those with
  * GEMMA_REPACK=0, whole prefill and chunked. */
 static bool layer0_packed(const char *path, int type) {
@@ -314,12 +314,14 @@ static bool layer0_packed(const char *path, int type) {
 
 TEST(gemma3_quantized_weights_packed_for_avx2) {
     if (gm_isa_supported() < GM_ISA_AVX2) return;
-    const int types[] = {GM_TYPE_Q5_0, GM_TYPE_Q8_0};
-    for (int k = 0; k < 2; k++) {
+    const int types[] = {GM_TYPE_Q5_0, GM_TYPE_Q8_0, GM_TYPE_Q4_K, GM_TYPE_Q6_K};
+    for (int k = 0; k < 4; k++) {
         tm_options o;
         tm_options_default(&o, "gemma3");
         o.n_layers = 3;
         o.weight_type = types[k];
+        if (types[k] == GM_TYPE_Q4_K || types[k] == GM_TYPE_Q6_K) /* every matrix's columns whole super-blocks */
+            o.d_model = 256, o.d_ff = 512, o.head_dim = 64, o.query_pre_attn_scalar = 64.0f;
         const int n = 24, V = tm_vocab_size();
         char err[256];
         const char *path = tmp_path("qx8");

@@ -439,7 +439,7 @@ static void x8_case(int type, int64_t n, gm_pool *p2) {
 
 TEST(avx2_x8_tiles_exact_and_invariant) {
     if (gm_isa_supported() < GM_ISA_AVX2 || !gm_avx2_x8_tiles(GM_TYPE_F16)) return;
-    CHECK(gm_avx2_x8_tiles(GM_TYPE_BF16) && !gm_avx2_x8_tiles(GM_TYPE_F32) && !gm_avx2_x8_tiles(GM_TYPE_Q4_K));
+    CHECK(gm_avx2_x8_tiles(GM_TYPE_BF16) && !gm_avx2_x8_tiles(GM_TYPE_F32) && !gm_avx2_x8_tiles(GM_TYPE_Q5_K));
     gm_pool *p2 = gm_pool_new(2);
     const int types[2] = {GM_TYPE_F16, GM_TYPE_BF16};
     for (int k = 0; k < 2; k++) {
@@ -505,13 +505,20 @@ static void qx8_case(int type, int64_t n, int64_t rows, const int *nts, int n_nt
 
 TEST(avx2_qx8_tiles_same_bits_as_file_rows) {
     if (gm_isa_supported() < GM_ISA_AVX2 || !gm_avx2_qx8_tiles(GM_TYPE_Q5_0)) return;
-    CHECK(!gm_avx2_qx8_tiles(GM_TYPE_Q4_K) && !gm_avx2_qx8_tiles(GM_TYPE_F16));
+    CHECK(!gm_avx2_qx8_tiles(GM_TYPE_Q5_K) && !gm_avx2_qx8_tiles(GM_TYPE_F16));
     CHECK(gm_avx2_x8_tiles(GM_TYPE_Q5_0) == gm_avx2_qx8_tiles(GM_TYPE_Q5_0));
     gm_pool *p2 = gm_pool_new(2);
-    const int types[] = {GM_TYPE_Q4_0, GM_TYPE_Q4_1, GM_TYPE_Q5_0, GM_TYPE_Q5_1, GM_TYPE_Q8_0};
+    const int types[] = {GM_TYPE_Q4_0, GM_TYPE_Q4_1, GM_TYPE_Q5_0, GM_TYPE_Q5_1, GM_TYPE_Q8_0, GM_TYPE_Q4_K, GM_TYPE_Q6_K};
     const int nts[] = {1, 2, 3, 4, 5, 9, 70}, few[] = {1, 2};
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         CHECK(gm_avx2_qx8_tiles(types[k]) != NULL);
+        if (types[k] == GM_TYPE_Q4_K || types[k] == GM_TYPE_Q6_K) {
+            qx8_case(types[k], 256, 24, nts, 7, p2);
+            qx8_case(types[k], 768, 40, nts, 7, p2);
+            qx8_case(types[k], 2048, 16, nts, 7, p2);
+            qx8_case(types[k], 256 * 20, 16, nts, 7, p2); /* prefill: octets in slices of super-blocks */
+            continue;
+        }
         qx8_case(types[k], 32, 24, nts, 7, p2);
         qx8_case(types[k], 96, 40, nts, 7, p2);
         qx8_case(types[k], 640, 40, nts, 7, p2);
