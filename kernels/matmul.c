@@ -314,8 +314,63 @@ static void multi_rows_task(void *ctx, int64_t g0, int64_t g1, int thread) {
     }
 }
 
+/* AVX2, a few tokens: the matrices' row groups in one pool call over activations quantized once */
+typedef struct {
+    int count;
+    int64_t row0[MM_MULTI_MAX + 1];
+    mm_job j[MM_MULTI_MAX];
+} multi2_job;
+
+static void multi2_rows_task(void *ctx, int64_t g0, int64_t g1, int thread) {
+    const multi2_job *m = ctx;
+    for (int i = 0; i < m->count; i++) {
+        const int64_t b = g0 > m->row0[i] ? g0 : m->row0[i], e = g1 < m->row0[i + 1] ? g1 : m->row0[i + 1];
+        if (b < e) avx2_tiles_task((void *)&m->j[i], b - m->row0[i], e - m->row0[i], thread);
+    }
+}
+
+/* One pool call for count matrices with the same columns and activation type, every row count a multiple of
+ * the AVX2 row groups (a group never straddles two matrices); false where that does not hold. The same
+ * kernels and activation bytes as separate gm_matmul calls: the same results. */
+static bool matmul_multi_avx2(const gm_matrix *const *W, float *const *y, int count, const float *x, int64_t n_tok,
+                              gm_pool *pool, gm_matmul_scratch *scratch, gm_status *st) {
+    multi2_job m = {.count = count};
+    for (int i = 0; i < count; i++) {
+        const gm_mm_kernel *k = gm_matrix_kernel(W[i]);
+        const gm_mm_kernel *k0 = gm_matrix_kernel(W[0]);
+        if (k->isa != GM_ISA_AVX2 || !k->tiles2 || k->act_type != k0->act_type || k->quant != k0->quant ||
+            W[i]->cols != W[0]->cols || W[i]->rows % GM_AVX2_TILE_ROWS || W[i]->rows == 0)
+            return false;
+        m.row0[i + 1] = m.row0[i] + W[i]->rows;
+    }
+    const gm_mm_kernel *k0 = gm_matrix_kernel(W[0]);
+    const gm_type_traits *at = gm_type_traits_of(k0->act_type);
+    const size_t a_stride = gm_row_bytes(at->type, W[0]->cols);
+    if (a_stride == 0) return false;
+    const char *act = (const char *)x;
+    gm_matrix V[MM_MULTI_MAX];
+    if (at->type != GM_TYPE_F32) {
+        if ((*st = scratch_reserve(scratch, (size_t)n_tok * a_stride)) != GM_OK) return true;
+        for (int64_t t = 0; t < n_tok; t++) k0->quant(x + t * W[0]->cols, (char *)scratch->buf + (size_t)t * a_stride, W[0]->cols);
+        act = scratch->buf;
+    }
+    for (int i = 0; i < count; i++) {
+        const gm_mm_kernel *k = gm_matrix_kernel(W[i]);
+        V[i] = tile_view(W[i], k);
+        m.j[i] = (mm_job){.W = &V[i], .w_stride = gm_row_bytes(W[i]->type, W[i]->cols), .act = act, .a_stride = a_stride,
+                          .n_tok = n_tok, .y = y[i], .tiles2 = k->tiles2};
+    }
+    decode_rows(pool, m.row0[count], multi2_rows_task, &m);
+    *st = GM_OK;
+    return true;
+}
+
 gm_status gm_matmul_multi(const gm_matrix *const *W, float *const *y, int count, const float *x, int64_t n_tok,
                           gm_pool *pool, gm_matmul_scratch *scratch) {
+    gm_status st2;
+    if (count >= 2 && count <= MM_MULTI_MAX && n_tok >= 1 && n_tok <= GM_FUSED_MAX_TOKENS &&
+        matmul_multi_avx2(W, y, count, x, n_tok, pool, scratch, &st2))
+        return st2;
     bool fused = count >= 1 && count <= MM_MULTI_MAX && n_tok >= 1 && n_tok <= GM_FUSED_MAX_TOKENS;
     multi_job j = {.count = count, .cols = count > 0 ? W[0]->cols : 0, .n_tok = n_tok};
     for (int i = 0; fused && i < count; i++) {

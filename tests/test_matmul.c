@@ -569,15 +569,18 @@ TEST(avx512_tok_dot_vs_scalar) {
 
 /* gm_matmul_multi: one pool call over q/k/v-like matrices of mixed types gives exactly the bytes of
  * separate gm_matmul calls, for 1 token (fused path) and 5 tokens (fallback), 1 and 2 threads. */
-TEST(matmul_multi_equals_separate) {
+/* gm_matmul_multi (one pool call for q/k/v or gate/up) gives each matrix the bytes of its own gm_matmul, at
+ * every ISA level: row counts that a row group straddles (37: separate calls on AVX2) and multiples of 8 (one
+ * pool call), file rows and x8 copies (AVX2's packed kernels), 1 and 5 tokens, 1 and 2 threads. */
+static void multi_case(const int64_t rows[3], bool packed) {
     const int64_t cols = 640;
     const int types[3] = {GM_TYPE_Q5_0, GM_TYPE_Q5_0, GM_TYPE_Q8_0};
-    const int64_t rows[3] = {200, 37, 64};
     gm_matrix W[3];
-    void *data[3];
+    void *data[3], *pk[3];
     for (int i = 0; i < 3; i++) {
         const size_t rb = gm_row_bytes(types[i], cols);
         data[i] = malloc(rb * (size_t)rows[i]);
+        pk[i] = malloc(rb * (size_t)rows[i]);
         float *row = malloc(sizeof(float) * cols);
         for (int64_t r = 0; r < rows[i]; r++) {
             for (int64_t c = 0; c < cols; c++) row[c] = frand();
@@ -585,32 +588,48 @@ TEST(matmul_multi_equals_separate) {
         }
         free(row);
         W[i] = (gm_matrix){types[i], rows[i], cols, data[i], 0, NULL, NULL};
+        if (packed) {
+            gm_pack_qx8(types[i], data[i], pk[i], rows[i], cols);
+            W[i].packed_type = GM_KTYPE_X8(types[i]), W[i].packed = pk[i];
+        }
     }
     float *x = malloc(sizeof(float) * cols * 5);
     for (int64_t i = 0; i < cols * 5; i++) x[i] = frand() * 2;
-    for (int nt = 1; nt <= 2; nt++) {
-        gm_pool *p = gm_pool_new(nt);
-        gm_matmul_scratch sc = {0};
-        for (int64_t n_tok = 1; n_tok <= 5; n_tok += 4) {
-            float *a[3], *b[3];
-            for (int i = 0; i < 3; i++) {
-                a[i] = calloc((size_t)(rows[i] * n_tok), sizeof(float));
-                b[i] = calloc((size_t)(rows[i] * n_tok), sizeof(float));
-                CHECK(gm_matmul(&W[i], x, n_tok, a[i], p, &sc) == GM_OK);
+    for (int isa = 0; isa <= (int)gm_isa_supported(); isa++) {
+        gm_isa_set((gm_isa)isa);
+        for (int nt = 1; nt <= 2; nt++) {
+            gm_pool *p = gm_pool_new(nt);
+            gm_matmul_scratch sc = {0};
+            for (int64_t n_tok = 1; n_tok <= 5; n_tok += 4) {
+                float *a[3], *b[3];
+                for (int i = 0; i < 3; i++) {
+                    a[i] = calloc((size_t)(rows[i] * n_tok), sizeof(float));
+                    b[i] = calloc((size_t)(rows[i] * n_tok), sizeof(float));
+                    CHECK(gm_matmul(&W[i], x, n_tok, a[i], p, &sc) == GM_OK);
+                }
+                const gm_matrix *Wp[3] = {&W[0], &W[1], &W[2]};
+                CHECK(gm_matmul_multi(Wp, b, 3, x, n_tok, p, &sc) == GM_OK);
+                for (int i = 0; i < 3; i++) {
+                    CHECK_MSG(memcmp(a[i], b[i], sizeof(float) * (size_t)(rows[i] * n_tok)) == 0,
+                              "matrix %d of %lld rows, %lld tokens, %d threads, isa %s%s", i, (long long)rows[i],
+                              (long long)n_tok, nt, gm_isa_name((gm_isa)isa), packed ? ", x8" : "");
+                    free(a[i]), free(b[i]);
+                }
             }
-            const gm_matrix *Wp[3] = {&W[0], &W[1], &W[2]};
-            CHECK(gm_matmul_multi(Wp, b, 3, x, n_tok, p, &sc) == GM_OK);
-            for (int i = 0; i < 3; i++) {
-                CHECK_MSG(memcmp(a[i], b[i], sizeof(float) * (size_t)(rows[i] * n_tok)) == 0,
-                          "matrix %d, %lld tokens, %d threads", i, (long long)n_tok, nt);
-                free(a[i]), free(b[i]);
-            }
+            gm_matmul_scratch_free(&sc);
+            gm_pool_free(p);
         }
-        gm_matmul_scratch_free(&sc);
-        gm_pool_free(p);
     }
-    for (int i = 0; i < 3; i++) free(data[i]);
+    gm_isa_set(gm_isa_supported());
+    for (int i = 0; i < 3; i++) free(data[i]), free(pk[i]);
     free(x);
+}
+
+TEST(matmul_multi_equals_separate) {
+    const int64_t straddled[3] = {200, 37, 64}, grouped[3] = {200, 40, 64};
+    multi_case(straddled, false);
+    multi_case(grouped, false);
+    multi_case(grouped, true);
 }
 
 /* Decode rows of a layer-sized matrix are split in one slice per thread, and a thread done early
