@@ -129,11 +129,13 @@ static void mm_rows_task(void *ctx, int64_t r0, int64_t r1, int thread) {
 }
 
 /* AVX2: rows [r0, r1) x every token (the kernels block rows and tokens for the caches themselves) */
-static void avx2_tiles_task(void *ctx, int64_t r0, int64_t r1, int thread) {
-    (void)thread;
-    const mm_job *j = ctx;
+static void avx2_tiles(const mm_job *j, int64_t r0, int64_t r1) {
     j->tiles2(j->W->cols, (const char *)j->W->data + (size_t)r0 * j->w_stride, j->w_stride, r1 - r0, j->act, j->a_stride,
               j->n_tok, j->y + r0, j->W->rows);
+}
+static void avx2_tiles_task(void *ctx, int64_t r0, int64_t r1, int thread) {
+    (void)thread;
+    avx2_tiles(ctx, r0, r1);
 }
 
 /* the same over groups of GM_AVX2_TILE_ROWS rows (prefill) */
@@ -322,10 +324,11 @@ typedef struct {
 } multi2_job;
 
 static void multi2_rows_task(void *ctx, int64_t g0, int64_t g1, int thread) {
+    (void)thread;
     const multi2_job *m = ctx;
     for (int i = 0; i < m->count; i++) {
         const int64_t b = g0 > m->row0[i] ? g0 : m->row0[i], e = g1 < m->row0[i + 1] ? g1 : m->row0[i + 1];
-        if (b < e) avx2_tiles_task((void *)&m->j[i], b - m->row0[i], e - m->row0[i], thread);
+        if (b < e) avx2_tiles(&m->j[i], b - m->row0[i], e - m->row0[i]);
     }
 }
 
@@ -335,15 +338,14 @@ static void multi2_rows_task(void *ctx, int64_t g0, int64_t g1, int thread) {
 static bool matmul_multi_avx2(const gm_matrix *const *W, float *const *y, int count, const float *x, int64_t n_tok,
                               gm_pool *pool, gm_matmul_scratch *scratch, gm_status *st) {
     multi2_job m = {.count = count};
+    const gm_mm_kernel *k[MM_MULTI_MAX], *k0 = gm_matrix_kernel(W[0]);
     for (int i = 0; i < count; i++) {
-        const gm_mm_kernel *k = gm_matrix_kernel(W[i]);
-        const gm_mm_kernel *k0 = gm_matrix_kernel(W[0]);
-        if (k->isa != GM_ISA_AVX2 || !k->tiles2 || k->act_type != k0->act_type || k->quant != k0->quant ||
+        k[i] = gm_matrix_kernel(W[i]);
+        if (k[i]->isa != GM_ISA_AVX2 || !k[i]->tiles2 || k[i]->act_type != k0->act_type || k[i]->quant != k0->quant ||
             W[i]->cols != W[0]->cols || W[i]->rows % GM_AVX2_TILE_ROWS || W[i]->rows == 0)
             return false;
         m.row0[i + 1] = m.row0[i] + W[i]->rows;
     }
-    const gm_mm_kernel *k0 = gm_matrix_kernel(W[0]);
     const gm_type_traits *at = gm_type_traits_of(k0->act_type);
     const size_t a_stride = gm_row_bytes(at->type, W[0]->cols);
     if (a_stride == 0) return false;
@@ -355,10 +357,9 @@ static bool matmul_multi_avx2(const gm_matrix *const *W, float *const *y, int co
         act = scratch->buf;
     }
     for (int i = 0; i < count; i++) {
-        const gm_mm_kernel *k = gm_matrix_kernel(W[i]);
-        V[i] = tile_view(W[i], k);
+        V[i] = tile_view(W[i], k[i]);
         m.j[i] = (mm_job){.W = &V[i], .w_stride = gm_row_bytes(W[i]->type, W[i]->cols), .act = act, .a_stride = a_stride,
-                          .n_tok = n_tok, .y = y[i], .tiles2 = k->tiles2};
+                          .n_tok = n_tok, .y = y[i], .tiles2 = k[i]->tiles2};
     }
     decode_rows(pool, m.row0[count], multi2_rows_task, &m);
     *st = GM_OK;

@@ -530,7 +530,7 @@ INL __m256 x8_direct(int type, int64_t nbs, const char *p, size_t gb, const char
         if (type == GM_TYPE_Q8_0) {
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++) {
-                const __m256i w = _mm256_loadu_si256((const __m256i *)(p + 16 + 32 * g));
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(p + x8_qs_off(type) + 32 * g));
                 const __m256i x = _mm256_sign_epi8(bcast32(q + 4 * g), w);
                 is = _mm256_add_epi32(is, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), x), ones));
             }
@@ -562,7 +562,7 @@ INL void octet_x8(int type, int64_t nbs, const char *p, size_t gb, char *ob) {
         if (type == GM_TYPE_Q8_0) {
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++)
-                _mm256_store_si256((__m256i *)(dst + 32 * g), _mm256_loadu_si256((const __m256i *)(p + 16 + 32 * g)));
+                _mm256_store_si256((__m256i *)(dst + 32 * g), _mm256_loadu_si256((const __m256i *)(p + x8_qs_off(type) + 32 * g)));
         } else {
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++) {
@@ -868,34 +868,29 @@ X8TYPE(q4_K, GM_TYPE_Q4_K)
 X8TYPE(q6_K, GM_TYPE_Q6_K)
 
 /* one row per type (ggml's trait-table style) */
-static const struct {
+typedef struct {
     int type;
     gm_vec_dot_fn dot;
     gm_avx2_tiles_fn tiles, x8tiles;
-} qtypes[] = {
+} qtype_row;
+
+static const qtype_row qtypes[] = {
     {GM_TYPE_Q8_0, dot_q8_0, tiles_q8_0, x8tiles_q8_0}, {GM_TYPE_Q4_0, dot_q4_0, tiles_q4_0, x8tiles_q4_0},
     {GM_TYPE_Q5_0, dot_q5_0, tiles_q5_0, x8tiles_q5_0}, {GM_TYPE_Q4_1, dot_q4_1, tiles_q4_1, x8tiles_q4_1},
     {GM_TYPE_Q5_1, dot_q5_1, tiles_q5_1, x8tiles_q5_1}, {GM_TYPE_Q4_K, dot_q4_K, tiles_q4_K, x8tiles_q4_K},
     {GM_TYPE_Q5_K, dot_q5_K, tiles_q5_K, NULL},         {GM_TYPE_Q6_K, dot_q6_K, tiles_q6_K, x8tiles_q6_K},
 };
 
-gm_vec_dot_fn gm_avx2_qdot(int type) {
+static const qtype_row *qtype_of(int type) {
+    static const qtype_row none = {0};
     for (size_t i = 0; i < sizeof qtypes / sizeof qtypes[0]; i++)
-        if (qtypes[i].type == type) return qtypes[i].dot;
-    return NULL;
+        if (qtypes[i].type == type) return &qtypes[i];
+    return &none;
 }
 
-gm_avx2_tiles_fn gm_avx2_qtiles(int type) {
-    for (size_t i = 0; i < sizeof qtypes / sizeof qtypes[0]; i++)
-        if (qtypes[i].type == type) return qtypes[i].tiles;
-    return NULL;
-}
-
-gm_avx2_tiles_fn gm_avx2_qx8_tiles(int type) {
-    for (size_t i = 0; i < sizeof qtypes / sizeof qtypes[0]; i++)
-        if (qtypes[i].type == type) return qtypes[i].x8tiles;
-    return NULL;
-}
+gm_vec_dot_fn gm_avx2_qdot(int type) { return qtype_of(type)->dot; }
+gm_avx2_tiles_fn gm_avx2_qtiles(int type) { return qtype_of(type)->tiles; }
+gm_avx2_tiles_fn gm_avx2_qx8_tiles(int type) { return qtype_of(type)->x8tiles; }
 
 #else
 

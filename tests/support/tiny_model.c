@@ -288,6 +288,7 @@ bool tm_write_gguf(const tm_options *o, const char *path, char *err, size_t err_
         if (!v) abort();
         fill_values(o, &t, v);
         int type = t.k == K_NORM ? GM_TYPE_F32 : t.k == K_EMBED ? o->embd_type : o->weight_type;
+        if (t.k == K_MATRIX && o->down_type && strstr(t.name, "ffn_down")) type = o->down_type;
         if (t.k == K_NORM) /* llama.cpp's converter stores 1 + w */
             for (int64_t k = 0; k < numel(&t); k++) v[k] += 1.0f;
         ok = gw_add_tensor_f32(w, t.name, type, t.n_dims, t.ne, v);

@@ -68,6 +68,7 @@ typedef struct tm_options {
                                 H*head_dim, d_ff) must be a multiple of the type's block: 32 for
                                 Q4_0..Q8_0, 256 for K-quants (e.g. d_model = d_ff = 256, H*hd = 256) */
     int embd_type;           /* gm_type of token_embd / output (F32 default) */
+    int down_type;           /* gm_type of ffn_down (0: weight_type), for files that mix types */
     bool untied;             /* write output.weight / lm_head.weight */
     bool add_mtp;            /* GGUF: add a hidden nextn tensor */
     uint64_t seed;           /* 1234 */
