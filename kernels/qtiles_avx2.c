@@ -48,6 +48,7 @@ enum {
     OCT_BYTES = 49152,    /* octet buffer (stack): longer rows go in slices of blocks */
     SIDE_ENTRIES = 4096,  /* per-(token, block) activation terms of one call (stack, 8 bytes each) */
     K_TOKENS = 64,        /* K-quant tokens per octet pass: 64 Q8_K rows of 2048 codes stay in L2 */
+    X8_AHEAD = 2048,      /* x8 one-token pass: bytes prefetched ahead of the block being read */
 };
 
 INL bool kquant(int type) { return type == GM_TYPE_Q4_K || type == GM_TYPE_Q5_K || type == GM_TYPE_Q6_K; }
@@ -519,12 +520,21 @@ INL void x8_nibbles(int type, const char *p, int j, __m256i *lo, __m256i *hi) {
     }
 }
 
+/* The lines of the group-block X8_AHEAD bytes after p, up to end (the call's rows): with one thread the
+ * hardware prefetcher alone left the one-token pass below the bound (tg128 1 thread +4-5%; docs/performance.md) */
+INL void x8_prefetch(const char *p, size_t gb, const char *end) {
+    for (size_t o = 0; o < gb; o += 64)
+        if ((size_t)(end - p) > X8_AHEAD + o) _mm_prefetch(p + X8_AHEAD + o, _MM_HINT_T0);
+}
+
 /* One token, one group: acc + blocks [0, nbs) of the group-blocks at p (gb bytes apart) . activation blocks
  * a (sd: their side terms) — kern32's operations for one token, with the octet vectors from registers. */
-INL __m256 x8_direct(int type, int64_t nbs, const char *p, size_t gb, const char *a, const side_t *sd, __m256 acc) {
+INL __m256 x8_direct(int type, int64_t nbs, const char *p, size_t gb, const char *a, const side_t *sd, __m256 acc,
+                     const char *end) {
     const size_t ab = ablock_bytes(type);
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nbs; b++, p += gb) {
+        x8_prefetch(p, gb, end);
         const int8_t *q = aqs(type, a + b * ab);
         __m256i is = _mm256_setzero_si256();
         if (type == GM_TYPE_Q8_0) {
@@ -630,9 +640,10 @@ INL void q6k_codes(const char *p, int h, int g, __m256i v[4]) {
 
 /* One token, one group: acc + super-blocks [0, nbs) of the group-superblocks at p (gb bytes apart) . Q8_K
  * blocks a — kernK's operations for one token. */
-INL __m256 x8k_direct(int type, int64_t nbs, const char *p, size_t gb, const char *a, __m256 acc) {
+INL __m256 x8k_direct(int type, int64_t nbs, const char *p, size_t gb, const char *a, __m256 acc, const char *end) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int64_t i = 0; i < nbs; i++, p += gb) {
+        x8_prefetch(p, gb, end);
         const gm_block_q8_K *yb = (const gm_block_q8_K *)a + i;
         __m256i is = _mm256_setzero_si256(), ms = _mm256_setzero_si256();
         const __m256 da = _mm256_set1_ps(yb->d), d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
@@ -759,9 +770,10 @@ INL const char *next_rows(const char *w, size_t ws, int64_t r0, int64_t rows, bo
  * packed bytes. */
 INL void x8_decode(int type, int64_t nb, const char *w, size_t ws, int64_t rows, const char *a, float *y) {
     const size_t ab = ablock_bytes(type), gb = 8 * wblock_bytes(type);
+    const char *end = w + (size_t)rows * ws;
     if (kquant(type)) {
         for (int64_t r0 = 0; r0 < rows; r0 += 8)
-            store_rows(y + r0, x8k_direct(type, nb, w + (size_t)r0 * ws, gb, a, _mm256_setzero_ps()), rows - r0 < 8 ? (int)(rows - r0) : 8);
+            store_rows(y + r0, x8k_direct(type, nb, w + (size_t)r0 * ws, gb, a, _mm256_setzero_ps(), end), rows - r0 < 8 ? (int)(rows - r0) : 8);
         return;
     }
     side_t sd[SIDE_ENTRIES];
@@ -771,7 +783,7 @@ INL void x8_decode(int type, int64_t nb, const char *w, size_t ws, int64_t rows,
         for (int64_t r0 = 0; r0 < rows; r0 += 8) {
             const int nr = rows - r0 < 8 ? (int)(rows - r0) : 8;
             const __m256 acc = k0 ? load_rows(y + r0, nr) : _mm256_setzero_ps();
-            store_rows(y + r0, x8_direct(type, nbs, w + (size_t)r0 * ws + (size_t)k0 * gb, gb, a + k0 * ab, sd, acc), nr);
+            store_rows(y + r0, x8_direct(type, nbs, w + (size_t)r0 * ws + (size_t)k0 * gb, gb, a + k0 * ab, sd, acc, end), nr);
         }
     }
 }
