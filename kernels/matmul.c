@@ -305,14 +305,20 @@ typedef struct {
     const char *tok[MM_MULTI_MAX];
 } multi_job;
 
+/* rows [g0, g1) of the concatenated matrices within matrix i (row0[i] .. row0[i + 1]) as its own rows [*b, *e) */
+static bool rows_of(const int64_t *row0, int i, int64_t g0, int64_t g1, int64_t *b, int64_t *e) {
+    *b = (g0 > row0[i] ? g0 : row0[i]) - row0[i];
+    *e = (g1 < row0[i + 1] ? g1 : row0[i + 1]) - row0[i];
+    return *b < *e;
+}
+
 static void multi_rows_task(void *ctx, int64_t g0, int64_t g1, int thread) {
     (void)thread;
     const multi_job *j = ctx;
+    int64_t b, e;
     for (int i = 0; i < j->count; i++) {
-        const int64_t b = g0 > j->row0[i] ? g0 : j->row0[i], e = g1 < j->row0[i + 1] ? g1 : j->row0[i + 1];
-        if (b < e)
-            j->fn[i](j->cols, j->W[i].data, j->stride[i], b - j->row0[i], e - j->row0[i], j->tok[i],
-                     j->group_bytes[i], j->n_tok, j->y[i], j->W[i].rows);
+        if (rows_of(j->row0, i, g0, g1, &b, &e))
+            j->fn[i](j->cols, j->W[i].data, j->stride[i], b, e, j->tok[i], j->group_bytes[i], j->n_tok, j->y[i], j->W[i].rows);
     }
 }
 
@@ -326,10 +332,9 @@ typedef struct {
 static void multi2_rows_task(void *ctx, int64_t g0, int64_t g1, int thread) {
     (void)thread;
     const multi2_job *m = ctx;
-    for (int i = 0; i < m->count; i++) {
-        const int64_t b = g0 > m->row0[i] ? g0 : m->row0[i], e = g1 < m->row0[i + 1] ? g1 : m->row0[i + 1];
-        if (b < e) avx2_tiles(&m->j[i], b - m->row0[i], e - m->row0[i]);
-    }
+    int64_t b, e;
+    for (int i = 0; i < m->count; i++)
+        if (rows_of(m->row0, i, g0, g1, &b, &e)) avx2_tiles(&m->j[i], b, e);
 }
 
 /* One pool call for count matrices with the same columns and activation type, every row count a multiple of

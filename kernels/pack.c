@@ -93,7 +93,11 @@ void gm_pack_x8(const void *src, void *dst, int64_t rows, int64_t cols) {
     for (int64_t g = 0; g < rows / 8; g++) pack_x8_group(s + g * 8 * cols, d + g * 8 * cols, cols);
 }
 
-/* ---- x8 layouts of the 32-code quantized types */
+/* ---- x8 layouts of the quantized types */
+
+/* n bytes between the packed copy and the file: file -> x8 when packing, x8 -> file when unpacking (one
+ * function per layout serves both directions, so they cannot drift apart) */
+static inline void move(bool pack, void *x8, void *file, size_t n) { pack ? memcpy(x8, file, n) : memcpy(file, x8, n); }
 
 /* where a file block keeps its fields (offsets within the block; 0 where a type has none but d) */
 typedef struct {
@@ -121,13 +125,12 @@ static inline uint32_t spread4(uint32_t v) { return (v & 1u) | (v & 2u) << 7 | (
 static inline uint32_t gather4(uint32_t h) { return (h & 1u) | (h >> 7 & 2u) | (h >> 14 & 4u) | (h >> 21 & 8u); }
 
 /* one group-block (8 rows' block b, 8 x f.bytes) <-> the 8 file blocks; pack = false unpacks */
-static void qx8_block(const qx8_fields *f, const char *const blk[8], char *o, bool pack) {
-    char *const *fb = (char *const *)blk; /* written only when unpacking */
+static void qx8_block(const qx8_fields *f, char *const blk[8], char *o, bool pack) {
     size_t at = 0;
-    for (int r = 0; r < 8; r++) pack ? memcpy(o + 2 * r, blk[r], 2) : memcpy(fb[r], o + 2 * r, 2);
+    for (int r = 0; r < 8; r++) move(pack, o + 2 * r, blk[r], 2);
     at += 16;
     if (f->m) {
-        for (int r = 0; r < 8; r++) pack ? memcpy(o + at + 2 * r, blk[r] + f->m, 2) : memcpy(fb[r] + f->m, o + at + 2 * r, 2);
+        for (int r = 0; r < 8; r++) move(pack, o + at + 2 * r, blk[r] + f->m, 2);
         at += 16;
     }
     if (f->qh) { /* row r's 4 bytes as one little-endian word: bit 8k + g = fifth bit of code 4g + k */
@@ -140,37 +143,32 @@ static void qx8_block(const qx8_fields *f, const char *const blk[8], char *o, bo
             } else {
                 memcpy(&h, o + at + 4 * r, 4);
                 for (int g = 0; g < 8; g++) qh |= gather4(h >> g) << (4 * g);
-                memcpy(fb[r] + f->qh, &qh, 4);
+                memcpy(blk[r] + f->qh, &qh, 4);
             }
         }
         at += 32;
     }
     for (int j = 0; j < f->nq / 4; j++) /* vector j, lane r: code bytes 4j .. 4j + 3 of row r */
-        for (int r = 0; r < 8; r++)
-            pack ? memcpy(o + at + 32 * j + 4 * r, blk[r] + f->qs + 4 * j, 4)
-                 : memcpy(fb[r] + f->qs + 4 * j, o + at + 32 * j + 4 * r, 4);
+        for (int r = 0; r < 8; r++) move(pack, o + at + 32 * j + 4 * r, blk[r] + f->qs + 4 * j, 4);
 }
 
 /* Q4_K group-superblock (8 x 144 bytes): d[8], dmin[8], the 6-bit scales and mins split into low nibbles (byte
  * 32 + 8c + r: scale | min << 4 of chunk c of row r) and high bits (byte 96 + 8c + r for c < 4: bits 0-1 scale
  * of chunk c, 2-3 its min, 4-5 scale of chunk c + 4, 6-7 its min), then the codes (kernels/pack.h). */
-static void q4k_x8_block(const char *const blk[8], char *o, bool pack) {
-    char *const *fb = (char *const *)blk; /* written only when unpacking */
+static void q4k_x8_block(char *const blk[8], char *o, bool pack) {
     uint8_t *L = (uint8_t *)o + 32, *H = (uint8_t *)o + 96;
     for (int r = 0; r < 8; r++) {
-        const gm_block_q4_K *b = (const gm_block_q4_K *)blk[r];
-        gm_block_q4_K *w = (gm_block_q4_K *)fb[r];
+        gm_block_q4_K *b = (gm_block_q4_K *)blk[r];
+        move(pack, o + 2 * r, &b->d, 2), move(pack, o + 16 + 2 * r, &b->dmin, 2);
+        for (int cp = 0; cp < 4; cp++)
+            for (int g = 0; g < 8; g++) move(pack, o + 128 + 32 * (8 * cp + g) + 4 * r, b->qs + 32 * cp + 4 * g, 4);
         if (pack) {
-            memcpy(o + 2 * r, &b->d, 2), memcpy(o + 16 + 2 * r, &b->dmin, 2);
             int sc[8], mn[8];
             for (int c = 0; c < 8; c++) gm_k4_scale_min(c, b->scales, &sc[c], &mn[c]);
             for (int c = 0; c < 8; c++) L[8 * c + r] = (uint8_t)((sc[c] & 15) | (mn[c] & 15) << 4);
             for (int c = 0; c < 4; c++)
                 H[8 * c + r] = (uint8_t)(sc[c] >> 4 | (mn[c] >> 4) << 2 | (sc[c + 4] >> 4) << 4 | (mn[c + 4] >> 4) << 6);
-            for (int cp = 0; cp < 4; cp++)
-                for (int g = 0; g < 8; g++) memcpy(o + 128 + 32 * (8 * cp + g) + 4 * r, b->qs + 32 * cp + 4 * g, 4);
         } else {
-            memcpy(&w->d, o + 2 * r, 2), memcpy(&w->dmin, o + 16 + 2 * r, 2);
             int sc[8], mn[8];
             for (int c = 0; c < 8; c++) {
                 const int h = H[8 * (c % 4) + r] >> (c < 4 ? 0 : 4);
@@ -178,37 +176,34 @@ static void q4k_x8_block(const char *const blk[8], char *o, bool pack) {
                 mn[c] = (L[8 * c + r] >> 4) | (h >> 2 & 3) << 4;
             }
             for (int j = 0; j < 4; j++) { /* the inverse of gm_k4_scale_min */
-                w->scales[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
-                w->scales[j + 4] = (uint8_t)(mn[j] | (mn[j + 4] >> 4) << 6);
-                w->scales[j + 8] = (uint8_t)((sc[j + 4] & 15) | (mn[j + 4] & 15) << 4);
+                b->scales[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+                b->scales[j + 4] = (uint8_t)(mn[j] | (mn[j + 4] >> 4) << 6);
+                b->scales[j + 8] = (uint8_t)((sc[j + 4] & 15) | (mn[j + 4] & 15) << 4);
             }
-            for (int cp = 0; cp < 4; cp++)
-                for (int g = 0; g < 8; g++) memcpy(w->qs + 32 * cp + 4 * g, o + 128 + 32 * (8 * cp + g) + 4 * r, 4);
         }
     }
 }
 
 /* Q6_K group-superblock (8 x 210 bytes): d[8], scales (byte 16 + 16c + 2r + e: scale 2c + e of row r), then per
  * step (h, g) at 144 + 96 (8h + g) the ql vectors k = 0, 1 and the qh vector (kernels/pack.h). */
-static void q6k_x8_block(const char *const blk[8], char *o, bool pack) {
-    char *const *fb = (char *const *)blk; /* written only when unpacking */
+static void q6k_x8_block(char *const blk[8], char *o, bool pack) {
+    const size_t d = offsetof(gm_block_q6_K, d), sc = offsetof(gm_block_q6_K, scales);
+    const size_t ql = offsetof(gm_block_q6_K, ql), qh = offsetof(gm_block_q6_K, qh);
     for (int r = 0; r < 8; r++) {
-        char *b = fb[r];
-        const size_t d = offsetof(gm_block_q6_K, d), sc = offsetof(gm_block_q6_K, scales);
-        const size_t ql = offsetof(gm_block_q6_K, ql), qh = offsetof(gm_block_q6_K, qh);
-        pack ? memcpy(o + 2 * r, b + d, 2) : memcpy(b + d, o + 2 * r, 2);
-        for (int c = 0; c < 8; c++) pack ? memcpy(o + 16 + 16 * c + 2 * r, b + sc + 2 * c, 2) : memcpy(b + sc + 2 * c, o + 16 + 16 * c + 2 * r, 2);
+        char *b = blk[r];
+        move(pack, o + 2 * r, b + d, 2);
+        for (int c = 0; c < 8; c++) move(pack, o + 16 + 16 * c + 2 * r, b + sc + 2 * c, 2);
         for (int h = 0; h < 2; h++)
             for (int g = 0; g < 8; g++) {
                 char *step = o + 144 + 96 * (8 * h + g) + 4 * r;
-                for (int k = 0; k < 2; k++) pack ? memcpy(step + 32 * k, b + ql + 64 * h + 32 * k + 4 * g, 4)
-                                                 : memcpy(b + ql + 64 * h + 32 * k + 4 * g, step + 32 * k, 4);
-                pack ? memcpy(step + 64, b + qh + 32 * h + 4 * g, 4) : memcpy(b + qh + 32 * h + 4 * g, step + 64, 4);
+                for (int k = 0; k < 2; k++) move(pack, step + 32 * k, b + ql + 64 * h + 32 * k + 4 * g, 4);
+                move(pack, step + 64, b + qh + 32 * h + 4 * g, 4);
             }
     }
 }
 
-static void qx8_rows(int type, const void *file, void *x8, int64_t rows, int64_t cols, bool pack) {
+/* file: read only when packing (the one cast of gm_pack_qx8's const source) */
+static void qx8_rows(int type, void *file, void *x8, int64_t rows, int64_t cols, bool pack) {
     qx8_fields f = {0};
     const bool k4 = type == GM_TYPE_Q4_K, k6 = type == GM_TYPE_Q6_K;
     if (!k4 && !k6 && !qx8_fields_of(type, &f)) return;
@@ -217,8 +212,8 @@ static void qx8_rows(int type, const void *file, void *x8, int64_t rows, int64_t
     const size_t rb = bytes * (size_t)nb;
     for (int64_t g = 0; g < rows / 8; g++)
         for (int64_t b = 0; b < nb; b++) {
-            const char *blk[8];
-            for (int r = 0; r < 8; r++) blk[r] = (const char *)file + (size_t)(8 * g + r) * rb + (size_t)b * bytes;
+            char *blk[8];
+            for (int r = 0; r < 8; r++) blk[r] = (char *)file + (size_t)(8 * g + r) * rb + (size_t)b * bytes;
             char *o = (char *)x8 + (size_t)g * 8 * rb + (size_t)b * 8 * bytes;
             if (k4) q4k_x8_block(blk, o, pack);
             else if (k6) q6k_x8_block(blk, o, pack);
@@ -227,7 +222,7 @@ static void qx8_rows(int type, const void *file, void *x8, int64_t rows, int64_t
 }
 
 void gm_pack_qx8(int type, const void *src, void *dst, int64_t rows, int64_t cols) {
-    qx8_rows(type, src, dst, rows, cols, true);
+    qx8_rows(type, (void *)src, dst, rows, cols, true);
 }
 
 void gm_unpack_qx8(int type, const void *src, void *dst, int64_t rows, int64_t cols) {
