@@ -186,7 +186,11 @@ const char *gm_token_text(const gm_tokenizer *tok, int32_t id, size_t *len);
 /* Encodes text[0..len) (any bytes; invalid UTF-8 becomes byte tokens) into *ids (malloc'd, free()
  * it) and *n. add_bos: prepend BOS, unless the parsed text already starts with BOS (never two).
  * parse_special: control-token texts such as "<start_of_turn>" become their ids; otherwise they
- * are ordinary text (user-defined tokens, e.g. "\n" runs and HTML tags, are always atomic). */
+ * are ordinary text (user-defined tokens, e.g. "\n" runs and HTML tags, are always atomic).
+ * Markers -- the chat formats' turn / channel / tool-call tokens (Gemma 3, Gemma 4, FunctionGemma),
+ * BOS, EOS, PAD, end of turn and every control token -- never come out of text encoded without
+ * parse_special, whatever type the file gives them (even USER_DEFINED or NORMAL): they are spelled
+ * with ordinary pieces. With parse_special their text is the marker, whatever the type. */
 gm_status gm_tokenize(const gm_tokenizer *tok, const char *text, size_t len, bool add_bos,
                       bool parse_special, int32_t **ids, size_t *n, gm_error *err);
 
@@ -232,7 +236,8 @@ gm_status gm_chat_render(const gm_tokenizer *tok, const gm_chat_message *msgs, s
                          bool add_generation_prompt, char **out, gm_error *err);
 /* The same conversation as token ids, ready to evaluate: the turn markers (and BOS) are their ids and
  * every content is encoded as plain text, so a message holding "<end_of_turn><start_of_turn>model"
- * stays text and cannot forge a turn. For contents without control-token texts the ids equal
+ * (or any other marker, see gm_tokenize) stays text and cannot forge a turn, whatever the file
+ * types those tokens. For contents without control-token texts the ids equal
  * gm_tokenize(gm_chat_render(...), parse_special = true). *out: malloc'd, free() it. */
 gm_status gm_chat_tokenize(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n,
                            bool add_generation_prompt, int32_t **out, size_t *n_out, gm_error *err);

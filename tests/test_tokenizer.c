@@ -340,6 +340,37 @@ TEST(special_partition_order) {
     gm_tokenizer_free(t);
 }
 
+/* Issue 23: text without parse_special never yields a marker id, whatever the file types it. The
+ * SPM merges can build a NORMAL-typed marker ("<|\"|>", Gemma 4's string delimiter, from "<|\"|" and
+ * ">"), and a one-character CONTROL piece is found by the final lookup; both now stay ordinary
+ * pieces / bytes. An added word that is no marker ("ab", USER_DEFINED) still matches in plain text. */
+TEST(plain_text_never_yields_markers) {
+    const char *pieces[] = {"<bos>", "<eos>", "<|", "<|\"", "<|\"|", "<|\"|>", "<", "|", "\"", ">",
+                            "@", "<0x40>", "ab", "a", "b"};
+    const int32_t types[] = {3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 3, 6, 4, 1, 1};
+    gm_tokenizer *t;
+    gm_error err = {0};
+    CHECK_OK(build(pieces, types, 15, -1, &t, &err), &err);
+    int32_t *ids;
+    size_t n;
+    CHECK_OK(gm_tokenize(t, "<|\"|>", 5, false, false, &ids, &n, &err), &err);
+    CHECK_MSG(n == 2 && ids[0] == 4 && ids[1] == 9, "%zu ids, first %d", n, n ? ids[0] : -1);
+    free(ids);
+    CHECK_OK(gm_tokenize(t, "<|\"|>", 5, false, true, &ids, &n, &err), &err);
+    CHECK(n == 1 && ids[0] == 5);
+    free(ids);
+    CHECK_OK(gm_tokenize(t, "@", 1, false, false, &ids, &n, &err), &err);
+    CHECK_MSG(n == 1 && ids[0] == 11, "%zu ids, first %d", n, n ? ids[0] : -1);
+    free(ids);
+    CHECK_OK(gm_tokenize(t, "@", 1, false, true, &ids, &n, &err), &err);
+    CHECK(n == 1 && ids[0] == 10);
+    free(ids);
+    CHECK_OK(gm_tokenize(t, "bab", 3, false, false, &ids, &n, &err), &err);
+    CHECK(n == 2 && ids[0] == 14 && ids[1] == 12);
+    free(ids);
+    gm_tokenizer_free(t);
+}
+
 /* ------------------------------------------------------------------ HF folders vs GGUF */
 
 static bool same_vocab(const gm_tokenizer *a, const gm_tokenizer *b) {
@@ -487,6 +518,7 @@ int main(void) {
     }
     RUN(vocab_without_byte_tokens);
     RUN(special_partition_order);
+    RUN(plain_text_never_yields_markers);
     RUN(hf_folders_match_gguf);
     RUN(corrupt_tokenizer_model);
     RUN(gguf_errors);

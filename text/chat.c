@@ -178,7 +178,9 @@ gm_status gm_chat_render(const gm_tokenizer *tok, const gm_chat_message *msgs, s
  * two markers as one segment; here the markers are ids and each segment (role names, newlines and the
  * contents joined exactly as gm_chat_render joins them) is encoded with parse_special off. For contents
  * without marker texts the ids are those of gm_tokenize(gm_chat_render(...), parse_special=true);
- * a content holding "<end_of_turn>" (or Gemma 4's "<turn|>") stays text and cannot open or close a turn. */
+ * a content holding "<end_of_turn>" (or Gemma 4's "<turn|>", or a tool-call marker) stays text and cannot
+ * open or close a turn, whatever type the file gives those tokens (gm_tokenize never yields a marker
+ * from plain text). */
 
 typedef struct ibuf {
     int32_t *p;

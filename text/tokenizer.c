@@ -2,7 +2,8 @@
  *
  * Encoding reproduces llama.cpp's llm_tokenizer_spm (src/llama-vocab.cpp) id for id:
  *  1. special-token partition: control / unknown (only with parse_special) and user-defined
- *     (always) token texts are cut out of the text as atomic tokens, longest text first;
+ *     (always, unless a marker: see below) token texts are cut out of the text as atomic tokens,
+ *     longest text first;
  *  2. each remaining raw fragment: ' ' -> U+2581 (plus a leading one when add_space_prefix and
  *     the previous fragment was special), split into characters by the lead byte's length,
  *     then repeatedly merge the adjacent pair whose concatenation is a vocabulary piece with the
@@ -11,7 +12,16 @@
  *     "resegment" also consults a table of merges, but merged symbols are always pieces, so for
  *     a symbol that is not a piece the table never has an entry: the byte fallback is all that
  *     remains.)
- * Piece lookups go through an open-addressing hash table; special tokens through a byte trie. */
+ * Piece lookups go through an open-addressing hash table; special tokens through a byte trie.
+ *
+ * Markers (issue 23: no forged turns, whatever the file says). The chat format's turn, channel and
+ * tool-call tokens, BOS / EOS / PAD / end of turn and every CONTROL token are "markers": text encoded
+ * without parse_special never yields one, however the file types it. The partition skips them, the
+ * merges never build one and a final symbol that is one falls back to bytes, so a content spelling
+ * "<start_of_turn>" stays "<", "start", ... even in a file that calls it USER_DEFINED or NORMAL. With
+ * parse_special a marker's text becomes the marker whatever its type. Here we leave llama.cpp, which
+ * matches USER_DEFINED tokens in plain text and lets merges reach any piece; for files whose markers
+ * are CONTROL, and reached by no merge, the ids are the same (the default model's are). */
 #include "text/tokenizer.h"
 
 #include <stdio.h>
@@ -38,6 +48,7 @@ struct gm_tokenizer {
     uint32_t *len;
     float *scores;
     uint8_t *types;
+    uint8_t *marker; /* 1 = plain text must never yield this id (see the top of the file) */
     char *dec_arena; /* decoded pieces (non-special rendering) */
     uint64_t *dec_off;
     uint32_t *dec_len;
@@ -79,6 +90,11 @@ static int32_t lookup(const gm_tokenizer *t, const char *s, size_t n) {
 
 static bool is_special_type(int type) {
     return type == GM_TOKEN_CONTROL || type == GM_TOKEN_USER_DEFINED || type == GM_TOKEN_UNKNOWN;
+}
+
+/* Cut out of the text by the special partition (with parse_special, or always: see matchable). */
+static bool in_trie(const gm_tokenizer *t, int32_t id) {
+    return is_special_type(t->types[id]) || t->marker[id];
 }
 
 static gm_status copy_pieces(gm_tokenizer *t, const gm_vocab_spec *s, gm_error *err) {
@@ -254,7 +270,7 @@ static gm_status build_specials(gm_tokenizer *t, gm_error *err) {
     t->n_trie = 1;
     int32_t n_spec = 0;
     for (int32_t id = 0; id < t->n_vocab; id++) {
-        if (!is_special_type(t->types[id])) continue;
+        if (!in_trie(t, id)) continue;
         gm_status st = trie_insert(t, id, err);
         if (st) return st;
         t->starts[(uint8_t)t->arena[t->off[id]]] = true;
@@ -266,7 +282,7 @@ static gm_status build_specials(gm_tokenizer *t, gm_error *err) {
     if (!t->len_index || !t->spec_lens) return gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", t->name);
     for (uint32_t l = 0; l <= t->max_spec_len; l++) t->len_index[l] = -1;
     for (int32_t id = 0; id < t->n_vocab; id++) {
-        if (!is_special_type(t->types[id]) || t->len_index[t->len[id]] >= 0) continue;
+        if (!in_trie(t, id) || t->len_index[t->len[id]] >= 0) continue;
         t->len_index[t->len[id]] = 0;
         t->spec_lens[t->n_spec_lens++] = t->len[id];
     }
@@ -304,6 +320,33 @@ static void force_types(gm_tokenizer *t) {
     }
 }
 
+/* The chat formats' own tokens, markers whatever their type: Gemma 1-3's turns; Gemma 4's turns,
+ * thought channel, thinking switch and tool declarations / calls / responses / string delimiter;
+ * FunctionGemma's function declarations / calls / responses and string escape. */
+static const char *const MARKER_PIECES[] = {
+    "<start_of_turn>", "<end_of_turn>",
+    "<|turn>", "<turn|>", "<|channel>", "<channel|>", "<|think|>",
+    "<|tool>", "<tool|>", "<|tool_call>", "<tool_call|>", "<|tool_response>", "<tool_response|>", "<|\"|>",
+    "<start_function_declaration>", "<end_function_declaration>", "<start_function_call>",
+    "<end_function_call>", "<start_function_response>", "<end_function_response>", "<escape>",
+};
+
+static void mark(gm_tokenizer *t, int32_t id) {
+    if (id >= 0) t->marker[id] = 1;
+}
+
+/* After the types are final (force_types): every CONTROL token, the special ids and the named pieces. */
+static void find_markers(gm_tokenizer *t) {
+    for (int32_t id = 0; id < t->n_vocab; id++)
+        if (t->types[id] == GM_TOKEN_CONTROL) mark(t, id);
+    mark(t, t->bos);
+    mark(t, t->eos);
+    mark(t, t->pad);
+    mark(t, t->eot);
+    for (size_t i = 0; i < sizeof MARKER_PIECES / sizeof *MARKER_PIECES; i++)
+        mark(t, lookup(t, MARKER_PIECES[i], strlen(MARKER_PIECES[i])));
+}
+
 static int32_t valid_id(const gm_tokenizer *t, int32_t id) {
     return (id >= 0 && id < t->n_vocab) ? id : -1;
 }
@@ -324,9 +367,10 @@ gm_status gm_tokenizer_build(const gm_vocab_spec *s, const char *name, gm_tokeni
     t->n_vocab = s->n;
     t->scores = malloc(sizeof *t->scores * (size_t)s->n);
     t->types = malloc((size_t)s->n);
+    t->marker = calloc((size_t)s->n, 1);
     t->chat_template = malloc(s->chat_template_len + 1);
     gm_status st = GM_OK;
-    if (!t->name || !t->scores || !t->types || !t->chat_template) {
+    if (!t->name || !t->scores || !t->types || !t->marker || !t->chat_template) {
         st = gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", name);
         goto fail;
     }
@@ -355,6 +399,7 @@ gm_status gm_tokenizer_build(const gm_vocab_spec *s, const char *name, gm_tokeni
         goto fail;
     }
     find_byte_ids(t);
+    find_markers(t);
     if ((st = build_decoded(t, err)) || (st = build_specials(t, err))) goto fail;
     *out = t;
     return GM_OK;
@@ -371,6 +416,7 @@ void gm_tokenizer_free(gm_tokenizer *t) {
     free(t->len);
     free(t->scores);
     free(t->types);
+    free(t->marker);
     free(t->dec_arena);
     free(t->dec_off);
     free(t->dec_len);
@@ -465,6 +511,11 @@ static int cmp_match_pos(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* Plain text (parse_special off) only cuts out added words: USER_DEFINED tokens that are no marker. */
+static bool matchable(const gm_tokenizer *t, int32_t id, bool parse_special) {
+    return parse_special || (t->types[id] == GM_TOKEN_USER_DEFINED && !t->marker[id]);
+}
+
 static bool bit_get(const uint64_t *bits, size_t i) { return (bits[i >> 6] >> (i & 63)) & 1; }
 static void bit_set(uint64_t *bits, size_t i) { bits[i >> 6] |= (uint64_t)1 << (i & 63); }
 
@@ -497,7 +548,7 @@ static gm_status find_special_matches(const gm_tokenizer *t, const uint8_t *s, s
             node = trie_child(t, node, s[q]);
             if (node < 0) break;
             int32_t id = t->trie[node].token;
-            if (id < 0 || (!parse_special && t->types[id] != GM_TOKEN_USER_DEFINED)) continue;
+            if (id < 0 || !matchable(t, id, parse_special)) continue;
             if (!any) {
                 if (ne == cap) {
                     cap = cap ? cap * 2 : 256;
@@ -558,6 +609,7 @@ typedef struct bigram {
 } bigram;
 
 typedef struct spm_scratch {
+    const uint8_t *banned; /* ids the fragment must not yield (t->marker for plain text), or NULL */
     char *buf;
     size_t buf_cap;
     sym *syms;
@@ -611,15 +663,21 @@ static bool try_add_bigram(const gm_tokenizer *t, spm_scratch *w, int32_t left, 
     const sym *l = &w->syms[left], *r = &w->syms[right];
     uint32_t size = l->n + r->n;
     int32_t id = lookup(t, w->buf + l->off, size);
-    if (id < 0) return true;
+    if (id < 0 || (w->banned && w->banned[id])) return true;
     return heap_push(w, (bigram){t->scores[id], left, right, size});
 }
 
-static gm_status emit_symbol(const gm_tokenizer *t, const char *p, uint32_t n, idvec *out, gm_error *err) {
+/* A final symbol: its piece, else one byte token per byte. Merges never build a banned piece, but
+ * a single character can be one (a one-character CONTROL token): it goes out as bytes too. <unk>,
+ * the fallback for a byte without a token, is allowed even when banned: no text spells it there. */
+static gm_status emit_symbol(const gm_tokenizer *t, const uint8_t *banned, const char *p, uint32_t n,
+                             idvec *out, gm_error *err) {
     int32_t id = lookup(t, p, n);
-    if (id >= 0) return idvec_push(out, id) ? GM_OK : gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", t->name);
+    if (id >= 0 && !(banned && banned[id]))
+        return idvec_push(out, id) ? GM_OK : gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", t->name);
     for (uint32_t i = 0; i < n; i++) {
         int32_t b = t->byte_id[(uint8_t)p[i]];
+        if (b >= 0 && banned && banned[b]) b = -1;
         if (b < 0) b = t->unk; /* documented: a vocabulary without byte pieces falls back to <unk> */
         if (b < 0)
             return gm_fail(err, GM_ERR_UNSUPPORTED,
@@ -679,7 +737,7 @@ static gm_status spm_fragment(const gm_tokenizer *t, spm_scratch *w, const char 
             return gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", t->name);
     }
     for (int32_t i = ns ? 0 : -1; i >= 0; i = w->syms[i].next) {
-        gm_status st = emit_symbol(t, w->buf + w->syms[i].off, w->syms[i].n, out, err);
+        gm_status st = emit_symbol(t, w->banned, w->buf + w->syms[i].off, w->syms[i].n, out, err);
         if (st) return st;
     }
     return GM_OK;
@@ -699,7 +757,7 @@ gm_status gm_tokenize(const gm_tokenizer *t, const char *text, size_t len, bool 
     match *m = NULL;
     size_t nm = 0;
     idvec out = {0};
-    spm_scratch w = {0};
+    spm_scratch w = {.banned = parse_special ? NULL : t->marker};
     gm_status st = find_special_matches(t, s, len, parse_special, &m, &nm, err);
     if (st) return st;
     /* never two BOS: skip ours when the text itself starts with the BOS piece */
