@@ -171,6 +171,14 @@ int32_t gm_tokenizer_eot(const gm_tokenizer *tok);  /* <end_of_turn>; -1 if none
 int32_t gm_tokenizer_unk(const gm_tokenizer *tok);  /* -1 if none */
 int32_t gm_tokenizer_pad(const gm_tokenizer *tok);  /* -1 if none */
 bool gm_tokenizer_add_bos(const gm_tokenizer *tok); /* the file's add_bos_token */
+/* k >= 1 such that any text of B bytes, tokenized with either parse_special and without BOS / EOS,
+ * gives at least ceil(B / k) tokens: a prompt of B bytes cannot fit a context of fewer than B / k
+ * tokens, known before tokenizing it. k is the longest vocabulary piece in bytes: no token covers
+ * more text than its piece, because the only normalization (space -> U+2581, 3 bytes; a leading
+ * dummy-prefix space) never shrinks text, special pieces cover their own text and byte / <unk>
+ * fallbacks one byte. 0 means "no bound" (a normalizer that could shrink text would have to return
+ * it; none does today) and is what a NULL tokenizer gives. */
+size_t gm_tokenizer_max_token_bytes(const gm_tokenizer *tok);
 /* GM_TOKEN_UNDEFINED for an id out of range. */
 gm_token_type gm_token_get_type(const gm_tokenizer *tok, int32_t id);
 bool gm_token_is_control(const gm_tokenizer *tok, int32_t id);

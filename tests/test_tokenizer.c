@@ -371,6 +371,133 @@ TEST(plain_text_never_yields_markers) {
     gm_tokenizer_free(t);
 }
 
+/* ------------------------------------------------------------------ max_token_bytes */
+
+/* Counts texts for which a tokenizer gives fewer than ceil(B / k) tokens (either parse_special). */
+typedef struct bound_check {
+    const gm_tokenizer *t;
+    size_t k;
+    int texts, bad;
+    size_t tightest_gap; /* min over texts of n - ceil(B / k) */
+} bound_check;
+
+static void check_bound(bound_check *c, const char *s, size_t B) {
+    for (int ps = 0; ps < 2; ps++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        gm_error err = {0};
+        if (gm_tokenize(c->t, s, B, false, ps, &ids, &n, &err) != GM_OK) {
+            if (c->bad++ < 3) fprintf(stderr, "  tokenize failed: %s\n", err.msg);
+            continue;
+        }
+        free(ids);
+        size_t need = (B + c->k - 1) / c->k;
+        c->texts++;
+        if (n < need) {
+            if (c->bad++ < 3) fprintf(stderr, "  %zu bytes '%.30s' -> %zu tokens < %zu (k %zu)\n", B, s, n, need, c->k);
+        } else if (n - need < c->tightest_gap) {
+            c->tightest_gap = n - need;
+        }
+    }
+}
+
+static uint32_t lcg(uint32_t *x) {
+    *x = *x * 1664525u + 1013904223u;
+    return *x >> 8;
+}
+
+/* text = `count` copies of s[0..n) */
+static void check_repeated(bound_check *c, const char *s, size_t n, size_t count) {
+    char *buf = malloc(n * count + 1);
+    for (size_t i = 0; i < count; i++) memcpy(buf + i * n, s, n);
+    check_bound(c, buf, n * count);
+    free(buf);
+}
+
+/* Runs of spaces / newlines / tabs, every piece of the longest lengths repeated, every special and
+ * user-defined piece repeated, random bytes and random concatenations of pieces. */
+static void check_adversarial(bound_check *c) {
+    const char *runs[] = {" ", "\n", "\t", "\r\n", " \n", "\xe2\x96\x81", "\xc2\xa0"};
+    for (size_t r = 0; r < sizeof runs / sizeof *runs; r++)
+        for (size_t count = 1; count <= 700; count += count < 40 ? 1 : 37)
+            check_repeated(c, runs[r], strlen(runs[r]), count);
+    int32_t nv = gm_tokenizer_n_vocab(c->t);
+    for (int32_t id = 0; id < nv; id++) {
+        size_t l = 0;
+        const char *p = gm_token_text(c->t, id, &l);
+        gm_token_type ty = gm_token_get_type(c->t, id);
+        if (l + 4 >= c->k || ty == GM_TOKEN_CONTROL || ty == GM_TOKEN_USER_DEFINED || ty == GM_TOKEN_UNKNOWN) {
+            check_repeated(c, p, l, 1);
+            check_repeated(c, p, l, 37);
+        }
+    }
+    uint32_t x = 12345;
+    char buf[4096];
+    for (int i = 0; i < 300; i++) {
+        size_t B = lcg(&x) % sizeof buf;
+        for (size_t j = 0; j < B; j++) buf[j] = i % 2 ? (char)lcg(&x) : " \n<>ab|_"[lcg(&x) % 8];
+        check_bound(c, buf, B);
+        size_t at = 0; /* pieces glued together: each could be one token */
+        while (at < 2048) {
+            size_t l = 0;
+            const char *p = gm_token_text(c->t, (int32_t)(lcg(&x) % (uint32_t)nv), &l);
+            memcpy(buf + at, p, l);
+            at += l;
+        }
+        check_bound(c, buf, at);
+    }
+}
+
+static void check_max_token_bytes(const gm_tokenizer *t, const recs *corpus, const char *what) {
+    bound_check c = {.t = t, .k = gm_tokenizer_max_token_bytes(t), .tightest_gap = (size_t)-1};
+    size_t longest = 0;
+    for (int32_t id = 0; id < gm_tokenizer_n_vocab(t); id++) {
+        size_t l = 0;
+        gm_token_text(t, id, &l);
+        if (l > longest) longest = l;
+    }
+    CHECK_MSG(c.k >= 1 && c.k >= longest, "%s: k %zu, longest piece %zu", what, c.k, longest);
+    if (c.k == 0) return;
+    for (uint32_t i = 0; corpus && i < corpus->n; i++) check_bound(&c, corpus->r[i].text, corpus->r[i].len);
+    check_adversarial(&c);
+    CHECK_MSG(c.bad == 0, "%s: %d of %d texts under ceil(B / %zu) tokens", what, c.bad, c.texts, c.k);
+    /* the bound is not vacuous: the longest piece repeated meets it exactly */
+    CHECK_MSG(c.tightest_gap == 0, "%s: the closest text is %zu tokens over", what, c.tightest_gap);
+}
+
+/* gm_tokenizer_max_token_bytes: every text of B bytes gives at least ceil(B / k) tokens, for the
+ * default model and the test vocabularies, on the corpus and adversarial texts. */
+TEST(max_token_bytes_bounds_token_counts) {
+    recs rs;
+    bool have = load_recs("tokenizer/corpus.bin", &rs);
+    CHECK(have);
+    if (g_tok) check_max_token_bytes(g_tok, have ? &rs : NULL, "default model");
+    const char *files[] = {"tokenizer/tiny/tiny.gguf", "tokenizer/tiny/hf_spm", "tokenizer/tiny/hf_json",
+                           "gemma4/gemma4-dense.gguf", "tiny/gemma3.gguf"};
+    for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
+        gm_tokenizer *t = NULL;
+        gm_error err = {0};
+        char path[4096];
+        snprintf(path, sizeof path, "%s", test_data_path(files[f]));
+        CHECK_OK(gm_tokenizer_open(path, &t, &err), &err);
+        if (t) check_max_token_bytes(t, have ? &rs : NULL, files[f]);
+        gm_tokenizer_free(t);
+    }
+    /* no byte pieces: unknown bytes fall back to <unk>, one per byte */
+    const char *pieces[] = {"<s>", "</s>", "<unk>", "a", "b", "ab", "\xe2\x96\x81", ("\xe2\x96\x81" "ab"), "c"};
+    const int32_t types[] = {3, 3, 2, 1, 1, 1, 1, 1, 1};
+    gm_tokenizer *t = NULL;
+    gm_error err = {0};
+    CHECK_OK(build(pieces, types, 9, 2, &t, &err), &err);
+    if (t) {
+        CHECK_EQ_INT(gm_tokenizer_max_token_bytes(t), 5);
+        check_max_token_bytes(t, NULL, "no byte pieces");
+    }
+    gm_tokenizer_free(t);
+    CHECK_EQ_INT(gm_tokenizer_max_token_bytes(NULL), 0);
+    if (have) free_recs(&rs);
+}
+
 /* ------------------------------------------------------------------ HF folders vs GGUF */
 
 static bool same_vocab(const gm_tokenizer *a, const gm_tokenizer *b) {
@@ -519,6 +646,7 @@ int main(void) {
     RUN(vocab_without_byte_tokens);
     RUN(special_partition_order);
     RUN(plain_text_never_yields_markers);
+    RUN(max_token_bytes_bounds_token_counts);
     RUN(hf_folders_match_gguf);
     RUN(corrupt_tokenizer_model);
     RUN(gguf_errors);

@@ -57,6 +57,7 @@ struct gm_tokenizer {
     int32_t byte_id[256];
     int32_t bos, eos, eot, unk, pad;
     bool add_bos, add_space_prefix;
+    size_t max_token_bytes; /* gm_tokenizer_max_token_bytes */
     char *chat_template;
     /* special tokens */
     trie_node *trie;
@@ -347,6 +348,17 @@ static void find_markers(gm_tokenizer *t) {
         mark(t, lookup(t, MARKER_PIECES[i], strlen(MARKER_PIECES[i])));
 }
 
+/* The most text bytes one token can stand for. The text a token covers is never longer than its
+ * piece: special pieces are cut out as their own text, SPM symbols are pieces of the normalized
+ * text (which only grows: ' ' -> U+2581 is 3 bytes, the dummy prefix adds one), byte and <unk>
+ * fallbacks cover one byte each. So the longest piece (renamed empty ones included) bounds them all. */
+static size_t longest_piece(const gm_tokenizer *t) {
+    size_t k = 1;
+    for (int32_t id = 0; id < t->n_vocab; id++)
+        if (t->len[id] > k) k = t->len[id];
+    return k;
+}
+
 static int32_t valid_id(const gm_tokenizer *t, int32_t id) {
     return (id >= 0 && id < t->n_vocab) ? id : -1;
 }
@@ -400,6 +412,7 @@ gm_status gm_tokenizer_build(const gm_vocab_spec *s, const char *name, gm_tokeni
     }
     find_byte_ids(t);
     find_markers(t);
+    t->max_token_bytes = longest_piece(t);
     if ((st = build_decoded(t, err)) || (st = build_specials(t, err))) goto fail;
     *out = t;
     return GM_OK;
@@ -437,6 +450,7 @@ int32_t gm_tokenizer_eot(const gm_tokenizer *t) { return t ? t->eot : -1; }
 int32_t gm_tokenizer_unk(const gm_tokenizer *t) { return t ? t->unk : -1; }
 int32_t gm_tokenizer_pad(const gm_tokenizer *t) { return t ? t->pad : -1; }
 bool gm_tokenizer_add_bos(const gm_tokenizer *t) { return t && t->add_bos; }
+size_t gm_tokenizer_max_token_bytes(const gm_tokenizer *t) { return t ? t->max_token_bytes : 0; }
 const char *gm_tokenizer_chat_template(const gm_tokenizer *t) { return t ? t->chat_template : ""; }
 
 gm_token_type gm_token_get_type(const gm_tokenizer *t, int32_t id) {
