@@ -678,6 +678,39 @@ TEST(hf_bad_numbers) {
     rm_folder(dir);
 }
 
+/* A tokenizer with more ids than token_embd has rows is refused at open (its last ids would have no
+ * embedding row); padded embeddings (more rows than ids) open, GGUF and HF alike. */
+TEST(tokenizer_fits_embedding) {
+    char e[256], *path = tmp_path("rows.gguf"), *dir = tmp_path("rows_hf");
+    const int V = tm_vocab_size();
+    const int rows[3] = {V - 10, V + 16, V};
+    tm_hf_options ho = {GM_TYPE_F32, 1, false};
+    for (int i = 0; i < 3; i++) {
+        tm_options o;
+        tm_options_default(&o, "gemma3");
+        o.embd_rows = rows[i];
+        CHECK(tm_write_gguf(&o, path, e, sizeof e));
+        CHECK(tm_write_hf(&o, &ho, dir, e, sizeof e));
+        const char *where[2] = {path, dir};
+        for (int k = 0; k < 2; k++) {
+            gm_model *m = NULL;
+            gm_error err = {0};
+            const gm_status st = gm_model_open(where[k], NULL, &m, &err);
+            if (rows[i] < V) {
+                char want[96];
+                snprintf(want, sizeof want, "the tokenizer has %d ids but token_embd.weight has only %d rows", V, rows[i]);
+                CHECK_MSG(st == GM_ERR_FORMAT && strstr(err.msg, want), "%s: status %d, \"%s\"", where[k], (int)st, err.msg);
+            } else {
+                CHECK_OK(st, &err);
+                if (m) CHECK_EQ_INT(gm_model_config(m)->n_vocab, rows[i]);
+            }
+            gm_model_free(m);
+        }
+    }
+    remove(path);
+    rm_folder(dir);
+}
+
 int main(void) {
     RUN(gguf_and_hf_agree);
     RUN(gemma1_norm_naming);
@@ -690,6 +723,7 @@ int main(void) {
     RUN(errors);
     RUN(gguf_bad_numbers);
     RUN(hf_bad_numbers);
+    RUN(tokenizer_fits_embedding);
     RUN(file_mapped_only_for_own_maps);
     RUN(default_model);
     return test_summary();
