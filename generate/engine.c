@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/random.h"
 #include "generate/engine.h"
 
 /* ---------------------------------------------------------------- engine */
@@ -61,7 +62,9 @@ gm_status gm_engine_create(const gm_model *m, const gm_engine_options *opt, gm_e
         /* default budget: one sequence of n_ctx positions with every layer's blocks (no window savings) */
         const size_t blocks = (size_t)(e->n_ctx + GM_KV_BLOCK - 1) / GM_KV_BLOCK;
         const size_t budget = o.kv_mem ? o.kv_mem : blocks * (e->lay.block_bytes[0] + e->lay.block_bytes[1]);
-        st = gm_kvpool_new(&e->lay, e->be->ops->kv_storage(e->be), budget, e->prefix_cache, &e->pool, err);
+        uint64_t key[2]; /* a fresh secret per engine: see gm_kv_chain_hash */
+        gm_random_words(key, 2);
+        st = gm_kvpool_new(&e->lay, e->be->ops->kv_storage(e->be), budget, e->prefix_cache, key, &e->pool, err);
     }
     if (st) {
         gm_engine_free(e);
@@ -222,6 +225,17 @@ const int32_t *gm_seq_tokens(const gm_seq *s, int *n) {
 int gm_seq_length(const gm_seq *s) { return s ? s->n_tok : 0; }
 int gm_seq_n_computed(const gm_seq *s) { return s ? s->n_kv : 0; }
 int gm_seq_n_reused(const gm_seq *s) { return s ? s->n_reused : 0; }
+gm_status gm_seq_set_prefix_scope(gm_seq *s, uint64_t scope, gm_error *err) {
+    if (!s) return gm_fail(err, GM_ERR_ARG, "gm_seq_set_prefix_scope: sequence is NULL");
+    if (scope == s->kv.scope) return GM_OK;
+    /* computed blocks were hashed (and maybe entered) under the old scope: they cannot change scope */
+    if (s->n_kv > 0 || s->kv.n_hashed > 0)
+        return gm_fail(err, GM_ERR_STATE, "gm_seq_set_prefix_scope: the sequence has computed %d positions; set the "
+                       "scope before its first evaluation", s->n_kv);
+    s->kv.scope = scope;
+    return GM_OK;
+}
+
 const float *gm_seq_logits(const gm_seq *s) { return s && s->logits_valid ? s->logits : NULL; }
 
 gm_sampler *gm_seq_sampler(gm_seq *s, const gm_sampling *opt) {

@@ -63,14 +63,25 @@ static gm_status g_int(const gguf_ctx *c, const char *suffix, int64_t def, int *
     return GM_OK;
 }
 
-static gm_status g_float(const gguf_ctx *c, const char *suffix, float def, float *out) {
+gm_status gm_config_number(const char *file, const char *key, float v, gm_num_rule rule, gm_error *err) {
+    if (!isfinite(v)) return gm_fail(err, GM_ERR_FORMAT, "%s: '%s' is %g, not a finite number", file, key, (double)v);
+    if (rule == GM_NUM_POSITIVE && !(v > 0.0f))
+        return gm_fail(err, GM_ERR_FORMAT, "%s: '%s' is %g, it must be positive", file, key, (double)v);
+    if (rule == GM_NUM_NONNEG && !(v >= 0.0f))
+        return gm_fail(err, GM_ERR_FORMAT, "%s: '%s' is %g, it must be >= 0", file, key, (double)v);
+    return GM_OK;
+}
+
+/* <arch>.<suffix> as a float that obeys rule; absent -> def. */
+static gm_status g_float(const gguf_ctx *c, const char *suffix, float def, gm_num_rule rule, float *out) {
     char key[160];
     snprintf(key, sizeof key, "%s.%s", c->arch, suffix);
     if (!gguf_find(c->f, key)) {
         *out = def;
         return GM_OK;
     }
-    return gguf_get_f32(c->f, key, out, c->err);
+    gm_status st = gguf_get_f32(c->f, key, out, c->err);
+    return st ? st : gm_config_number(c->f->path, key, *out, rule, c->err);
 }
 
 static int token_id(const gguf_file *f, const char *key, int def) {
@@ -142,7 +153,7 @@ static gm_status embedding_from_gguf(const gguf_ctx *g, gm_config *c) {
     int window = 0, pattern = 6;
     if ((st = g_int(g, "attention.sliding_window", -1, &window)) ||
         (st = g_int(g, "attention.sliding_window_pattern", 6, &pattern)) ||
-        (st = g_float(g, "rope.freq_base_swa", 10000.0f, &c->rope_base_local)) ||
+        (st = g_float(g, "rope.freq_base_swa", 10000.0f, GM_NUM_POSITIVE, &c->rope_base_local)) ||
         (st = g_int(g, "pooling_type", GM_POOLING_MEAN, &c->pooling)) ||
         (st = g_int(g, "dense_2_feat_in", 0, &c->dense_2_in)) || (st = g_int(g, "dense_2_feat_out", 0, &c->dense_2_out)) ||
         (st = g_int(g, "dense_3_feat_in", 0, &c->dense_3_in)) || (st = g_int(g, "dense_3_feat_out", 0, &c->dense_3_out)))
@@ -182,8 +193,8 @@ static gm_status config_from_gguf(const gm_source *s, gm_config *c, gm_error *er
     if (kl != vl)
         return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: key_length %d differs from value_length %d", f->path, kl, vl);
     c->head_dim = kl;
-    if ((st = g_float(&g, "attention.layer_norm_rms_epsilon", 1e-6f, &c->norm_eps)) ||
-        (st = g_float(&g, "rope.freq_base", 10000.0f, &c->rope_base_global)))
+    if ((st = g_float(&g, "attention.layer_norm_rms_epsilon", 1e-6f, GM_NUM_POSITIVE, &c->norm_eps)) ||
+        (st = g_float(&g, "rope.freq_base", 10000.0f, GM_NUM_POSITIVE, &c->rope_base_global)))
         return st;
     c->rope_base_local = c->rope_base_global;
     c->rope_scale_global = 1.0f;
@@ -191,14 +202,14 @@ static gm_status config_from_gguf(const gm_source *s, gm_config *c, gm_error *er
         if ((st = gm_3n_config_gguf(f, c, err))) return st;
     } else if (c->generation == 2) {
         if ((st = g_int(&g, "attention.sliding_window", 4096, &window)) ||
-            (st = g_float(&g, "attn_logit_softcapping", 50.0f, &c->attn_softcap)) ||
-            (st = g_float(&g, "final_logit_softcapping", 30.0f, &c->final_softcap)))
+            (st = g_float(&g, "attn_logit_softcapping", 50.0f, GM_NUM_NONNEG, &c->attn_softcap)) ||
+            (st = g_float(&g, "final_logit_softcapping", 30.0f, GM_NUM_NONNEG, &c->final_softcap)))
             return st;
         c->sliding_window = window;
         c->sliding_pattern = window > 0 ? 2 : 0;
     } else if (c->generation == 3) {
         if ((st = g_int(&g, "attention.sliding_window", 0, &window)) ||
-            (st = g_float(&g, "final_logit_softcapping", 0.0f, &c->final_softcap)))
+            (st = g_float(&g, "final_logit_softcapping", 0.0f, GM_NUM_NONNEG, &c->final_softcap)))
             return st;
         c->sliding_window = window;
         c->sliding_pattern = window > 0 ? 6 : 0;
@@ -208,7 +219,7 @@ static gm_status config_from_gguf(const gm_source *s, gm_config *c, gm_error *er
         snprintf(key, sizeof key, "%s.rope.scaling.type", c->arch);
         if (gguf_get_str(f, key, &type, NULL) == GM_OK && type.len == 6 && !memcmp(type.ptr, "linear", 6)) {
             float factor = 1.0f;
-            if ((st = g_float(&g, "rope.scaling.factor", 1.0f, &factor))) return st;
+            if ((st = g_float(&g, "rope.scaling.factor", 1.0f, GM_NUM_POSITIVE, &factor))) return st;
             c->rope_scale_global = factor;
         } else if (gguf_get_str(f, key, &type, NULL) == GM_OK && !(type.len == 4 && !memcmp(type.ptr, "none", 4))) {
             return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: %s = '%.*s' is not supported (linear is)", f->path, key,
@@ -253,14 +264,14 @@ static gm_status j_int(const hf_ctx *h, const char *key, int64_t def, int *out) 
     return GM_OK;
 }
 
-/* A number field; absent -> def; JSON null -> null_value. */
-static gm_status j_float(const hf_ctx *h, const char *key, float def, float null_value, float *out) {
+/* A number field that obeys rule; absent -> def; JSON null -> null_value. */
+static gm_status j_float(const hf_ctx *h, const char *key, float def, float null_value, gm_num_rule rule, float *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(h->cfg, key);
-    if (!v) *out = def;
-    else if (cJSON_IsNull(v)) *out = null_value;
-    else if (cJSON_IsNumber(v)) *out = (float)v->valuedouble;
-    else return gm_fail(h->err, GM_ERR_TYPE, "%s: \"%s\" is not a number", h->file, key);
-    return GM_OK;
+    *out = !v ? def : null_value;
+    if (!v || cJSON_IsNull(v)) return GM_OK; /* the defaults obey the rules (a derived one is checked later) */
+    if (!cJSON_IsNumber(v)) return gm_fail(h->err, GM_ERR_TYPE, "%s: \"%s\" is not a number", h->file, key);
+    *out = (float)v->valuedouble;
+    return gm_config_number(h->file, key, *out, rule, h->err);
 }
 
 /* Token id that may be an integer or a list (the first element is the main one). */
@@ -349,7 +360,7 @@ static gm_status hf_rope_scaling(const hf_ctx *h, float *scale) {
         return gm_fail(h->err, GM_ERR_UNSUPPORTED, "%s: rope_scaling other than {\"rope_type\": \"linear\", "
                        "\"factor\": x} is not supported", h->file);
     *scale = (float)factor->valuedouble;
-    return GM_OK;
+    return gm_config_number(h->file, "rope_scaling.factor", *scale, GM_NUM_POSITIVE, h->err);
 }
 
 /* One rope_parameters entry: {"rope_type": "default" | "linear", "rope_theta": x, "factor": f}. */
@@ -357,11 +368,18 @@ static gm_status hf_rope_entry(const hf_ctx *h, const cJSON *e, const char *whic
     const cJSON *theta = cJSON_GetObjectItemCaseSensitive(e, "rope_theta");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(e, "rope_type");
     const cJSON *factor = cJSON_GetObjectItemCaseSensitive(e, "factor");
-    if (cJSON_IsNumber(theta)) *base = (float)theta->valuedouble;
+    char key[96];
+    if (cJSON_IsNumber(theta)) {
+        *base = (float)theta->valuedouble;
+        snprintf(key, sizeof key, "rope_parameters%s%s.rope_theta", which[0] ? "." : "", which);
+        gm_status st = gm_config_number(h->file, key, *base, GM_NUM_POSITIVE, h->err);
+        if (st) return st;
+    }
     if (!type || (cJSON_IsString(type) && !strcmp(type->valuestring, "default"))) return GM_OK;
     if (cJSON_IsString(type) && !strcmp(type->valuestring, "linear") && cJSON_IsNumber(factor) && scale) {
         *scale = (float)factor->valuedouble;
-        return GM_OK;
+        snprintf(key, sizeof key, "rope_parameters%s%s.factor", which[0] ? "." : "", which);
+        return gm_config_number(h->file, key, *scale, GM_NUM_POSITIVE, h->err);
     }
     return gm_fail(h->err, GM_ERR_UNSUPPORTED, "%s: rope_parameters%s%s: only \"default\"%s RoPE is supported", h->file,
                    which[0] ? "." : "", which, scale ? " and \"linear\"" : "");
@@ -507,18 +525,19 @@ static gm_status config_from_hf(const gm_source *s, gm_config *c, gm_error *err)
         (st = j_int(&h, "num_key_value_heads", c->n_heads, &c->n_kv_heads)) ||
         (st = j_int(&h, "head_dim", c->n_heads > 0 ? c->d_model / c->n_heads : 0, &c->head_dim)) ||
         (st = j_int(&h, "max_position_embeddings", 8192, &c->context_length)) ||
-        (st = j_float(&h, "rms_norm_eps", 1e-6f, 1e-6f, &c->norm_eps)) ||
-        (st = j_float(&h, "rope_theta", 10000.0f, 10000.0f, &c->rope_base_global)))
+        (st = j_float(&h, "rms_norm_eps", 1e-6f, 1e-6f, GM_NUM_POSITIVE, &c->norm_eps)) ||
+        (st = j_float(&h, "rope_theta", 10000.0f, 10000.0f, GM_NUM_POSITIVE, &c->rope_base_global)))
         return st;
     c->rope_base_local = c->rope_base_global;
     c->rope_scale_global = 1.0f;
     float qpas = (float)c->head_dim;
-    if (c->generation >= 2 && (st = j_float(&h, "query_pre_attn_scalar", qpas, qpas, &qpas))) return st;
+    if (c->generation >= 2 && (st = j_float(&h, "query_pre_attn_scalar", qpas, qpas, GM_NUM_POSITIVE, &qpas)))
+        return st;
     c->query_scale = qpas > 0 ? 1.0f / sqrtf(qpas) : 0.0f;
     if (gm_is_gemma3n(c)) { /* HF's Gemma3nText*: scale 1, raw norm weights, V norm, soft-cap 30 by default */
         if ((st = j_int(&h, "sliding_window", -1, &c->sliding_window)) ||
-            (st = j_float(&h, "final_logit_softcapping", 30.0f, 0.0f, &c->final_softcap)) ||
-            (st = j_float(&h, "rope_local_base_freq", 10000.0f, 10000.0f, &c->rope_base_local)) ||
+            (st = j_float(&h, "final_logit_softcapping", 30.0f, 0.0f, GM_NUM_NONNEG, &c->final_softcap)) ||
+            (st = j_float(&h, "rope_local_base_freq", 10000.0f, 10000.0f, GM_NUM_POSITIVE, &c->rope_base_local)) ||
             (st = hf_pattern(&h, c->n_layers, &c->sliding_pattern)))
             return st;
         c->query_scale = 1.0f;
@@ -526,15 +545,15 @@ static gm_status config_from_hf(const gm_source *s, gm_config *c, gm_error *err)
         c->has_v_norm = true;
     } else if (c->generation == 2) {
         if ((st = j_int(&h, "sliding_window", 4096, &c->sliding_window)) ||
-            (st = j_float(&h, "attn_logit_softcapping", 50.0f, 0.0f, &c->attn_softcap)) ||
-            (st = j_float(&h, "final_logit_softcapping", 30.0f, 0.0f, &c->final_softcap)))
+            (st = j_float(&h, "attn_logit_softcapping", 50.0f, 0.0f, GM_NUM_NONNEG, &c->attn_softcap)) ||
+            (st = j_float(&h, "final_logit_softcapping", 30.0f, 0.0f, GM_NUM_NONNEG, &c->final_softcap)))
             return st;
         c->sliding_pattern = c->sliding_window > 0 ? 2 : 0;
     } else if (c->generation == 3) {
         if ((st = j_int(&h, "sliding_window", 0, &c->sliding_window)) ||
-            (st = j_float(&h, "final_logit_softcapping", 0.0f, 0.0f, &c->final_softcap)) ||
-            (st = j_float(&h, "attn_logit_softcapping", 0.0f, 0.0f, &c->attn_softcap)) ||
-            (st = j_float(&h, "rope_local_base_freq", 10000.0f, 10000.0f, &c->rope_base_local)) ||
+            (st = j_float(&h, "final_logit_softcapping", 0.0f, 0.0f, GM_NUM_NONNEG, &c->final_softcap)) ||
+            (st = j_float(&h, "attn_logit_softcapping", 0.0f, 0.0f, GM_NUM_NONNEG, &c->attn_softcap)) ||
+            (st = j_float(&h, "rope_local_base_freq", 10000.0f, 10000.0f, GM_NUM_POSITIVE, &c->rope_base_local)) ||
             (st = hf_rope_scaling(&h, &c->rope_scale_global)) || (st = hf_pattern(&h, c->n_layers, &c->sliding_pattern)))
             return st;
         if (c->sliding_window <= 0) c->sliding_pattern = 0;
@@ -548,6 +567,26 @@ static gm_status config_from_hf(const gm_source *s, gm_config *c, gm_error *err)
 
 /* ------------------------------------------------------------------ checks */
 
+/* Every float of the config once more, whatever path set it (readers check their keys; this catches a
+ * value some rule or a later reader derived), named by its gm_config field. */
+static gm_status check_floats(const char *path, const gm_config *c, gm_error *err) {
+    const struct { const char *name; float v; gm_num_rule rule; } f[] = {
+        {"norm_eps", c->norm_eps, GM_NUM_POSITIVE},
+        {"rope_base_global", c->rope_base_global, GM_NUM_POSITIVE},
+        {"rope_base_local", c->rope_base_local, GM_NUM_POSITIVE},
+        {"rope_scale_global", c->rope_scale_global, GM_NUM_POSITIVE},
+        {"query_scale", c->query_scale, GM_NUM_FINITE},
+        {"attn_softcap", c->attn_softcap, GM_NUM_NONNEG},
+        {"final_softcap", c->final_softcap, GM_NUM_NONNEG},
+        {"embed_scale", c->embed_scale, GM_NUM_FINITE},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        gm_status st = gm_config_number(path, f[i].name, f[i].v, f[i].rule, err);
+        if (st) return st;
+    }
+    return GM_OK;
+}
+
 static gm_status check_values(const char *path, gm_config *c, gm_error *err) {
 #define BAD(...) return gm_fail(err, GM_ERR_FORMAT, __VA_ARGS__)
     if (c->d_model <= 0 || c->d_model > MAX_DIM) BAD("%s: embedding length %d out of range", path, c->d_model);
@@ -559,13 +598,9 @@ static gm_status check_values(const char *path, gm_config *c, gm_error *err) {
         BAD("%s: head dimension %d is not a positive even number", path, c->head_dim);
     if (c->d_ff <= 0 || c->d_ff > MAX_DIM) BAD("%s: feed-forward length %d out of range", path, c->d_ff);
     if (c->context_length <= 0) BAD("%s: context length %d must be positive", path, c->context_length);
-    if (!(c->norm_eps > 0.0f) || !isfinite(c->norm_eps)) BAD("%s: norm epsilon %g is not positive", path, (double)c->norm_eps);
-    if (!(c->rope_base_global > 0.0f) || !(c->rope_base_local > 0.0f) || !(c->rope_scale_global > 0.0f))
-        BAD("%s: RoPE base / scaling must be positive", path);
-    if (!(c->attn_softcap >= 0.0f) || !(c->final_softcap >= 0.0f)) BAD("%s: soft-cap values must be >= 0", path);
     if (c->sliding_window < 0) BAD("%s: sliding window %d is negative", path, c->sliding_window);
 #undef BAD
-    return GM_OK;
+    return check_floats(path, c, err);
 }
 
 static gm_status check_ids(const char *path, const gm_config *c, gm_error *err) {

@@ -76,7 +76,8 @@ gm_status gm_3n_config_gguf(const gguf_file *f, gm_config *c, gm_error *err) {
     c->sliding_window = window;
     c->rope_base_local = 10000.0f; /* llama.cpp's default for freq_base_swa */
     if (gguf_find(f, "gemma3n.rope.freq_base_swa") &&
-        (st = gguf_get_f32(f, "gemma3n.rope.freq_base_swa", &c->rope_base_local, err)))
+        ((st = gguf_get_f32(f, "gemma3n.rope.freq_base_swa", &c->rope_base_local, err)) ||
+         (st = gm_config_number(path, "gemma3n.rope.freq_base_swa", c->rope_base_local, GM_NUM_POSITIVE, err))))
         return st;
     if ((st = layer_pattern(f, c, err))) return st;
     if ((st = check_fixed(f, "altup.num_inputs", NS, err)) || (st = check_fixed(f, "altup.active_idx", 0, err)) ||

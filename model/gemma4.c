@@ -39,13 +39,16 @@ static gm_status key_int(const gguf_file *f, const char *suffix, int64_t def, in
     return GM_OK;
 }
 
-static gm_status key_float(const gguf_file *f, const char *suffix, float def, float *out, gm_error *err) {
+/* gemma4.<suffix> as a float that obeys rule; absent -> def (unchecked: a required key's sentinel). */
+static gm_status key_float(const gguf_file *f, const char *suffix, float def, gm_num_rule rule, float *out,
+                           gm_error *err) {
     char key[128];
     if (!key_of(f, suffix, key, sizeof key)) {
         *out = def;
         return GM_OK;
     }
-    return gguf_get_f32(f, key, out, err);
+    gm_status st = gguf_get_f32(f, key, out, err);
+    return st ? st : gm_config_number(f->path, key, *out, rule, err);
 }
 
 /* gemma4.<suffix> for layer il: one number for every layer, or an array of exactly n_layers integers (as
@@ -180,10 +183,10 @@ gm_status gm_4_config_gguf(const gguf_file *f, gm_config *c, gm_error *err) {
             return st;
     }
     if ((st = head_dims(f, c, &hd_full, &hd_swa, err)) || (st = key_int(f, "attention.sliding_window", -1, &window, err)) ||
-        (st = key_float(f, "attention.layer_norm_rms_epsilon", -1.0f, &c->norm_eps, err)) ||
-        (st = key_float(f, "rope.freq_base", 10000.0f, &c->rope_base_global, err)) ||
-        (st = key_float(f, "rope.freq_base_swa", 10000.0f, &c->rope_base_local, err)) ||
-        (st = key_float(f, "final_logit_softcapping", 30.0f, &c->final_softcap, err)) ||
+        (st = key_float(f, "attention.layer_norm_rms_epsilon", -1.0f, GM_NUM_POSITIVE, &c->norm_eps, err)) ||
+        (st = key_float(f, "rope.freq_base", 10000.0f, GM_NUM_POSITIVE, &c->rope_base_global, err)) ||
+        (st = key_float(f, "rope.freq_base_swa", 10000.0f, GM_NUM_POSITIVE, &c->rope_base_local, err)) ||
+        (st = key_float(f, "final_logit_softcapping", 30.0f, GM_NUM_NONNEG, &c->final_softcap, err)) ||
         (st = key_int(f, "attention.shared_kv_layers", 0, &shared, err)) ||
         (st = key_int(f, "embedding_length_per_layer_input", -1, &P, err)) ||
         (st = key_int(f, "expert_count", 0, &experts, err)))

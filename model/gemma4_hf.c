@@ -91,10 +91,12 @@ static gm_status rope_of(const cJSON *cfg, bool sliding, double *base, double *f
                                            !strcmp(type->valuestring, "proportional"))))
         return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: rope_parameters.%s: only \"default\" and \"proportional\" RoPE are "
                        "supported", file, sliding ? "sliding_attention" : "full_attention");
-    if (!(*base > 0.0) || !(*factor > 0.0) || *factor > 1.0)
-        return gm_fail(err, GM_ERR_FORMAT, "%s: rope_parameters.%s: rope_theta must be positive and "
-                       "partial_rotary_factor in (0, 1]", file, sliding ? "sliding_attention" : "full_attention");
-    return GM_OK;
+    const char *kind = sliding ? "sliding_attention" : "full_attention";
+    if (!(*factor > 0.0) || *factor > 1.0)
+        return gm_fail(err, GM_ERR_FORMAT, "%s: rope_parameters.%s: partial_rotary_factor must be in (0, 1]", file, kind);
+    char key[64];
+    snprintf(key, sizeof key, "rope_parameters.%s.rope_theta", kind);
+    return gm_config_number(file, key, (float)*base, GM_NUM_POSITIVE, err);
 }
 
 /* intermediate_size for layer il: a number or one per layer; doubled on shared layers by use_double_wide_mlp. */
@@ -195,9 +197,12 @@ gm_status gm_4_config_hf(const gm_source *src, gm_config *c, gm_error *err) {
     const int L = c->n_layers;
     if (L <= 0 || L > MAX_LAYERS) return gm_fail(err, GM_ERR_FORMAT, "%s: layer count %d out of range", file, L);
     if (c->sliding_window <= 0) return gm_fail(err, GM_ERR_FORMAT, "%s: \"sliding_window\" must be positive", file);
-    if ((st = shared_of(cfg, L, &shared, file, err))) return st;
     c->norm_eps = (float)eps;
     c->final_softcap = (float)cap;
+    if ((st = shared_of(cfg, L, &shared, file, err)) ||
+        (st = gm_config_number(file, "rms_norm_eps", c->norm_eps, GM_NUM_POSITIVE, err)) ||
+        (st = gm_config_number(file, "final_logit_softcapping", c->final_softcap, GM_NUM_NONNEG, err)))
+        return st;
     /* nominal sizes: layer 0's (every layer's config is checked here, once, KV sources included) */
     for (int il = L - 1; il >= 0; il--) {
         gm_layer_config l;

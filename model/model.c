@@ -396,6 +396,12 @@ static gm_status load_tokenizer(gm_model *m, gm_error *err) {
     gm_status st = gm_source_is_gguf(m->src) ? gm_tokenizer_from_gguf(gm_source_gguf(m->src), &m->tok, err)
                                              : gm_tokenizer_from_hf_dir(gm_source_hf_dir(m->src), &m->tok, err);
     if (st) return gm_fail_prefix(err, "%s: tokenizer: ", gm_source_path(m->src));
+    /* Every id the tokenizer can produce must have an embedding row (and a logit): the id checks
+     * downstream trust n_vocab, the row count. More rows than ids is the usual padding. */
+    const int32_t n_tok = gm_tokenizer_n_vocab(m->tok);
+    if (n_tok > m->cfg.n_vocab)
+        return gm_fail(err, GM_ERR_FORMAT, "%s: the tokenizer has %d ids but token_embd.weight has only %d rows",
+                       gm_source_path(m->src), (int)n_tok, m->cfg.n_vocab);
     return GM_OK;
 }
 

@@ -60,4 +60,11 @@ gm_status gm_source_describe(const gm_source *s, const gm_config *cfg, const cha
  * with a message naming what is missing. */
 gm_status gm_config_load(const gm_source *s, gm_config *out, gm_error *err);
 
+/* A config number checked where it is read, so that the message names its key: it must be finite and,
+ * by rule, > 0 or >= 0. An infinite RoPE base, soft-cap or epsilon passes a sign test but turns every
+ * logit into NaN (RoPE tables of 0 * inf, cap * tanh(x / cap) = inf * 0), so the sign alone is not
+ * enough. The value is checked as the float the model uses: a double like 1e300 is infinite there. */
+typedef enum { GM_NUM_FINITE, GM_NUM_NONNEG, GM_NUM_POSITIVE } gm_num_rule;
+gm_status gm_config_number(const char *file, const char *key, float v, gm_num_rule rule, gm_error *err);
+
 #endif

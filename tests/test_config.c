@@ -11,6 +11,7 @@
 #include "quant/quant.h"
 #include "support/gguf_writer.h"
 #include "support/test.h"
+#include "support/tiny_gemma4.h"
 #include "support/tiny_model.h"
 
 static char *tmp_path(const char *name) {
@@ -572,6 +573,144 @@ TEST(file_mapped_only_for_own_maps) {
     rm_folder(dir);
 }
 
+/* Loading must fail with GM_ERR_FORMAT and a message that names key. */
+static void check_refused(const char *path, const char *key, const char *what) {
+    gm_source *s;
+    gm_config c;
+    gm_error err = {0};
+    const bool ok = load(path, &s, &c, &err);
+    CHECK_MSG(!ok && err.code == GM_ERR_FORMAT && strstr(err.msg, key), "%s: %s accepted or wrong message: \"%s\"", what,
+              key, ok ? "(loaded)" : err.msg);
+    if (ok) gm_source_close(s);
+}
+
+/* GGUF: a RoPE base, soft-cap, epsilon or scaling factor that is infinite, NaN or out of sign range made
+ * NaN logits; each is refused by its key. */
+TEST(gguf_bad_numbers) {
+    const struct { const char *arch, *key; float v; int field; } cases[] = {
+        {"gemma2", "gemma2.rope.freq_base", INFINITY, 0},  {"gemma2", "gemma2.rope.freq_base", NAN, 0},
+        {"gemma2", "gemma2.rope.freq_base", -1.0f, 0},     {"gemma2", "gemma2.rope.freq_base", 0.0f, 0},
+        {"gemma2", "gemma2.attn_logit_softcapping", INFINITY, 1}, {"gemma2", "gemma2.attn_logit_softcapping", NAN, 1},
+        {"gemma2", "gemma2.attn_logit_softcapping", -5.0f, 1}, {"gemma2", "gemma2.final_logit_softcapping", INFINITY, 2},
+        {"gemma2", "gemma2.final_logit_softcapping", -30.0f, 2}, {"gemma3", "gemma3.final_logit_softcapping", NAN, 2},
+        {"gemma3", "gemma3.attention.layer_norm_rms_epsilon", INFINITY, 3},
+        {"gemma3", "gemma3.attention.layer_norm_rms_epsilon", NAN, 3},
+        {"gemma3", "gemma3.rope.scaling.factor", INFINITY, 4}, {"gemma3", "gemma3.rope.scaling.factor", NAN, 4},
+        {"gemma3", "gemma3.rope.freq_base", INFINITY, 0},
+    };
+    char e[256], *path = tmp_path("badnum.gguf");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tm_options o;
+        tm_options_default(&o, cases[i].arch);
+        float *f[5] = {&o.rope_base, &o.attn_softcap, &o.final_softcap, &o.norm_eps, &o.rope_scale_global};
+        *f[cases[i].field] = cases[i].v;
+        CHECK(tm_write_gguf(&o, path, e, sizeof e));
+        char what[64];
+        snprintf(what, sizeof what, "%g", (double)cases[i].v);
+        check_refused(path, cases[i].key, what);
+    }
+    gm_model *m = NULL;
+    gm_error err = {0};
+    CHECK(gm_model_open(path, NULL, &m, &err) == GM_ERR_FORMAT && strstr(err.msg, "gemma3.rope.freq_base"));
+    gm_model_free(m);
+    remove(path);
+}
+
+/* Rewrites dir/config.json: key of the object at `in` (NULL: the text config, the root here) set to raw JSON
+ * text ("1e999" is infinite once parsed: JSON has no other spelling of it). */
+static void set_raw(const char *dir, const char *in, const char *key, const char *raw) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unsigned char *text = test_read_file(path, NULL);
+    cJSON *root = cJSON_Parse((const char *)text);
+    free(text);
+    cJSON *o = in ? cJSON_GetObjectItemCaseSensitive(root, in) : root;
+    cJSON_DeleteItemFromObject(o, key);
+    cJSON_AddItemToObject(o, key, cJSON_CreateRaw(raw));
+    char *out = cJSON_Print(root);
+    FILE *f = fopen(path, "wb");
+    fputs(out, f);
+    fclose(f);
+    free(out);
+    cJSON_Delete(root);
+}
+
+/* config.json: the same values, each refused by its key; a valid folder loads again after each. */
+TEST(hf_bad_numbers) {
+    const struct { const char *key, *raw, *named; } cases[] = {
+        {"rope_theta", "1e999", "rope_theta"},
+        {"rope_theta", "-10000", "rope_theta"},
+        {"rope_local_base_freq", "1e999", "rope_local_base_freq"},
+        {"rope_local_base_freq", "0", "rope_local_base_freq"},
+        {"rms_norm_eps", "1e999", "rms_norm_eps"},
+        {"rms_norm_eps", "1e-60", "rms_norm_eps"}, /* 0 as a float */
+        {"final_logit_softcapping", "1e999", "final_logit_softcapping"},
+        {"final_logit_softcapping", "-30", "final_logit_softcapping"},
+        {"attn_logit_softcapping", "1e40", "attn_logit_softcapping"}, /* finite double, infinite float */
+        {"query_pre_attn_scalar", "1e999", "query_pre_attn_scalar"},
+        {"query_pre_attn_scalar", "0", "query_pre_attn_scalar"},
+        {"rope_scaling", "{\"rope_type\": \"linear\", \"factor\": 1e999}", "rope_scaling.factor"},
+        {"rope_parameters", "{\"sliding_attention\": {\"rope_type\": \"default\", \"rope_theta\": 1e999}}",
+         "rope_parameters.sliding_attention.rope_theta"},
+        {"rope_parameters", "{\"full_attention\": {\"rope_type\": \"linear\", \"factor\": -2, \"rope_theta\": 1e6}}",
+         "rope_parameters.full_attention.factor"},
+    };
+    tm_options o;
+    tm_options_default(&o, "gemma3");
+    tm_hf_options ho = {GM_TYPE_F32, 1, false};
+    char e[256], *dir = tmp_path("badnum_hf");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK(tm_write_hf(&o, &ho, dir, e, sizeof e));
+        set_raw(dir, NULL, cases[i].key, cases[i].raw);
+        check_refused(dir, cases[i].named, cases[i].raw);
+    }
+    rm_folder(dir);
+    /* Gemma 4's own reader: rope_parameters per layer kind under text_config */
+    CHECK(t4_gguf_to_hf(test_data_path("gemma4/gemma4-dense.gguf"), &(t4_hf_options){.softcap = 30.0f}, dir, e,
+                        sizeof e));
+    set_raw(dir, "text_config", "final_logit_softcapping", "1e999");
+    check_refused(dir, "final_logit_softcapping", "gemma4");
+    set_raw(dir, "text_config", "final_logit_softcapping", "30");
+    set_raw(dir, "text_config", "rope_parameters",
+            "{\"full_attention\": {\"rope_type\": \"proportional\", \"rope_theta\": 1e6, \"partial_rotary_factor\": 0.25},"
+            " \"sliding_attention\": {\"rope_type\": \"default\", \"rope_theta\": 1e999}}");
+    check_refused(dir, "rope_parameters.sliding_attention.rope_theta", "gemma4");
+    rm_folder(dir);
+}
+
+/* A tokenizer with more ids than token_embd has rows is refused at open (its last ids would have no
+ * embedding row); padded embeddings (more rows than ids) open, GGUF and HF alike. */
+TEST(tokenizer_fits_embedding) {
+    char e[256], *path = tmp_path("rows.gguf"), *dir = tmp_path("rows_hf");
+    const int V = tm_vocab_size();
+    const int rows[3] = {V - 10, V + 16, V};
+    tm_hf_options ho = {GM_TYPE_F32, 1, false};
+    for (int i = 0; i < 3; i++) {
+        tm_options o;
+        tm_options_default(&o, "gemma3");
+        o.embd_rows = rows[i];
+        CHECK(tm_write_gguf(&o, path, e, sizeof e));
+        CHECK(tm_write_hf(&o, &ho, dir, e, sizeof e));
+        const char *where[2] = {path, dir};
+        for (int k = 0; k < 2; k++) {
+            gm_model *m = NULL;
+            gm_error err = {0};
+            const gm_status st = gm_model_open(where[k], NULL, &m, &err);
+            if (rows[i] < V) {
+                char want[96];
+                snprintf(want, sizeof want, "the tokenizer has %d ids but token_embd.weight has only %d rows", V, rows[i]);
+                CHECK_MSG(st == GM_ERR_FORMAT && strstr(err.msg, want), "%s: status %d, \"%s\"", where[k], (int)st, err.msg);
+            } else {
+                CHECK_OK(st, &err);
+                if (m) CHECK_EQ_INT(gm_model_config(m)->n_vocab, rows[i]);
+            }
+            gm_model_free(m);
+        }
+    }
+    remove(path);
+    rm_folder(dir);
+}
+
 int main(void) {
     RUN(gguf_and_hf_agree);
     RUN(gemma1_norm_naming);
@@ -582,6 +721,9 @@ int main(void) {
     RUN(describe);
     RUN(quantized_weights_round_trip);
     RUN(errors);
+    RUN(gguf_bad_numbers);
+    RUN(hf_bad_numbers);
+    RUN(tokenizer_fits_embedding);
     RUN(file_mapped_only_for_own_maps);
     RUN(default_model);
     return test_summary();

@@ -107,7 +107,7 @@ static const char *const k_layer_norms12[] = {"attn_norm", "ffn_norm"};
 /* Enumerates the GGUF tensors in a fixed order; returns false past the end. */
 static bool tensor_at(const tm_options *o, int i, tinfo *t) {
     memset(t, 0, sizeof *t);
-    int64_t d = o->d_model, V = N_VOCAB, q = (int64_t)o->n_heads * o->head_dim;
+    int64_t d = o->d_model, V = o->embd_rows > 0 ? o->embd_rows : N_VOCAB, q = (int64_t)o->n_heads * o->head_dim;
     int64_t kv = (int64_t)o->n_kv_heads * o->head_dim, ff = o->d_ff, hd = o->head_dim;
     int g = generation(o);
     int head = o->untied ? 3 : 2;
@@ -355,7 +355,7 @@ static cJSON *hf_text_config(const tm_options *o) {
     cJSON_AddNumberToObject(c, "num_attention_heads", o->n_heads);
     cJSON_AddNumberToObject(c, "num_key_value_heads", o->n_kv_heads);
     cJSON_AddNumberToObject(c, "head_dim", o->head_dim);
-    cJSON_AddNumberToObject(c, "vocab_size", N_VOCAB);
+    cJSON_AddNumberToObject(c, "vocab_size", o->embd_rows > 0 ? o->embd_rows : N_VOCAB);
     cJSON_AddNumberToObject(c, "max_position_embeddings", o->context_length);
     cJSON_AddNumberToObject(c, "rms_norm_eps", o->norm_eps);
     cJSON_AddNumberToObject(c, "rope_theta", o->rope_base);

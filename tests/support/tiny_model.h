@@ -74,6 +74,8 @@ typedef struct tm_options {
     uint64_t seed;           /* 1234 */
     bool zero_embeddings;    /* token_embd all zeros: every logit is 0, a uniform next-token
                                 distribution (perplexity = vocabulary size exactly) */
+    int embd_rows;           /* rows of token_embd / output (and HF vocab_size); 0: the vocabulary's
+                                size. More rows pad the vocabulary; fewer make a broken file */
 } tm_options;
 
 void tm_options_default(tm_options *o, const char *arch);
