@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/random.h"
 #include "generate/engine.h"
 
 /* ---------------------------------------------------------------- engine */
@@ -61,7 +62,9 @@ gm_status gm_engine_create(const gm_model *m, const gm_engine_options *opt, gm_e
         /* default budget: one sequence of n_ctx positions with every layer's blocks (no window savings) */
         const size_t blocks = (size_t)(e->n_ctx + GM_KV_BLOCK - 1) / GM_KV_BLOCK;
         const size_t budget = o.kv_mem ? o.kv_mem : blocks * (e->lay.block_bytes[0] + e->lay.block_bytes[1]);
-        st = gm_kvpool_new(&e->lay, e->be->ops->kv_storage(e->be), budget, e->prefix_cache, &e->pool, err);
+        uint64_t key[2]; /* a fresh secret per engine: see gm_kv_chain_hash */
+        gm_random_words(key, 2);
+        st = gm_kvpool_new(&e->lay, e->be->ops->kv_storage(e->be), budget, e->prefix_cache, key, &e->pool, err);
     }
     if (st) {
         gm_engine_free(e);

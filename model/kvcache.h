@@ -8,8 +8,8 @@
  * sliding blocks its window still needs (plus one block of slack for rollback); the rest go back to
  * the pool. A layer that reads another layer's KV (KV sharing) has no storage of its own.
  *
- * Prefix index. Block i of a history is keyed by a chain hash of the token ids of blocks 0..i, and its
- * entry verifies the ids. An entry remembers the block of each group computed for that content; a
+ * Prefix index. Block i of a history is keyed by a chain hash of the token ids of blocks 0..i (keyed with a
+ * per-pool secret, so clients cannot aim collisions), and its entry verifies the block's ids and the parent hash. An entry remembers the block of each group computed for that content; a
  * sequence may adopt the first j blocks when every full-attention block 0..j-1 is in the index and
  * the sliding blocks covering the window before position 64 j are too: reuse past the window is exact.
  * Blocks held by no sequence but present in the index are evictable, least recently used first.
@@ -63,9 +63,10 @@ void gm_kv_layout_free(gm_kv_layout *lay);
 /* Bytes of keys and values of one position over every layer with storage (no window, no sharing). */
 size_t gm_kv_layout_bytes_per_token(const gm_kv_layout *lay);
 
-/* The pool takes a copy of the layout. indexed: keep a prefix index. */
-gm_status gm_kvpool_new(const gm_kv_layout *lay, gm_kv_storage st, size_t budget, bool indexed, gm_kvpool **out,
-                        gm_error *err);
+/* The pool takes a copy of the layout. indexed: keep a prefix index. key: the secret of the index's block hash
+ * (gm_kv_chain_hash); random per engine (core/random.h). */
+gm_status gm_kvpool_new(const gm_kv_layout *lay, gm_kv_storage st, size_t budget, bool indexed, const uint64_t key[2],
+                        gm_kvpool **out, gm_error *err);
 void gm_kvpool_free(gm_kvpool *p);
 /* Allocates storage for n blocks of each group up front (kept free for later use), within the budget. */
 gm_status gm_kvpool_reserve(gm_kvpool *p, const int n[GM_KV_GROUPS], gm_error *err);
@@ -90,13 +91,13 @@ bool gm_kv_table_window_held(const gm_kvpool *p, const gm_kv_table *t, int pos);
  * sequence or the index. GM_ERR_NOMEM with a message when the budget cannot hold them. */
 gm_status gm_kv_table_prepare(gm_kvpool *p, gm_kv_table *t, int p0, int p1, gm_error *err);
 
-/* Chain hash of block i's token ids given the hash of block i-1 (0 for i = 0). */
-uint64_t gm_kv_chain_hash(uint64_t prev, const int32_t *ids);
+/* Chain hash of block i's token ids given the hash of block i-1 (0 for i = 0), keyed (SipHash-2-4). */
+uint64_t gm_kv_chain_hash(const uint64_t key[2], uint64_t prev, const int32_t *ids);
 /* Enters full blocks [t->n_hashed, n_blocks) of tokens ids into the index (their hashes are computed
  * and kept in t). Blocks already in the index under another block id stay private. */
 void gm_kv_table_register(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, int n_blocks);
 /* Computes the chain hashes of full blocks [t->n_hashed, n_blocks) without entering them. */
-void gm_kv_table_hash(gm_kv_table *t, const int32_t *ids, int n_blocks);
+void gm_kv_table_hash(const gm_kvpool *p, gm_kv_table *t, const int32_t *ids, int n_blocks);
 /* Adopts from the index the longest run of blocks [first, j) (first = t->n_hashed, which must equal the
  * sequence's computed positions / GM_KV_BLOCK) for which ids[0 .. GM_KV_BLOCK * max_blocks) match and
  * the storage a continuation needs is present. Returns the number of blocks adopted. */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "gemma.h"
+#include "generate/engine.h" /* the block hashes a sequence keeps (struct gm_seq) */
 #include "support/test.h"
 #include "support/tiny_model.h"
 
@@ -381,6 +382,33 @@ TEST(prefix_reuse_past_window) {
     }
 }
 
+/* The prefix index's block hash is keyed per engine (a client cannot precompute collisions): the same
+ * prompt hashes differently in two engines, alike within one, and reuse within an engine still works. */
+TEST(block_hash_keyed_per_engine) {
+    gm_model *m = open_model(2);
+    if (!m) return;
+    int32_t ids[130];
+    tokens(ids, 130, 31);
+    gm_error err = {0};
+    gm_engine *e[2] = {new_engine(m, 1, 512, true, 0, GM_KV_DTYPE_F32), new_engine(m, 1, 512, true, 0, GM_KV_DTYPE_F32)};
+    gm_seq *s[3] = {new_seq(e[0]), new_seq(e[1]), new_seq(e[0])};
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(gm_seq_append(s[i], ids, 130, &err), &err);
+        CHECK_OK(gm_engine_eval(e[i == 1], &s[i], 1, &err), &err);
+        CHECK_EQ_INT(s[i]->kv.n_hashed, 2);
+    }
+    CHECK_MSG(s[0]->kv.hash[0] != s[1]->kv.hash[0] && s[0]->kv.hash[1] != s[1]->kv.hash[1],
+              "two engines hash the same blocks alike: the hash is not keyed per engine");
+    CHECK(s[0]->kv.hash[0] == s[2]->kv.hash[0] && s[0]->kv.hash[1] == s[2]->kv.hash[1]);
+    CHECK_EQ_INT(gm_seq_n_reused(s[1]), 0);
+    CHECK_EQ_INT(gm_seq_n_reused(s[2]), 128);
+    CHECK(memcmp(gm_seq_logits(s[0]), gm_seq_logits(s[2]), (size_t)V * sizeof(float)) == 0);
+    CHECK(memcmp(gm_seq_logits(s[0]), gm_seq_logits(s[1]), (size_t)V * sizeof(float)) == 0);
+    for (int i = 0; i < 3; i++) gm_seq_free(s[i]);
+    for (int i = 0; i < 2; i++) CHECK_EQ_INT(gm_engine_free(e[i]), GM_OK);
+    gm_model_free(m);
+}
+
 /* A small budget: cached blocks are evicted least recently used first and results stay exact; live
  * sequences that do not fit get GM_ERR_NOMEM with a message, not a crash. */
 TEST(eviction_and_out_of_memory) {
@@ -578,6 +606,7 @@ int main(int argc, char **argv) {
     MAYBE(fork_then_diverge);
     MAYBE(truncate_then_continue);
     MAYBE(prefix_reuse_past_window);
+    MAYBE(block_hash_keyed_per_engine);
     MAYBE(eviction_and_out_of_memory);
     MAYBE(embeddings_not_matched_by_ids);
     MAYBE(f16_close_to_f32);
