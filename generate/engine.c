@@ -225,6 +225,17 @@ const int32_t *gm_seq_tokens(const gm_seq *s, int *n) {
 int gm_seq_length(const gm_seq *s) { return s ? s->n_tok : 0; }
 int gm_seq_n_computed(const gm_seq *s) { return s ? s->n_kv : 0; }
 int gm_seq_n_reused(const gm_seq *s) { return s ? s->n_reused : 0; }
+gm_status gm_seq_set_prefix_scope(gm_seq *s, uint64_t scope, gm_error *err) {
+    if (!s) return gm_fail(err, GM_ERR_ARG, "gm_seq_set_prefix_scope: sequence is NULL");
+    if (scope == s->kv.scope) return GM_OK;
+    /* computed blocks were hashed (and maybe entered) under the old scope: they cannot change scope */
+    if (s->n_kv > 0 || s->kv.n_hashed > 0)
+        return gm_fail(err, GM_ERR_STATE, "gm_seq_set_prefix_scope: the sequence has computed %d positions; set the "
+                       "scope before its first evaluation", s->n_kv);
+    s->kv.scope = scope;
+    return GM_OK;
+}
+
 const float *gm_seq_logits(const gm_seq *s) { return s && s->logits_valid ? s->logits : NULL; }
 
 gm_sampler *gm_seq_sampler(gm_seq *s, const gm_sampling *opt) {

@@ -345,6 +345,11 @@ int gm_seq_length(const gm_seq *s);
 int gm_seq_n_computed(const gm_seq *s);
 /* Positions of this sequence taken from the prefix index instead of computed (since creation). */
 int gm_seq_n_reused(const gm_seq *s);
+/* The prefix-cache scope of s (multi-tenant privacy): s adopts only blocks that sequences of the same
+ * scope entered in the prefix index, and enters its own under it, so one tenant's prompts never serve
+ * (or time) another's. 0, the default, is the scope every sequence shares; forks inherit the scope. Set
+ * it before s has computed anything: afterwards GM_ERR_STATE (setting the scope it has is always OK). */
+gm_status gm_seq_set_prefix_scope(gm_seq *s, uint64_t scope, gm_error *err);
 /* The logits after the last position, valid after an evaluation that reached the end of the history
  * (NULL otherwise); n_vocab floats owned by the sequence until its next change. */
 const float *gm_seq_logits(const gm_seq *s);

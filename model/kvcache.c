@@ -27,6 +27,7 @@ typedef struct blk {
 
 typedef struct entry {
     uint64_t hash, parent;
+    uint64_t scope;  /* compared exactly: scopes stay apart even if their hashes met */
     int32_t ids[GM_KV_BLOCK];
     int blk[GM_KV_GROUPS];
     bool used;
@@ -176,13 +177,14 @@ static void lru_push(gm_kvpool *p, int id) { /* most recently used at the tail *
 
 static size_t slot_of(const gm_kvpool *p, uint64_t h) { return (size_t)(h ^ (h >> 29)) & (p->map_cap - 1); }
 
-static int map_find(const gm_kvpool *p, uint64_t h, uint64_t parent, const int32_t *ids) {
+static int map_find(const gm_kvpool *p, uint64_t scope, uint64_t h, uint64_t parent, const int32_t *ids) {
     if (!p->map_cap) return NONE;
     for (size_t s = slot_of(p, h);; s = (s + 1) & (p->map_cap - 1)) {
         const int e = p->map[s];
         if (e == NONE) return NONE;
         const entry *x = &p->e[e];
-        if (x->hash == h && x->parent == parent && memcmp(x->ids, ids, sizeof x->ids) == 0) return e;
+        if (x->hash == h && x->parent == parent && x->scope == scope && memcmp(x->ids, ids, sizeof x->ids) == 0)
+            return e;
     }
 }
 
@@ -223,7 +225,7 @@ static void map_remove(gm_kvpool *p, int e) {
     p->map[hole] = NONE;
 }
 
-static int entry_new(gm_kvpool *p, uint64_t h, uint64_t parent, const int32_t *ids) {
+static int entry_new(gm_kvpool *p, uint64_t scope, uint64_t h, uint64_t parent, const int32_t *ids) {
     if ((size_t)(p->ne - p->free_ent.n + 1) * 2 > p->map_cap && !map_grow(p)) return NONE;
     int e;
     if (p->free_ent.n) {
@@ -241,6 +243,7 @@ static int entry_new(gm_kvpool *p, uint64_t h, uint64_t parent, const int32_t *i
     entry *x = &p->e[e];
     x->hash = h;
     x->parent = parent;
+    x->scope = scope;
     memcpy(x->ids, ids, sizeof x->ids);
     for (int g = 0; g < GM_KV_GROUPS; g++) x->blk[g] = NONE;
     x->used = true;
@@ -496,6 +499,7 @@ gm_status gm_kv_table_fork(gm_kvpool *p, gm_kv_table *dst, const gm_kv_table *sr
             }
     if (src->n_hashed) memcpy(dst->hash, src->hash, (size_t)src->n_hashed * sizeof *dst->hash);
     dst->n_hashed = src->n_hashed;
+    dst->scope = src->scope;
     return GM_OK;
 }
 
@@ -604,10 +608,22 @@ uint64_t gm_kv_chain_hash(const uint64_t key[2], uint64_t prev, const int32_t *i
     return sip_end(&s);
 }
 
+/* A one-word message: never equal to a block's 33 words (the closing length word differs). */
+uint64_t gm_kv_chain_root(const uint64_t key[2], uint64_t scope) {
+    sip s = sip_begin(key);
+    sip_word(&s, scope);
+    return sip_end(&s);
+}
+
+/* The parent hash of block i of t. */
+static uint64_t parent_of(const gm_kvpool *p, const gm_kv_table *t, int i) {
+    return i ? t->hash[i - 1] : gm_kv_chain_root(p->key, t->scope);
+}
+
 void gm_kv_table_hash(const gm_kvpool *p, gm_kv_table *t, const int32_t *ids, int n_blocks) {
     if (!gm_kv_table_reserve(t, n_blocks)) return;
     for (int i = t->n_hashed; i < n_blocks; i++)
-        t->hash[i] = gm_kv_chain_hash(p->key, i ? t->hash[i - 1] : 0, ids + (size_t)i * GM_KV_BLOCK);
+        t->hash[i] = gm_kv_chain_hash(p->key, parent_of(p, t, i), ids + (size_t)i * GM_KV_BLOCK);
     if (n_blocks > t->n_hashed) t->n_hashed = n_blocks;
 }
 
@@ -616,10 +632,11 @@ void gm_kv_table_register(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, int 
     gm_kv_table_hash(p, t, ids, n_blocks);
     if (!p->indexed) return;
     for (int i = first; i < t->n_hashed; i++) {
-        const uint64_t parent = i ? t->hash[i - 1] : 0;
+        const uint64_t parent = parent_of(p, t, i);
         const int32_t *bid = ids + (size_t)i * GM_KV_BLOCK;
-        int e = map_find(p, t->hash[i], parent, bid);
-        if (e == NONE && (e = entry_new(p, t->hash[i], parent, bid)) == NONE) return; /* no memory: just not indexed */
+        int e = map_find(p, t->scope, t->hash[i], parent, bid);
+        if (e == NONE) e = entry_new(p, t->scope, t->hash[i], parent, bid);
+        if (e == NONE) return; /* no memory: just not indexed */
         for (int g = 0; g < GM_KV_GROUPS; g++) {
             const int id = t->id[g][i];
             if (id == NONE || p->e[e].blk[g] != NONE || p->b[id].entry != NONE) continue;
@@ -640,12 +657,12 @@ int gm_kv_table_adopt(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, int max_
     const bool has_full = p->lay.block_bytes[GM_KV_FULL] != 0, has_sl = p->lay.block_bytes[GM_KV_SLIDING] != 0;
     int *cand = malloc((size_t)(max_blocks - first) * sizeof *cand);
     if (!cand) return 0;
-    uint64_t prev = first ? t->hash[first - 1] : 0;
+    uint64_t prev = parent_of(p, t, first);
     int top = first;
     for (; top < max_blocks; top++) { /* the run of blocks whose content is indexed */
         const int32_t *bid = ids + (size_t)top * GM_KV_BLOCK;
         const uint64_t h = gm_kv_chain_hash(p->key, prev, bid);
-        const int e = map_find(p, h, prev, bid);
+        const int e = map_find(p, t->scope, h, prev, bid);
         if (e == NONE || (has_full && p->e[e].blk[GM_KV_FULL] == NONE)) break;
         cand[top - first] = e;
         t->hash[top] = h;

@@ -9,9 +9,11 @@
  * the pool. A layer that reads another layer's KV (KV sharing) has no storage of its own.
  *
  * Prefix index. Block i of a history is keyed by a chain hash of the token ids of blocks 0..i (keyed with a
- * per-pool secret, so clients cannot aim collisions), and its entry verifies the block's ids and the parent hash. An entry remembers the block of each group computed for that content; a
- * sequence may adopt the first j blocks when every full-attention block 0..j-1 is in the index and
- * the sliding blocks covering the window before position 64 j are too: reuse past the window is exact.
+ * per-pool secret, so clients cannot aim collisions) rooted in the table's scope, and its entry verifies the
+ * block's ids, the parent hash and the scope (tenants never share blocks, whatever the hashes). An entry
+ * remembers the block of each group computed for that content; a sequence may adopt the first j blocks
+ * when every full-attention block 0..j-1 is in the index and the sliding blocks covering the window before
+ * position 64 j are too: reuse past the window is exact.
  * Blocks held by no sequence but present in the index are evictable, least recently used first.
  *
  * Storage is the backend's (kv_alloc / kv_free / kv_copy): the pool only hands out pointers. */
@@ -56,6 +58,7 @@ typedef struct gm_kv_table {
     void **ptr[GM_KV_GROUPS];
     uint64_t *hash;                 /* chain hash of full blocks 0..i (valid for i < n_hashed) */
     int n_hashed;
+    uint64_t scope;                 /* prefix-index scope: blocks are entered and adopted under it only */
 } gm_kv_table;
 
 gm_status gm_kv_layout_init(gm_kv_layout *lay, const gm_model *m, gm_kv_dtype dtype, gm_error *err);
@@ -78,7 +81,7 @@ void gm_kv_table_init(gm_kv_table *t);
 bool gm_kv_table_reserve(gm_kv_table *t, int n);
 /* Drops every block (refcounts) and frees the table's arrays. */
 void gm_kv_table_free(gm_kvpool *p, gm_kv_table *t);
-/* dst = src sharing every block (refcount + 1). dst must be empty. */
+/* dst = src sharing every block (refcount + 1) and its scope. dst must be empty. */
 gm_status gm_kv_table_fork(gm_kvpool *p, gm_kv_table *dst, const gm_kv_table *src, gm_error *err);
 /* Drops blocks [from, end) of every group (their positions are no longer needed). */
 void gm_kv_table_drop_from(gm_kvpool *p, gm_kv_table *t, int from_block);
@@ -91,8 +94,10 @@ bool gm_kv_table_window_held(const gm_kvpool *p, const gm_kv_table *t, int pos);
  * sequence or the index. GM_ERR_NOMEM with a message when the budget cannot hold them. */
 gm_status gm_kv_table_prepare(gm_kvpool *p, gm_kv_table *t, int p0, int p1, gm_error *err);
 
-/* Chain hash of block i's token ids given the hash of block i-1 (0 for i = 0), keyed (SipHash-2-4). */
+/* Chain hash of block i's token ids given the hash of block i-1 (for i = 0: gm_kv_chain_root of the
+ * table's scope), keyed (SipHash-2-4). */
 uint64_t gm_kv_chain_hash(const uint64_t key[2], uint64_t prev, const int32_t *ids);
+uint64_t gm_kv_chain_root(const uint64_t key[2], uint64_t scope);
 /* Enters full blocks [t->n_hashed, n_blocks) of tokens ids into the index (their hashes are computed
  * and kept in t). Blocks already in the index under another block id stay private. */
 void gm_kv_table_register(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, int n_blocks);

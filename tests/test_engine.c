@@ -409,6 +409,57 @@ TEST(block_hash_keyed_per_engine) {
     gm_model_free(m);
 }
 
+/* Prefix-cache scopes: a sequence adopts only blocks entered under its own scope; logits are the same
+ * bits whether reused or computed; a fork keeps the scope; the scope is fixed once anything is computed. */
+TEST(prefix_scopes) {
+    gm_model *m = open_model(2);
+    if (!m) return;
+    int32_t ids[200];
+    tokens(ids, 200, 41);
+    gm_error err = {0};
+    gm_engine *e = new_engine(m, 1, 512, true, 0, GM_KV_DTYPE_F32);
+    const uint64_t scope[5] = {7, 9, 7, 0, 0}; /* tenant 7, tenant 9, tenant 7 again, shared, shared */
+    const int want[5] = {0, 0, 192, 0, 192};
+    gm_seq *s[5];
+    for (int i = 0; i < 5; i++) {
+        s[i] = new_seq(e);
+        CHECK_OK(gm_seq_set_prefix_scope(s[i], scope[i], &err), &err);
+        CHECK_OK(gm_seq_append(s[i], ids, 200, &err), &err);
+        CHECK_OK(gm_engine_eval(e, &s[i], 1, &err), &err);
+        CHECK_MSG(gm_seq_n_reused(s[i]) == want[i], "sequence %d (scope %llu): %d positions reused, expected %d", i,
+                  (unsigned long long)scope[i], gm_seq_n_reused(s[i]), want[i]);
+        CHECK(memcmp(gm_seq_logits(s[i]), gm_seq_logits(s[0]), (size_t)V * sizeof(float)) == 0);
+    }
+    CHECK_EQ_INT(gm_seq_set_prefix_scope(s[0], 9, &err), GM_ERR_STATE);
+    CHECK_OK(gm_seq_set_prefix_scope(s[0], 7, &err), &err); /* the scope it has */
+    CHECK_EQ_INT(gm_seq_set_prefix_scope(NULL, 7, &err), GM_ERR_ARG);
+    for (int i = 0; i < 5; i++) gm_seq_free(s[i]);
+    /* a fork continues under its parent's scope: a prompt only tenant 9 has seen, recomputed by a fork of
+     * tenant 9's sequence, comes from tenant 9's blocks */
+    int32_t own[200];
+    tokens(own, 200, 42);
+    gm_seq *t9 = new_seq(e), *f = NULL;
+    CHECK_OK(gm_seq_set_prefix_scope(t9, 9, &err), &err);
+    CHECK_OK(gm_seq_append(t9, own, 200, &err), &err);
+    CHECK_OK(gm_engine_eval(e, &t9, 1, &err), &err);
+    CHECK_OK(gm_seq_fork(t9, &f, &err), &err);
+    CHECK_OK(gm_seq_set_prefix_scope(f, 9, &err), &err); /* computed, but the scope it has */
+    gm_seq_free(t9);
+    CHECK_OK(gm_seq_truncate(f, 0, &err), &err);
+    CHECK_OK(gm_seq_append(f, own, 200, &err), &err);
+    CHECK_OK(gm_engine_eval(e, &f, 1, &err), &err);
+    CHECK_EQ_INT(gm_seq_n_reused(f), 192);
+    gm_seq *g = new_seq(e); /* the shared scope: nothing of tenant 9's */
+    CHECK_OK(gm_seq_append(g, own, 200, &err), &err);
+    CHECK_OK(gm_engine_eval(e, &g, 1, &err), &err);
+    CHECK_EQ_INT(gm_seq_n_reused(g), 0);
+    CHECK(memcmp(gm_seq_logits(f), gm_seq_logits(g), (size_t)V * sizeof(float)) == 0);
+    gm_seq_free(f);
+    gm_seq_free(g);
+    CHECK_EQ_INT(gm_engine_free(e), GM_OK);
+    gm_model_free(m);
+}
+
 /* A small budget: cached blocks are evicted least recently used first and results stay exact; live
  * sequences that do not fit get GM_ERR_NOMEM with a message, not a crash. */
 TEST(eviction_and_out_of_memory) {
@@ -607,6 +658,7 @@ int main(int argc, char **argv) {
     MAYBE(truncate_then_continue);
     MAYBE(prefix_reuse_past_window);
     MAYBE(block_hash_keyed_per_engine);
+    MAYBE(prefix_scopes);
     MAYBE(eviction_and_out_of_memory);
     MAYBE(embeddings_not_matched_by_ids);
     MAYBE(f16_close_to_f32);
