@@ -468,8 +468,11 @@ typedef struct gm_spec_stats {
 gm_status gm_spec_new(gm_seq *s, const gm_spec_options *o, gm_spec **out, gm_error *err);
 void gm_spec_free(gm_spec *sp);
 /* One step: propose, verify in one forward pass, accept. Appends 1..k+1 tokens to the sequence (at
- * most max_new; max_new <= 0: no limit but the context) and returns them in *toks[0..*n) (valid until
- * the next call). The history may have any uncomputed suffix (a prompt): it is evaluated first. */
+ * most max_new; max_new <= 0: no limit but the context, which a step may fill to its last position) and
+ * returns them in *toks[0..*n) (valid until the next call). They are all in the history on return: token
+ * i sits at position gm_seq_length - *n + i, so a caller taking them one at a time judges "context full"
+ * by that position, not by gm_seq_length. The history may have any uncomputed suffix (a prompt): it is
+ * evaluated first. */
 gm_status gm_spec_step(gm_spec *sp, const gm_sampling *s, int max_new, const int32_t **toks, int *n, gm_error *err);
 /* One step for each of sps[0..n) (distinct sequences of one engine), every verify row in one forward
  * call; s[i] and max_new[i] (NULL: no limit) are sequence i's. gm_spec_last gives each one's tokens. */

@@ -603,7 +603,8 @@ static uint64_t sip_end(sip *s) {
 uint64_t gm_kv_chain_hash(const uint64_t key[2], uint64_t prev, const int32_t *ids) {
     sip s = sip_begin(key);
     sip_word(&s, prev);
-    for (int i = 0; i < GM_KV_BLOCK; i += 2) sip_word(&s, (uint64_t)(uint32_t)ids[i] | (uint64_t)(uint32_t)ids[i + 1] << 32);
+    for (int i = 0; i < GM_KV_BLOCK; i += 2)
+        sip_word(&s, (uint64_t)(uint32_t)ids[i] | (uint64_t)(uint32_t)ids[i + 1] << 32);
     return sip_end(&s);
 }
 
@@ -634,7 +635,8 @@ void gm_kv_table_register(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, int 
         const uint64_t parent = parent_of(p, t, i);
         const int32_t *bid = ids + (size_t)i * GM_KV_BLOCK;
         int e = map_find(p, t->scope, t->hash[i], parent, bid);
-        if (e == NONE && (e = entry_new(p, t->scope, t->hash[i], parent, bid)) == NONE) return; /* no memory: not indexed */
+        if (e == NONE) e = entry_new(p, t->scope, t->hash[i], parent, bid);
+        if (e == NONE) return; /* no memory: just not indexed */
         for (int g = 0; g < GM_KV_GROUPS; g++) {
             const int id = t->id[g][i];
             if (id == NONE || p->e[e].blk[g] != NONE || p->b[id].entry != NONE) continue;

@@ -10,9 +10,10 @@
  *
  * Prefix index. Block i of a history is keyed by a chain hash of the token ids of blocks 0..i (keyed with a
  * per-pool secret, so clients cannot aim collisions) rooted in the table's scope, and its entry verifies the
- * block's ids, the parent hash and the scope (tenants never share blocks, whatever the hashes). An entry remembers the block of each group computed for that content; a
- * sequence may adopt the first j blocks when every full-attention block 0..j-1 is in the index and
- * the sliding blocks covering the window before position 64 j are too: reuse past the window is exact.
+ * block's ids, the parent hash and the scope (tenants never share blocks, whatever the hashes). An entry
+ * remembers the block of each group computed for that content; a sequence may adopt the first j blocks
+ * when every full-attention block 0..j-1 is in the index and the sliding blocks covering the window before
+ * position 64 j are too: reuse past the window is exact.
  * Blocks held by no sequence but present in the index are evictable, least recently used first.
  *
  * Storage is the backend's (kv_alloc / kv_free / kv_copy): the pool only hands out pointers. */

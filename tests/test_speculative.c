@@ -283,6 +283,186 @@ TEST(many_sequences) {
     gm_model_free(dm);
 }
 
+/* ---------------------------------------------------------------- the end of the context */
+
+enum { END_CTX = 160 };
+
+/* A prompt of np tokens that repeats a 7-token segment: lookup has n-grams to propose from the start. */
+static void periodic_prompt(int32_t *ids, int np, uint64_t seed) {
+    ids[0] = TM_BOS;
+    for (int i = 1; i < np; i++) {
+        if (i <= 7) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            ids[i] = TM_BYTE0 + (int32_t)((seed >> 33) % (uint64_t)(V - TM_BYTE0));
+        } else {
+            ids[i] = ids[i - 7];
+        }
+    }
+}
+
+/* An engine of n_ctx positions with room in its KV budget for several sequences. */
+static gm_engine *roomy_engine(const gm_model *m, int n_ctx) {
+    gm_error err = {0};
+    gm_engine *e = NULL;
+    gm_engine_options o = {.n_threads = 2, .n_ctx = n_ctx, .kv_mem = (size_t)64 << 20};
+    CHECK_OK(gm_engine_new(m, &o, &e, &err), &err);
+    return e;
+}
+
+/* Greedy decoding without speculation until the context is full: END_CTX - np tokens. */
+static int plain_to_end(gm_engine *e, const int32_t *ids, int np, int32_t *out) {
+    gm_error err = {0};
+    gm_seq *s = NULL;
+    CHECK_OK(gm_seq_new(e, &s, &err), &err);
+    if (!s) return 0;
+    CHECK_OK(gm_seq_append(s, ids, np, &err), &err);
+    const gm_sampling smp = gm_sampling_default();
+    int n = 0;
+    while (gm_seq_length(s) < END_CTX) {
+        gm_status st = gm_engine_eval(e, &s, 1, &err);
+        if (!st) st = gm_seq_sample(s, &smp, &out[n], &err);
+        CHECK_OK(st, &err);
+        if (st) break;
+        n++;
+    }
+    gm_seq_free(s);
+    return n;
+}
+
+/* The same with speculation, as a server drives it: each step's max_new is what the request still may
+ * take (limit 0: none), until the limit or the end of the context. Returns the tokens taken. */
+static int spec_to_end(gm_engine *e, const gm_spec_options *so, const int32_t *ids, int np, int limit, int32_t *out,
+                       gm_spec_stats *st) {
+    gm_error err = {0};
+    gm_seq *s = NULL;
+    gm_spec *sp = NULL;
+    CHECK_OK(gm_seq_new(e, &s, &err), &err);
+    if (s) CHECK_OK(gm_spec_new(s, so, &sp, &err), &err);
+    if (!sp) {
+        gm_seq_free(s);
+        return 0;
+    }
+    CHECK_OK(gm_seq_append(s, ids, np, &err), &err);
+    const gm_sampling smp = gm_sampling_default();
+    int n = 0;
+    while (gm_seq_length(s) < END_CTX && (limit == 0 || n < limit)) {
+        const int32_t *t;
+        int k = 0;
+        const gm_status r = gm_spec_step(sp, &smp, limit ? limit - n : 0, &t, &k, &err);
+        CHECK_MSG(r == GM_OK && k > 0, "step at length %d (limit %d, %d taken): status %d, %d tokens: %s",
+                  gm_seq_length(s), limit, n, (int)r, k, err.msg);
+        if (r || k == 0) break;
+        for (int i = 0; i < k; i++) out[n++] = t[i];
+        CHECK_EQ_INT(gm_seq_length(s), np + n);
+    }
+    gm_spec_get_stats(sp, st);
+    gm_spec_free(sp);
+    gm_seq_free(s);
+    return n;
+}
+
+/* Prompts that end 1..24 positions before the end of a small context, with no limit, a limit that ends
+ * exactly there and one past it: speculation (lookup, a draft model) gives plain greedy's tokens up to
+ * the context's very last position. */
+static void to_end_case(gm_engine *e, const gm_spec_options *so, const char *what, int64_t *accepted) {
+    static const int LEFT[] = {1, 2, 3, 4, 5, 8, 9, 13, 17, 24};
+    int32_t ids[END_CTX], ref[END_CTX], got[END_CTX];
+    for (size_t p = 0; p < sizeof LEFT / sizeof LEFT[0]; p++) {
+        const int np = END_CTX - LEFT[p];
+        periodic_prompt(ids, np, 70 + p);
+        const int nr = plain_to_end(e, ids, np, ref);
+        CHECK_EQ_INT(nr, LEFT[p]);
+        const int limits[3] = {0, LEFT[p], LEFT[p] + 3};
+        for (int l = 0; l < 3; l++) {
+            gm_spec_stats st = {0};
+            const int ng = spec_to_end(e, so, ids, np, limits[l], got, &st);
+            CHECK_MSG(ng == nr && !memcmp(ref, got, (size_t)nr * sizeof *ref),
+                      "%s, %d positions left, limit %d: %d tokens with speculation, %d without%s", what, LEFT[p],
+                      limits[l], ng, nr, ng == nr ? " (and they differ)" : "");
+            *accepted += st.accepted;
+        }
+    }
+}
+
+/* Several sequences in one gm_spec_step_many, each ending at the context's end at a different step (a
+ * finished one leaves the batch, as in a server), each with plain greedy's tokens. */
+static void to_end_many(gm_engine *e, const gm_spec_options *so, const char *what) {
+    enum { NS = 4 };
+    static const int LEFT[NS] = {1, 6, 11, 23};
+    gm_error err = {0};
+    gm_seq *s[NS] = {0};
+    gm_spec *sp[NS] = {0};
+    int32_t ids[NS][END_CTX], ref[NS][END_CTX], got[NS][END_CTX];
+    int nr[NS], ng[NS] = {0};
+    for (int i = 0; i < NS; i++) {
+        periodic_prompt(ids[i], END_CTX - LEFT[i], 90 + (uint64_t)i);
+        nr[i] = plain_to_end(e, ids[i], END_CTX - LEFT[i], ref[i]);
+        CHECK_OK(gm_seq_new(e, &s[i], &err), &err);
+        if (s[i]) CHECK_OK(gm_seq_append(s[i], ids[i], END_CTX - LEFT[i], &err), &err);
+        if (s[i]) CHECK_OK(gm_spec_new(s[i], so, &sp[i], &err), &err);
+        if (!sp[i]) return;
+    }
+    gm_sampling smp[NS];
+    for (int i = 0; i < NS; i++) smp[i] = gm_sampling_default();
+    for (int round = 0; round < END_CTX; round++) {
+        gm_spec *live[NS];
+        int max_new[NS], idx[NS], n = 0;
+        for (int i = 0; i < NS; i++)
+            if (gm_seq_length(s[i]) < END_CTX) idx[n] = i, max_new[n] = LEFT[i] + 2 - ng[i], live[n++] = sp[i];
+        if (!n) break;
+        const gm_status st = gm_spec_step_many(live, n, smp, max_new, &err);
+        CHECK_OK(st, &err);
+        if (st) break;
+        for (int j = 0; j < n; j++) {
+            int k;
+            const int32_t *t = gm_spec_last(live[j], &k);
+            for (int x = 0; x < k && ng[idx[j]] < END_CTX; x++) got[idx[j]][ng[idx[j]]++] = t[x];
+        }
+    }
+    for (int i = 0; i < NS; i++) {
+        CHECK_MSG(ng[i] == nr[i] && !memcmp(ref[i], got[i], (size_t)nr[i] * sizeof(int32_t)),
+                  "%s, batch of %d: sequence %d (%d positions left): %d tokens with speculation, %d without", what, NS,
+                  i, LEFT[i], ng[i], nr[i]);
+        gm_spec_free(sp[i]);
+        gm_seq_free(s[i]);
+    }
+}
+
+TEST(greedy_to_context_end) {
+    gm_model *m = open_model(PATH[2]), *same = open_model(PATH[2]), *other = open_model(DRAFT_PATH);
+    if (!m || !same || !other) return;
+    gm_engine *e = roomy_engine(m, END_CTX);
+    int64_t acc = 0;
+    const gm_spec_options lookups[2] = {{.kind = GM_SPEC_LOOKUP, .k_max = 8, .fixed_k = true, .ngram_min = 1},
+                                        {.kind = GM_SPEC_LOOKUP}};
+    to_end_case(e, &lookups[0], "lookup, fixed k 8", &acc);
+    to_end_case(e, &lookups[1], "lookup, adaptive", &acc);
+    to_end_many(e, &lookups[0], "lookup, fixed k 8");
+    CHECK_MSG(acc > 50, "lookup: only %lld proposals accepted near the end", (long long)acc);
+    /* draft engines with the target's context, a longer one and a shorter one (shorter than the prompts) */
+    const int dctx[3] = {END_CTX, 1024, 128};
+    for (int d = 0; d < 3; d++) {
+        gm_engine *de_same = roomy_engine(same, dctx[d]), *de_other = roomy_engine(other, dctx[d]);
+        if (!de_same || !de_other) break;
+        char what[96];
+        acc = 0;
+        const gm_spec_options own = {.kind = GM_SPEC_DRAFT, .k_max = 8, .fixed_k = true, .draft = de_same};
+        snprintf(what, sizeof what, "own draft, draft context %d", dctx[d]);
+        to_end_case(e, &own, what, &acc);
+        CHECK_MSG(dctx[d] < END_CTX - 24 ? acc == 0 : acc > 50, "%s: %lld proposals accepted", what, (long long)acc);
+        const gm_spec_options oth = {.kind = GM_SPEC_DRAFT, .k_max = 5, .draft = de_other};
+        snprintf(what, sizeof what, "other draft, draft context %d", dctx[d]);
+        to_end_case(e, &oth, what, &acc);
+        to_end_many(e, &own, what);
+        gm_engine_free(de_same);
+        gm_engine_free(de_other);
+    }
+    gm_engine_free(e);
+    gm_model_free(m);
+    gm_model_free(same);
+    gm_model_free(other);
+}
+
 /* ---------------------------------------------------------------- sampling: the target's distribution */
 
 /* The exact distribution the target samples from, computed here: repeat penalty over the last
@@ -613,6 +793,7 @@ int main(int argc, char **argv) {
     MAYBE(gate_backs_off);
     MAYBE(rollback);
     MAYBE(many_sequences);
+    MAYBE(greedy_to_context_end);
     MAYBE(sampling_lookup_distribution);
     MAYBE(sampling_draft_distribution);
     MAYBE(bad_input);
