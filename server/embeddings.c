@@ -11,8 +11,9 @@
  * context or a model that is not an embedding model gets a 400 in the OpenAI error format.
  *
  * The embedder is one per server and runs on the connection thread that holds its lock (a model is
- * either generative, with the scheduler, or an embedding model, with this): requests are served one at
- * a time, each in one forward pass per input. */
+ * either generative, with the scheduler, or an embedding model, with this): one forward pass per input,
+ * the lock taken per input, so requests interleave input by input; between inputs a request whose
+ * client left, or a server that is stopping, ends (status 499 / 503). */
 #include <cjson/cJSON.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -100,20 +101,17 @@ static bool token_array(const cJSON *a, int V, int32_t **out, int *n, char *msg,
     int32_t *ids = malloc((size_t)k * sizeof *ids);
     if (!ids) return snprintf(msg, mlen, "out of memory"), false;
     int i = 0;
-    for (const cJSON *e = a->child; e; e = e->next, i++) {
-        if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int32_t)e->valuedouble || e->valuedouble < 0 ||
-            e->valuedouble >= V) {
+    for (const cJSON *e = a->child; e; e = e->next, i++)
+        if (!srv_token_id(e, V, &ids[i])) {
             free(ids);
             return snprintf(msg, mlen, "'input' token %d is not a token id in [0, %d)", i, V), false;
         }
-        ids[i] = (int32_t)e->valuedouble;
-    }
     *out = ids;
     return true;
 }
 
 /* The request's inputs as token ids; false with msg. */
-static bool parse_inputs(const cJSON *input, const gm_model *m, inputs *in, char *msg, size_t mlen) {
+static bool parse_inputs(const cJSON *input, const gm_model *m, int n_ctx, inputs *in, char *msg, size_t mlen) {
     const int V = gm_tokenizer_n_vocab(gm_model_tokenizer(m));
     const int count = cJSON_IsArray(input) ? cJSON_GetArraySize(input) : 1;
     if (!input || (!cJSON_IsString(input) && !cJSON_IsArray(input)))
@@ -137,11 +135,15 @@ static bool parse_inputs(const cJSON *input, const gm_model *m, inputs *in, char
         if (cJSON_IsString(e)) {
             const size_t len = strlen(e->valuestring);
             if (len == 0) return snprintf(msg, mlen, "'input' item %d is an empty string", i), false;
-            size_t k = 0;
+            const size_t k = gm_tokenizer_max_token_bytes(gm_model_tokenizer(m)); /* refused before tokenizing */
+            if (k && len / k > (size_t)n_ctx)
+                return snprintf(msg, mlen, "'input' item %d has at least %zu tokens, more than the context size %d", i,
+                                len / k, n_ctx), false;
+            size_t nt = 0;
             gm_error err = {0};
-            if (gm_embed_tokenize(m, e->valuestring, len, &ids, &k, &err))
+            if (gm_embed_tokenize(m, e->valuestring, len, &ids, &nt, &err))
                 return snprintf(msg, mlen, "'input' item %d: %.700s", i, err.msg), false;
-            n = k > (size_t)INT32_MAX ? INT32_MAX : (int)k;
+            n = nt > (size_t)INT32_MAX ? INT32_MAX : (int)nt;
         } else if (cJSON_IsArray(e)) {
             if (!token_array(e, V, &ids, &n, msg, mlen)) return false;
         } else {
@@ -152,37 +154,56 @@ static bool parse_inputs(const cJSON *input, const gm_model *m, inputs *in, char
     return true;
 }
 
-char *srv_embeddings(gm_embedder *e, pthread_mutex_t *mu, const gm_model *m, const char *model_id, const char *body,
-                     size_t len, int *status, int *n_prompt) {
-    *n_prompt = 0;
-    if (!e)
-        return fail(status, 400, "model_not_supported",
-                    "this server's model is not an embedding model: /v1/embeddings needs one such as EmbeddingGemma");
+/* The request's fields and inputs; false with msg. */
+static bool parse_request(const srv_embed_ctx *x, const char *body, size_t len, inputs *in, bool *b64, int *keep,
+                          char *msg, size_t mlen) {
     cJSON *req = cJSON_ParseWithLength(body ? body : "", len);
     if (!cJSON_IsObject(req)) {
         cJSON_Delete(req);
-        return fail(status, 400, NULL, "the body is not a JSON object");
+        return snprintf(msg, mlen, "the body is not a JSON object"), false;
     }
-    char msg[1024];
-    inputs in = {0};
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(req, "encoding_format");
     const cJSON *dims = cJSON_GetObjectItemCaseSensitive(req, "dimensions");
-    const int dim = gm_embedder_dim(e), n_ctx = gm_embedder_n_ctx(e);
-    bool b64 = false, ok = true;
-    int keep = dim;
+    const int dim = gm_embedder_dim(x->e);
+    bool ok = true;
+    *keep = dim;
     if (fmt && !cJSON_IsNull(fmt)) {
-        b64 = cJSON_IsString(fmt) && !strcmp(fmt->valuestring, "base64");
-        if (!b64 && !(cJSON_IsString(fmt) && !strcmp(fmt->valuestring, "float")))
-            ok = false, snprintf(msg, sizeof msg, "'encoding_format' must be \"float\" or \"base64\"");
+        *b64 = cJSON_IsString(fmt) && !strcmp(fmt->valuestring, "base64");
+        if (!*b64 && !(cJSON_IsString(fmt) && !strcmp(fmt->valuestring, "float")))
+            ok = false, snprintf(msg, mlen, "'encoding_format' must be \"float\" or \"base64\"");
     }
     if (ok && dims && !cJSON_IsNull(dims)) {
-        if (!cJSON_IsNumber(dims) || dims->valuedouble != (double)(int)dims->valuedouble || dims->valuedouble < 1 ||
-            dims->valuedouble > dim)
-            ok = false, snprintf(msg, sizeof msg, "'dimensions' must be an integer in [1, %d]", dim);
-        else keep = (int)dims->valuedouble;
+        if (!cJSON_IsNumber(dims) || !(dims->valuedouble >= 1 && dims->valuedouble <= dim) ||
+            dims->valuedouble != (double)(int)dims->valuedouble)
+            ok = false, snprintf(msg, mlen, "'dimensions' must be an integer in [1, %d]", dim);
+        else *keep = (int)dims->valuedouble;
     }
-    if (ok) ok = parse_inputs(cJSON_GetObjectItemCaseSensitive(req, "input"), m, &in, msg, sizeof msg);
+    const cJSON *f;
+    cJSON_ArrayForEach(f, req) {
+        static const char *const known[] = {"input", "model", "encoding_format", "dimensions", "user"};
+        bool k = cJSON_IsNull(f);
+        for (size_t i = 0; !k && i < sizeof known / sizeof *known; i++) k = !strcmp(f->string, known[i]);
+        if (ok && !k) ok = false, snprintf(msg, mlen, "'%.60s' is not supported by this server", f->string);
+    }
+    if (ok) ok = parse_inputs(cJSON_GetObjectItemCaseSensitive(req, "input"), x->m, gm_embedder_n_ctx(x->e), in, msg, mlen);
     cJSON_Delete(req);
+    return ok;
+}
+
+char *srv_embeddings(const srv_embed_ctx *x, const char *body, size_t len, int *status, int *n_prompt) {
+    *n_prompt = 0;
+    gm_embedder *e = x->e;
+    if (!e)
+        return fail(status, 400, "model_not_supported",
+                    "this server's model is not an embedding model: /v1/embeddings needs one such as EmbeddingGemma");
+    char msg[1024];
+    inputs in = {0};
+    const int dim = gm_embedder_dim(e), n_ctx = gm_embedder_n_ctx(e);
+    bool b64 = false;
+    int keep = dim;
+    guard_parse_enter(x->guard);
+    bool ok = parse_request(x, body, len, &in, &b64, &keep, msg, sizeof msg);
+    guard_parse_leave(x->guard);
     for (int i = 0; ok && i < in.count; i++)
         if (in.n[i] > n_ctx) {
             snprintf(msg, sizeof msg, "'input' item %d has %d tokens, more than the context size %d", i, in.n[i], n_ctx);
@@ -198,9 +219,16 @@ char *srv_embeddings(gm_embedder *e, pthread_mutex_t *mu, const gm_model *m, con
     sb_put(&b, "{\"object\":\"list\",\"data\":[", 25);
     gm_error err = {0};
     gm_status st = v ? GM_OK : GM_ERR_NOMEM;
-    pthread_mutex_lock(mu);
+    bool left = false;
     for (int i = 0; !st && i < in.count; i++) {
-        if ((st = gm_embed_tokens(e, in.ids[i], in.n[i], v, &err))) break;
+        if (x->keep_going && !x->keep_going(x->arg)) {
+            left = true;
+            break;
+        }
+        pthread_mutex_lock(x->mu);
+        st = gm_embed_tokens(e, in.ids[i], in.n[i], v, &err);
+        pthread_mutex_unlock(x->mu);
+        if (st) break;
         gm_embedding_normalize(v, keep);
         sb_printf(&b, "%s{\"object\":\"embedding\",\"index\":%d,\"embedding\":", i ? "," : "", i);
         if (b64) {
@@ -213,14 +241,18 @@ char *srv_embeddings(gm_embedder *e, pthread_mutex_t *mu, const gm_model *m, con
             sb_put(&b, "]}", 2);
         }
     }
-    pthread_mutex_unlock(mu);
     free(v);
+    if (left) {
+        free(b.p);
+        free_inputs(&in);
+        return fail(status, 499, NULL, "the client went away or the server is stopping");
+    }
     if (st || b.oom) {
         free(b.p);
         free_inputs(&in);
         return fail(status, 500, NULL, st ? err.msg : "out of memory");
     }
-    char *model_json = srv_clean_utf8(model_id, strlen(model_id));
+    char *model_json = srv_clean_utf8(x->model_id, strlen(x->model_id));
     cJSON *mj = cJSON_CreateString(model_json ? model_json : "");
     char *ms = cJSON_PrintUnformatted(mj);
     cJSON_Delete(mj);

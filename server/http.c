@@ -11,6 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <arpa/inet.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -22,8 +26,13 @@ typedef int MHD_Result;
 typedef enum MHD_Result MHD_Result;
 #endif
 
-typedef struct server {
-    const srv_options *o;
+struct srv {
+    srv_options opt;        /* the caller's, with defaults derived from the model filled in */
+    const srv_options *o;   /* &opt */
+    struct MHD_Daemon *d;
+    srv_guard *guard;
+    bool loopback_bind;     /* listening on a loopback address only: the Host check applies */
+    int stopping;           /* (atomic) srv_stop began: embeddings end, new requests get 503 */
     gm_model *m;
     const gm_tokenizer *tok;
     srv_sched *sched;       /* a generative model: the scheduler owns the engine */
@@ -33,13 +42,16 @@ typedef struct server {
     char model_id[128];
     int n_ctx;
     int inflight;       /* requests not yet completed (atomic): shutdown lets them finish writing */
-} server;
+};
+typedef struct srv server;
 
 /* One request on a connection. */
 typedef struct req {
     char *body;
     size_t len, cap;
-    bool too_big, unauthorized, early_reply;
+    bool too_big, early_reply;
+    int key;                /* the API key the request gave (index + 1; 0: none) */
+    bool http11;
     int status;
     const char *endpoint;
     double t0;
@@ -48,16 +60,14 @@ typedef struct req {
 
 /* ---------------------------------------------------------------- replies */
 
-static const char *g_cors; /* --cors, set once before the daemon starts */
-
-static void add_common_headers(struct MHD_Response *resp) {
-    if (g_cors) {
-        MHD_add_response_header(resp, "Access-Control-Allow-Origin", g_cors);
+static void add_common_headers(const server *s, struct MHD_Response *resp) {
+    if (s->o->cors) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", s->o->cors);
         MHD_add_response_header(resp, "Vary", "Origin");
     }
 }
 
-static MHD_Result reply(struct MHD_Connection *c, req *r, int status, const char *type, char *body) {
+static MHD_Result reply(struct MHD_Connection *c, const server *s, req *r, int status, const char *type, char *body) {
     if (!body) {
         status = 500;
         type = "application/json";
@@ -70,38 +80,45 @@ static MHD_Result reply(struct MHD_Connection *c, req *r, int status, const char
         return MHD_NO;
     }
     MHD_add_response_header(resp, "Content-Type", type);
-    add_common_headers(resp);
+    add_common_headers(s, resp);
     if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
-    if (status == 429) MHD_add_response_header(resp, "Retry-After", "1");
+    if (status == 429 || status == 503) MHD_add_response_header(resp, "Retry-After", "1");
+    if (status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     r->status = status;
     MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
     MHD_destroy_response(resp);
     return ret;
 }
 
-static MHD_Result reply_json(struct MHD_Connection *c, req *r, int status, cJSON *o) {
-    char *s = cJSON_PrintUnformatted(o);
+static MHD_Result reply_json(struct MHD_Connection *c, const server *s, req *r, int status, cJSON *o) {
+    char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    return reply(c, r, status, "application/json", s);
+    return reply(c, s, r, status, "application/json", text);
 }
 
-static MHD_Result reply_error(struct MHD_Connection *c, req *r, int status, const char *type, const char *code,
-                              const char *msg) {
-    return reply(c, r, status, "application/json", openai_error_json(type, code, msg));
+static MHD_Result reply_error(struct MHD_Connection *c, const server *s, req *r, int status, const char *type,
+                              const char *code, const char *msg) {
+    return reply(c, s, r, status, "application/json", openai_error_json(type, code, msg));
 }
 
 /* ---------------------------------------------------------------- request checks */
 
-static bool authorized(const server *s, struct MHD_Connection *c) {
-    if (!s->o->api_key) return true;
+/* Which --api-key the request gives (index + 1), 0 for none that matches. Each key is compared in time
+ * independent of where it differs. */
+static int key_of(const server *s, struct MHD_Connection *c) {
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
+    if (!h || strncasecmp(h, "Bearer ", 7)) return 0;
     h += 7;
-    const char *k = s->o->api_key;
-    const size_t hl = strlen(h), kl = strlen(k);
-    unsigned char diff = hl != kl; /* compared in time independent of where they differ */
-    for (size_t i = 0; i < kl; i++) diff |= (unsigned char)(k[i] ^ (i < hl ? h[i] : 0));
-    return diff == 0;
+    const size_t hl = strlen(h);
+    int found = 0;
+    for (int i = 0; i < s->o->n_api_keys; i++) {
+        const char *k = s->o->api_keys[i];
+        const size_t kl = strlen(k);
+        unsigned char diff = hl != kl;
+        for (size_t b = 0; b < kl; b++) diff |= (unsigned char)(k[b] ^ (b < hl ? h[b] : 0));
+        if (diff == 0 && !found) found = i + 1;
+    }
+    return found;
 }
 
 static bool is_json_type(struct MHD_Connection *c) {
@@ -111,11 +128,18 @@ static bool is_json_type(struct MHD_Connection *c) {
     return !strncasecmp(t, "application/json", 16) && (t[16] == 0 || t[16] == ';' || t[16] == ' ');
 }
 
-/* Nesting deeper than 64 is refused before cJSON recurses into it; a \u0000 escape would be cut at by
- * every C string below, so it is refused rather than silently dropping the rest of a message. */
-static const char *json_shape_problem(const char *b, size_t n) {
+/* The most JSON values (strings, numbers, literals, arrays, objects) a body may hold: cJSON keeps ~80
+ * bytes per value, so an 8 MiB body of small numbers would cost ~300 MiB parsed. A request needs at most
+ * a few values per prompt token; embeddings of token arrays at most their tokens. */
+static long max_json_values(const server *s) { return 8L * s->n_ctx + 65536; }
+
+/* Scanned before cJSON sees the body: nesting deeper than 64 is refused before cJSON recurses into it;
+ * a \u0000 escape would be cut at by every C string below, so it is refused rather than silently
+ * dropping the rest of a message; more values than max_values are refused before they are allocated. */
+static const char *json_shape_problem(const char *b, size_t n, long max_values) {
     int depth = 0;
     bool in_str = false;
+    long values = 1; /* every value but the first follows a ',' or an opening bracket */
     for (size_t i = 0; i < n; i++) {
         const char ch = b[i];
         if (in_str) {
@@ -129,30 +153,57 @@ static const char *json_shape_problem(const char *b, size_t n) {
             in_str = true;
         } else if (ch == '{' || ch == '[') {
             if (++depth > 64) return "the JSON is nested too deeply (more than 64 levels)";
+            values++;
         } else if (ch == '}' || ch == ']') {
             depth--;
+        } else if (ch == ',') {
+            values++;
         }
+        if (values > max_values) return "the JSON holds too many values for this server's context (a list longer than any prompt it can take)";
     }
     return NULL;
 }
 
 /* ---------------------------------------------------------------- hang-up watch */
 
-/* The peer closed its side (or the socket broke): nobody will read the answer. */
-static bool peer_gone(int fd) {
-    if (fd < 0) return false;
+typedef enum { PEER_HERE, PEER_HALF_CLOSED, PEER_GONE } peer_state;
+
+static peer_state peer_state_of(int fd) {
+    if (fd < 0) return PEER_HERE;
     struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+    if (poll(&p, 1, 0) <= 0) return PEER_HERE;
+    if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return PEER_GONE;
+    return p.revents & POLLRDHUP ? PEER_HALF_CLOSED : PEER_HERE;
+}
+
+/* A client that sent its end-of-stream (FIN) may have closed its socket, or only shut down its sending
+ * side and still be reading. The two look the same until something is written: a closed socket answers
+ * with a reset, which the next poll sees. So the first time, a probe is written that a reading client
+ * ignores: for a stream an SSE comment (stream_read sends it), otherwise an interim "100 Continue",
+ * which an HTTP/1.1 client must accept before the final response. An HTTP/1.0 client cannot be probed;
+ * it is served to the end (bounded by max_tokens and the context). Called with j->mu held. */
+static bool still_there(job *j) {
+    const peer_state ps = peer_state_of(j->conn_fd);
+    if (ps == PEER_GONE) return false;
+    if (ps == PEER_HALF_CLOSED && !j->probed) {
+        j->probed = true;
+        if (j->stream) j->probe_pending = true;
+        else if (j->http11) {
+            static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+            if (send(j->conn_fd, cont, sizeof cont - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) return false;
+        }
+    }
+    return true;
 }
 
 /* Waits up to 100 ms for the job to change; false when the client went away (the job is cancelled). */
 static bool wait_job(job *j) {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* job_new makes the condition variable wait on this clock */
     ts.tv_nsec += 100 * 1000 * 1000;
     if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
     pthread_cond_timedwait(&j->cv, &j->mu, &ts);
-    if (!j->done && peer_gone(j->conn_fd)) {
+    if (!j->done && !still_there(j)) {
         j->cancelled = true;
         return false;
     }
@@ -163,30 +214,51 @@ static bool wait_job(job *j) {
 
 typedef struct stream_ctx {
     job *j;
-    const server *s;
+    server *s;
     req *r;
 } stream_ctx;
 
+static size_t take_out(job *j, char *buf, size_t max) {
+    const size_t n = j->out_len - j->out_pos < max ? j->out_len - j->out_pos : max;
+    memcpy(buf, j->out + j->out_pos, n);
+    j->out_pos += n;
+    if (j->out_pos == j->out_len) j->out_pos = j->out_len = 0;
+    return n;
+}
+
+/* MHD asks for more of the stream. The SSE bytes are rendered here, outside the job's lock (the
+ * scheduler takes it for every token): under the lock only the new text and log-probabilities are
+ * copied out (openai_stream_take). j->out belongs to this connection thread alone. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     stream_ctx *x = cls;
     job *j = x->j;
-    pthread_mutex_lock(&j->mu);
     for (;;) {
-        if (j->out_pos < j->out_len) {
-            size_t n = j->out_len - j->out_pos < max ? j->out_len - j->out_pos : max;
-            memcpy(buf, j->out + j->out_pos, n);
-            j->out_pos += n;
-            if (j->out_pos == j->out_len) j->out_pos = j->out_len = 0;
-            pthread_mutex_unlock(&j->mu);
+        if (j->out_pos < j->out_len) return (ssize_t)take_out(j, buf, max);
+        if (j->stream_closed) break;
+        stream_view v;
+        pthread_mutex_lock(&j->mu);
+        bool have = openai_stream_take(j, &v);
+        while (!have && !j->probe_pending) {
+            if (!wait_job(j)) {
+                pthread_mutex_unlock(&j->mu);
+                sched_withdraw(x->s->sched, j);
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
+            have = openai_stream_take(j, &v);
+        }
+        const bool probe = !have && j->probe_pending;
+        j->probe_pending = false;
+        pthread_mutex_unlock(&j->mu);
+        if (probe) {
+            static const char comment[] = ":\n\n"; /* an SSE comment: readers skip it */
+            const size_t n = sizeof comment - 1 < max ? sizeof comment - 1 : max;
+            memcpy(buf, comment, n);
             return (ssize_t)n;
         }
-        if (j->stream_closed) break;
-        if (openai_stream_more(j, x->s->tok) || j->out_len) continue;
-        if (!wait_job(j)) {
-            pthread_mutex_unlock(&j->mu);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
+        openai_stream_render(j, &v, x->s->tok);
+        stream_view_free(&v);
     }
+    pthread_mutex_lock(&j->mu);
     x->r->gen = 0;
     for (int i = 0; i < j->n; i++) x->r->gen += j->ch[i].n_gen;
     x->r->cached = j->cached;
@@ -198,8 +270,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 static void stream_free(void *cls) {
     stream_ctx *x = cls;
     pthread_mutex_lock(&x->j->mu);
-    if (!x->j->done) x->j->cancelled = true;
+    const bool abandoned = !x->j->done;
+    if (abandoned) x->j->cancelled = true;
     pthread_mutex_unlock(&x->j->mu);
+    if (abandoned) sched_withdraw(x->s->sched, x->j);
     job_release(x->j);
     free(x);
 }
@@ -212,14 +286,15 @@ static MHD_Result start_stream(struct MHD_Connection *c, server *s, req *r, job 
         pthread_mutex_lock(&j->mu);
         j->cancelled = true;
         pthread_mutex_unlock(&j->mu);
+        sched_withdraw(s->sched, j);
         job_release(j);
-        return reply_error(c, r, 500, "server_error", NULL, "out of memory");
+        return reply_error(c, s, r, 500, "server_error", NULL, "out of memory");
     }
     *x = (stream_ctx){j, s, r};
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-    add_common_headers(resp);
+    add_common_headers(s, resp);
     r->status = 200;
     MHD_Result ret = MHD_queue_response(c, 200, resp);
     MHD_destroy_response(resp);
@@ -236,12 +311,13 @@ static MHD_Result finish_blocking(struct MHD_Connection *c, server *s, req *r, j
     pthread_mutex_unlock(&j->mu);
     MHD_Result ret;
     if (!alive) { /* nobody to answer: close the connection */
+        sched_withdraw(s->sched, j);
         r->status = 499;
         ret = MHD_NO;
     } else if (j->err_http) {
-        ret = reply_error(c, r, j->err_http, j->err_type, j->err_code, j->err_msg);
+        ret = reply_error(c, s, r, j->err_http, j->err_type, j->err_code, j->err_msg);
     } else {
-        ret = reply(c, r, 200, "application/json", openai_response(j, s->tok));
+        ret = reply(c, s, r, 200, "application/json", openai_response(j, s->tok));
     }
     job_release(j);
     return ret;
@@ -261,47 +337,75 @@ static uint64_t fresh_u64(void) {
 
 static MHD_Result completion(struct MHD_Connection *c, server *s, req *r, job_kind kind) {
     if (!s->sched)
-        return reply_error(c, r, 400, "invalid_request_error", "model_not_supported",
+        return reply_error(c, s, r, 400, "invalid_request_error", "model_not_supported",
                            "this server's model is an embedding model: it cannot generate text (use /v1/embeddings)");
     job *j = job_new();
-    if (!j) return reply_error(c, r, 500, "server_error", NULL, "out of memory");
+    if (!j) return reply_error(c, s, r, 500, "server_error", NULL, "out of memory");
     j->model = s->model_id;
     j->created = (long)time(NULL);
     snprintf(j->id, sizeof j->id, "%s%016llx", kind == JOB_CHAT ? "chatcmpl-" : "cmpl-", (unsigned long long)fresh_u64());
     j->t_submit = srv_now();
     j->smp.seed = fresh_u64(); /* kept unless the request gives a seed */
-    if (!openai_parse(j, kind, r->body ? r->body : "", r->len, s->tok, s->o, s->n_ctx)) {
-        MHD_Result ret = reply_error(c, r, j->err_http, j->err_type, j->err_code, j->err_msg);
+    j->prefix_scope = s->o->prefix_scope_key ? (uint64_t)r->key : 0;
+    guard_parse_enter(s->guard);
+    const bool parsed = openai_parse(j, kind, r->body ? r->body : "", r->len, s->tok, s->o, s->n_ctx);
+    guard_parse_leave(s->guard);
+    if (!parsed) {
+        MHD_Result ret = reply_error(c, s, r, j->err_http, j->err_type, j->err_code, j->err_msg);
         job_release(j);
         return ret;
     }
     r->prompt = j->n_prompt;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->conn_fd = ci ? ci->connect_fd : -1;
-    if (!sched_submit(s->sched, j)) {
+    j->http11 = r->http11;
+    const submit_result sr = sched_submit(s->sched, j);
+    if (sr != SUBMIT_OK) {
         job_release(j);
-        return reply_error(c, r, 429, "rate_limit_error", NULL,
+        if (sr == SUBMIT_STOPPING)
+            return reply_error(c, s, r, 503, "server_error", NULL, "the server is shutting down");
+        return reply_error(c, s, r, 429, "rate_limit_error", NULL,
                            "the server is busy: every slot is taken and the queue is full (--parallel, --queue); retry later");
     }
     return j->stream ? start_stream(c, s, r, j) : finish_blocking(c, s, r, j);
 }
 
+typedef struct embed_watch {
+    server *s;
+    int fd;
+} embed_watch;
+
+static bool embed_keep_going(void *arg) {
+    embed_watch *w = arg;
+    return !__atomic_load_n(&w->s->stopping, __ATOMIC_ACQUIRE) && peer_state_of(w->fd) != PEER_GONE;
+}
+
 static MHD_Result embeddings(struct MHD_Connection *c, server *s, req *r) {
     int status = 500;
-    char *out = srv_embeddings(s->emb, &s->emb_mu, s->m, s->model_id, r->body, r->len, &status, &r->prompt);
-    return reply(c, r, status, "application/json", out);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    embed_watch w = {s, ci ? ci->connect_fd : -1};
+    const srv_embed_ctx x = {s->emb, &s->emb_mu, s->m, s->model_id, s->guard, embed_keep_going, &w};
+    char *out = srv_embeddings(&x, r->body, r->len, &status, &r->prompt);
+    if (status == 499) { /* the client left mid-request: nobody to answer */
+        free(out);
+        r->status = 499;
+        return MHD_NO;
+    }
+    return reply(c, s, r, status, "application/json", out);
 }
 
 /* ---------------------------------------------------------------- small endpoints */
 
 static MHD_Result tokenize(struct MHD_Connection *c, server *s, req *r) {
+    guard_parse_enter(s->guard);
     cJSON *in = cJSON_ParseWithLength(r->body ? r->body : "", r->len);
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(in, "content");
     const cJSON *add = cJSON_GetObjectItemCaseSensitive(in, "add_special");
     const cJSON *parse = cJSON_GetObjectItemCaseSensitive(in, "parse_special");
     if (!cJSON_IsString(content) || (add && !cJSON_IsBool(add)) || (parse && !cJSON_IsBool(parse))) {
         cJSON_Delete(in);
-        return reply_error(c, r, 400, "invalid_request_error", NULL,
+        guard_parse_leave(s->guard);
+        return reply_error(c, s, r, 400, "invalid_request_error", NULL,
                            "expected {\"content\": string, \"add_special\"?: bool, \"parse_special\"?: bool}");
     }
     int32_t *ids = NULL;
@@ -310,42 +414,53 @@ static MHD_Result tokenize(struct MHD_Connection *c, server *s, req *r) {
     gm_status st = gm_tokenize(s->tok, content->valuestring, strlen(content->valuestring), cJSON_IsTrue(add),
                                !parse || cJSON_IsTrue(parse), &ids, &n, &err);
     cJSON_Delete(in);
-    if (st) return reply_error(c, r, 400, "invalid_request_error", NULL, err.msg);
+    guard_parse_leave(s->guard);
+    if (st) return reply_error(c, s, r, 400, "invalid_request_error", NULL, err.msg);
     cJSON *o = cJSON_CreateObject(), *t = cJSON_AddArrayToObject(o, "tokens");
     for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(t, cJSON_CreateNumber(ids[i]));
     free(ids);
-    return reply_json(c, r, 200, o);
+    return reply_json(c, s, r, 200, o);
+}
+
+/* A JSON number that is a token id in [0, V): checked as a double before any conversion (a cast of
+ * 1e300 to an integer is undefined). */
+bool srv_token_id(const cJSON *e, int V, int32_t *out) {
+    if (!cJSON_IsNumber(e)) return false;
+    const double x = e->valuedouble;
+    if (!(x >= 0 && x < (double)V) || x != floor(x)) return false;
+    *out = (int32_t)x;
+    return true;
 }
 
 static MHD_Result detokenize(struct MHD_Connection *c, server *s, req *r) {
+    guard_parse_enter(s->guard);
     cJSON *in = cJSON_ParseWithLength(r->body ? r->body : "", r->len);
     const cJSON *toks = cJSON_GetObjectItemCaseSensitive(in, "tokens");
     const int n = cJSON_IsArray(toks) ? cJSON_GetArraySize(toks) : -1, V = gm_tokenizer_n_vocab(s->tok);
     int32_t *ids = n > 0 ? malloc((size_t)n * sizeof *ids) : NULL;
     bool ok = n == 0 || (n > 0 && ids);
-    for (int i = 0; ok && i < n; i++) {
-        const cJSON *e = cJSON_GetArrayItem(toks, i);
-        ok = cJSON_IsNumber(e) && e->valuedouble == (double)(int32_t)e->valuedouble && e->valuedouble >= 0 &&
-             e->valuedouble < V;
-        if (ok) ids[i] = (int32_t)e->valuedouble;
-    }
+    int i = 0;
+    const cJSON *e;
+    if (ok && n > 0) /* walked once: cJSON_GetArrayItem(i) in a loop would be quadratic */
+        cJSON_ArrayForEach(e, toks) if (!(ok = srv_token_id(e, V, &ids[i++]))) break;
     cJSON_Delete(in);
     char *text = NULL;
     size_t len = 0;
     gm_error err = {0};
-    if (!ok || gm_detokenize(s->tok, ids, (size_t)(n > 0 ? n : 0), false, &text, &len, &err)) {
-        free(ids);
+    if (ok) ok = !gm_detokenize(s->tok, ids, (size_t)(n > 0 ? n : 0), false, &text, &len, &err);
+    guard_parse_leave(s->guard);
+    free(ids);
+    if (!ok) {
         char msg[128];
         snprintf(msg, sizeof msg, "expected {\"tokens\": [token ids in [0, %d)]}", V);
-        return reply_error(c, r, 400, "invalid_request_error", NULL, msg);
+        return reply_error(c, s, r, 400, "invalid_request_error", NULL, msg);
     }
-    free(ids);
     cJSON *o = cJSON_CreateObject();
     char *clean = srv_clean_utf8(text, len); /* invalid UTF-8 cannot travel in JSON */
     cJSON_AddStringToObject(o, "content", clean ? clean : "");
     free(clean);
     free(text);
-    return reply_json(c, r, 200, o);
+    return reply_json(c, s, r, 200, o);
 }
 
 static MHD_Result models(struct MHD_Connection *c, server *s, req *r) {
@@ -360,7 +475,7 @@ static MHD_Result models(struct MHD_Connection *c, server *s, req *r) {
     cJSON_AddNumberToObject(meta, "n_vocab", gm_tokenizer_n_vocab(s->tok));
     cJSON_AddNumberToObject(meta, "parallel", s->o->parallel);
     cJSON_AddItemToArray(data, m);
-    return reply_json(c, r, 200, o);
+    return reply_json(c, s, r, 200, o);
 }
 
 /* ---------------------------------------------------------------- routing */
@@ -406,57 +521,98 @@ static const char *endpoint_name(route rt) {
 }
 
 static MHD_Result dispatch(struct MHD_Connection *c, server *s, req *r, route rt) {
+    guard_request_received(s->guard, c); /* answering has no deadline */
     switch (rt) {
     case R_PAGE: {
         char *page = malloc(srv_chat_html_len + 1);
         if (page) memcpy(page, srv_chat_html, srv_chat_html_len + 1);
-        return reply(c, r, 200, "text/html; charset=utf-8", page);
+        return reply(c, s, r, 200, "text/html; charset=utf-8", page);
     }
-    case R_HEALTH: return reply(c, r, 200, "application/json", strdup("{\"status\":\"ok\"}"));
+    case R_HEALTH:
+        if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE))
+            return reply(c, s, r, 503, "application/json", strdup("{\"status\":\"stopping\"}"));
+        return reply(c, s, r, 200, "application/json", strdup("{\"status\":\"ok\"}"));
     case R_MODELS: return models(c, s, r);
-    case R_METRICS: return reply(c, r, 200, "text/plain; version=0.0.4", metrics_render(s->met, s->model_id));
+    case R_METRICS: return reply(c, s, r, 200, "text/plain; version=0.0.4", metrics_render(s->met, s->model_id));
     case R_CHAT: return completion(c, s, r, JOB_CHAT);
     case R_COMPLETION: return completion(c, s, r, JOB_COMPLETION);
     case R_TOKENIZE: return tokenize(c, s, r);
     case R_DETOKENIZE: return detokenize(c, s, r);
     case R_EMBEDDINGS: return embeddings(c, s, r);
-    default: return reply_error(c, r, 404, "invalid_request_error", NULL, "no such endpoint");
+    default: return reply_error(c, s, r, 404, "invalid_request_error", NULL, "no such endpoint");
     }
+}
+
+static MHD_Result preflight(struct MHD_Connection *c, server *s, req *r, bool want_post) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    add_common_headers(s, resp);
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", want_post ? "POST, OPTIONS" : "GET, OPTIONS");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    r->status = 204;
+    MHD_Result ret = MHD_queue_response(c, 204, resp);
+    MHD_destroy_response(resp);
+    return ret;
 }
 
 /* The first call of a request sees only its headers: refuse early what needs no body to refuse. */
 static MHD_Result first_call(struct MHD_Connection *c, server *s, req *r, route rt, bool want_post, const char *method) {
     const bool is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-    if (rt == R_NONE) return reply_error(c, r, 404, "invalid_request_error", NULL, "no such endpoint");
-    if (g_cors && !strcmp(method, "OPTIONS")) { /* a browser's preflight: no key needed to ask */
-        struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-        if (!resp) return MHD_NO;
-        add_common_headers(resp);
-        MHD_add_response_header(resp, "Access-Control-Allow-Methods", want_post ? "POST, OPTIONS" : "GET, OPTIONS");
-        MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
-        MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
-        r->status = 204;
-        MHD_Result ret = MHD_queue_response(c, 204, resp);
-        MHD_destroy_response(resp);
-        return ret;
-    }
+    if (!guard_host_ok(s->o, s->loopback_bind, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")))
+        return reply_error(c, s, r, 403, "invalid_request_error", "host_not_allowed",
+                           "this server answers requests for loopback host names only (a page on another name may "
+                           "have rebound its DNS to this machine); give --allowed-hosts NAME to accept it");
+    if (rt == R_NONE) return reply_error(c, s, r, 404, "invalid_request_error", NULL, "no such endpoint");
+    if (rt != R_HEALTH && guard_open(s->guard) > s->o->max_conns)
+        return reply_error(c, s, r, 503, "server_error", NULL,
+                           "the server holds too many connections (--max-conns); retry later");
+    if (s->o->cors && !strcmp(method, "OPTIONS")) return preflight(c, s, r, want_post); /* no key needed to ask */
     if (want_post ? !is_post : !is_get) {
         char msg[96];
         snprintf(msg, sizeof msg, "this endpoint takes %s", want_post ? "POST" : "GET");
-        return reply_error(c, r, 405, "invalid_request_error", NULL, msg);
+        return reply_error(c, s, r, 405, "invalid_request_error", NULL, msg);
     }
-    if (rt != R_HEALTH && rt != R_PAGE && !authorized(s, c))
-        return reply_error(c, r, 401, "invalid_request_error", "invalid_api_key", "a valid API key is needed: Authorization: Bearer <key>");
+    r->key = key_of(s, c);
+    if (rt != R_HEALTH && rt != R_PAGE && s->o->n_api_keys && !r->key)
+        return reply_error(c, s, r, 401, "invalid_request_error", "invalid_api_key", "a valid API key is needed: Authorization: Bearer <key>");
     if (!want_post) return MHD_YES;
+    if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE))
+        return reply_error(c, s, r, 503, "server_error", NULL, "the server is shutting down");
     if (!is_json_type(c))
-        return reply_error(c, r, 415, "invalid_request_error", NULL, "the body must be JSON (Content-Type: application/json)");
+        return reply_error(c, s, r, 415, "invalid_request_error", NULL, "the body must be JSON (Content-Type: application/json)");
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-    if (cl && strtoull(cl, NULL, 10) > s->o->max_body) {
+    char *end = NULL;
+    const unsigned long long want = cl ? strtoull(cl, &end, 10) : 0;
+    if (cl && want > s->o->max_body) {
         char msg[96];
         snprintf(msg, sizeof msg, "the body is larger than %zu bytes (--max-body)", s->o->max_body);
-        return reply_error(c, r, 413, "invalid_request_error", NULL, msg);
+        return reply_error(c, s, r, 413, "invalid_request_error", NULL, msg);
     }
+    if (cl && end != cl && want > 0 && !(r->body = malloc((size_t)want + 1))) return MHD_NO;
+    r->cap = r->body ? (size_t)want + 1 : 0;
     return MHD_YES;
+}
+
+/* Appends an uploaded piece of the body; false on out of memory. Grows by half (an exact Content-Length
+ * was allocated up front), never past --max-body + 1. */
+static bool take_upload(server *s, req *r, const char *data, size_t n) {
+    if (r->too_big || r->len + n > s->o->max_body) {
+        r->too_big = true;
+        return true;
+    }
+    if (r->len + n + 1 > r->cap) {
+        size_t cap = r->cap + r->cap / 2 > r->len + n + 1 ? r->cap + r->cap / 2 : r->len + n + 1;
+        if (cap > s->o->max_body + 1) cap = s->o->max_body + 1;
+        char *p = realloc(r->body, cap);
+        if (!p) return false;
+        r->body = p;
+        r->cap = cap;
+    }
+    memcpy(r->body + r->len, data, n);
+    r->len += n;
+    r->body[r->len] = 0;
+    return true;
 }
 
 static MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -470,6 +626,7 @@ static MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *ur
         __atomic_add_fetch(&s->inflight, 1, __ATOMIC_ACQ_REL);
         r->t0 = srv_now();
         r->endpoint = endpoint_name(rt);
+        r->http11 = version && !strcmp(version, MHD_HTTP_VERSION_1_1);
         *con_cls = r;
         MHD_Result ret = first_call(c, s, r, rt, want_post, method);
         r->early_reply = r->status != 0;
@@ -480,38 +637,28 @@ static MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *ur
         return MHD_YES;
     }
     if (*upload_size) {
-        if (!r->too_big && r->len + *upload_size > s->o->max_body) r->too_big = true;
-        if (!r->too_big) {
-            if (r->len + *upload_size + 1 > r->cap) {
-                size_t cap = (r->len + *upload_size + 1) * 2;
-                char *p = realloc(r->body, cap);
-                if (!p) return MHD_NO;
-                r->body = p;
-                r->cap = cap;
-            }
-            memcpy(r->body + r->len, upload, *upload_size);
-            r->len += *upload_size;
-            r->body[r->len] = 0;
-        }
+        if (!take_upload(s, r, upload, *upload_size)) return MHD_NO;
         *upload_size = 0;
         return MHD_YES;
     }
     if (!want_post) return dispatch(c, s, r, rt);
+    guard_request_received(s->guard, c);
     if (r->too_big) {
         char msg[96];
         snprintf(msg, sizeof msg, "the body is larger than %zu bytes (--max-body)", s->o->max_body);
-        return reply_error(c, r, 413, "invalid_request_error", NULL, msg);
+        return reply_error(c, s, r, 413, "invalid_request_error", NULL, msg);
     }
     if (!gm_text_is_utf8(r->body, r->len) || (r->body && memchr(r->body, 0, r->len)))
-        return reply_error(c, r, 400, "invalid_request_error", NULL, "the body is not valid UTF-8 text");
-    const char *shape = json_shape_problem(r->body ? r->body : "", r->len);
-    if (shape) return reply_error(c, r, 400, "invalid_request_error", NULL, shape);
+        return reply_error(c, s, r, 400, "invalid_request_error", NULL, "the body is not valid UTF-8 text");
+    const char *shape = json_shape_problem(r->body ? r->body : "", r->len, max_json_values(s));
+    if (shape) return reply_error(c, s, r, 400, "invalid_request_error", NULL, shape);
     return dispatch(c, s, r, rt);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why) {
     server *s = cls;
     req *r = *con_cls;
+    guard_request_done(s->guard, c);
     if (!r) return;
     const int status = r->status ? r->status : 499;
     metrics_request(s->met, r->endpoint, status);
@@ -547,19 +694,143 @@ static bool resolve(const char *host, int port, struct sockaddr_storage *ss, soc
     return true;
 }
 
+static bool is_loopback_addr(const struct sockaddr_storage *ss) {
+    if (ss->ss_family == AF_INET) return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
+    if (ss->ss_family == AF_INET6) return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)ss)->sin6_addr);
+    return false;
+}
+
 static void model_id_of(const char *path, char *out, size_t n) {
     const char *b = strrchr(path, '/');
     b = b && b[1] ? b + 1 : path;
     size_t k = 0;
-    for (; *b && k + 1 < n; b++) /* keeps the id safe inside JSON and Prometheus labels */
+    for (; *b && k + 1 < n; b++) /* keeps the id readable in logs; JSON and Prometheus escape it anyway */
         out[k++] = (*b == '"' || *b == '\\' || (unsigned char)*b < 0x20) ? '_' : *b;
     out[k] = 0;
 }
 
-int srv_run(const srv_options *o) {
-    server s = {.o = o, .emb_mu = PTHREAD_MUTEX_INITIALIZER};
+/* Thread-per-connection needs a descriptor per connection besides the model's: the soft limit is raised
+ * toward the hard one so --max-conns can be reached. */
+static void raise_fd_limit(int want) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl)) return;
+    const rlim_t need = (rlim_t)want + 256;
+    if (rl.rlim_cur >= need) return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+}
+
+static bool open_model(server *s, char *msg, size_t n) {
+    const srv_options *o = s->o;
     gm_error err = {0};
-    g_cors = o->cors;
+    gm_model_options mo = {0};
+    if (gm_model_open(o->model_path, &mo, &s->m, &err)) {
+        snprintf(msg, n, "%s", err.msg);
+        return false;
+    }
+    s->tok = gm_model_tokenizer(s->m);
+    if (o->model_name) snprintf(s->model_id, sizeof s->model_id, "%s", o->model_name);
+    else model_id_of(o->model_path, s->model_id, sizeof s->model_id);
+    s->met = metrics_new();
+    s->guard = guard_new(o);
+    const gm_config *mc = gm_model_config(s->m);
+    /* an embedding model gets an embedder (its context capped at the model's) instead of the scheduler */
+    const gm_embedder_options eo = {o->threads, o->n_ctx < mc->context_length ? o->n_ctx : mc->context_length};
+    if (!s->met || !s->guard) {
+        snprintf(msg, n, "out of memory");
+        return false;
+    }
+    if (mc->is_embedding ? gm_embedder_new(s->m, &eo, &s->emb, &err) : sched_new(s->m, o, s->met, &s->sched, &err)) {
+        snprintf(msg, n, "%s", err.msg);
+        return false;
+    }
+    s->n_ctx = s->emb ? gm_embedder_n_ctx(s->emb) : sched_n_ctx(s->sched);
+    return true;
+}
+
+/* The default --max-body: the longest prompt the context holds, written as JSON at its most expensive (a
+ * token's text of k bytes, each escaped as \u00XX), with room for the rest of the request; at least 1 MiB. */
+static size_t default_max_body(const server *s) {
+    const size_t k = gm_tokenizer_max_token_bytes(s->tok);
+    size_t b = (size_t)s->n_ctx * (k ? k : 64) * 6 + (256u << 10);
+    if (s->emb) b *= 4; /* embedding requests batch several inputs */
+    return b < (1u << 20) ? 1u << 20 : b > (1u << 30) ? 1u << 30 : b;
+}
+
+bool srv_start(const srv_options *o, bool listen, srv **out, char *msg, size_t n) {
+    server *s = calloc(1, sizeof *s);
+    *out = NULL;
+    if (!s) return snprintf(msg, n, "out of memory"), false;
+    s->opt = *o;
+    s->o = o = &s->opt;
+    pthread_mutex_init(&s->emb_mu, NULL);
+    if (!open_model(s, msg, n)) {
+        srv_stop(s);
+        return false;
+    }
+    if (!s->opt.max_body) s->opt.max_body = default_max_body(s);
+    struct sockaddr_storage ss = {0};
+    socklen_t sl = 0;
+    if (listen && !resolve(o->host, o->port, &ss, &sl, msg, n)) {
+        srv_stop(s);
+        return false;
+    }
+    s->loopback_bind = !listen || is_loopback_addr(&ss);
+    raise_fd_limit(o->max_conns + 64);
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC;
+    if (!listen) flags |= MHD_USE_NO_LISTEN_SOCKET;
+    if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
+    /* MHD's own limit sits above --max-conns (at it MHD stops accepting, and new clients would wait in
+     * the backlog): requests above --max-conns get a 503 from first_call instead */
+    struct MHD_OptionItem opts[] = {
+        {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, s},
+        {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)guard_notify, s->guard},
+        {MHD_OPTION_CONNECTION_LIMIT, o->max_conns + 64, NULL},
+        {MHD_OPTION_PER_IP_CONNECTION_LIMIT, o->max_conns_per_ip, NULL},
+        {MHD_OPTION_CONNECTION_TIMEOUT, SRV_IDLE_TIMEOUT, NULL},
+        {MHD_OPTION_THREAD_STACK_SIZE, 1 << 20, NULL},
+        {listen ? MHD_OPTION_SOCK_ADDR : MHD_OPTION_END, 0, &ss},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
+    if (!s->d) {
+        snprintf(msg, n, "cannot listen on %s:%d (in use, or not an address of this machine?)", o->host, o->port);
+        srv_stop(s);
+        return false;
+    }
+    *out = s;
+    return true;
+}
+
+unsigned srv_port(const srv *s) {
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    return di ? di->port : (unsigned)s->o->port;
+}
+
+bool srv_add_connection(srv *s, int fd, const struct sockaddr *addr, unsigned addr_len) {
+    return MHD_add_connection(s->d, fd, addr, (socklen_t)addr_len) == MHD_YES;
+}
+
+void srv_stop(srv *s) {
+    if (!s) return;
+    __atomic_store_n(&s->stopping, 1, __ATOMIC_RELEASE);
+    if (s->d) MHD_quiesce_daemon(s->d); /* no new connections */
+    sched_stop(s->sched);                /* every open job ends: its connection thread writes the end and returns */
+    for (int i = 0; s->d && i < 200 && __atomic_load_n(&s->inflight, __ATOMIC_ACQUIRE) > 0; i++) {
+        struct timespec ts = {0, 25 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (s->d) MHD_stop_daemon(s->d);
+    sched_free(s->sched);
+    gm_embedder_free(s->emb);
+    guard_free(s->guard);
+    metrics_free(s->met);
+    gm_model_free(s->m);
+    pthread_mutex_destroy(&s->emb_mu);
+    free(s);
+}
+
+int srv_run(const srv_options *o) {
     /* SIGINT / SIGTERM go to sigwait below, not to a random thread */
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -567,62 +838,22 @@ int srv_run(const srv_options *o) {
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
-    gm_model_options mo = {0};
-    if (gm_model_open(o->model_path, &mo, &s.m, &err)) {
-        fprintf(stderr, "gemma serve: %s\n", err.msg);
+    srv *s;
+    char msg[1024];
+    if (!srv_start(o, true, &s, msg, sizeof msg)) {
+        fprintf(stderr, "gemma serve: %s\n", msg);
         return 1;
     }
-    s.tok = gm_model_tokenizer(s.m);
-    if (o->model_name) snprintf(s.model_id, sizeof s.model_id, "%s", o->model_name);
-    else model_id_of(o->model_path, s.model_id, sizeof s.model_id);
-    s.met = metrics_new();
-    int rc = 1;
-    struct MHD_Daemon *d = NULL;
-    const gm_config *mc = gm_model_config(s.m);
-    /* an embedding model gets an embedder (its context capped at the model's) instead of the scheduler */
-    const gm_embedder_options eo = {o->threads, o->n_ctx < mc->context_length ? o->n_ctx : mc->context_length};
-    if (!s.met || (mc->is_embedding ? gm_embedder_new(s.m, &eo, &s.emb, &err) : sched_new(s.m, o, s.met, &s.sched, &err))) {
-        fprintf(stderr, "gemma serve: %s\n", s.met ? err.msg : "out of memory");
-        goto out;
-    }
-    s.n_ctx = s.emb ? gm_embedder_n_ctx(s.emb) : sched_n_ctx(s.sched);
-    struct sockaddr_storage ss;
-    socklen_t sl;
-    char msg[256];
-    if (!resolve(o->host, o->port, &ss, &sl, msg, sizeof msg)) {
-        fprintf(stderr, "gemma serve: %s\n", msg);
-        goto out;
-    }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC;
-    if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
-    d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, &s, MHD_OPTION_SOCK_ADDR,
-                         (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, &s,
-                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->parallel + o->queue + 64),
-                         MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1 << 20),
-                         MHD_OPTION_END);
-    if (!d) {
-        fprintf(stderr, "gemma serve: cannot listen on %s:%d (in use, or not an address of this machine?)\n", o->host, o->port);
-        goto out;
-    }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    if (!s->loopback_bind && !o->n_api_keys)
+        fprintf(stderr, "gemma serve: warning: listening on %s without --api-key: anyone who can reach this address "
+                        "can use the server (see docs/server.md, Security)\n", o->host);
+    const bool v6 = strchr(o->host, ':') != NULL;
     fprintf(stderr, "gemma serve: %s, context %d per sequence, %d parallel%s, listening on http://%s%s%s:%u\n",
-            s.model_id, s.n_ctx, s.emb ? 1 : o->parallel, s.emb ? " (embedding model: /v1/embeddings)" : "", ss.ss_family == AF_INET6 ? "[" : "", o->host,
-            ss.ss_family == AF_INET6 ? "]" : "", di ? di->port : (unsigned)o->port);
+            s->model_id, s->n_ctx, s->emb ? 1 : o->parallel, s->emb ? " (embedding model: /v1/embeddings)" : "",
+            v6 ? "[" : "", o->host, v6 ? "]" : "", srv_port(s));
     int sig = 0;
     sigwait(&sigs, &sig);
     fprintf(stderr, "gemma serve: %s: stopping (ending open streams)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    rc = 0;
-out:
-    if (d) MHD_quiesce_daemon(d); /* no new connections */
-    sched_stop(s.sched);          /* every open job ends: its connection thread writes the end and returns */
-    for (int i = 0; d && i < 200 && __atomic_load_n(&s.inflight, __ATOMIC_ACQUIRE) > 0; i++) {
-        struct timespec ts = {0, 25 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    if (d) MHD_stop_daemon(d);
-    sched_free(s.sched);
-    gm_embedder_free(s.emb);
-    metrics_free(s.met);
-    gm_model_free(s.m);
-    return rc;
+    srv_stop(s);
+    return 0;
 }

@@ -18,7 +18,11 @@ job *job_new(void) {
     job *j = calloc(1, sizeof *j);
     if (!j) return NULL;
     pthread_mutex_init(&j->mu, NULL);
-    pthread_cond_init(&j->cv, NULL);
+    pthread_condattr_t ca; /* waits time out on the monotonic clock: a clock step must not stall them */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&j->cv, &ca);
+    pthread_condattr_destroy(&ca);
     j->refs = 1;
     j->conn_fd = -1;
     j->smp = gm_sampling_default();

@@ -184,8 +184,16 @@ char *metrics_render(srv_metrics *m, const char *model) {
     put_histogram(&t, "gemma_time_to_first_token_seconds", "From request to its first token.", &m->ttft);
     put_histogram(&t, "gemma_inter_token_latency_seconds", "Between two tokens of one choice.", &m->itl);
     pthread_mutex_unlock(&m->mu);
+    char label[512]; /* Prometheus label values escape backslash, quote and newline */
+    size_t k = 0;
+    for (const char *p = model; *p && k + 3 < sizeof label; p++) {
+        if (*p == '\\' || *p == '"') label[k++] = '\\', label[k++] = *p;
+        else if (*p == '\n') label[k++] = '\\', label[k++] = 'n';
+        else label[k++] = *p;
+    }
+    label[k] = 0;
     add(&t, "# HELP gemma_model_info The model served.\n# TYPE gemma_model_info gauge\ngemma_model_info{model=\"%s\"} 1\n",
-        model);
+        label);
     if (t.oom) {
         free(t.p);
         return NULL;

@@ -1,6 +1,7 @@
 /* server/openai.c — the OpenAI wire format: request bodies into jobs (every field checked: a wrong type
- * or an out-of-range value is a 400 naming the field, never a default silently used), and jobs into
- * responses and Server-Sent Events chunks. Unknown fields are ignored, as OpenAI's API does. */
+ * or an out-of-range value is a 400 naming the field, never a default silently used; so is a field the
+ * server does not read, as OpenAI's API answers one it does not know), and jobs into responses and
+ * Server-Sent Events chunks. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -57,15 +58,14 @@ static bool get_bool(job *j, const cJSON *o, const char *name, bool *out) {
 static bool get_stop(job *j, const cJSON *o) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "stop");
     if (!v || cJSON_IsNull(v)) return true;
-    const cJSON *one[1] = {v};
     const int n = cJSON_IsString(v) ? 1 : cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
     if (n < 0) return bad(j, "'%s' must be a string or a list of strings", "stop");
     if (n > SRV_MAX_STOP) {
         job_fail(j, 400, "invalid_request_error", NULL, "'stop' has %d entries; at most %d", n, SRV_MAX_STOP);
         return false;
     }
-    for (int i = 0; i < n; i++) {
-        const cJSON *s = cJSON_IsString(v) ? one[0] : cJSON_GetArrayItem(v, i);
+    const cJSON *s = cJSON_IsString(v) ? v : v->child; /* walked once, not by index */
+    for (int i = 0; i < n; i++, s = s->next) {
         if (!cJSON_IsString(s)) return bad(j, "'%s' must be a string or a list of strings", "stop");
         const size_t len = strlen(s->valuestring);
         if (len == 0 || len > SRV_MAX_STOP_LEN) {
@@ -112,40 +112,74 @@ static char *message_text(job *j, const cJSON *content, int idx) {
     return out;
 }
 
+/* A prompt of B bytes has at least B / k tokens (k: the most bytes one token covers): one that cannot fit
+ * is refused before it is tokenized, so a huge body costs a scan, not a tokenization. */
+static bool bytes_fit(job *j, const gm_tokenizer *tok, size_t bytes, int limit) {
+    const size_t k = gm_tokenizer_max_token_bytes(tok);
+    if (k == 0 || bytes / k <= (size_t)limit) return true;
+    job_fail(j, 400, "invalid_request_error", "context_length_exceeded",
+             "the prompt has at least %zu tokens (%zu bytes); this server takes at most %d", bytes / k, bytes, limit);
+    return false;
+}
+
+/* A message's fields: role and content are read; name is documented as ignored (Gemma's template has no
+ * speaker names); anything else (tool_calls, tool_call_id, ...) would change the turn and is refused. */
+static bool message_fields(job *j, const cJSON *e, int idx) {
+    if (!cJSON_IsObject(e)) {
+        job_fail(j, 400, "invalid_request_error", NULL, "messages[%d] must be an object", idx);
+        return false;
+    }
+    const cJSON *f;
+    cJSON_ArrayForEach(f, e) {
+        if (!strcmp(f->string, "role") || !strcmp(f->string, "content") || !strcmp(f->string, "name") || cJSON_IsNull(f))
+            continue;
+        job_fail(j, 400, "invalid_request_error", "unsupported_field", "messages[%d].%.60s is not supported by this server",
+                 idx, f->string);
+        return false;
+    }
+    return true;
+}
+
+static const char *message_role(job *j, const cJSON *e, int i) {
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(e, "role");
+    if (!cJSON_IsString(role)) return bad(j, "every message needs a string '%s'", "role"), NULL;
+    const char *r = role->valuestring;
+    if (!strcmp(r, "developer")) r = "system"; /* OpenAI's newer name for the system role */
+    if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
+        job_fail(j, 400, "invalid_request_error", NULL,
+                 "messages[%d].role '%.40s' is not supported (system, developer, user, assistant)", i, r);
+        return NULL;
+    }
+    if (!strcmp(r, "system") && i > 0) {
+        job_fail(j, 400, "invalid_request_error", NULL, "messages[%d]: a system message may only come first", i);
+        return NULL;
+    }
+    return r;
+}
+
 /* "messages" -> ids through gm_chat_tokenize: contents are text, never control tokens. */
-static bool chat_prompt(job *j, const cJSON *root, const gm_tokenizer *tok) {
+static bool chat_prompt(job *j, const cJSON *root, const gm_tokenizer *tok, int limit) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
     if (!cJSON_IsArray(msgs)) return bad(j, "'%s' must be a list of messages", "messages");
     const int n = cJSON_GetArraySize(msgs);
     if (n == 0) return bad(j, "'%s' is empty", "messages");
-    if (n > 4096) return bad(j, "'%s' has too many entries (at most 4096)", "messages");
+    if (n > 4096 || n > limit) return bad(j, "'%s' has more entries than this server's context can hold", "messages");
     gm_chat_message *m = calloc((size_t)n, sizeof *m);
     char **owned = calloc((size_t)n, sizeof *owned);
     bool ok = m && owned;
-    for (int i = 0; ok && i < n; i++) {
-        const cJSON *e = cJSON_GetArrayItem(msgs, i);
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(e, "role");
-        if (!cJSON_IsString(role)) {
-            ok = bad(j, "every message needs a string '%s'", "role");
-            break;
-        }
-        const char *r = role->valuestring;
-        if (!strcmp(r, "developer")) r = "system"; /* OpenAI's newer name for the system role */
-        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
-            job_fail(j, 400, "invalid_request_error", NULL,
-                     "messages[%d].role '%.40s' is not supported (system, developer, user, assistant)", i, r);
-            ok = false;
-            break;
-        }
-        if (!strcmp(r, "system") && i > 0) {
-            job_fail(j, 400, "invalid_request_error", NULL, "messages[%d]: a system message may only come first", i);
-            ok = false;
-            break;
-        }
-        m[i].role = r;
+    if (!ok) job_fail(j, 500, "server_error", NULL, "out of memory");
+    int i = 0;
+    size_t bytes = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, msgs) { /* walked once: cJSON_GetArrayItem(i) in a loop is quadratic */
+        if (!ok || !(ok = message_fields(j, e, i)) || !(ok = (m[i].role = message_role(j, e, i)) != NULL)) break;
         ok = (m[i].content = owned[i] = message_text(j, cJSON_GetObjectItemCaseSensitive(e, "content"), i)) != NULL;
         if (!ok && !j->err_http) job_fail(j, 500, "server_error", NULL, "out of memory");
+        if (!ok) break;
+        bytes += strlen(m[i].content);
+        i++;
     }
+    ok = ok && bytes_fit(j, tok, bytes, limit);
     if (ok) {
         gm_error err = {0};
         size_t nid = 0;
@@ -155,7 +189,7 @@ static bool chat_prompt(job *j, const cJSON *root, const gm_tokenizer *tok) {
         }
         j->n_prompt = (int)nid;
     }
-    for (int i = 0; owned && i < n; i++) free(owned[i]);
+    for (int k = 0; owned && k < n; k++) free(owned[k]);
     free(owned);
     free(m);
     return ok;
@@ -163,14 +197,14 @@ static bool chat_prompt(job *j, const cJSON *root, const gm_tokenizer *tok) {
 
 /* "prompt": a string (control-token texts parsed: a raw completion writes its own template), a list of
  * one string, or a list of token ids. */
-static bool completion_prompt(job *j, const cJSON *root, const gm_tokenizer *tok) {
+static bool completion_prompt(job *j, const cJSON *root, const gm_tokenizer *tok, int limit) {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
-    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(cJSON_GetArrayItem(p, 0)))
-        p = cJSON_GetArrayItem(p, 0);
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(p->child)) p = p->child;
     if (cJSON_IsString(p)) {
         gm_error err = {0};
         size_t nid = 0;
         const size_t len = strlen(p->valuestring);
+        if (!bytes_fit(j, tok, len, limit)) return false;
         if (gm_tokenize(tok, p->valuestring, len, gm_tokenizer_add_bos(tok), true, &j->prompt, &nid, &err)) {
             job_fail(j, 400, "invalid_request_error", NULL, "prompt: %s", err.msg);
             return false;
@@ -178,19 +212,22 @@ static bool completion_prompt(job *j, const cJSON *root, const gm_tokenizer *tok
         j->n_prompt = (int)nid;
         return true;
     }
-    if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) == 0)
-        return bad(j, "'%s' must be a string, a list of one string, or a non-empty list of token ids", "prompt");
-    const int n = cJSON_GetArraySize(p), V = gm_tokenizer_n_vocab(tok);
-    if (n > 1 << 20) return bad(j, "'%s' is too long", "prompt");
+    const int n = cJSON_IsArray(p) ? cJSON_GetArraySize(p) : 0, V = gm_tokenizer_n_vocab(tok);
+    if (n == 0) return bad(j, "'%s' must be a string, a list of one string, or a non-empty list of token ids", "prompt");
+    if (n > limit) {
+        job_fail(j, 400, "invalid_request_error", "context_length_exceeded",
+                 "the prompt has %d tokens; this server takes at most %d", n, limit);
+        return false;
+    }
     if (!(j->prompt = malloc((size_t)n * sizeof *j->prompt))) return bad(j, "out of memory reading '%s'", "prompt");
     const cJSON *e;
     cJSON_ArrayForEach(e, p) {
-        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 || e->valuedouble >= V) {
+        if (!srv_token_id(e, V, &j->prompt[j->n_prompt])) {
             job_fail(j, 400, "invalid_request_error", NULL,
                      "'prompt': a list must hold only token ids in [0, %d) (batches of prompts are not supported)", V);
             return false;
         }
-        j->prompt[j->n_prompt++] = (int32_t)e->valuedouble;
+        j->n_prompt++;
     }
     return true;
 }
@@ -279,14 +316,61 @@ static bool output_fields(job *j, const cJSON *root, job_kind kind, const srv_op
     return true;
 }
 
+/* Every top-level field is one this server reads, one documented as ignored (it cannot change the
+ * output), or a field it cannot honour given at its neutral value. Anything else is a 400 naming it: a
+ * request for logit_bias, tools or a JSON schema must never get unconstrained output silently. */
+static const char *const read_fields[] = {
+    "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
+    "frequency_penalty", "repeat_penalty", "repeat_last_n", "seed", "stop", "n", "stream", "stream_options",
+    "logprobs", "ignore_eos", "speculative",
+    /* ignored: bookkeeping of OpenAI's and llama-server's that does not change tokens */
+    "user", "metadata", "store", "service_tier", "cache_prompt"};
+
+static bool is_empty_list_or_object(const cJSON *v) { return (cJSON_IsArray(v) || cJSON_IsObject(v)) && !v->child; }
+
+static bool str_is(const cJSON *v, const char *a, const char *b) {
+    return cJSON_IsString(v) && (!strcmp(v->valuestring, a) || (b && !strcmp(v->valuestring, b)));
+}
+
+/* A field this server does not implement, given a value that asks for nothing. */
+static bool neutral(const cJSON *f) {
+    const char *k = f->string;
+    if (!strcmp(k, "logit_bias") || !strcmp(k, "tools") || !strcmp(k, "functions")) return is_empty_list_or_object(f);
+    if (!strcmp(k, "tool_choice") || !strcmp(k, "function_call")) return str_is(f, "none", "auto");
+    if (!strcmp(k, "parallel_tool_calls")) return cJSON_IsBool(f);
+    if (!strcmp(k, "response_format"))
+        return cJSON_IsObject(f) && str_is(cJSON_GetObjectItemCaseSensitive(f, "type"), "text", NULL) && !f->child->next;
+    if (!strcmp(k, "echo")) return cJSON_IsFalse(f);
+    if (!strcmp(k, "suffix")) return str_is(f, "", NULL);
+    if (!strcmp(k, "best_of")) return cJSON_IsNumber(f) && f->valuedouble == 1;
+    return false;
+}
+
+static bool request_fields(job *j, const cJSON *root, job_kind kind) {
+    const cJSON *f;
+    cJSON_ArrayForEach(f, root) {
+        const char *k = f->string;
+        bool known = cJSON_IsNull(f) || neutral(f) || !strcmp(k, kind == JOB_CHAT ? "messages" : "prompt") ||
+                     (kind == JOB_CHAT && !strcmp(k, "top_logprobs"));
+        for (size_t i = 0; !known && i < sizeof read_fields / sizeof *read_fields; i++) known = !strcmp(k, read_fields[i]);
+        if (!known) {
+            job_fail(j, 400, "invalid_request_error", "unsupported_field",
+                     "'%.60s' is not supported by this server (docs/server.md lists the fields it reads)", k);
+            return false;
+        }
+    }
+    return true;
+}
+
 bool openai_parse(job *j, job_kind kind, const char *body, size_t len, const gm_tokenizer *tok,
                   const srv_options *o, int n_ctx) {
     j->kind = kind;
     cJSON *root = cJSON_ParseWithLength(body, len);
     if (!root) return bad(j, "the body is not valid JSON (%s)", "parse error");
+    const int limit = n_ctx - 1 < o->max_prompt ? n_ctx - 1 : o->max_prompt;
     bool ok = cJSON_IsObject(root) ? true : bad(j, "the body must be a JSON %s", "object");
-    ok = ok && sampling_fields(j, root) && output_fields(j, root, kind, o);
-    ok = ok && (kind == JOB_CHAT ? chat_prompt(j, root, tok) : completion_prompt(j, root, tok));
+    ok = ok && request_fields(j, root, kind) && sampling_fields(j, root) && output_fields(j, root, kind, o);
+    ok = ok && (kind == JOB_CHAT ? chat_prompt(j, root, tok, limit) : completion_prompt(j, root, tok, limit));
     ok = ok && limits(j, root, o, n_ctx);
     cJSON_Delete(root);
     return ok;
@@ -347,12 +431,13 @@ static cJSON *token_item(const gm_tokenizer *tok, int32_t id, float lp, bool cha
     return o;
 }
 
-/* The log-probabilities of entries [from, to) of choice c, in the chat or the legacy shape. */
-static cJSON *logprobs_json(const job *j, const choice *c, int from, int to, const gm_tokenizer *tok) {
-    if (j->kind == JOB_CHAT) {
+/* The log-probabilities of n entries in the chat or the legacy shape; the first one's text starts at
+ * byte first_offset of the choice's text, each later one where the one before it ended. */
+static cJSON *logprobs_json(job_kind kind, const lp_entry *lp, int n, size_t first_offset, const gm_tokenizer *tok) {
+    if (kind == JOB_CHAT) {
         cJSON *o = cJSON_CreateObject(), *content = cJSON_AddArrayToObject(o, "content");
-        for (int i = from; i < to; i++) {
-            const lp_entry *e = &c->lp[i];
+        for (int i = 0; i < n; i++) {
+            const lp_entry *e = &lp[i];
             cJSON *t = token_item(tok, e->id, e->lp, true), *top = cJSON_AddArrayToObject(t, "top_logprobs");
             for (int k = 0; k < e->n_top; k++) cJSON_AddItemToArray(top, token_item(tok, e->top_id[k], e->top_lp[k], true));
             cJSON_AddItemToArray(content, t);
@@ -363,8 +448,8 @@ static cJSON *logprobs_json(const job *j, const choice *c, int from, int to, con
     cJSON *o = cJSON_CreateObject(), *tokens = cJSON_AddArrayToObject(o, "tokens"),
           *lps = cJSON_AddArrayToObject(o, "token_logprobs"), *tops = cJSON_AddArrayToObject(o, "top_logprobs"),
           *offs = cJSON_AddArrayToObject(o, "text_offset");
-    for (int i = from; i < to; i++) {
-        const lp_entry *e = &c->lp[i];
+    for (int i = 0; i < n; i++) {
+        const lp_entry *e = &lp[i];
         cJSON *t = token_item(tok, e->id, e->lp, false);
         cJSON_AddItemToArray(tokens, cJSON_Duplicate(cJSON_GetObjectItem(t, "token"), true));
         cJSON_Delete(t);
@@ -372,14 +457,14 @@ static cJSON *logprobs_json(const job *j, const choice *c, int from, int to, con
         cJSON *top = cJSON_CreateObject();
         for (int k = 0; k < e->n_top; k++) {
             const char *piece = "";
-            size_t n = 0;
-            gm_token_to_piece(tok, e->top_id[k], true, &piece, &n, NULL);
-            char *name = srv_clean_utf8(piece, n);
+            size_t pn = 0;
+            gm_token_to_piece(tok, e->top_id[k], true, &piece, &pn, NULL);
+            char *name = srv_clean_utf8(piece, pn);
             if (name && !cJSON_GetObjectItemCaseSensitive(top, name)) cJSON_AddNumberToObject(top, name, e->top_lp[k]);
             free(name);
         }
         cJSON_AddItemToArray(tops, top);
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber(i ? (double)c->lp[i - 1].text_end : 0));
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber(i ? (double)lp[i - 1].text_end : (double)first_offset));
     }
     return o;
 }
@@ -417,7 +502,7 @@ char *openai_response(job *j, const gm_tokenizer *tok) {
         } else {
             cJSON_AddItemToObject(ch, "text", text_item(c->text ? c->text : "", c->len));
         }
-        if (j->logprobs) cJSON_AddItemToObject(ch, "logprobs", logprobs_json(j, c, 0, lp_shown(c, c->len), tok));
+        if (j->logprobs) cJSON_AddItemToObject(ch, "logprobs", logprobs_json(j->kind, c->lp, lp_shown(c, c->len), 0, tok));
         else cJSON_AddNullToObject(ch, "logprobs");
         cJSON_AddStringToObject(ch, "finish_reason", c->finish ? c->finish : "length");
         cJSON_AddItemToArray(choices, ch);
@@ -450,72 +535,138 @@ static bool put_event(job *j, cJSON *o) {
     return ok;
 }
 
-/* One chunk for choice i: delta text (or role), log-probabilities, finish reason. */
-static void put_chunk(job *j, int i, const char *role, const char *text, size_t n, cJSON *lp, const char *finish) {
-    cJSON *o = envelope(j, true), *choices = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
-    cJSON_AddNumberToObject(ch, "index", i);
-    if (j->kind == JOB_CHAT) {
-        cJSON *d = cJSON_AddObjectToObject(ch, "delta");
-        if (role) cJSON_AddStringToObject(d, "role", role);
-        if (text) cJSON_AddItemToObject(d, "content", text_item(text, n));
-    } else {
-        cJSON_AddItemToObject(ch, "text", text_item(text ? text : "", text ? n : 0));
-    }
-    if (lp) cJSON_AddItemToObject(ch, "logprobs", lp);
-    else cJSON_AddNullToObject(ch, "logprobs");
-    if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
-    else cJSON_AddNullToObject(ch, "finish_reason");
-    cJSON_AddItemToArray(choices, ch);
-    if (j->include_usage) cJSON_AddNullToObject(o, "usage");
-    put_event(j, o);
+/* Copies n bytes of text into the view; false on out of memory. */
+static bool view_text(stream_view *v, const char *t, size_t n, size_t *off) {
+    char *p = realloc(v->text, v->text_len + n + 1);
+    if (!p) return v->oom = true, false;
+    v->text = p;
+    memcpy(v->text + v->text_len, t, n);
+    *off = v->text_len;
+    v->text_len += n;
+    return true;
 }
 
-static void stream_choice(job *j, int i, const gm_tokenizer *tok) {
+static bool view_lp(stream_view *v, const choice *c, int from, int to, stream_piece *pc) {
+    pc->lp_off = v->n_lp;
+    pc->lp_n = to - from;
+    pc->lp_first_offset = from ? c->lp[from - 1].text_end : 0;
+    if (to <= from) return true;
+    lp_entry *p = realloc(v->lp, (size_t)(v->n_lp + to - from) * sizeof *p);
+    if (!p) return v->oom = true, false;
+    v->lp = p;
+    memcpy(v->lp + v->n_lp, c->lp + from, (size_t)(to - from) * sizeof *p);
+    v->n_lp += to - from;
+    return true;
+}
+
+/* The pieces choice i has to send now (the same order of events as it is made visible). */
+static void take_choice(job *j, int i, stream_view *v) {
     choice *c = &j->ch[i];
     if (!c->role_sent && j->kind == JOB_CHAT) {
-        put_chunk(j, i, "assistant", "", 0, NULL, NULL);
+        v->piece[v->n_pieces++] = (stream_piece){.choice = i, .role = true};
         c->role_sent = true;
     }
     if (c->visible > c->sent) {
+        stream_piece *pc = &v->piece[v->n_pieces++];
+        *pc = (stream_piece){.choice = i, .has_text = true, .text_n = c->visible - c->sent};
+        view_text(v, c->text + c->sent, c->visible - c->sent, &pc->text_off);
         const int k = lp_shown(c, c->visible);
-        cJSON *lp = j->logprobs && k > c->lp_sent ? logprobs_json(j, c, c->lp_sent, k, tok) : NULL;
-        put_chunk(j, i, NULL, c->text + c->sent, c->visible - c->sent, lp, NULL);
+        if (j->logprobs && k > c->lp_sent && view_lp(v, c, c->lp_sent, k, pc)) c->lp_sent = k;
         c->sent = c->visible;
-        if (lp) c->lp_sent = k;
     }
     if (c->finish && !c->finish_sent && c->sent == c->len) {
+        stream_piece *pc = &v->piece[v->n_pieces++];
+        *pc = (stream_piece){.choice = i, .finish = c->finish};
         const int k = lp_shown(c, c->len);
-        cJSON *lp = j->logprobs && k > c->lp_sent ? logprobs_json(j, c, c->lp_sent, k, tok) : NULL;
-        put_chunk(j, i, NULL, NULL, 0, lp, c->finish);
+        if (j->logprobs && k > c->lp_sent && view_lp(v, c, c->lp_sent, k, pc)) c->lp_sent = k;
         c->finish_sent = true;
     }
 }
 
-bool openai_stream_more(job *j, const gm_tokenizer *tok) {
-    if (j->stream_closed) return true;
+bool openai_stream_take(job *j, stream_view *v) {
+    memset(v, 0, sizeof *v);
+    if (j->stream_closed) return false;
     if (j->err_http) { /* after a 200 has started: the error as a data event, then the end */
-        char *e = openai_error_json(j->err_type, j->err_code, j->err_msg);
-        job_out(j, "data: ", 6);
-        if (e) job_out(j, e, strlen(e));
-        job_out(j, "\n\ndata: [DONE]\n\n", 16);
-        free(e);
+        v->error = true;
+        memcpy(v->err_type, j->err_type, sizeof v->err_type);
+        memcpy(v->err_code, j->err_code, sizeof v->err_code);
+        memcpy(v->err_msg, j->err_msg, sizeof v->err_msg);
         j->stream_closed = true;
         return true;
     }
     if (!j->started) return false;
     bool all = true;
     for (int i = 0; i < j->n; i++) {
-        stream_choice(j, i, tok);
+        take_choice(j, i, v);
         all = all && j->ch[i].finish_sent;
     }
-    if (!all || !j->done) return false;
+    if (all && j->done) {
+        v->end = true;
+        v->n_prompt = j->n_prompt;
+        v->cached = j->cached;
+        for (int i = 0; i < j->n; i++) v->gen += j->ch[i].n_gen;
+        j->stream_closed = true;
+    }
+    if (v->oom) { /* what was taken cannot be sent: the stream ends with the error */
+        v->error = true;
+        snprintf(v->err_type, sizeof v->err_type, "server_error");
+        snprintf(v->err_msg, sizeof v->err_msg, "out of memory while streaming");
+        j->stream_closed = true;
+    }
+    return v->n_pieces > 0 || v->end || v->error;
+}
+
+void stream_view_free(stream_view *v) {
+    free(v->text);
+    free(v->lp);
+    v->text = NULL;
+    v->lp = NULL;
+}
+
+/* One chunk: delta text (or role), log-probabilities, finish reason. */
+static void put_piece(job *j, const stream_view *v, const stream_piece *pc, const gm_tokenizer *tok) {
+    cJSON *o = envelope(j, true), *choices = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
+    const char *text = pc->has_text && v->text ? v->text + pc->text_off : NULL;
+    const size_t n = text ? pc->text_n : 0;
+    cJSON_AddNumberToObject(ch, "index", pc->choice);
+    if (j->kind == JOB_CHAT) {
+        cJSON *d = cJSON_AddObjectToObject(ch, "delta");
+        if (pc->role) cJSON_AddStringToObject(d, "role", "assistant");
+        if (pc->role || text) cJSON_AddItemToObject(d, "content", text_item(text ? text : "", n));
+    } else {
+        cJSON_AddItemToObject(ch, "text", text_item(text ? text : "", n));
+    }
+    if (pc->lp_n > 0 && v->lp)
+        cJSON_AddItemToObject(ch, "logprobs", logprobs_json(j->kind, v->lp + pc->lp_off, pc->lp_n, pc->lp_first_offset, tok));
+    else cJSON_AddNullToObject(ch, "logprobs");
+    if (pc->finish) cJSON_AddStringToObject(ch, "finish_reason", pc->finish);
+    else cJSON_AddNullToObject(ch, "finish_reason");
+    cJSON_AddItemToArray(choices, ch);
+    if (j->include_usage) cJSON_AddNullToObject(o, "usage");
+    put_event(j, o);
+}
+
+void openai_stream_render(job *j, const stream_view *v, const gm_tokenizer *tok) {
+    if (v->error) {
+        char *e = openai_error_json(v->err_type, v->err_code, v->err_msg);
+        job_out(j, "data: ", 6);
+        if (e) job_out(j, e, strlen(e));
+        job_out(j, "\n\ndata: [DONE]\n\n", 16);
+        free(e);
+        return;
+    }
+    for (int k = 0; k < v->n_pieces; k++) put_piece(j, v, &v->piece[k], tok);
+    if (!v->end) return;
     if (j->include_usage) {
         cJSON *o = envelope(j, true);
         cJSON_AddArrayToObject(o, "choices");
-        cJSON_AddItemToObject(o, "usage", usage_json(j));
+        cJSON *u = cJSON_CreateObject();
+        cJSON_AddNumberToObject(u, "prompt_tokens", v->n_prompt);
+        cJSON_AddNumberToObject(u, "completion_tokens", v->gen);
+        cJSON_AddNumberToObject(u, "total_tokens", v->n_prompt + v->gen);
+        cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens", v->cached);
+        cJSON_AddItemToObject(o, "usage", u);
         put_event(j, o);
     }
     job_out(j, "data: [DONE]\n\n", 14);
-    j->stream_closed = true;
-    return true;
 }

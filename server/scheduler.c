@@ -43,18 +43,24 @@ struct srv_sched {
     gm_spec **spec_sps;
     gm_sampling *spec_smp;
     int *spec_max;
+    job **spec_job;        /* whose choice each speculating sequence is */
+    int *spec_choice;
+    gm_status *spec_st;    /* each one's result when the batch failed and they ran alone */
+    gm_error *spec_err;
 };
 
 int sched_n_ctx(const srv_sched *s) { return gm_engine_n_ctx(s->e); }
 
+static void publish_state(srv_sched *s);
+
 /* ---------------------------------------------------------------- the queue */
 
-bool sched_submit(srv_sched *s, job *j) {
+submit_result sched_submit(srv_sched *s, job *j) {
     pthread_mutex_lock(&s->mu);
     /* --queue counts requests that must wait: one that fits the free slots now is always taken */
     const bool fits_now = !s->q_head && !s->hold && s->slots_used + j->n <= s->o.parallel;
-    const bool ok = !s->stopping && (fits_now || s->n_queued < s->o.queue);
-    if (ok) {
+    const submit_result r = s->stopping ? SUBMIT_STOPPING : fits_now || s->n_queued < s->o.queue ? SUBMIT_OK : SUBMIT_FULL;
+    if (r == SUBMIT_OK) {
         pthread_mutex_lock(&j->mu);
         j->refs++;
         pthread_mutex_unlock(&j->mu);
@@ -66,7 +72,29 @@ bool sched_submit(srv_sched *s, job *j) {
         pthread_cond_signal(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
-    return ok;
+    return r;
+}
+
+void sched_withdraw(srv_sched *s, job *j) {
+    if (!s) return;
+    bool found = false;
+    pthread_mutex_lock(&s->mu);
+    for (job **p = &s->q_head, *prev = NULL; *p; prev = *p, p = &(*p)->next)
+        if (*p == j) {
+            *p = j->next;
+            if (s->q_tail == j) s->q_tail = prev;
+            s->n_queued--;
+            found = true;
+            break;
+        }
+    pthread_mutex_unlock(&s->mu);
+    if (!found) return; /* admitted already: the next sweep retires it */
+    pthread_mutex_lock(&j->mu);
+    j->done = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    publish_state(s);
+    job_release(j); /* the queue's reference */
 }
 
 /* The oldest queued job if its choices fit in the free slots, which it then takes (first come, first
@@ -99,8 +127,6 @@ static void free_choices(srv_sched *s, job *j) {
         j->ch[i].ds = NULL;
     }
 }
-
-static void publish_state(srv_sched *s);
 
 /* Ends an active job (finished, failed or abandoned): its sequences go back to the engine (their
  * blocks stay in the prefix index), the connection thread is woken, the scheduler's reference dropped.
@@ -142,6 +168,7 @@ static void admit(srv_sched *s, job *j) {
     s->active[s->n_active++] = j; /* its slots were counted when it left the queue */
     gm_seq *seq = NULL;
     gm_status st = gm_seq_new(s->e, &seq, &err);
+    if (!st && j->prefix_scope) st = gm_seq_set_prefix_scope(seq, j->prefix_scope, &err); /* forks inherit it */
     if (!st) st = gm_seq_append(seq, j->prompt, j->n_prompt, &err);
     pthread_mutex_lock(&j->mu);
     j->ch[0].seq = seq;
@@ -233,8 +260,9 @@ static void record_logprobs(const job *j, choice *c, const float *l, int V, int3
     for (int i = 0; i < e->n_top; i++) e->top_lp[i] -= lse;
 }
 
-/* A new token of choice i (under j->mu): its text, the stop strings, the limits. */
-static void take_token(srv_sched *s, job *j, int i, int32_t tok, double now) {
+/* A new token of choice i (under j->mu): its text, the stop strings, the limits. length: the choice's
+ * history up to and including this token (a speculative step appends several before they are taken). */
+static void take_token(srv_sched *s, job *j, int i, int32_t tok, double now, int length) {
     choice *c = &j->ch[i];
     gm_error err = {0};
     c->n_gen++;
@@ -255,7 +283,7 @@ static void take_token(srv_sched *s, job *j, int i, int32_t tok, double now) {
     if (j->logprobs) record_logprobs(j, c, s->logits_copy, s->n_vocab, tok);
     if (!c->finish) apply_stops(j, c, old_len);
     const int limit = j->max_tokens > 0 ? j->max_tokens : INT32_MAX;
-    if (!c->finish && (c->n_gen >= limit || gm_seq_length(c->seq) >= gm_engine_n_ctx(s->e))) {
+    if (!c->finish && (c->n_gen >= limit || length >= gm_engine_n_ctx(s->e))) {
         const char *t;
         size_t n;
         gm_detok_stream_flush(c->ds, &t, &n);
@@ -285,7 +313,7 @@ static bool sample_choice(srv_sched *s, job *j, int i, double now) {
     gm_status st = gm_seq_sample(c->seq, &smp, &tok, &err);
     pthread_mutex_lock(&j->mu);
     if (st) job_fail(j, 500, "server_error", NULL, "sampling failed: %s", err.msg);
-    else take_token(s, j, i, tok, now);
+    else take_token(s, j, i, tok, now, gm_seq_length(c->seq));
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     return !st;
@@ -337,8 +365,10 @@ static int gather(srv_sched *s, int *n_decode) {
 }
 
 /* The speculating choices: one gm_spec_step_many (proposals, then every verify row in one forward
- * call), then each accepted token through the same text path as a sampled one. */
-static void speculative_step(srv_sched *s) {
+ * call), then each accepted token through the same text path as a sampled one. When the batch fails
+ * (a full KV cache, say), the sequences it gave no tokens run again one by one, so an error fails only
+ * the request whose sequence hit it. */
+static int gather_speculating(srv_sched *s) {
     int n = 0;
     for (int k = 0; k < s->n_active; k++) {
         job *j = s->active[k];
@@ -348,27 +378,40 @@ static void speculative_step(srv_sched *s) {
                 s->spec_sps[n] = j->ch[i].spec;
                 s->spec_smp[n] = choice_sampling(j, i);
                 s->spec_max[n] = j->max_tokens > 0 ? j->max_tokens - j->ch[i].n_gen : 0;
+                s->spec_job[n] = j;
+                s->spec_choice[n] = i;
+                s->spec_st[n] = GM_OK;
                 n++;
             }
     }
+    return n;
+}
+
+static void speculative_step(srv_sched *s) {
+    const int n = gather_speculating(s);
     if (n == 0) return;
-    gm_error err = {0};
-    gm_status st = gm_spec_step_many(s->spec_sps, n, s->spec_smp, s->spec_max, &err);
+    gm_status st = gm_spec_step_many(s->spec_sps, n, s->spec_smp, s->spec_max, &s->spec_err[0]);
+    for (int t = 0; st && t < n; t++) {
+        int nt = 0;
+        gm_spec_last(s->spec_sps[t], &nt);
+        if (nt == 0 && n > 1) s->spec_st[t] = gm_spec_step(s->spec_sps[t], &s->spec_smp[t], s->spec_max[t], NULL, NULL, &s->spec_err[t]);
+        else if (nt == 0) s->spec_st[t] = st;
+    }
     const double now = srv_now();
-    for (int k = 0; k < s->n_active; k++) {
-        job *j = s->active[k];
-        if (!j->started || j->err_http) continue;
+    for (int t = 0; t < n; t++) {
+        job *j = s->spec_job[t];
+        choice *c = &j->ch[s->spec_choice[t]];
         pthread_mutex_lock(&j->mu);
-        for (int i = 0; i < j->n; i++) {
-            choice *c = &j->ch[i];
-            if (!is_generating(c) || !c->spec) continue;
-            if (st) {
-                job_fail(j, st == GM_ERR_NOMEM ? 503 : 500, "server_error", NULL, "%s", err.msg);
-                break;
-            }
+        if (s->spec_st[t]) {
+            if (!j->err_http) job_fail(j, s->spec_st[t] == GM_ERR_NOMEM ? 503 : 500, "server_error", NULL, "%s", s->spec_err[t].msg);
+        } else if (!j->err_http) {
             int nt = 0;
             const int32_t *toks = gm_spec_last(c->spec, &nt);
-            for (int t = 0; t < nt && !c->finish; t++) take_token(s, j, i, toks[t], now);
+            const int base = gm_seq_length(c->seq) - nt; /* the step's tokens are all in the history */
+            int taken = 0;
+            while (taken < nt && !c->finish) take_token(s, j, s->spec_choice[t], toks[taken], now, base + taken + 1), taken++;
+            /* a choice that ended inside the step keeps only what its client was sent */
+            if (taken < nt) gm_seq_truncate(c->seq, base + taken, NULL);
         }
         pthread_cond_broadcast(&j->cv);
         pthread_mutex_unlock(&j->mu);
@@ -398,9 +441,9 @@ static void requeue(srv_sched *s, int k) {
 
 /* After an engine error in a step. A full KV cache (the live sequences need more than --kv-mem) sends
  * the newest request still in its prompt back to the queue while others run; with none, the newest
- * request fails (503) so the rest can finish; a request that does not fit alone fails. Anything else
- * fails every active request. */
-static void on_step_error(srv_sched *s, gm_status st, const gm_error *err) {
+ * request fails (503) so the rest can finish; a request that does not fit alone fails. Any other error
+ * is found by stepping each sequence alone: only the requests whose sequence fails alone fail. */
+static void on_step_error(srv_sched *s, gm_status st, const gm_error *err, int n) {
     if (st == GM_ERR_NOMEM && s->n_active > 1) {
         for (int k = s->n_active - 1; k >= 0; k--)
             if (!s->active[k]->started && !s->active[k]->err_http) {
@@ -410,7 +453,23 @@ static void on_step_error(srv_sched *s, gm_status st, const gm_error *err) {
         fail_job(s->active[s->n_active - 1], 503, "server_error", err->msg);
         return;
     }
-    for (int k = 0; k < s->n_active; k++) fail_job(s->active[k], st == GM_ERR_NOMEM ? 503 : 500, "server_error", err->msg);
+    if (n == 1 || st == GM_ERR_NOMEM) {
+        for (int k = 0; k < s->n_active; k++) fail_job(s->active[k], st == GM_ERR_NOMEM ? 503 : 500, "server_error", err->msg);
+        return;
+    }
+    for (int k = 0; k < s->n_active; k++) {
+        job *j = s->active[k];
+        for (int i = 0; i < (j->started ? j->n : 1); i++) {
+            gm_seq *seq = j->ch[i].seq;
+            gm_error e1 = {0};
+            if (!seq || (j->started && (!is_generating(&j->ch[i]) || j->ch[i].spec))) continue;
+            const gm_status s1 = gm_engine_step(s->e, &seq, 1, 1 + s->o.chunk, NULL, &e1);
+            if (s1) {
+                fail_job(j, s1 == GM_ERR_NOMEM ? 503 : 500, "server_error", e1.msg);
+                break;
+            }
+        }
+    }
 }
 
 static void step(srv_sched *s) {
@@ -421,8 +480,8 @@ static void step(srv_sched *s) {
     gm_error err = {0};
     gm_status st = gm_engine_step(s->e, s->seqs, n, n_decode + s->o.chunk, NULL, &err);
     if (st) {
-        on_step_error(s, st, &err);
-        return;
+        on_step_error(s, st, &err, n);
+        if (st == GM_ERR_NOMEM || n == 1) return;
     }
     const double now = srv_now();
     for (int k = 0; k < s->n_active; k++) {
@@ -553,8 +612,13 @@ gm_status sched_new(gm_model *m, const srv_options *o, srv_metrics *metrics, srv
     s->spec_sps = calloc((size_t)o->parallel, sizeof *s->spec_sps);
     s->spec_smp = calloc((size_t)o->parallel, sizeof *s->spec_smp);
     s->spec_max = calloc((size_t)o->parallel, sizeof *s->spec_max);
+    s->spec_job = calloc((size_t)o->parallel, sizeof *s->spec_job);
+    s->spec_choice = calloc((size_t)o->parallel, sizeof *s->spec_choice);
+    s->spec_st = calloc((size_t)o->parallel, sizeof *s->spec_st);
+    s->spec_err = calloc((size_t)o->parallel, sizeof *s->spec_err);
     s->logits_copy = malloc((size_t)s->n_vocab * sizeof *s->logits_copy);
-    if (!st && (!s->active || !s->seqs || !s->logits_copy || !s->spec_sps || !s->spec_smp || !s->spec_max))
+    if (!st && (!s->active || !s->seqs || !s->logits_copy || !s->spec_sps || !s->spec_smp || !s->spec_max ||
+                !s->spec_job || !s->spec_choice || !s->spec_st || !s->spec_err))
         st = err ? (snprintf(err->msg, sizeof err->msg, "out of memory"), err->code = GM_ERR_NOMEM) : GM_ERR_NOMEM;
     if (!st && pthread_create(&s->th, NULL, sched_main, s)) {
         if (err) snprintf(err->msg, sizeof err->msg, "cannot start the scheduler thread");
@@ -588,6 +652,10 @@ void sched_free(srv_sched *s) {
     free(s->spec_sps);
     free(s->spec_smp);
     free(s->spec_max);
+    free(s->spec_job);
+    free(s->spec_choice);
+    free(s->spec_st);
+    free(s->spec_err);
     free(s->active);
     free(s->seqs);
     free(s->logits_copy);

@@ -30,11 +30,24 @@ static void usage(FILE *out) {
             "                        (default: --parallel x --ctx positions of every layer)\n"
             "  --kv-type f32|f16     KV storage (default f32)\n"
             "  --no-prefix-cache     recompute every prompt (no reuse across requests)\n"
-            "  --api-key KEY         require 'Authorization: Bearer KEY' (also $GEMMA_API_KEY);\n"
-            "                        /health and the page stay open\n"
+            "  --api-key KEY         require 'Authorization: Bearer KEY' (also $GEMMA_API_KEY); repeat it\n"
+            "                        for several tenants' keys; /health and the page stay open\n"
+            "  --api-key-file PATH   more keys, one per line\n"
+            "  --prefix-cache-scope global|key\n"
+            "                        key: a request only reuses prompt blocks computed for the same API\n"
+            "                        key (tenants cannot see each other's prompts through cached_tokens\n"
+            "                        or timing); default global\n"
+            "  --allowed-hosts LIST  Host names accepted besides loopback ones (comma-separated; * for any).\n"
+            "                        On loopback without a key only loopback names are served (403\n"
+            "                        otherwise: a web page cannot reach it by rebinding its DNS name)\n"
+            "  --max-conns N         open connections; requests beyond get 503 (default 512)\n"
+            "  --max-conns-per-ip N  connections from one address, 0 = no limit (default 128; behind a\n"
+            "                        proxy every client has the proxy's address: raise it or use 0)\n"
+            "  --request-timeout S   seconds to receive a whole request, headers and body (default 10)\n"
             "  --cors ORIGIN         let pages from ORIGIN (or *) call the API from a browser (CORS);\n"
             "                        default: none, only the page served here\n"
-            "  --max-body BYTES      largest request body (default 8388608; larger: 413)\n"
+            "  --max-body BYTES      largest request body (default: what the longest prompt the context\n"
+            "                        holds can take as JSON, at least 1 MiB; larger: 413)\n"
             "  --max-prompt N        most prompt tokens a request may have (default: the context - 1)\n"
             "  --max-tokens N        largest max_tokens a request may ask (default: the context)\n"
             "  --quiet               no request log on stderr\n"
@@ -55,9 +68,53 @@ static void usage(FILE *out) {
             gm_cli_default_model(), GM_SPEC_MAX_K);
 }
 
+/* The API keys given: pointers into argv or lines of key files (owned). */
+typedef struct key_list {
+    const char **keys;
+    char **owned;
+    int n, n_owned;
+} key_list;
+
+static bool add_key(key_list *kl, srv_options *o, const char *k, bool own) {
+    const char **p = realloc(kl->keys, (size_t)(kl->n + 1) * sizeof *p);
+    char **q = own ? realloc(kl->owned, (size_t)(kl->n_owned + 1) * sizeof *q) : NULL;
+    if (p) kl->keys = p;
+    if (q) kl->owned = q;
+    if (!p || (own && !q)) return false;
+    kl->keys[kl->n++] = k;
+    if (own) kl->owned[kl->n_owned++] = (char *)k;
+    o->api_keys = kl->keys;
+    o->n_api_keys = kl->n;
+    return true;
+}
+
+static void free_keys(key_list *kl) {
+    for (int i = 0; i < kl->n_owned; i++) free(kl->owned[i]);
+    free(kl->owned);
+    free(kl->keys);
+}
+
+/* One key per line; blank lines and lines starting with # are skipped. */
+static bool read_key_file(key_list *kl, srv_options *o, const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    char line[4096];
+    bool ok = true;
+    while (ok && fgets(line, sizeof line, f)) {
+        size_t n = strcspn(line, "\r\n");
+        line[n] = 0;
+        if (n == 0 || line[0] == '#') continue;
+        char *k = strdup(line);
+        ok = k && add_key(kl, o, k, true);
+        if (!ok) free(k);
+    }
+    fclose(f);
+    return ok;
+}
+
 /* -1: go on; otherwise the exit status */
-static int parse_args(int argc, char **argv, srv_options *o) {
-    int max_body = 8 << 20;
+static int parse_args(int argc, char **argv, srv_options *o, key_list *kl) {
+    int max_body = 0;
     o->max_prompt = o->max_tokens = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -102,8 +159,21 @@ static int parse_args(int argc, char **argv, srv_options *o) {
         } else if (!strcmp(a, "--kv-type")) {
             ok = cli_parse_kv_type(v, &o->kv_type);
         } else if (!strcmp(a, "--api-key")) {
+            ok = *v != 0 && add_key(kl, o, v, false);
+        } else if (!strcmp(a, "--api-key-file")) {
+            ok = read_key_file(kl, o, v);
+        } else if (!strcmp(a, "--prefix-cache-scope")) {
+            ok = !strcmp(v, "global") || !strcmp(v, "key");
+            o->prefix_scope_key = !strcmp(v, "key");
+        } else if (!strcmp(a, "--allowed-hosts")) {
             ok = *v != 0;
-            o->api_key = v;
+            o->allowed_hosts = v;
+        } else if (!strcmp(a, "--max-conns")) {
+            ok = cli_parse_int(v, 1, 1 << 16, &o->max_conns);
+        } else if (!strcmp(a, "--max-conns-per-ip")) {
+            ok = cli_parse_int(v, 0, 1 << 16, &o->max_conns_per_ip);
+        } else if (!strcmp(a, "--request-timeout")) {
+            ok = cli_parse_int(v, 0, 3600, &o->request_timeout);
         } else if (!strcmp(a, "--draft-model")) {
             o->draft_model_path = v;
         } else if (!strcmp(a, "--draft-max")) {
@@ -135,7 +205,11 @@ static int parse_args(int argc, char **argv, srv_options *o) {
         fprintf(stderr, "gemma serve: --draft-max needs --lookup or --draft-model\n");
         return 2;
     }
-    o->max_body = (size_t)max_body;
+    if (o->prefix_scope_key && !o->n_api_keys) {
+        fprintf(stderr, "gemma serve: --prefix-cache-scope key needs API keys (--api-key, --api-key-file)\n");
+        return 2;
+    }
+    o->max_body = (size_t)max_body; /* 0: srv_start derives it from the context */
     if (o->max_prompt < 0) o->max_prompt = o->n_ctx - 1;
     if (o->max_tokens < 0) o->max_tokens = o->n_ctx;
     return -1;
@@ -143,10 +217,13 @@ static int parse_args(int argc, char **argv, srv_options *o) {
 
 int cmd_serve(int argc, char **argv) {
     srv_options o = {.model_path = gm_cli_default_model(), .host = "127.0.0.1", .port = 8080, .n_ctx = 4096,
-                     .parallel = 4, .queue = 64, .chunk = 256};
+                     .parallel = 4, .queue = 64, .chunk = 256, .max_conns = 512, .max_conns_per_ip = 128,
+                     .request_timeout = 10};
     const char *key = getenv("GEMMA_API_KEY");
-    if (key && *key) o.api_key = key;
-    const int rc = parse_args(argc, argv, &o);
-    if (rc >= 0) return rc;
-    return srv_run(&o);
+    key_list kl = {0};
+    if (key && *key) add_key(&kl, &o, key, false);
+    int rc = parse_args(argc, argv, &o, &kl);
+    if (rc < 0) rc = srv_run(&o);
+    free_keys(&kl);
+    return rc;
 }

@@ -261,9 +261,20 @@ def test_errors_openai_client(env):
         raise AssertionError("prompt + max_tokens past the context was accepted")
     except openai.BadRequestError as e:
         assert e.body["code"] == "context_length_exceeded", e.body
-    # unknown fields are ignored
-    r = c.chat.completions.create(model="m", messages=msgs, max_tokens=2, extra_body={"frobnicate": {"x": [1]}})
-    assert r.choices[0].finish_reason in ("stop", "length")
+    # a field the server does not read is a 400 naming it (as OpenAI answers unknown arguments): a
+    # request for logit_bias or a schema must never get unconstrained output silently
+    for extra in ({"frobnicate": {"x": [1]}}, {"logit_bias": {"50": 100}}, {"response_format": {"type": "json_object"}},
+                  {"tools": [{"type": "function", "function": {"name": "f"}}]}):
+        try:
+            c.chat.completions.create(model="m", messages=msgs, max_tokens=2, extra_body=extra)
+            raise AssertionError("%r was accepted" % extra)
+        except openai.BadRequestError as e:
+            assert e.body["code"] == "unsupported_field" and list(extra)[0] in e.body["message"], e.body
+    # ... documented as ignored, or a neutral value of a field not implemented: accepted
+    for extra in ({"user": "u1", "metadata": {"a": "b"}, "cache_prompt": True}, {"logit_bias": {}},
+                  {"response_format": {"type": "text"}}, {"tools": [], "tool_choice": "none"}):
+        r = c.chat.completions.create(model="m", messages=msgs, max_tokens=2, extra_body=extra)
+        assert r.choices[0].finish_reason in ("stop", "length")
 
 
 def test_malformed_requests(env):
@@ -300,13 +311,13 @@ def test_malformed_requests(env):
         assert err["message"] and err["type"], err
     # a body over the limit: 413 (declared length, and a chunked body that grows past it)
     conn = socket.create_connection(("127.0.0.1", s.port), timeout=60)
-    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                  b"Content-Length: %d\r\n\r\n" % (9 << 20))
     head = conn.recv(200)  # answered from the headers, before any of the body
     conn.close()
     assert head.startswith(b"HTTP/1.1 413"), head
     conn = socket.create_connection(("127.0.0.1", s.port), timeout=60)
-    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                  b"Transfer-Encoding: chunked\r\n\r\n")
     chunk = b"a" * (1 << 20)
     try:
@@ -428,12 +439,14 @@ def test_disconnect_frees_sequence(env):
                           {"prompt": PROMPTS[1], "max_tokens": 1500, "temperature": 0}).encode()
         before = s.metrics().get("gemma_generation_tokens_total", 0)
         conn = socket.create_connection(("127.0.0.1", s.port), timeout=60)
-        conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
         if stream:
             got = b""
             while got.count(b"data: ") < 4:
-                got += conn.recv(4096)
+                more = conn.recv(4096)
+                assert more, "the server closed the stream early: %r" % got
+                got += more
         else:
             t0 = time.time()
             while s.metrics()["gemma_sequences_active"] == 0 and time.time() - t0 < 30:
