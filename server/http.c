@@ -408,10 +408,18 @@ static MHD_Result tokenize(struct MHD_Connection *c, server *s, req *r) {
         return reply_error(c, s, r, 400, "invalid_request_error", NULL,
                            "expected {\"content\": string, \"add_special\"?: bool, \"parse_special\"?: bool}");
     }
+    const size_t len = strlen(content->valuestring), k = gm_tokenizer_max_token_bytes(s->tok);
+    if (k && len / k > (size_t)s->n_ctx) { /* its token list alone would cost ~80 bytes a token as JSON */
+        cJSON_Delete(in);
+        guard_parse_leave(s->guard);
+        char msg[160];
+        snprintf(msg, sizeof msg, "'content' has at least %zu tokens, more than this server's context (%d)", len / k, s->n_ctx);
+        return reply_error(c, s, r, 400, "invalid_request_error", "context_length_exceeded", msg);
+    }
     int32_t *ids = NULL;
     size_t n = 0;
     gm_error err = {0};
-    gm_status st = gm_tokenize(s->tok, content->valuestring, strlen(content->valuestring), cJSON_IsTrue(add),
+    gm_status st = gm_tokenize(s->tok, content->valuestring, len, cJSON_IsTrue(add),
                                !parse || cJSON_IsTrue(parse), &ids, &n, &err);
     cJSON_Delete(in);
     guard_parse_leave(s->guard);
