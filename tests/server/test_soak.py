@@ -1,12 +1,15 @@
 """tests/server/test_soak.py — 8 streams for a while (GM_SOAK_SECONDS, default 120): no error, every stream
 well formed, and the server's anonymous RSS (heap + KV; the model is a file mapping) flat once warm (the KV budget is small, so the prefix cache fills and
-evicts during the run).
+evicts during the run). Then 64 clients of mixed abuse (GM_ABUSE_SECONDS, default 60): well-formed
+requests beside disconnects mid-stream, malformed and huge bodies, slow readers and slow headers — no
+error for the well-formed ones, RSS flat, /health p99 under 100 ms.
 
 Run: python test_soak.py GEMMA_BINARY MODEL
 """
 import json
 import os
 import random
+import socket
 import threading
 import time
 
@@ -75,10 +78,161 @@ def test_soak(env):
     assert last <= first * 1.05 + 4 * 1024, "RSS grew from %d to %d KiB" % (first, last)
 
 
+def abuse_body(rng, words):
+    chat = rng.random() < 0.5
+    body = {"max_tokens": rng.randint(8, 40), "temperature": rng.choice([0, 0.8]), "seed": rng.randint(0, 1 << 30),
+            "stream": rng.random() < 0.7}
+    if chat:
+        body["messages"] = [{"role": "user", "content": words}]
+    else:
+        body["prompt"] = words
+    return ("/v1/chat/completions" if chat else "/v1/completions"), body
+
+
+def http_head(path, n, extra=b""):
+    return (b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n"
+            % (path.encode(), n, extra))
+
+
+def read_all(c, slow=False):
+    out = b""
+    while True:
+        try:
+            more = c.recv(64 if slow else 65536)
+        except (ConnectionResetError, socket.timeout):
+            return out
+        if not more:
+            return out
+        out += more
+        if slow:
+            time.sleep(0.02)
+
+
+def abuse_client(s, kind, k, stop_at, stats, errors):
+    rng = random.Random(1000 + k)
+    while time.time() < stop_at:
+        words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 100)))
+        try:
+            if kind == "good":
+                path, body = abuse_body(rng, words)
+                st, _, raw = s.request("POST", path, body, timeout=120)
+                ok = st == 200 and (not body["stream"] or (sse_events(raw)[-1] == "[DONE]" and b'"error"' not in raw))
+                if not ok:
+                    errors.append(("good", st, raw[-300:]))
+            elif kind in ("disconnect", "slow_reader"):
+                path, body = abuse_body(rng, words)
+                body.update(stream=True, max_tokens=200 if kind == "disconnect" else 30, logprobs=True)
+                if "prompt" in body:
+                    body["logprobs"] = 5
+                else:
+                    body["top_logprobs"] = 5
+                data = json.dumps(body).encode()
+                c = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+                c.sendall(http_head(path, len(data)) + data)
+                if kind == "disconnect":  # leaves mid-stream, after some tokens, as a user who stops it
+                    got, want = b"", rng.randint(2, 20)
+                    while got.count(b"data: ") < want:
+                        more = c.recv(65536)
+                        if not more:
+                            break
+                        got += more
+                    if not got.startswith(b"HTTP/1.1 200"):
+                        errors.append(("disconnect", got[:200]))
+                else:
+                    read_all(c, slow=True)
+                c.close()
+            elif kind == "malformed":
+                bad = rng.choice([b"{", b'{"prompt": 5}', b'{"messages": "x"}', b'{"prompt": "a", "max_tokens": -1}',
+                                  b'{"prompt": "a", "frobnicate": 1}', b"\xff\xfe", b"[" * 80 + b"]" * 80,
+                                  b'{"prompt": [1e300]}', b'{"prompt": "a", "n": 99}'])
+                c = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+                c.sendall(http_head(rng.choice(["/v1/completions", "/v1/chat/completions"]), len(bad)) + bad)
+                r = read_all(c)
+                c.close()
+                if not r.startswith(b"HTTP/1.1 4"):
+                    errors.append(("malformed", bad, r[:200]))
+            elif kind == "huge":
+                c = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+                if rng.random() < 0.5:  # refused from Content-Length
+                    c.sendall(http_head("/v1/completions", 8 << 20))
+                    r = c.recv(4096)
+                else:  # chunked, no length: read up to --max-body, then refused
+                    c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                              b"Transfer-Encoding: chunked\r\n\r\n")
+                    chunk = b"%x\r\n%s\r\n" % (65536, b"[1," * 21845 + b"1")
+                    try:
+                        for _ in range(40):
+                            c.sendall(chunk)
+                        c.sendall(b"0\r\n\r\n")
+                    except (BrokenPipeError, ConnectionResetError):
+                        pass
+                    r = read_all(c)
+                c.close()
+                if r and not (r.startswith(b"HTTP/1.1 413") or r.startswith(b"HTTP/1.1 400")):
+                    errors.append(("huge", r[:200]))
+            elif kind == "slow_header":
+                c = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+                t0 = time.time()
+                try:
+                    for b in b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n":
+                        c.sendall(bytes([b]))
+                        time.sleep(0.5)
+                        if time.time() > stop_at:
+                            break
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                if time.time() - t0 > 25 and time.time() < stop_at:
+                    errors.append(("slow_header", "held for %.0f s" % (time.time() - t0)))
+                c.close()
+            stats[kind] = stats.get(kind, 0) + 1
+        except Exception as e:  # noqa: BLE001 - a failure of the well-formed kinds is an error
+            if kind == "good":
+                errors.append(("good", repr(e)))
+
+
+def test_abuse_soak(env):
+    s = env["srv_abuse"]
+    seconds = float(os.environ.get("GM_ABUSE_SECONDS", "60"))
+    stop_at = time.time() + seconds
+    kinds = ["good"] * 24 + ["disconnect"] * 8 + ["malformed"] * 8 + ["slow_reader"] * 8 + ["huge"] * 8 + ["slow_header"] * 8
+    stats, errors, health, rss = {}, [], [], []
+    threads = [threading.Thread(target=abuse_client, args=(s, kind, k, stop_at, stats, errors)) for k, kind in enumerate(kinds)]
+    for t in threads:
+        t.start()
+    t_start = time.time()
+    while time.time() < stop_at:
+        t0 = time.time()
+        st, _, _ = s.request("GET", "/health", headers={}, timeout=10)
+        health.append(time.time() - t0)
+        if st != 200:
+            errors.append(("health", st))
+        if time.time() - t_start > seconds / 2:  # warm: arenas, KV budget and prefix cache have filled
+            rss.append(s.rss_kib())
+        time.sleep(0.1)
+    for t in threads:
+        t.join(180)
+    health.sort()
+    p99 = health[int(len(health) * 0.99)]
+    print("  %d clients, %.0f s: %s; /health p50 %.1f ms p99 %.1f ms over %d probes; anonymous RSS %.1f -> %.1f MiB" % (
+        len(kinds), seconds, stats, health[len(health) // 2] * 1e3, p99 * 1e3, len(health), rss[0] / 1024,
+        max(rss[-10:]) / 1024), flush=True)
+    assert not errors, errors[:5]
+    assert stats.get("good", 0) >= 24, stats
+    if os.environ.get("GM_SANITIZER_BUILD"):
+        return  # slower, and the quarantine holds freed memory: crashes, leaks and UB are what it checks
+    assert p99 < 0.1, "/health p99 %.1f ms" % (p99 * 1e3)
+    assert max(rss[-10:]) <= rss[0] * 1.05 + 8 * 1024, "RSS grew from %d to %d KiB" % (rss[0], max(rss[-10:]))
+
+
 def main():
     binary, model = binary_and_model()
-    with Server(binary, "--kv-mem", "96", "--quiet", model=model, parallel=8, ctx=1024) as srv:
-        return run_tests([test_soak], {"bin": binary, "model": model, "srv": srv})
+    env = {"bin": binary, "model": model}
+    only = os.environ.get("ONLY")
+    tests = [t for t in (test_soak, test_abuse_soak) if not only or only in t.__name__]
+    with Server(binary, "--kv-mem", "96", "--quiet", model=model, parallel=8, ctx=1024) as srv, \
+            Server(binary, "--kv-mem", "96", "--quiet", "--request-timeout", "5", model=model, parallel=8, ctx=1024) as ab:
+        env["srv"], env["srv_abuse"] = srv, ab
+        return run_tests(tests, env)
 
 
 if __name__ == "__main__":
