@@ -45,8 +45,6 @@ struct srv_sched {
     int *spec_max;
     job **spec_job;        /* whose choice each speculating sequence is */
     int *spec_choice;
-    gm_status *spec_st;    /* each one's result when the batch failed and they ran alone */
-    gm_error *spec_err;
 };
 
 int sched_n_ctx(const srv_sched *s) { return gm_engine_n_ctx(s->e); }
@@ -365,9 +363,10 @@ static int gather(srv_sched *s, int *n_decode) {
 }
 
 /* The speculating choices: one gm_spec_step_many (proposals, then every verify row in one forward
- * call), then each accepted token through the same text path as a sampled one. When the batch fails
- * (a full KV cache, say), the sequences it gave no tokens run again one by one, so an error fails only
- * the request whose sequence hit it. */
+ * call), then each accepted token through the same text path as a sampled one. A failed batch must not
+ * fail every request in it: the sequences it still gave tokens keep them; after a full KV cache the
+ * request holding the longest sequence fails (503) and gives its blocks back, and the rest go again;
+ * after any other error each sequence runs alone, so only the requests whose own step fails fail. */
 static int gather_speculating(srv_sched *s) {
     int n = 0;
     for (int k = 0; k < s->n_active; k++) {
@@ -380,41 +379,89 @@ static int gather_speculating(srv_sched *s) {
                 s->spec_max[n] = j->max_tokens > 0 ? j->max_tokens - j->ch[i].n_gen : 0;
                 s->spec_job[n] = j;
                 s->spec_choice[n] = i;
-                s->spec_st[n] = GM_OK;
                 n++;
             }
     }
     return n;
 }
 
-static void speculative_step(srv_sched *s) {
-    const int n = gather_speculating(s);
-    if (n == 0) return;
-    gm_status st = gm_spec_step_many(s->spec_sps, n, s->spec_smp, s->spec_max, &s->spec_err[0]);
-    for (int t = 0; st && t < n; t++) {
+/* Entry t's step succeeded: its tokens through the text path. */
+static void take_spec_tokens(srv_sched *s, int t, double now) {
+    job *j = s->spec_job[t];
+    choice *c = &j->ch[s->spec_choice[t]];
+    pthread_mutex_lock(&j->mu);
+    if (!j->err_http) {
         int nt = 0;
-        gm_spec_last(s->spec_sps[t], &nt);
-        if (nt == 0 && n > 1) s->spec_st[t] = gm_spec_step(s->spec_sps[t], &s->spec_smp[t], s->spec_max[t], NULL, NULL, &s->spec_err[t]);
-        else if (nt == 0) s->spec_st[t] = st;
+        const int32_t *toks = gm_spec_last(c->spec, &nt);
+        const int base = gm_seq_length(c->seq) - nt; /* the step's tokens are all in the history */
+        int taken = 0;
+        while (taken < nt && !c->finish) take_token(s, j, s->spec_choice[t], toks[taken], now, base + taken + 1), taken++;
+        /* a choice that ended inside the step keeps only what its client was sent */
+        if (taken < nt) gm_seq_truncate(c->seq, base + taken, NULL);
     }
-    const double now = srv_now();
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* Fails entry t's request; its sequences go back to the engine now (the sweep retires the job). */
+static void fail_spec_job(srv_sched *s, job *j, gm_status st, const char *msg) {
+    pthread_mutex_lock(&j->mu);
+    if (!j->err_http) job_fail(j, st == GM_ERR_NOMEM ? 503 : 500, "server_error", NULL, "%s", msg);
+    free_choices(s, j);
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* Drops the entries for which drop(t) holds, keeping the order of the rest; returns how many are left. */
+static int spec_compact(srv_sched *s, int n, bool (*drop)(srv_sched *, int, const void *), const void *arg) {
+    int m = 0;
     for (int t = 0; t < n; t++) {
-        job *j = s->spec_job[t];
-        choice *c = &j->ch[s->spec_choice[t]];
-        pthread_mutex_lock(&j->mu);
-        if (s->spec_st[t]) {
-            if (!j->err_http) job_fail(j, s->spec_st[t] == GM_ERR_NOMEM ? 503 : 500, "server_error", NULL, "%s", s->spec_err[t].msg);
-        } else if (!j->err_http) {
-            int nt = 0;
-            const int32_t *toks = gm_spec_last(c->spec, &nt);
-            const int base = gm_seq_length(c->seq) - nt; /* the step's tokens are all in the history */
-            int taken = 0;
-            while (taken < nt && !c->finish) take_token(s, j, s->spec_choice[t], toks[taken], now, base + taken + 1), taken++;
-            /* a choice that ended inside the step keeps only what its client was sent */
-            if (taken < nt) gm_seq_truncate(c->seq, base + taken, NULL);
+        if (drop(s, t, arg)) continue;
+        s->spec_sps[m] = s->spec_sps[t], s->spec_smp[m] = s->spec_smp[t], s->spec_max[m] = s->spec_max[t];
+        s->spec_job[m] = s->spec_job[t], s->spec_choice[m] = s->spec_choice[t];
+        m++;
+    }
+    return m;
+}
+
+static bool got_tokens(srv_sched *s, int t, const void *arg) {
+    int nt = 0;
+    gm_spec_last(s->spec_sps[t], &nt);
+    if (nt > 0) take_spec_tokens(s, t, *(const double *)arg);
+    return nt > 0;
+}
+
+static bool of_job(srv_sched *s, int t, const void *arg) { return s->spec_job[t] == arg; }
+
+static void speculative_step(srv_sched *s) {
+    int n = gather_speculating(s);
+    const double now = srv_now();
+    while (n > 0) {
+        gm_error err = {0};
+        const gm_status st = gm_spec_step_many(s->spec_sps, n, s->spec_smp, s->spec_max, &err);
+        if (!st) {
+            for (int t = 0; t < n; t++) take_spec_tokens(s, t, now);
+            return;
         }
-        pthread_cond_broadcast(&j->cv);
-        pthread_mutex_unlock(&j->mu);
+        n = spec_compact(s, n, got_tokens, &now);
+        if (n == 0) return;
+        if (st != GM_ERR_NOMEM) {
+            for (int t = 0; t < n; t++) {
+                gm_error e1 = {0};
+                const gm_status s1 = n == 1 ? st : gm_spec_step(s->spec_sps[t], &s->spec_smp[t], s->spec_max[t], NULL, NULL, &e1);
+                if (s1) fail_spec_job(s, s->spec_job[t], s1, n == 1 ? err.msg : e1.msg);
+                else take_spec_tokens(s, t, now);
+            }
+            return;
+        }
+        int worst = 0;
+        for (int t = 1; t < n; t++)
+            if (gm_seq_length(s->spec_job[t]->ch[s->spec_choice[t]].seq) >
+                gm_seq_length(s->spec_job[worst]->ch[s->spec_choice[worst]].seq))
+                worst = t;
+        job *w = s->spec_job[worst];
+        fail_spec_job(s, w, st, err.msg);
+        n = spec_compact(s, n, of_job, w);
     }
 }
 
@@ -614,11 +661,9 @@ gm_status sched_new(gm_model *m, const srv_options *o, srv_metrics *metrics, srv
     s->spec_max = calloc((size_t)o->parallel, sizeof *s->spec_max);
     s->spec_job = calloc((size_t)o->parallel, sizeof *s->spec_job);
     s->spec_choice = calloc((size_t)o->parallel, sizeof *s->spec_choice);
-    s->spec_st = calloc((size_t)o->parallel, sizeof *s->spec_st);
-    s->spec_err = calloc((size_t)o->parallel, sizeof *s->spec_err);
     s->logits_copy = malloc((size_t)s->n_vocab * sizeof *s->logits_copy);
     if (!st && (!s->active || !s->seqs || !s->logits_copy || !s->spec_sps || !s->spec_smp || !s->spec_max ||
-                !s->spec_job || !s->spec_choice || !s->spec_st || !s->spec_err))
+                !s->spec_job || !s->spec_choice))
         st = err ? (snprintf(err->msg, sizeof err->msg, "out of memory"), err->code = GM_ERR_NOMEM) : GM_ERR_NOMEM;
     if (!st && pthread_create(&s->th, NULL, sched_main, s)) {
         if (err) snprintf(err->msg, sizeof err->msg, "cannot start the scheduler thread");
@@ -654,8 +699,6 @@ void sched_free(srv_sched *s) {
     free(s->spec_max);
     free(s->spec_job);
     free(s->spec_choice);
-    free(s->spec_st);
-    free(s->spec_err);
     free(s->active);
     free(s->seqs);
     free(s->logits_copy);

@@ -391,6 +391,34 @@ def test_shutdown_answers_503(env):
         s.close()
 
 
+def test_speculative_kv_full_fails_one(env):
+    # two speculating requests; the long one fills the KV budget: it alone fails (503 in its stream),
+    # the short one that runs beside it finishes
+    with Server(env["bin"], "--lookup", "--kv-mem", "20", model=env["model"], parallel=2, ctx=4096) as s:
+        a = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+        a.sendall(post_raw("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 4000, "temperature": 0,
+                                               "ignore_eos": True, "stream": True}))
+        got = b""
+        while got.count(b"data: ") < 55:  # A alone runs out of blocks after ~85 events at 20 MiB
+            more = a.recv(65536)
+            assert more, got[-300:]
+            got += more
+        res = {}
+        t = threading.Thread(target=lambda: res.update(b=s.post("/v1/completions", {
+            "prompt": "The capital of France is", "max_tokens": 150, "temperature": 0, "ignore_eos": True})))
+        t.start()
+        while b"data: [DONE]" not in got:
+            more = a.recv(65536)
+            if not more:
+                break
+            got += more
+        t.join(120)
+        a.close()
+        assert b"KV" in got[-600:] and b'"error"' in got[-600:], got[-600:]
+        st, j = res["b"]
+        assert st == 200 and j["usage"]["completion_tokens"] == 150, (st, j)
+
+
 # ---------------------------------------------------------------- 6. prefix-cache scopes
 
 def test_prefix_cache_scope_key(env):
@@ -447,7 +475,7 @@ def main():
     tests = [test_detokenize_linear, test_hostile_bodies_bounded, test_prompt_bytes_refused_before_tokenizing,
              test_slow_connections, test_connection_cap_503, test_per_address_limit, test_host_check,
              test_no_forged_turns_user_defined, test_queued_client_leaves, test_half_closed_client_is_served,
-             test_shutdown_answers_503, test_prefix_cache_scope_key, test_alias_escaped_in_metrics,
+             test_shutdown_answers_503, test_speculative_kv_full_fails_one, test_prefix_cache_scope_key, test_alias_escaped_in_metrics,
              test_speculative_to_context_end]
     only = os.environ.get("ONLY")
     if only:
