@@ -31,6 +31,31 @@ typedef struct inputs {
     long total;
 } inputs;
 
+void turns_init(srv_turns *t) {
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    t->next = t->serving = 0;
+}
+
+void turns_destroy(srv_turns *t) {
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv);
+}
+
+void turns_take(srv_turns *t) {
+    pthread_mutex_lock(&t->mu);
+    const unsigned long me = t->next++;
+    while (t->serving != me) pthread_cond_wait(&t->cv, &t->mu);
+    pthread_mutex_unlock(&t->mu);
+}
+
+void turns_give(srv_turns *t) {
+    pthread_mutex_lock(&t->mu);
+    t->serving++;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
 static void free_inputs(inputs *in) {
     for (int i = 0; i < in->count; i++) free(in->ids[i]);
     free(in->ids);
@@ -225,9 +250,9 @@ char *srv_embeddings(const srv_embed_ctx *x, const char *body, size_t len, int *
             left = true;
             break;
         }
-        pthread_mutex_lock(x->mu);
+        turns_take(x->turns);
         st = gm_embed_tokens(e, in.ids[i], in.n[i], v, &err);
-        pthread_mutex_unlock(x->mu);
+        turns_give(x->turns);
         if (st) break;
         gm_embedding_normalize(v, keep);
         sb_printf(&b, "%s{\"object\":\"embedding\",\"index\":%d,\"embedding\":", i ? "," : "", i);

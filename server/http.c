@@ -37,7 +37,7 @@ struct srv {
     const gm_tokenizer *tok;
     srv_sched *sched;       /* a generative model: the scheduler owns the engine */
     gm_embedder *emb;       /* an embedding model: no scheduler, requests take turns on this */
-    pthread_mutex_t emb_mu;
+    srv_turns emb_turns;    /* embedding requests take the embedder input by input, in turn */
     srv_metrics *met;
     char model_id[128];
     int n_ctx;
@@ -372,19 +372,19 @@ static MHD_Result completion(struct MHD_Connection *c, server *s, req *r, job_ki
 
 typedef struct embed_watch {
     server *s;
-    int fd;
+    job probe; /* only its socket, protocol and probe flag: still_there() decides as for completions */
 } embed_watch;
 
 static bool embed_keep_going(void *arg) {
     embed_watch *w = arg;
-    return !__atomic_load_n(&w->s->stopping, __ATOMIC_ACQUIRE) && peer_state_of(w->fd) != PEER_GONE;
+    return !__atomic_load_n(&w->s->stopping, __ATOMIC_ACQUIRE) && still_there(&w->probe);
 }
 
 static MHD_Result embeddings(struct MHD_Connection *c, server *s, req *r) {
     int status = 500;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    embed_watch w = {s, ci ? ci->connect_fd : -1};
-    const srv_embed_ctx x = {s->emb, &s->emb_mu, s->m, s->model_id, s->guard, embed_keep_going, &w};
+    embed_watch w = {.s = s, .probe = {.conn_fd = ci ? ci->connect_fd : -1, .http11 = r->http11}};
+    const srv_embed_ctx x = {s->emb, &s->emb_turns, s->m, s->model_id, s->guard, embed_keep_going, &w};
     char *out = srv_embeddings(&x, r->body, r->len, &status, &r->prompt);
     if (status == 499) { /* the client left mid-request: nobody to answer */
         free(out);
@@ -771,7 +771,7 @@ bool srv_start(const srv_options *o, bool listen, srv **out, char *msg, size_t n
     if (!s) return snprintf(msg, n, "out of memory"), false;
     s->opt = *o;
     s->o = o = &s->opt;
-    pthread_mutex_init(&s->emb_mu, NULL);
+    turns_init(&s->emb_turns);
     if (!open_model(s, msg, n)) {
         srv_stop(s);
         return false;
@@ -834,7 +834,7 @@ void srv_stop(srv *s) {
     guard_free(s->guard);
     metrics_free(s->met);
     gm_model_free(s->m);
-    pthread_mutex_destroy(&s->emb_mu);
+    turns_destroy(&s->emb_turns);
     free(s);
 }
 

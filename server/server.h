@@ -223,9 +223,21 @@ char *openai_error_json(const char *type, const char *code, const char *msg);
 /* Answers a /v1/embeddings body: returns the malloc'd JSON to send with *status (200, or 400 / 500 with
  * an OpenAI error object); e is NULL when the model is not an embedding model. The embedder runs under
  * mu. *n_prompt: the tokens embedded. */
+/* A lock taken in arrival order: requests taking the embedder input by input must alternate, and a plain
+ * mutex lets the thread that just released it take it again before a waiter wakes. */
+typedef struct srv_turns {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned long next, serving;
+} srv_turns;
+void turns_init(srv_turns *t);
+void turns_destroy(srv_turns *t);
+void turns_take(srv_turns *t);
+void turns_give(srv_turns *t);
+
 typedef struct srv_embed_ctx {
     gm_embedder *e;
-    pthread_mutex_t *mu;
+    srv_turns *turns;
     const gm_model *m;
     const char *model_id;
     srv_guard *guard;       /* bounds the requests parsed at once */

@@ -7,10 +7,14 @@ same library, another client), strings with their token ids, base64 with floats.
 generator (tests/data/tiny/gemma3.gguf) must refuse /v1/embeddings, the embedding server chat.
 """
 import base64
+import json
 import os
+import socket
 import struct
 import subprocess
 import sys
+import threading
+import time
 
 import openai
 
@@ -135,6 +139,37 @@ def test_generator_refuses_embeddings(env):
         assert st == 400 and data["error"]["code"] == "model_not_supported", (st, data)
 
 
+def test_long_request_yields(env):
+    # a 2048-input request takes the embedder input by input: a small request sent meanwhile finishes
+    # first, and when its client leaves the long one ends (499) instead of running to its end
+    s = env["srv"]
+    big = {"input": ["alpha bravo charl"] * 2048, "dimensions": 1}  # a small answer: its transfer takes no time
+    done = []
+
+    def long_request():
+        st, _ = s.post("/v1/embeddings", big)
+        done.append(("long", st))
+
+    t = threading.Thread(target=long_request)
+    t.start()
+    time.sleep(0.3)  # parsed and tokenized: it is computing (~0.7 s in all)
+    st, _ = s.post("/v1/embeddings", {"input": "hi"})
+    done.append(("small", st))
+    t.join(120)
+    assert done == [("small", 200), ("long", 200)], done
+    before = s.metrics().get('gemma_requests_total{endpoint="/v1/embeddings",status="499"}', 0)
+    data = json.dumps(big).encode()
+    c = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+    c.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(data) + data)
+    time.sleep(0.1)
+    c.close()
+    t0 = time.time()
+    while s.metrics().get('gemma_requests_total{endpoint="/v1/embeddings",status="499"}', 0) == before:
+        assert time.time() - t0 < 30, "the departed client's request was not ended"
+        time.sleep(0.05)
+
+
 def main():
     if len(sys.argv) < 3:
         sys.exit("usage: test_embeddings.py GEMMA_BINARY SOURCE_DIR")
@@ -144,7 +179,8 @@ def main():
     with Server(binary, model=model, ctx=32) as srv:
         env["srv"] = srv
         rc = run_tests([test_one_string_equals_cli, test_array_of_strings, test_token_ids_equal_text, test_base64,
-                        test_dimensions, test_errors, test_models_and_metrics, test_generator_refuses_embeddings], env)
+                        test_dimensions, test_errors, test_models_and_metrics, test_generator_refuses_embeddings,
+                        test_long_request_yields], env)
         if rc:
             print("".join(srv.log[-30:]))
     return rc
