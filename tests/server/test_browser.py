@@ -84,6 +84,7 @@ def test_chat_page(env):
         assert cached > 0, "the second turn reuses the first from the cache: " + stats
         assert second is not None
         d.save_screenshot(env["shot"])
+        print("     screenshot:", env["shot"])
         assert os.path.getsize(env["shot"]) > 10000
         # the conversation survives a reload (localStorage)
         d.refresh()
