@@ -140,7 +140,8 @@ def test_hostile_bodies_bounded(env):
         grown = (peak_kib(s) - base) / 1024
         print("     64 hostile bodies (8 shapes x 8 at once): peak RSS +%.0f MiB, slowest answer %.2f s (upload included)"
               % (grown, slowest))
-        assert grown < 300, "peak RSS grew %.0f MiB" % grown
+        if not os.environ.get("GM_SANITIZER_BUILD"):  # ASan's shadow and quarantine hold far more
+            assert grown < 300, "peak RSS grew %.0f MiB" % grown
     # the default --max-body (derived from the context) refuses them from Content-Length alone
     with Server(env["bin"], model=env["model"], parallel=2) as s:
         req = post_raw("/v1/completions", hostile_bodies(8 << 20)[0][1])
