@@ -51,6 +51,13 @@ static void fail(const char *what) {
     abort();
 }
 
+/* A system call of the harness's own failed: not a property of the server, but nothing to go on with. */
+static void fail_sys(const char *what) {
+    fprintf(g_err, "fuzz_http: %s: %s\n", what, strerror(errno));
+    fflush(g_err);
+    abort();
+}
+
 /* ---------------------------------------------------------------- the servers */
 
 static const char *const g_keys[] = {"fuzz-key-1", "fuzz-key-2"};
@@ -88,7 +95,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     const int err_fd = dup(2);
     g_err = err_fd >= 0 ? fdopen(err_fd, "w") : NULL;
     if (!g_err) g_err = stderr;
-    if (!listen_loopback()) fail("cannot listen on 127.0.0.1");
+    if (!listen_loopback()) fail_sys("cannot listen on 127.0.0.1");
     if (!(g_answer = malloc(KEEP_BYTES))) fail("out of memory");
     for (int i = 0; i < 2; i++) {
         /* the servers read their options for as long as they live */
@@ -146,7 +153,7 @@ static size_t exchange(int fd, const uint8_t *data, size_t n, size_t *dropped, b
             half_closed = true;
         }
         struct pollfd p = {.fd = fd, .events = POLLIN | (half_closed ? 0 : POLLOUT)};
-        if (poll(&p, 1, 100) < 0 && errno != EINTR) fail("poll");
+        if (poll(&p, 1, 100) < 0 && errno != EINTR) fail_sys("poll");
         const size_t before = sent + got + *dropped;
         if (p.revents & POLLOUT) send_some(fd, data, n, &sent, reset);
         if ((p.revents & (POLLIN | POLLHUP | POLLERR)) && !recv_some(fd, &got, dropped, reset)) return got;
@@ -155,14 +162,30 @@ static size_t exchange(int fd, const uint8_t *data, size_t n, size_t *dropped, b
     }
 }
 
+/* The client end of a loopback connection to the harness's listener. The kernel may refuse a handshake
+ * whose port pair a recent connection still holds (the server's end lingers in TIME_WAIT or FIN_WAIT2
+ * when the server closed first): the server is not involved yet, so that is retried. */
+static int connect_loopback(void) {
+    for (int attempt = 0;; attempt++) {
+        const int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (c < 0) fail_sys("socket");
+        if (!connect(c, (const struct sockaddr *)&g_listen_addr, sizeof g_listen_addr)) return c;
+        const int e = errno;
+        close(c);
+        errno = e;
+        if (attempt == 100 || (e != ECONNREFUSED && e != ECONNRESET && e != ETIMEDOUT && e != EADDRNOTAVAIL))
+            fail_sys("connect");
+        usleep(10 * 1000);
+    }
+}
+
 /* A loopback TCP connection: the client end is returned, the server's accepted end goes to srv. */
 static int connect_to(srv *s) {
-    const int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (c < 0 || connect(c, (const struct sockaddr *)&g_listen_addr, sizeof g_listen_addr)) fail("connect");
+    const int c = connect_loopback();
     struct sockaddr_in peer;
     socklen_t len = sizeof peer;
     const int a = accept4(g_listener, (struct sockaddr *)&peer, &len, SOCK_CLOEXEC);
-    if (a < 0) fail("accept");
+    if (a < 0) fail_sys("accept");
     /* the server owns a from here, closing it even when it refuses the connection */
     if (!srv_add_connection(s, a, (const struct sockaddr *)&peer, len)) fail("the server refused a connection");
     return c;
