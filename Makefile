@@ -1,7 +1,9 @@
 # gemma.c — the two commands of the README, and the rest.
 #   make run    install what is missing (Debian packages, the default model), build, generate text
 #   make test   install what is missing, build, run the test suite (release build)
-# Others: make build | test-sanitize | fuzz | bench | model | deps | clean
+# Others: make build | test-sanitize | fuzz | fuzz-long | bench | model | deps | clean
+#   make fuzz       every libFuzzer harness for FUZZ_SECONDS (CI: 45 s each)
+#   make fuzz-long  the same build and harnesses for FUZZ_LONG_SECONDS each (30 min: by hand, not CI)
 
 JOBS      ?= $(shell nproc)
 BUILD     ?= build
@@ -10,10 +12,11 @@ FUZZB     ?= build-fuzz
 MODEL     := models/gemma-3-270m-q4_k_m.gguf
 PROMPT    ?= The capital of France is
 N         ?= 64
-# seconds per harness: 7 harnesses x 30 s + the build stay under ~6 min on 2 cores
+# seconds per harness: 9 harnesses x 30 s = 4.5 min, plus the build
 FUZZ_SECONDS ?= 30
+FUZZ_LONG_SECONDS ?= 1800
 
-.PHONY: run test build deps model test-sanitize fuzz bench clean
+.PHONY: run test build deps model test-sanitize fuzz fuzz-long fuzz-build bench clean
 
 run: deps model build
 	$(BUILD)/gemma run -m $(MODEL) -p "$(PROMPT)" -n $(N)
@@ -37,11 +40,16 @@ test-sanitize: deps model
 	cd $(ASAN) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 GM_SANITIZER_BUILD=1 \
 	  ctest --output-on-failure -j $(JOBS)
 
-fuzz: deps
+fuzz: fuzz-build
+	scripts/run-fuzzers.sh $(FUZZB) $(FUZZ_SECONDS)
+
+fuzz-long: fuzz-build
+	scripts/run-fuzzers.sh $(FUZZB) $(FUZZ_LONG_SECONDS)
+
+fuzz-build: deps
 	cmake -S . -B $(FUZZB) -DCMAKE_BUILD_TYPE=Debug -DGM_FUZZ=ON -DCMAKE_C_COMPILER=clang \
 	  -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all" >/dev/null
 	cmake --build $(FUZZB) -j $(JOBS) --target $$(cd fuzz && ls fuzz_*.c | sed 's/\.c$$//' | tr '\n' ' ')
-	scripts/run-fuzzers.sh $(FUZZB) $(FUZZ_SECONDS)
 
 bench: build model
 	$(BUILD)/gemma bench -m $(MODEL)

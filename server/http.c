@@ -12,7 +12,6 @@
 #include <string.h>
 #include <strings.h>
 #include <arpa/inet.h>
-#include <math.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -428,16 +427,6 @@ static MHD_Result tokenize(struct MHD_Connection *c, server *s, req *r) {
     for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(t, cJSON_CreateNumber(ids[i]));
     free(ids);
     return reply_json(c, s, r, 200, o);
-}
-
-/* A JSON number that is a token id in [0, V): checked as a double before any conversion (a cast of
- * 1e300 to an integer is undefined). */
-bool srv_token_id(const cJSON *e, int V, int32_t *out) {
-    if (!cJSON_IsNumber(e)) return false;
-    const double x = e->valuedouble;
-    if (!(x >= 0 && x < (double)V) || x != floor(x)) return false;
-    *out = (int32_t)x;
-    return true;
 }
 
 static MHD_Result detokenize(struct MHD_Connection *c, server *s, req *r) {

@@ -54,6 +54,16 @@ static bool get_bool(job *j, const cJSON *o, const char *name, bool *out) {
     return true;
 }
 
+/* A JSON number that is a token id in [0, V): checked as a double before any conversion (a cast of
+ * 1e300 to an integer is undefined). */
+bool srv_token_id(const cJSON *e, int V, int32_t *out) {
+    if (!cJSON_IsNumber(e)) return false;
+    const double x = e->valuedouble;
+    if (!(x >= 0 && x < (double)V) || x != floor(x)) return false;
+    *out = (int32_t)x;
+    return true;
+}
+
 /* "stop": a string or a list of strings, each non-empty. */
 static bool get_stop(job *j, const cJSON *o) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "stop");
