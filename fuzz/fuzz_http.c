@@ -66,7 +66,7 @@ static const char *const g_keys[] = {"fuzz-key-1", "fuzz-key-2"};
 static srv_options options(bool guarded) {
     srv_options o = {.model_path = GM_TEST_DATA "/tiny/gemma3.gguf", .model_name = "tiny", .host = "127.0.0.1",
                      .threads = 1, .n_ctx = 128, .parallel = 2, .queue = 2, .chunk = 32, .max_conns = 64,
-                     .max_conns_per_ip = 0, .request_timeout = 2, .max_body = 65536, .max_prompt = 127,
+                     .max_conns_per_ip = 0, .request_timeout = 2, .idle_timeout = 4, .max_body = 65536, .max_prompt = 127,
                      .max_tokens = 8, .quiet = true};
     if (guarded) {
         o.model_name = "tiny \"q\" \\ m"; /* echoed in every response and label: must be escaped */

@@ -66,7 +66,17 @@ static void add_common_headers(const server *s, struct MHD_Response *resp) {
     }
 }
 
+/* libmicrohttpd judges its inactivity timeout when a callback returns, counting the time spent inside
+ * it: a generation or a queue wait longer than the timeout would lose its answer. So whenever the
+ * server hands something to send, the connection's clock restarts (setting the timeout resets it only
+ * from 0, hence the two calls). */
+static void restart_idle_clock(const server *s, struct MHD_Connection *c) {
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->o->idle_timeout);
+}
+
 static MHD_Result reply(struct MHD_Connection *c, const server *s, req *r, int status, const char *type, char *body) {
+    restart_idle_clock(s, c);
     if (!body) {
         status = 500;
         type = "application/json";
@@ -215,7 +225,18 @@ typedef struct stream_ctx {
     job *j;
     server *s;
     req *r;
+    struct MHD_Connection *c;
 } stream_ctx;
+
+/* An SSE comment (readers skip it): the half-close probe, and a keep-alive after SRV_KEEPALIVE seconds of
+ * silence so that proxies and idle timeouts do not take a stream still waiting in the queue for dead. */
+static ssize_t sse_comment(stream_ctx *x, char *buf, size_t max) {
+    static const char comment[] = ":\n\n";
+    const size_t n = sizeof comment - 1 < max ? sizeof comment - 1 : max;
+    memcpy(buf, comment, n);
+    restart_idle_clock(x->s, x->c);
+    return (ssize_t)n;
+}
 
 static size_t take_out(job *j, char *buf, size_t max) {
     const size_t n = j->out_len - j->out_pos < max ? j->out_len - j->out_pos : max;
@@ -232,12 +253,16 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     stream_ctx *x = cls;
     job *j = x->j;
     for (;;) {
-        if (j->out_pos < j->out_len) return (ssize_t)take_out(j, buf, max);
+        if (j->out_pos < j->out_len) {
+            restart_idle_clock(x->s, x->c);
+            return (ssize_t)take_out(j, buf, max);
+        }
         if (j->stream_closed) break;
         stream_view v;
+        const double t0 = srv_now();
         pthread_mutex_lock(&j->mu);
-        bool have = openai_stream_take(j, &v);
-        while (!have && !j->probe_pending) {
+        bool have = openai_stream_take(j, &v), quiet = false;
+        while (!have && !j->probe_pending && !(quiet = srv_now() - t0 > SRV_KEEPALIVE)) {
             if (!wait_job(j)) {
                 pthread_mutex_unlock(&j->mu);
                 sched_withdraw(x->s->sched, j);
@@ -245,15 +270,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             }
             have = openai_stream_take(j, &v);
         }
-        const bool probe = !have && j->probe_pending;
+        const bool comment = !have && (j->probe_pending || quiet);
         j->probe_pending = false;
         pthread_mutex_unlock(&j->mu);
-        if (probe) {
-            static const char comment[] = ":\n\n"; /* an SSE comment: readers skip it */
-            const size_t n = sizeof comment - 1 < max ? sizeof comment - 1 : max;
-            memcpy(buf, comment, n);
-            return (ssize_t)n;
-        }
+        if (comment) return sse_comment(x, buf, max);
         openai_stream_render(j, &v, x->s->tok);
         stream_view_free(&v);
     }
@@ -289,7 +309,7 @@ static MHD_Result start_stream(struct MHD_Connection *c, server *s, req *r, job 
         job_release(j);
         return reply_error(c, s, r, 500, "server_error", NULL, "out of memory");
     }
-    *x = (stream_ctx){j, s, r};
+    *x = (stream_ctx){j, s, r, c};
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
@@ -784,7 +804,7 @@ bool srv_start(const srv_options *o, bool listen, srv **out, char *msg, size_t n
         {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)guard_notify, s->guard},
         {MHD_OPTION_CONNECTION_LIMIT, o->max_conns + 64, NULL},
         {MHD_OPTION_PER_IP_CONNECTION_LIMIT, o->max_conns_per_ip, NULL},
-        {MHD_OPTION_CONNECTION_TIMEOUT, SRV_IDLE_TIMEOUT, NULL},
+        {MHD_OPTION_CONNECTION_TIMEOUT, o->idle_timeout, NULL},
         {MHD_OPTION_THREAD_STACK_SIZE, 1 << 20, NULL},
         {listen ? MHD_OPTION_SOCK_ADDR : MHD_OPTION_END, 0, &ss},
         {MHD_OPTION_END, 0, NULL},

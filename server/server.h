@@ -27,8 +27,8 @@
 #include "gemma.h"
 
 enum { SRV_MAX_N = 8, SRV_MAX_STOP = 16, SRV_MAX_STOP_LEN = 256, SRV_MAX_TOP_LOGPROBS = 20 };
-/* seconds a connection may stay silent (a client that stops reading a response, an idle keep-alive) */
-enum { SRV_IDLE_TIMEOUT = 60 };
+/* seconds of silence after which a stream gets an SSE comment (a keep-alive for proxies) */
+enum { SRV_KEEPALIVE = 15 };
 
 typedef struct srv_options {
     const char *model_path;
@@ -51,6 +51,8 @@ typedef struct srv_options {
     int max_conns;          /* open connections; a request arriving above this gets 503 */
     int max_conns_per_ip;   /* connections from one address (0: no limit) */
     int request_timeout;    /* seconds to receive a whole request (headers and body); 0: none */
+    int idle_timeout;       /* seconds a connection may stay silent while the server sends (a client that
+                             * stops reading); time the server spends computing does not count */
     size_t max_body;        /* bytes */
     int max_prompt;         /* prompt tokens */
     int max_tokens;         /* cap on a request's max_tokens */

@@ -44,6 +44,8 @@ static void usage(FILE *out) {
             "  --max-conns-per-ip N  connections from one address, 0 = no limit (default 128; behind a\n"
             "                        proxy every client has the proxy's address: raise it or use 0)\n"
             "  --request-timeout S   seconds to receive a whole request, headers and body (default 10)\n"
+            "  --idle-timeout S      seconds a client may leave a response unread, or a kept-alive\n"
+            "                        connection idle, before it is dropped (default 60)\n"
             "  --cors ORIGIN         let pages from ORIGIN (or *) call the API from a browser (CORS);\n"
             "                        default: none, only the page served here\n"
             "  --max-body BYTES      largest request body (default: what the longest prompt the context\n"
@@ -174,6 +176,8 @@ static int parse_args(int argc, char **argv, srv_options *o, key_list *kl) {
             ok = cli_parse_int(v, 0, 1 << 16, &o->max_conns_per_ip);
         } else if (!strcmp(a, "--request-timeout")) {
             ok = cli_parse_int(v, 0, 3600, &o->request_timeout);
+        } else if (!strcmp(a, "--idle-timeout")) {
+            ok = cli_parse_int(v, 1, 3600, &o->idle_timeout);
         } else if (!strcmp(a, "--draft-model")) {
             o->draft_model_path = v;
         } else if (!strcmp(a, "--draft-max")) {
@@ -218,7 +222,7 @@ static int parse_args(int argc, char **argv, srv_options *o, key_list *kl) {
 int cmd_serve(int argc, char **argv) {
     srv_options o = {.model_path = gm_cli_default_model(), .host = "127.0.0.1", .port = 8080, .n_ctx = 4096,
                      .parallel = 4, .queue = 64, .chunk = 256, .max_conns = 512, .max_conns_per_ip = 128,
-                     .request_timeout = 10};
+                     .request_timeout = 10, .idle_timeout = 60};
     const char *key = getenv("GEMMA_API_KEY");
     key_list kl = {0};
     if (key && *key) add_key(&kl, &o, key, false);

@@ -240,6 +240,21 @@ def test_per_address_limit(env):
             c.close()
 
 
+def test_idle_timeout_counts_only_silence(env):
+    # the idle timeout is for a silent client, not for time the server spends computing: a non-stream
+    # answer that takes longer than it, and a stream that waits longer than it in the queue, both arrive
+    with Server(env["bin"], "--idle-timeout", "1", model=env["model"], parallel=1) as s:
+        res = {}
+        body = {"prompt": "Once upon a time", "max_tokens": 300, "temperature": 0, "ignore_eos": True}
+        t = threading.Thread(target=lambda: res.update(a=s.post("/v1/completions", body)))
+        t.start()
+        time.sleep(0.2)
+        st, _, data = s.request("POST", "/v1/completions", dict(body, max_tokens=20, stream=True))
+        t.join(120)
+        assert res["a"][0] == 200 and res["a"][1]["usage"]["completion_tokens"] == 300, res["a"]
+        assert st == 200 and sse_events(data)[-1] == "[DONE]", (st, data[-300:])
+
+
 # ---------------------------------------------------------------- 3. Host check
 
 def test_host_check(env):
@@ -477,7 +492,7 @@ def main():
     binary, model = binary_and_model()
     env = {"bin": binary, "model": model}
     tests = [test_detokenize_linear, test_hostile_bodies_bounded, test_prompt_bytes_refused_before_tokenizing,
-             test_slow_connections, test_connection_cap_503, test_per_address_limit, test_host_check,
+             test_slow_connections, test_idle_timeout_counts_only_silence, test_connection_cap_503, test_per_address_limit, test_host_check,
              test_no_forged_turns_user_defined, test_queued_client_leaves, test_half_closed_client_is_served,
              test_shutdown_answers_503, test_speculative_kv_full_fails_one, test_prefix_cache_scope_key, test_alias_escaped_in_metrics,
              test_speculative_to_context_end]

@@ -217,7 +217,7 @@ def test_abuse_soak(env):
         len(kinds), seconds, stats, health[len(health) // 2] * 1e3, p99 * 1e3, len(health), rss[0] / 1024,
         max(rss[-10:]) / 1024), flush=True)
     assert not errors, errors[:5]
-    assert stats.get("good", 0) >= 24, stats
+    assert stats.get("good", 0) >= (8 if os.environ.get("GM_SANITIZER_BUILD") else 24), stats
     if os.environ.get("GM_SANITIZER_BUILD"):
         return  # slower, and the quarantine holds freed memory: crashes, leaks and UB are what it checks
     assert p99 < 0.1, "/health p99 %.1f ms" % (p99 * 1e3)
