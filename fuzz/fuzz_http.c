@@ -2,17 +2,17 @@
  * lines, headers, bodies, chunked uploads, pipelined requests) go through a socket into an in-process
  * server (srv_start without a listening socket, then srv_add_connection) over the tiny Gemma 3 test
  * model, so they meet the same libmicrohttpd parsing, routing, guard, request checks, scheduler and
- * writers as `gemma serve` does. The connection is a real loopback TCP one (accepted from a listening
- * socket the harness holds), so the server's socket options and its hang-up checks work as in
- * production. Byte 0 bit 0 picks the server: an open one (loopback, no key), or one with API keys,
- * keyed prefix scopes, --cors, --allowed-hosts and --lookup. The remaining bytes are written to the
- * connection while its answer is read; then the harness half-closes and reads to the end.
+ * writers as `gemma serve` does. The connection is one end of a Unix socket pair with a made-up
+ * 127.0.0.1 address: no ports, no TIME_WAIT, no resets losing data, and the server's hang-up checks
+ * (POLLRDHUP, a half-close probe) behave as on TCP; libmicrohttpd only logs that TCP_NODELAY and
+ * TCP_CORK do not apply. Byte 0 bit 0 picks the server: an open one (loopback, no key), or one with
+ * API keys, keyed prefix scopes, --cors, --allowed-hosts and --lookup. The remaining bytes are written
+ * to the connection while its answer is read; then the harness half-closes and reads to the end.
  * Properties (abort() on violation):
  *  - every connection ends: nothing moving for HANG_SECONDS on a connection still open is a hang (the
  *    harness half-closes, the server has a request deadline, and generation is bounded by the context);
  *  - the answer is a run of whole responses, each starting "HTTP/1.x NNN " and delimited by its
- *    Content-Length, its chunked encoding, or the end of the connection (only a connection the server
- *    reset, having left request bytes unread, may end inside one);
+ *    Content-Length, its chunked encoding, or the end of the connection;
  *  - an application/json body is a JSON object; a 200 text/event-stream body is SSE `data:` events of
  *    JSON objects (and comments), ending with [DONE];
  *  - no 500 except for running out of memory. */
@@ -38,11 +38,11 @@ enum { HANG_SECONDS = 5 };
 enum { KEEP_BYTES = 8 << 20 };
 
 static srv *g_srv[2];
-static int g_listener = -1;       /* 127.0.0.1, an ephemeral port: the harness connects and accepts */
-static struct sockaddr_in g_listen_addr;
+static struct sockaddr_in g_peer; /* the address every connection claims to come from */
 static char *g_answer;            /* reused across inputs: the per-input heap stays flat */
-/* libmicrohttpd logs every malformed request to stderr, so a long run may close it (-close_fd_mask=2);
- * the harness says its findings on a copy of stderr taken before libFuzzer closes it */
+/* libmicrohttpd logs to stderr every malformed request and, on a Unix socket, every response (TCP
+ * options that do not apply), so a long run may close it (-close_fd_mask=2): the harness says its
+ * findings on a copy of stderr taken before libFuzzer closes it */
 static FILE *g_err;
 
 static void fail(const char *what) {
@@ -80,14 +80,6 @@ static srv_options options(bool guarded) {
     return o;
 }
 
-static bool listen_loopback(void) {
-    g_listen_addr = (struct sockaddr_in){.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof g_listen_addr;
-    g_listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    return g_listener >= 0 && !bind(g_listener, (struct sockaddr *)&g_listen_addr, sizeof g_listen_addr) &&
-           !listen(g_listener, 16) && !getsockname(g_listener, (struct sockaddr *)&g_listen_addr, &len);
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
@@ -95,7 +87,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     const int err_fd = dup(2);
     g_err = err_fd >= 0 ? fdopen(err_fd, "w") : NULL;
     if (!g_err) g_err = stderr;
-    if (!listen_loopback()) fail_sys("cannot listen on 127.0.0.1");
+    g_peer.sin_family = AF_INET;
+    g_peer.sin_port = htons(40000);
+    g_peer.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (!(g_answer = malloc(KEEP_BYTES))) fail("out of memory");
     for (int i = 0; i < 2; i++) {
         /* the servers read their options for as long as they live */
@@ -112,20 +106,16 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 /* ---------------------------------------------------------------- one connection */
 
-/* Sends what poll said fits. A send that fails means the server closed with request bytes unread: the
- * connection is reset (which may lose the end of the answer) and the sending is over. */
-static void send_some(int fd, const uint8_t *data, size_t n, size_t *sent, bool *reset) {
+/* Sends what poll said fits; a server that closed (it read no further) ends the sending. */
+static void send_some(int fd, const uint8_t *data, size_t n, size_t *sent) {
     const ssize_t k = send(fd, data + *sent, n - *sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (k > 0) {
-        *sent += (size_t)k;
-    } else if (k < 0 && errno != EAGAIN && errno != EINTR) {
-        *sent = n;
-        *reset = true;
-    }
+    if (k > 0) *sent += (size_t)k;
+    else if (k < 0 && errno != EAGAIN && errno != EINTR) *sent = n;
 }
 
-/* Reads what is there; false at the end of the connection: its end, or a reset (*reset then). */
-static bool recv_some(int fd, size_t *got, size_t *dropped, bool *reset) {
+/* Reads what is there; false at the end of the connection (a Unix socket whose peer closed with bytes
+ * unread says ECONNRESET, but only once everything sent before has been read). */
+static bool recv_some(int fd, size_t *got, size_t *dropped) {
     static char sink[1 << 16];
     char *dst = *got < KEEP_BYTES ? g_answer + *got : sink;
     const size_t room = *got < KEEP_BYTES ? KEEP_BYTES - *got : sizeof sink;
@@ -135,15 +125,13 @@ static bool recv_some(int fd, size_t *got, size_t *dropped, bool *reset) {
         else *got += (size_t)k;
         return true;
     }
-    *reset = *reset || (k < 0 && errno == ECONNRESET);
     return k < 0 && (errno == EAGAIN || errno == EINTR);
 }
 
 /* Writes the request bytes while reading the answer (either side may wait on the other: a server
  * answers one pipelined request before it reads the next), half-closes once all is written, reads to
- * the end. Returns the bytes kept in g_answer; *dropped: those read past KEEP_BYTES. A server that
- * closes with request bytes unread resets the connection, which may lose the end of its answer. */
-static size_t exchange(int fd, const uint8_t *data, size_t n, size_t *dropped, bool *reset) {
+ * the end. Returns the bytes kept in g_answer; *dropped: those read past KEEP_BYTES. */
+static size_t exchange(int fd, const uint8_t *data, size_t n, size_t *dropped) {
     size_t sent = 0, got = 0;
     bool half_closed = false;
     double last = srv_now();
@@ -155,48 +143,11 @@ static size_t exchange(int fd, const uint8_t *data, size_t n, size_t *dropped, b
         struct pollfd p = {.fd = fd, .events = POLLIN | (half_closed ? 0 : POLLOUT)};
         if (poll(&p, 1, 100) < 0 && errno != EINTR) fail_sys("poll");
         const size_t before = sent + got + *dropped;
-        if (p.revents & POLLOUT) send_some(fd, data, n, &sent, reset);
-        if ((p.revents & (POLLIN | POLLHUP | POLLERR)) && !recv_some(fd, &got, dropped, reset)) return got;
+        if (p.revents & POLLOUT) send_some(fd, data, n, &sent);
+        if ((p.revents & (POLLIN | POLLHUP | POLLERR)) && !recv_some(fd, &got, dropped)) return got;
         if (sent + got + *dropped != before) last = srv_now();
         else if (srv_now() - last > HANG_SECONDS) fail("a connection did not end (nothing moved for 5 s)");
     }
-}
-
-/* The client end of a loopback connection to the harness's listener. The kernel may refuse a handshake
- * whose port pair a recent connection still holds (the server's end lingers in TIME_WAIT or FIN_WAIT2
- * when the server closed first): the server is not involved yet, so that is retried. */
-static int connect_loopback(void) {
-    for (int attempt = 0;; attempt++) {
-        const int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (c < 0) fail_sys("socket");
-        if (!connect(c, (const struct sockaddr *)&g_listen_addr, sizeof g_listen_addr)) return c;
-        const int e = errno;
-        close(c);
-        errno = e;
-        if (attempt == 100 || (e != ECONNREFUSED && e != ECONNRESET && e != ETIMEDOUT && e != EADDRNOTAVAIL))
-            fail_sys("connect");
-        usleep(10 * 1000);
-    }
-}
-
-/* A loopback TCP connection: the client end is returned, the server's accepted end goes to srv. */
-static int connect_to(srv *s) {
-    const int c = connect_loopback();
-    struct sockaddr_in peer;
-    socklen_t len = sizeof peer;
-    const int a = accept4(g_listener, (struct sockaddr *)&peer, &len, SOCK_CLOEXEC);
-    if (a < 0) fail_sys("accept");
-    /* the server owns a from here, closing it even when it refuses the connection */
-    if (!srv_add_connection(s, a, (const struct sockaddr *)&peer, len)) fail("the server refused a connection");
-    return c;
-}
-
-/* Closed with a reset: a closing client would otherwise keep a port in TIME_WAIT for a minute, and
- * a thousand connections a second would run out of ports. */
-static void close_now(int fd) {
-    const struct linger l = {.l_onoff = 1, .l_linger = 0};
-    setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
-    close(fd);
 }
 
 /* ---------------------------------------------------------------- the answer */
@@ -398,12 +349,15 @@ static void check_answer(const char *a, size_t n, bool cut, bool head_sent) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    const int fd = connect_to(g_srv[data[0] & 1]);
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) fail_sys("socketpair");
+    /* the server owns sv[1] from here, closing it even when it refuses the connection */
+    if (!srv_add_connection(g_srv[data[0] & 1], sv[1], (const struct sockaddr *)&g_peer, sizeof g_peer))
+        fail("the server refused a connection");
     size_t dropped = 0;
-    bool reset = false;
-    const size_t n = exchange(fd, data + 1, size - 1, &dropped, &reset);
-    close_now(fd);
+    const size_t n = exchange(sv[0], data + 1, size - 1, &dropped);
+    close(sv[0]);
     if (getenv("FUZZ_HTTP_DUMP")) fwrite(g_answer, 1, n, g_err); /* to see an answer while debugging */
-    check_answer(g_answer, n, dropped > 0 || reset, memmem(data + 1, size - 1, "HEAD", 4) != NULL);
+    check_answer(g_answer, n, dropped > 0, memmem(data + 1, size - 1, "HEAD", 4) != NULL);
     return 0;
 }
