@@ -794,7 +794,10 @@ bool srv_start(const srv_options *o, bool listen, srv **out, char *msg, size_t n
     }
     s->loopback_bind = !listen || is_loopback_addr(&ss);
     raise_fd_limit(o->max_conns + 64);
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC;
+    /* --quiet also silences libmicrohttpd's own log: it writes a line for every malformed request, which a
+     * hostile client could turn into a flood of the log */
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
+                     (o->quiet ? 0 : MHD_USE_ERROR_LOG);
     if (!listen) flags |= MHD_USE_NO_LISTEN_SOCKET;
     if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
     /* MHD's own limit sits above --max-conns (at it MHD stops accepting, and new clients would wait in

@@ -52,7 +52,7 @@ static void usage(FILE *out) {
             "                        holds can take as JSON, at least 1 MiB; larger: 413)\n"
             "  --max-prompt N        most prompt tokens a request may have (default: the context - 1)\n"
             "  --max-tokens N        largest max_tokens a request may ask (default: the context)\n"
-            "  --quiet               no request log on stderr\n"
+            "  --quiet               no request log (nor libmicrohttpd's) on stderr\n"
             "  --lookup              speculative decoding by prompt lookup (n-grams of the history propose\n"
             "                        tokens; one pass verifies them; greedy output unchanged)\n"
             "  --draft-model PATH    speculative decoding with a smaller model of the same vocabulary\n"
