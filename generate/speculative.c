@@ -412,9 +412,10 @@ static gm_status accept(gm_spec *sp, const gm_sampling *o, gm_error *err) {
 }
 
 gm_status gm_spec_step_many(gm_spec *const *sps, int n, const gm_sampling *s, const int *max_new, gm_error *err) {
+    for (int i = 0; sps && i < n; i++) /* a refused step gives no tokens either: gm_spec_last says 0 */
+        if (sps[i]) sps[i]->n_out = 0;
     gm_status st = check_step(sps, n, s, err);
     if (st) return st;
-    for (int i = 0; i < n; i++) sps[i]->n_out = 0;
     if ((st = prepare(sps, n, err))) return st;
     for (int i = 0; i < n && !st; i++) st = propose(sps[i], &s[i], max_new ? max_new[i] : 0, err);
     if (!st) st = draft_rounds(sps, n, s, err);

@@ -22,7 +22,7 @@
 
 #include "server/server.h"
 
-enum { MAX_INPUTS = 2048 };
+enum { MAX_INPUTS = SRV_MAX_EMBED_INPUTS };
 
 typedef struct inputs {
     int32_t **ids;

@@ -32,6 +32,7 @@ struct srv {
     srv_guard *guard;
     bool loopback_bind;     /* listening on a loopback address only: the Host check applies */
     int stopping;           /* (atomic) srv_stop began: embeddings end, new requests get 503 */
+    int host_warned;        /* (atomic) the first Host refusal was logged */
     gm_model *m;
     const gm_tokenizer *tok;
     srv_sched *sched;       /* a generative model: the scheduler owns the engine */
@@ -43,6 +44,10 @@ struct srv {
     int inflight;       /* requests not yet completed (atomic): shutdown lets them finish writing */
 };
 typedef struct srv server;
+
+typedef enum {
+    R_NONE, R_PAGE, R_HEALTH, R_MODELS, R_METRICS, R_CHAT, R_COMPLETION, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS
+} route;
 
 /* One request on a connection. */
 typedef struct req {
@@ -140,7 +145,9 @@ static bool is_json_type(struct MHD_Connection *c) {
 /* The most JSON values (strings, numbers, literals, arrays, objects) a body may hold: cJSON keeps ~80
  * bytes per value, so an 8 MiB body of small numbers would cost ~300 MiB parsed. A request needs at most
  * a few values per prompt token; embeddings of token arrays at most their tokens. */
-static long max_json_values(const server *s) { return 8L * s->n_ctx + 65536; }
+static long max_json_values(const server *s, route rt) {
+    return rt == R_EMBEDDINGS ? (long)SRV_MAX_EMBED_INPUTS * (s->n_ctx + 1) + 65536 : 8L * s->n_ctx + 65536;
+}
 
 /* Scanned before cJSON sees the body: nesting deeper than 64 is refused before cJSON recurses into it;
  * a \u0000 escape would be cut at by every C string below, so it is refused rather than silently
@@ -189,15 +196,17 @@ static peer_state peer_state_of(int fd) {
  * side and still be reading. The two look the same until something is written: a closed socket answers
  * with a reset, which the next poll sees. So the first time, a probe is written that a reading client
  * ignores: for a stream an SSE comment (stream_read sends it), otherwise an interim "100 Continue",
- * which an HTTP/1.1 client must accept before the final response. An HTTP/1.0 client cannot be probed;
- * it is served to the end (bounded by max_tokens and the context). Called with j->mu held. */
+ * which an HTTP/1.1 client must accept before the final response. An HTTP/1.0 client cannot be probed:
+ * its end-of-stream is taken for a departure (proxies such as nginx speak HTTP/1.0 to their upstream by
+ * default and close it when their client leaves). Called with j->mu held. */
 static bool still_there(job *j) {
     const peer_state ps = peer_state_of(j->conn_fd);
     if (ps == PEER_GONE) return false;
     if (ps == PEER_HALF_CLOSED && !j->probed) {
         j->probed = true;
         if (j->stream) j->probe_pending = true;
-        else if (j->http11) {
+        else if (!j->http11) return false; /* cannot be probed: nginx's default upstream protocol closes so */
+        else {
             static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
             if (send(j->conn_fd, cont, sizeof cont - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) return false;
         }
@@ -405,6 +414,10 @@ static MHD_Result embeddings(struct MHD_Connection *c, server *s, req *r) {
     embed_watch w = {.s = s, .probe = {.conn_fd = ci ? ci->connect_fd : -1, .http11 = r->http11}};
     const srv_embed_ctx x = {s->emb, &s->emb_turns, s->m, s->model_id, s->guard, embed_keep_going, &w};
     char *out = srv_embeddings(&x, r->body, r->len, &status, &r->prompt);
+    if (status == 499 && __atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) {
+        free(out);
+        return reply_error(c, s, r, 503, "server_error", NULL, "the server is shutting down");
+    }
     if (status == 499) { /* the client left mid-request: nobody to answer */
         free(out);
         r->status = 499;
@@ -497,9 +510,6 @@ static MHD_Result models(struct MHD_Connection *c, server *s, req *r) {
 
 /* ---------------------------------------------------------------- routing */
 
-typedef enum {
-    R_NONE, R_PAGE, R_HEALTH, R_MODELS, R_METRICS, R_CHAT, R_COMPLETION, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS
-} route;
 
 static route route_of(const char *url, bool *post) {
     static const struct {
@@ -576,10 +586,16 @@ static MHD_Result preflight(struct MHD_Connection *c, server *s, req *r, bool wa
 /* The first call of a request sees only its headers: refuse early what needs no body to refuse. */
 static MHD_Result first_call(struct MHD_Connection *c, server *s, req *r, route rt, bool want_post, const char *method) {
     const bool is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-    if (!guard_host_ok(s->o, s->loopback_bind, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")))
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    if (!guard_host_ok(s->o, s->loopback_bind, host)) {
+        if (!__atomic_exchange_n(&s->host_warned, 1, __ATOMIC_ACQ_REL))
+            fprintf(stderr, "gemma serve: refused a request for Host '%.100s' (403): a proxy in front must send a "
+                            "loopback Host, or start the server with --allowed-hosts NAME (docs/server.md, Security)\n",
+                    host);
         return reply_error(c, s, r, 403, "invalid_request_error", "host_not_allowed",
                            "this server answers requests for loopback host names only (a page on another name may "
                            "have rebound its DNS to this machine); give --allowed-hosts NAME to accept it");
+    }
     if (rt == R_NONE) return reply_error(c, s, r, 404, "invalid_request_error", NULL, "no such endpoint");
     if (rt != R_HEALTH && guard_open(s->guard) > s->o->max_conns)
         return reply_error(c, s, r, 503, "server_error", NULL,
@@ -606,8 +622,11 @@ static MHD_Result first_call(struct MHD_Connection *c, server *s, req *r, route 
         snprintf(msg, sizeof msg, "the body is larger than %zu bytes (--max-body)", s->o->max_body);
         return reply_error(c, s, r, 413, "invalid_request_error", NULL, msg);
     }
-    if (cl && end != cl && want > 0 && !(r->body = malloc((size_t)want + 1))) return MHD_NO;
-    r->cap = r->body ? (size_t)want + 1 : 0;
+    /* the announced length, up to 1 MiB, is allocated at once; a larger body grows as it arrives (a
+     * length is a claim: many connections claiming the maximum must not reserve it before sending) */
+    const size_t first = want < (1u << 20) ? (size_t)want + 1 : (1u << 20);
+    if (cl && end != cl && want > 0 && !(r->body = malloc(first))) return MHD_NO;
+    r->cap = r->body ? first : 0;
     return MHD_YES;
 }
 
@@ -667,7 +686,7 @@ static MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *ur
     }
     if (!gm_text_is_utf8(r->body, r->len) || (r->body && memchr(r->body, 0, r->len)))
         return reply_error(c, s, r, 400, "invalid_request_error", NULL, "the body is not valid UTF-8 text");
-    const char *shape = json_shape_problem(r->body ? r->body : "", r->len, max_json_values(s));
+    const char *shape = json_shape_problem(r->body ? r->body : "", r->len, max_json_values(s, rt));
     if (shape) return reply_error(c, s, r, 400, "invalid_request_error", NULL, shape);
     return dispatch(c, s, r, rt);
 }
@@ -796,7 +815,8 @@ bool srv_start(const srv_options *o, bool listen, srv **out, char *msg, size_t n
     raise_fd_limit(o->max_conns + 64);
     /* --quiet also silences libmicrohttpd's own log: it writes a line for every malformed request, which a
      * hostile client could turn into a flood of the log */
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
+    /* poll(), not select(): select cannot watch descriptors past FD_SETSIZE, which --max-conns can reach */
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
                      (o->quiet ? 0 : MHD_USE_ERROR_LOG);
     if (!listen) flags |= MHD_USE_NO_LISTEN_SOCKET;
     if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;

@@ -253,6 +253,7 @@ static bool sampling_fields(job *j, const cJSON *root) {
         !get_float(j, root, "presence_penalty", -2, 2, &s->presence_penalty) ||
         !get_float(j, root, "frequency_penalty", -2, 2, &s->frequency_penalty) ||
         !get_float(j, root, "repeat_penalty", 1e-3, 100, &s->repeat_penalty) ||
+        !get_float(j, root, "repetition_penalty", 1e-3, 100, &s->repeat_penalty) || /* vLLM's name for it */
         !get_int(j, root, "repeat_last_n", -1, 1 << 20, &s->repeat_last_n))
         return false;
     if (s->top_p == 0) { /* the limit of a nucleus that shrinks to the best token */
@@ -270,6 +271,8 @@ static bool sampling_fields(job *j, const cJSON *root) {
 
 static bool limits(job *j, const cJSON *root, const srv_options *o, int n_ctx) {
     int max_tokens = 0;
+    if (!get_int(j, root, "n_predict", -1, o->max_tokens, &max_tokens)) return false; /* llama-server's; -1: none */
+    if (max_tokens < 0) max_tokens = 0;
     if (!get_int(j, root, "max_tokens", 1, o->max_tokens, &max_tokens) ||
         !get_int(j, root, "max_completion_tokens", 1, o->max_tokens, &max_tokens))
         return false;
@@ -332,9 +335,9 @@ static bool output_fields(job *j, const cJSON *root, job_kind kind, const srv_op
 static const char *const read_fields[] = {
     "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
     "frequency_penalty", "repeat_penalty", "repeat_last_n", "seed", "stop", "n", "stream", "stream_options",
-    "logprobs", "ignore_eos", "speculative",
+    "logprobs", "ignore_eos", "speculative", "n_predict", "repetition_penalty",
     /* ignored: bookkeeping of OpenAI's and llama-server's that does not change tokens */
-    "user", "metadata", "store", "service_tier", "cache_prompt"};
+    "user", "metadata", "store", "service_tier", "cache_prompt", "id_slot", "timings_per_token"};
 
 static bool is_empty_list_or_object(const cJSON *v) { return (cJSON_IsArray(v) || cJSON_IsObject(v)) && !v->child; }
 

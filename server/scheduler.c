@@ -35,6 +35,7 @@ struct srv_sched {
     int n_active;
     int slots_used;        /* choices of the active jobs (written under mu: sched_submit reads it) */
     gm_seq **seqs;
+    job **seq_job;         /* whose sequence each of seqs is */
     float *logits_copy;
     /* speculative decoding (--lookup / --draft-model) */
     gm_spec_options spec;
@@ -48,8 +49,6 @@ struct srv_sched {
 };
 
 int sched_n_ctx(const srv_sched *s) { return gm_engine_n_ctx(s->e); }
-
-static void publish_state(srv_sched *s);
 
 /* ---------------------------------------------------------------- the queue */
 
@@ -85,13 +84,14 @@ void sched_withdraw(srv_sched *s, job *j) {
             found = true;
             break;
         }
+    if (found) pthread_cond_signal(&s->cv); /* the scheduler publishes the new queue length (this thread
+                                              * must not touch the engine) */
     pthread_mutex_unlock(&s->mu);
     if (!found) return; /* admitted already: the next sweep retires it */
     pthread_mutex_lock(&j->mu);
     j->done = true;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    publish_state(s);
     job_release(j); /* the queue's reference */
 }
 
@@ -125,6 +125,8 @@ static void free_choices(srv_sched *s, job *j) {
         j->ch[i].ds = NULL;
     }
 }
+
+static void publish_state(srv_sched *s);
 
 /* Ends an active job (finished, failed or abandoned): its sequences go back to the engine (their
  * blocks stay in the prefix index), the connection thread is woken, the scheduler's reference dropped.
@@ -352,12 +354,14 @@ static int gather(srv_sched *s, int *n_decode) {
     *n_decode = 0;
     for (int k = 0; k < s->n_active; k++) {
         job *j = s->active[k];
+        if (j->err_http) continue;
         if (!j->started) {
+            s->seq_job[n] = j;
             s->seqs[n++] = j->ch[0].seq;
             continue;
         }
         for (int i = 0; i < j->n; i++)
-            if (is_generating(&j->ch[i]) && !j->ch[i].spec) s->seqs[n++] = j->ch[i].seq, (*n_decode)++;
+            if (is_generating(&j->ch[i]) && !j->ch[i].spec) s->seq_job[n] = j, s->seqs[n++] = j->ch[i].seq, (*n_decode)++;
     }
     return n;
 }
@@ -447,6 +451,7 @@ static void speculative_step(srv_sched *s) {
         if (n == 0) return;
         if (st != GM_ERR_NOMEM) {
             for (int t = 0; t < n; t++) {
+                if (s->spec_job[t]->err_http) continue; /* failed with another of its choices: freed */
                 gm_error e1 = {0};
                 const gm_status s1 = n == 1 ? st : gm_spec_step(s->spec_sps[t], &s->spec_smp[t], s->spec_max[t], NULL, NULL, &e1);
                 if (s1) fail_spec_job(s, s->spec_job[t], s1, n == 1 ? err.msg : e1.msg);
@@ -486,36 +491,38 @@ static void requeue(srv_sched *s, int k) {
     s->preemptions++;
 }
 
-/* After an engine error in a step. A full KV cache (the live sequences need more than --kv-mem) sends
- * the newest request still in its prompt back to the queue while others run; with none, the newest
- * request fails (503) so the rest can finish; a request that does not fit alone fails. Any other error
- * is found by stepping each sequence alone: only the requests whose sequence fails alone fail. */
+/* After an engine error in a step; only requests with a sequence in the failed batch are touched. A
+ * full KV cache (the live sequences need more than --kv-mem) sends the newest request still in its
+ * prompt back to the queue while others run; with none, the newest request in the batch fails (503) so
+ * the rest can finish; a request alone in the batch fails. Any other error is found by stepping each
+ * sequence alone: only the requests whose sequence fails alone fail. */
 static void on_step_error(srv_sched *s, gm_status st, const gm_error *err, int n) {
-    if (st == GM_ERR_NOMEM && s->n_active > 1) {
+    const int http = st == GM_ERR_NOMEM ? 503 : 500;
+    if (st == GM_ERR_NOMEM && n > 1) {
         for (int k = s->n_active - 1; k >= 0; k--)
             if (!s->active[k]->started && !s->active[k]->err_http) {
                 requeue(s, k);
                 return;
             }
-        fail_job(s->active[s->n_active - 1], 503, "server_error", err->msg);
+        for (int k = s->n_active - 1; k >= 0; k--)
+            for (int t = 0; t < n; t++)
+                if (s->seq_job[t] == s->active[k]) {
+                    fail_job(s->active[k], http, "server_error", err->msg);
+                    return;
+                }
         return;
     }
-    if (n == 1 || st == GM_ERR_NOMEM) {
-        for (int k = 0; k < s->n_active; k++) fail_job(s->active[k], st == GM_ERR_NOMEM ? 503 : 500, "server_error", err->msg);
+    if (n == 1) {
+        fail_job(s->seq_job[0], http, "server_error", err->msg);
         return;
     }
-    for (int k = 0; k < s->n_active; k++) {
-        job *j = s->active[k];
-        for (int i = 0; i < (j->started ? j->n : 1); i++) {
-            gm_seq *seq = j->ch[i].seq;
-            gm_error e1 = {0};
-            if (!seq || (j->started && (!is_generating(&j->ch[i]) || j->ch[i].spec))) continue;
-            const gm_status s1 = gm_engine_step(s->e, &seq, 1, 1 + s->o.chunk, NULL, &e1);
-            if (s1) {
-                fail_job(j, s1 == GM_ERR_NOMEM ? 503 : 500, "server_error", e1.msg);
-                break;
-            }
-        }
+    for (int t = 0; t < n; t++) {
+        job *j = s->seq_job[t];
+        gm_seq *seq = s->seqs[t];
+        gm_error e1 = {0};
+        if (j->err_http) continue;
+        const gm_status s1 = gm_engine_step(s->e, &seq, 1, 1 + s->o.chunk, NULL, &e1);
+        if (s1) fail_job(j, s1 == GM_ERR_NOMEM ? 503 : 500, "server_error", e1.msg);
     }
 }
 
@@ -590,7 +597,9 @@ static void *sched_main(void *arg) {
     srv_sched *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        while (!s->stopping && s->n_active == 0 && !s->q_head) pthread_cond_wait(&s->cv, &s->mu);
+        const int queued_before = s->n_queued;
+        while (!s->stopping && s->n_active == 0 && !s->q_head && s->n_queued == queued_before)
+            pthread_cond_wait(&s->cv, &s->mu);
         if (s->stopping) {
             pthread_mutex_unlock(&s->mu);
             break;
@@ -656,13 +665,14 @@ gm_status sched_new(gm_model *m, const srv_options *o, srv_metrics *metrics, srv
     if (!st) st = open_drafter(s, o, &eo, err);
     s->active = calloc((size_t)o->parallel, sizeof *s->active);
     s->seqs = calloc((size_t)o->parallel, sizeof *s->seqs);
+    s->seq_job = calloc((size_t)o->parallel, sizeof *s->seq_job);
     s->spec_sps = calloc((size_t)o->parallel, sizeof *s->spec_sps);
     s->spec_smp = calloc((size_t)o->parallel, sizeof *s->spec_smp);
     s->spec_max = calloc((size_t)o->parallel, sizeof *s->spec_max);
     s->spec_job = calloc((size_t)o->parallel, sizeof *s->spec_job);
     s->spec_choice = calloc((size_t)o->parallel, sizeof *s->spec_choice);
     s->logits_copy = malloc((size_t)s->n_vocab * sizeof *s->logits_copy);
-    if (!st && (!s->active || !s->seqs || !s->logits_copy || !s->spec_sps || !s->spec_smp || !s->spec_max ||
+    if (!st && (!s->active || !s->seqs || !s->seq_job || !s->logits_copy || !s->spec_sps || !s->spec_smp || !s->spec_max ||
                 !s->spec_job || !s->spec_choice))
         st = err ? (snprintf(err->msg, sizeof err->msg, "out of memory"), err->code = GM_ERR_NOMEM) : GM_ERR_NOMEM;
     if (!st && pthread_create(&s->th, NULL, sched_main, s)) {
@@ -701,6 +711,7 @@ void sched_free(srv_sched *s) {
     free(s->spec_choice);
     free(s->active);
     free(s->seqs);
+    free(s->seq_job);
     free(s->logits_copy);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);

@@ -26,7 +26,7 @@
 
 #include "gemma.h"
 
-enum { SRV_MAX_N = 8, SRV_MAX_STOP = 16, SRV_MAX_STOP_LEN = 256, SRV_MAX_TOP_LOGPROBS = 20 };
+enum { SRV_MAX_N = 8, SRV_MAX_STOP = 16, SRV_MAX_STOP_LEN = 256, SRV_MAX_TOP_LOGPROBS = 20, SRV_MAX_EMBED_INPUTS = 2048 };
 /* seconds of silence after which a stream gets an SSE comment (a keep-alive for proxies) */
 enum { SRV_KEEPALIVE = 15 };
 

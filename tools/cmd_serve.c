@@ -44,8 +44,9 @@ static void usage(FILE *out) {
             "  --max-conns-per-ip N  connections from one address, 0 = no limit (default 128; behind a\n"
             "                        proxy every client has the proxy's address: raise it or use 0)\n"
             "  --request-timeout S   seconds to receive a whole request, headers and body (default 10)\n"
-            "  --idle-timeout S      seconds a client may leave a response unread, or a kept-alive\n"
-            "                        connection idle, before it is dropped (default 60)\n"
+            "                        (a kept-alive connection has as long for its next request)\n"
+            "  --idle-timeout S      seconds a client may leave a response unread before it is dropped\n"
+            "                        (default 60)\n"
             "  --cors ORIGIN         let pages from ORIGIN (or *) call the API from a browser (CORS);\n"
             "                        default: none, only the page served here\n"
             "  --max-body BYTES      largest request body (default: what the longest prompt the context\n"
@@ -96,22 +97,27 @@ static void free_keys(key_list *kl) {
     free(kl->keys);
 }
 
-/* One key per line; blank lines and lines starting with # are skipped. */
+/* One key per line, surrounding blanks trimmed; empty lines and lines starting with # are skipped. A
+ * file without a key is an error: it would leave the server open. */
 static bool read_key_file(key_list *kl, srv_options *o, const char *path) {
     FILE *f = fopen(path, "r");
     if (!f) return false;
     char line[4096];
     bool ok = true;
+    int found = 0;
     while (ok && fgets(line, sizeof line, f)) {
-        size_t n = strcspn(line, "\r\n");
-        line[n] = 0;
-        if (n == 0 || line[0] == '#') continue;
-        char *k = strdup(line);
+        char *b = line, *e = line + strcspn(line, "\r\n");
+        while (b < e && (*b == ' ' || *b == '\t')) b++;
+        while (e > b && (e[-1] == ' ' || e[-1] == '\t')) e--;
+        *e = 0;
+        if (b == e || *b == '#') continue;
+        char *k = strdup(b);
         ok = k && add_key(kl, o, k, true);
         if (!ok) free(k);
+        found++;
     }
     fclose(f);
-    return ok;
+    return ok && found > 0;
 }
 
 /* -1: go on; otherwise the exit status */

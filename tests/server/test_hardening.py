@@ -384,6 +384,25 @@ def test_half_closed_client_is_served(env):
             assert json.loads(text)["usage"]["completion_tokens"] == 8, text
 
 
+def test_http10_client_that_leaves(env):
+    # an HTTP/1.0 client (nginx's default upstream protocol) cannot be probed: its close ends the job
+    s = env["srv"]
+    before = s.metrics().get("gemma_generation_tokens_total", 0)
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 1500, "temperature": 0, "ignore_eos": True}).encode()
+    c = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+    c.sendall(b"POST /v1/completions HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    t0 = time.time()
+    while s.metrics()["gemma_sequences_active"] == 0 and time.time() - t0 < 30:
+        time.sleep(0.02)
+    c.close()
+    t0 = time.time()
+    while s.metrics()["gemma_sequences_active"] != 0:
+        assert time.time() - t0 < 10, "the job of a departed HTTP/1.0 client is still running"
+        time.sleep(0.05)
+    assert s.metrics().get("gemma_generation_tokens_total", 0) - before < 1000
+
+
 def test_shutdown_answers_503(env):
     s = Server(env["bin"], model=env["model"], parallel=1)
     try:
@@ -494,7 +513,7 @@ def main():
     tests = [test_detokenize_linear, test_hostile_bodies_bounded, test_prompt_bytes_refused_before_tokenizing,
              test_slow_connections, test_idle_timeout_counts_only_silence, test_connection_cap_503, test_per_address_limit, test_host_check,
              test_no_forged_turns_user_defined, test_queued_client_leaves, test_half_closed_client_is_served,
-             test_shutdown_answers_503, test_speculative_kv_full_fails_one, test_prefix_cache_scope_key, test_alias_escaped_in_metrics,
+             test_http10_client_that_leaves, test_shutdown_answers_503, test_speculative_kv_full_fails_one, test_prefix_cache_scope_key, test_alias_escaped_in_metrics,
              test_speculative_to_context_end]
     only = os.environ.get("ONLY")
     if only:
