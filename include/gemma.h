@@ -73,10 +73,10 @@ typedef struct gm_model_options {
 } gm_model_options;
 
 /* Architectural facts, all read from the file (GGUF metadata or config.json) or from the
- * documented per-generation rule table (model/arch.c). */
+ * documented per-generation rule table (model/config.c). */
 typedef struct gm_config {
-    char arch[32];           /* "gemma", "gemma2", "gemma3", "gemma3n" */
-    int generation;          /* 1, 2, 3 (3 for gemma3n too) */
+    char arch[32];           /* "gemma", "gemma2", "gemma3", "gemma3n", "gemma4", "gemma-embedding" */
+    int generation;          /* 1, 2, 3 (3 for gemma3n too), 4 */
     int n_vocab;
     int d_model;             /* hidden size */
     int n_layers;

@@ -29,7 +29,6 @@
 #define GM_KTYPE_X8(type) (0x200 | (type)) /* rows in groups of 8 (below), for the AVX2 kernels */
 #define GM_KTYPE_F16X8 GM_KTYPE_X8(GM_TYPE_F16)
 #define GM_KTYPE_BF16X8 GM_KTYPE_X8(GM_TYPE_BF16)
-static inline int gm_ktype_file_type(int kt) { return kt & 0xff; }
 
 /* Byte offsets, within a packed row, of the group that starts at block pair p0 (a multiple of 8) of
  * a row with npair pairs; an odd row's last block sits at byte 44 * npair. */

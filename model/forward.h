@@ -1,4 +1,4 @@
-/* model/forward.h — the Gemma 1/2/3/3n forward pass on the CPU over rows of many sequences.
+/* model/forward.h — the Gemma 1/2/3/3n/4 forward pass on the CPU over rows of many sequences.
  *
  * One call takes rows {position, token or embedding, the row's sequence KV table, wants logits}: every
  * matmul runs once over all rows; RoPE, the cache writes and attention are per row, over that row's own

@@ -9,7 +9,7 @@
  *   guard.c      connection limits, the request deadline, the Host check, parses at once
  *   metrics.c    counters, gauges and histograms; Prometheus text
  *   embeddings.c /v1/embeddings with an embedding model (no scheduler then: see there)
- *   webui.c      the chat page at / (server/chat.html, embedded at build time)
+ *   chat.html    the chat page at / (embedded at build time by cmake/embed.cmake as srv_chat_html)
  *
  * Threads: the scheduler is the only thread that touches the engine and sequences; connection threads
  * only tokenize (the tokenizer is immutable) and read/write jobs under the job's lock. */
@@ -264,7 +264,7 @@ void guard_parse_leave(srv_guard *g);
 bool guard_host_ok(const srv_options *o, bool loopback_bind, const char *host);
 bool srv_is_loopback_host(const char *h, size_t n);
 
-/* ---------------------------------------------------------------- the page (webui.c) */
+/* ---------------------------------------------------------------- the page (chat.html, embedded) */
 
 extern const char srv_chat_html[];
 extern const size_t srv_chat_html_len;
