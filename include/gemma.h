@@ -68,8 +68,16 @@ const char *gm_type_name(int type);
 
 typedef struct gm_model gm_model;
 
+/* The CPU copies of layer matrices made at open. Default: with AVX2 the active level, an 8-rows-interleaved
+ * copy of every F16 / BF16 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q6_K layer matrix (decode +10-20%;
+ * the file's pages of those matrices are dropped: the same resident size). OFF: none (the file's layout).
+ * Q5_0X16: the default plus, with AVX-512 active, decode-friendly copies of Q5_0 matrices (+3% decode,
+ * more memory). The CLI reads $GEMMA_REPACK (0 / 1) into this. */
+typedef enum gm_repack { GM_REPACK_DEFAULT = 0, GM_REPACK_OFF, GM_REPACK_Q5_0X16 } gm_repack;
+
 typedef struct gm_model_options {
-    bool keep_mtp; /* keep MTP / nextn tensors of a GGUF visible (hidden by default) */
+    bool keep_mtp;    /* keep MTP / nextn tensors of a GGUF visible (hidden by default) */
+    gm_repack repack; /* the CPU copies made at open (above) */
 } gm_model_options;
 
 /* Architectural facts, all read from the file (GGUF metadata or config.json) or from the

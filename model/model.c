@@ -256,12 +256,12 @@ static gm_status load_weights(gm_model *m, gm_error *err) {
  * read of a layer touches the file and the resident size stays about the file's. The tied embedding /
  * output matrix is not packed: the token lookup reads its rows.
  *
- * Q5_0x16, opt-in (GEMMA_REPACK=1): with AVX-512 active, each layer's Q5_0 matrix (q, k, gate, up of the
+ * Q5_0x16, opt-in (gm_model_options.repack = GM_REPACK_Q5_0X16; the CLI's GEMMA_REPACK=1): with AVX-512 active, each layer's Q5_0 matrix (q, k, gate, up of the
  * usual Q4_K_M files) gets a copy whose one-token dot is ~1.3x faster on data in cache. Measured on the
  * whole decode step (Gemma 3 270M Q4_K_M, Zen 4, paired runs): +3% at 2 threads, +0% at 1 (the step is
  * bound by memory, not by that kernel), for +44 MB resident, which breaks the budget of file + KV cache +
  * 64 MiB (file pages shared with other tensors stay mapped: 2 MiB folios map whole), and +16 ms at open.
- * Hence off by default. GEMMA_REPACK=0 turns both off. */
+ * Hence off by default. GM_REPACK_OFF (GEMMA_REPACK=0) turns both off. */
 
 static size_t matrix_bytes(const gm_matrix *w) { return gm_row_bytes(w->type, w->cols) * (size_t)w->rows; }
 
@@ -312,11 +312,10 @@ static void *pack_mats(void *arg) {
 static size_t packed_span(const gm_matrix *w) { return (matrix_bytes(w) + 63) / 64 * 64; } /* 64-byte aligned after */
 
 /* the layout w gets at open, 0 for none */
-static int pack_layout(const gm_matrix *w) {
-    const char *env = getenv("GEMMA_REPACK");
-    if (!w->data || (env && strcmp(env, "0") == 0)) return 0;
+static int pack_layout(const gm_matrix *w, gm_repack repack) {
+    if (!w->data || repack == GM_REPACK_OFF) return 0;
     if (w->rows % 8 == 0 && gm_isa_active() == GM_ISA_AVX2 && gm_avx2_x8_tiles(w->type)) return GM_KTYPE_X8(w->type);
-    if (w->type == GM_TYPE_Q5_0 && env && strcmp(env, "1") == 0 && gm_isa_active() >= GM_ISA_AVX512)
+    if (w->type == GM_TYPE_Q5_0 && repack == GM_REPACK_Q5_0X16 && gm_isa_active() >= GM_ISA_AVX512)
         return GM_KTYPE_Q5_0X16;
     return 0;
 }
@@ -335,7 +334,7 @@ static void *map_store(size_t bytes) {
     return p;
 }
 
-static gm_status pack_weights(gm_model *m, gm_error *err) {
+static gm_status pack_weights(gm_model *m, gm_repack repack, gm_error *err) {
     enum { PER_LAYER = 7 };
     pack_item *items = malloc(sizeof *items * ((size_t)m->cfg.n_layers * PER_LAYER + 1));
     if (!items) return gm_fail(err, GM_ERR_NOMEM, "model: out of memory");
@@ -346,7 +345,7 @@ static gm_status pack_weights(gm_model *m, gm_error *err) {
         gm_matrix *w[PER_LAYER] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
         bool x8 = false;
         for (int i = 0; i < PER_LAYER; i++) {
-            w[i]->packed_type = pack_layout(w[i]); /* the copy itself is set below, once the store is mapped */
+            w[i]->packed_type = pack_layout(w[i], repack); /* the copy itself is set below, once the store is mapped */
             x8 |= w[i]->packed_type == GM_KTYPE_X8(w[i]->type);
         }
         for (int i = 0; i < PER_LAYER; i++) {
@@ -429,7 +428,7 @@ gm_status gm_model_open(const char *path, const gm_model_options *opt, gm_model 
     if (!st) st = gm_config_load(m->src, &m->cfg, err);
     if (!st) st = check_config(&m->cfg, path, err);
     if (!st) st = load_weights(m, err);
-    if (!st) st = pack_weights(m, err);
+    if (!st) st = pack_weights(m, opt ? opt->repack : GM_REPACK_DEFAULT, err);
     if (!st) bind_kernels(m);
     if (!st) st = load_tokenizer(m, err);
     if (st) {

@@ -759,8 +759,7 @@ static void raise_fd_limit(int want) {
 static bool open_model(server *s, char *msg, size_t n) {
     const srv_options *o = s->o;
     gm_error err = {0};
-    gm_model_options mo = {0};
-    if (gm_model_open(o->model_path, &mo, &s->m, &err)) {
+    if (gm_model_open(o->model_path, &o->model_opts, &s->m, &err)) {
         snprintf(msg, n, "%s", err.msg);
         return false;
     }

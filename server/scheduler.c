@@ -637,7 +637,7 @@ static size_t kv_bytes_per_token(const gm_model *m, gm_kv_dtype t) {
 static gm_status open_drafter(srv_sched *s, const srv_options *o, const gm_engine_options *target, gm_error *err) {
     s->spec = (gm_spec_options){.kind = o->lookup ? GM_SPEC_LOOKUP : GM_SPEC_DRAFT, .k_max = o->draft_max};
     if (!o->draft_model_path) return GM_OK;
-    gm_status st = gm_model_open(o->draft_model_path, NULL, &s->draft_model, err);
+    gm_status st = gm_model_open(o->draft_model_path, &o->model_opts, &s->draft_model, err);
     if (st) return st;
     gm_engine_options eo = *target;
     eo.kv_mem = (size_t)o->parallel * (size_t)o->n_ctx * kv_bytes_per_token(s->draft_model, o->kv_type);

@@ -32,6 +32,7 @@ enum { SRV_KEEPALIVE = 15 };
 
 typedef struct srv_options {
     const char *model_path;
+    gm_model_options model_opts; /* how the model (and a draft model) are opened */
     const char *model_name; /* the id /v1/models reports and responses echo */
     const char *host;
     int port;

@@ -179,12 +179,14 @@ static void make_ids(int32_t *ids, int n, uint64_t seed) {
 }
 
 /* Our logits for every position (n x V), with a given prefill chunk size and thread count. */
+static gm_model_options g_open; /* how our_logits and layer0_packed open the model (the repack test sets it) */
+
 static bool our_logits(const char *path, const int32_t *ids, int n, int n_batch, int n_threads, float *out) {
     gm_error err = {0};
     gm_model *m = NULL;
     gm_generator *g = NULL;
     bool ok = false;
-    CHECK_OK(gm_model_open(path, NULL, &m, &err), &err);
+    CHECK_OK(gm_model_open(path, &g_open, &m, &err), &err);
     if (!m) return false;
     gm_generator_options go = {.n_threads = n_threads, .n_ctx = 128, .n_batch = n_batch};
     CHECK_OK(gm_generator_new(m, &go, &g, &err), &err);
@@ -301,11 +303,11 @@ TEST(gemma3_f16_weights_packed_for_avx2) {
 
 /* Q5_0 / Q8_0 / Q4_K / Q6_K layer matrices are packed as x8 when AVX2 is the active level (model.c pack_layout), a
  * packed layer's other matrices moved into plain copies, and the packed kernels give the file kernels' bits: a tiny model's logits with the copies equal (memcmp) those with
- * GEMMA_REPACK=0, whole prefill and chunked. */
+ * GM_REPACK_OFF, whole prefill and chunked. */
 static bool layer0_packed(const char *path, int type, int down_type) {
     gm_error err = {0};
     gm_model *m = NULL;
-    if (gm_model_open(path, NULL, &m, &err) != GM_OK) return false;
+    if (gm_model_open(path, &g_open, &m, &err) != GM_OK) return false;
     const gm_matrix *w = &m->layers[0].wq, *d = &m->layers[0].down;
     const char *store = m->packed_store;
     const bool plain = (const char *)d->data >= store && (const char *)d->data < store + m->packed_bytes;
@@ -339,10 +341,10 @@ TEST(gemma3_quantized_weights_packed_for_avx2) {
         gm_isa_set(GM_ISA_AVX2);
         CHECK_MSG(layer0_packed(path, types[k], o.down_type), "%s: layer matrices not packed at open", gm_type_name(types[k]));
         bool ok = our_logits(path, ids, n, 0, 2, packed) && our_logits(path, ids, n, 5, 1, chunked);
-        setenv("GEMMA_REPACK", "0", 1);
+        g_open.repack = GM_REPACK_OFF;
         CHECK(!layer0_packed(path, types[k], o.down_type));
         ok = ok && our_logits(path, ids, n, 0, 2, file);
-        unsetenv("GEMMA_REPACK");
+        g_open.repack = GM_REPACK_DEFAULT;
         gm_isa_set(top);
         if (ok) {
             CHECK_MSG(memcmp(packed, file, sizeof(float) * (size_t)n * V) == 0, "%s: packed logits differ from the file's",

@@ -226,7 +226,8 @@ static gm_status first_token_ms(const bench_args *a, double *open_ms, double *tt
     double t0 = cli_now_s();
     gm_model *m = NULL;
     gm_generator *g = NULL;
-    gm_status st = gm_model_open(a->model, NULL, &m, err);
+    const gm_model_options mo = gm_cli_model_options();
+    gm_status st = gm_model_open(a->model, &mo, &m, err);
     *open_ms = 1e3 * (cli_now_s() - t0);
     gm_generator_options o = {.n_threads = a->threads[a->n_threads - 1], .n_ctx = 64};
     if (st == GM_OK) st = gm_generator_new(m, &o, &g, err);
@@ -284,7 +285,8 @@ int cmd_bench(int argc, char **argv) {
         return 1;
     }
     gm_model *m = NULL;
-    if (gm_model_open(a.model, NULL, &m, &err) != GM_OK) {
+    const gm_model_options mo = gm_cli_model_options();
+    if (gm_model_open(a.model, &mo, &m, &err) != GM_OK) {
         fprintf(stderr, "gemma bench: %s\n", err.msg);
         return 1;
     }

@@ -161,7 +161,8 @@ int cmd_embed(int argc, char **argv) {
     gm_embedder *e = NULL;
     float *v = NULL;
     char *text = NULL;
-    if (gm_model_open(model, NULL, &m, &err) || gm_embedder_new(m, &(gm_embedder_options){threads, n_ctx}, &e, &err)) {
+    const gm_model_options mo = gm_cli_model_options();
+    if (gm_model_open(model, &mo, &m, &err) || gm_embedder_new(m, &(gm_embedder_options){threads, n_ctx}, &e, &err)) {
         fprintf(stderr, "gemma embed: %s\n", err.msg);
         rc = 1;
         goto out;

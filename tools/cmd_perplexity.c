@@ -315,7 +315,8 @@ int cmd_perplexity(int argc, char **argv) {
     rc = 1;
     gm_generator_options o = {.n_threads = a.n_threads ? a.n_threads : gm_physical_cores(), .n_ctx = a.ctx,
                               .kv_full = true, .kv_type = a.kv_type};
-    if (gm_model_open(a.model, NULL, &m, &err) != GM_OK || !gm_model_tokenizer(m) ||
+    const gm_model_options mo = gm_cli_model_options();
+    if (gm_model_open(a.model, &mo, &m, &err) != GM_OK || !gm_model_tokenizer(m) ||
         gm_tokenize(gm_model_tokenizer(m), text, len, true, false, &toks, &n_toks, &err) != GM_OK ||
         gm_generator_new(m, &o, &g, &err) != GM_OK) {
         fprintf(stderr, "gemma perplexity: %s\n", m && !gm_model_tokenizer(m) ? "the model has no tokenizer" : err.msg);

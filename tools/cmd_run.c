@@ -194,7 +194,8 @@ static gm_status open_speculation(const run_args *a, session *s, gm_error *err) 
     if (!a->lookup && !a->draft_model) return GM_OK;
     gm_spec_options so = {.kind = a->lookup ? GM_SPEC_LOOKUP : GM_SPEC_DRAFT, .k_max = a->draft_max};
     if (a->draft_model) {
-        gm_status st = gm_model_open(a->draft_model, NULL, &s->dm, err);
+        const gm_model_options mo = gm_cli_model_options();
+        gm_status st = gm_model_open(a->draft_model, &mo, &s->dm, err);
         if (st) return st;
         const int dctx = gm_model_config(s->dm)->context_length, n_ctx = gm_generator_n_ctx(s->g);
         const gm_engine_options eo = {.n_threads = a->n_threads, .n_ctx = n_ctx < dctx ? n_ctx : dctx,
@@ -209,7 +210,8 @@ static int open_session(const run_args *a, const char *cmd, session *s) {
     gm_error err = {0};
     memset(s, 0, sizeof *s);
     const double t0 = cli_now_s();
-    if (gm_model_open(a->model, NULL, &s->m, &err) != GM_OK) {
+    const gm_model_options mo = gm_cli_model_options();
+    if (gm_model_open(a->model, &mo, &s->m, &err) != GM_OK) {
         fprintf(stderr, "gemma %s: %s\n", cmd, err.msg);
         return 1;
     }

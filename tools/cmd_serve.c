@@ -230,6 +230,7 @@ int cmd_serve(int argc, char **argv) {
                      .parallel = 4, .queue = 64, .chunk = 256, .max_conns = 512, .max_conns_per_ip = 128,
                      .request_timeout = 10, .idle_timeout = 60};
     const char *key = getenv("GEMMA_API_KEY");
+    o.model_opts = gm_cli_model_options();
     key_list kl = {0};
     if (key && *key) add_key(&kl, &o, key, false);
     int rc = parse_args(argc, argv, &o, &kl);

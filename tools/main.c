@@ -15,6 +15,16 @@ const char *gm_cli_default_model(void) {
     return (env && *env) ? env : GM_DEFAULT_MODEL;
 }
 
+/* $GEMMA_REPACK: 0 = no CPU copies of the layer matrices at open, 1 = the Q5_0x16 copies for AVX-512 too,
+ * unset = the default (gemma.h, gm_repack). */
+gm_model_options gm_cli_model_options(void) {
+    const char *env = getenv("GEMMA_REPACK");
+    gm_model_options mo = {0};
+    if (env && !strcmp(env, "0")) mo.repack = GM_REPACK_OFF;
+    else if (env && !strcmp(env, "1")) mo.repack = GM_REPACK_Q5_0X16;
+    return mo;
+}
+
 typedef struct {
     const char *name;
     int (*fn)(int, char **);
