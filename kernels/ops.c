@@ -1,5 +1,6 @@
 /* kernels/ops.c — scalar f32 operators (see ops.h). */
 #include "kernels/ops.h"
+#include "model/limits.h"
 
 #include "kernels/cpu.h"
 #include "quant/quant.h"
@@ -183,7 +184,7 @@ void gm_attend_partial(float *part, const float *q, int G, const void *k, const 
         gm_attend_partial_rows(&r, 1, G, k, v, kt, kv_stride, hd, softcap, scores);
         return;
     }
-    float buf[4096]; /* one converted F16 row (head_dim <= 4096: model/model.c) */
+    float buf[GM_MAX_HEAD_DIM]; /* one converted F16 row (model/limits.h) */
     for (int j = 0; j < n_keys; j++) {
         const float *kj = kv_row(k, kt, (size_t)j, kv_stride, hd, buf);
         for (int g = 0; g < G; g++) scores[(size_t)g * n_keys + j] = gm_dot_f32(q + (size_t)g * hd, kj, hd);

@@ -26,8 +26,9 @@
 #include "model/gemma3n.h"
 #include "model/gemma4.h"
 #include "model/source.h"
+#include "model/limits.h"
 
-enum { MAX_LAYERS = 4096, MAX_DIM = 1 << 20, MAX_MISSING_LISTED = 6 };
+enum { MAX_DIM = 1 << 20, MAX_MISSING_LISTED = 6 }; /* MAX_DIM: a projection tensor's sides */
 
 static int generation_of(const char *arch) {
     if (!strcmp(arch, "gemma")) return 1;
@@ -180,7 +181,7 @@ static gm_status config_from_gguf(const gm_source *s, gm_config *c, gm_error *er
     gguf_ctx g = {f, c->arch, err};
     int kl = 0, vl = 0, window = 0;
     if ((st = g_int(&g, "embedding_length", -1, &c->d_model)) || (st = g_int(&g, "block_count", -1, &c->n_layers)) ||
-        (c->n_layers > MAX_LAYERS && (st = gm_fail(err, GM_ERR_FORMAT, "%s: layer count %d out of range", f->path,
+        (c->n_layers > GM_MAX_LAYERS && (st = gm_fail(err, GM_ERR_FORMAT, "%s: layer count %d out of range", f->path,
                                                    c->n_layers))) ||
         (st = g_ff(&g, c->n_layers, &c->d_ff)) ||
         (st = g_int(&g, "attention.head_count", -1, &c->n_heads)) ||
@@ -589,14 +590,14 @@ static gm_status check_floats(const char *path, const gm_config *c, gm_error *er
 
 static gm_status check_values(const char *path, gm_config *c, gm_error *err) {
 #define BAD(...) return gm_fail(err, GM_ERR_FORMAT, __VA_ARGS__)
-    if (c->d_model <= 0 || c->d_model > MAX_DIM) BAD("%s: embedding length %d out of range", path, c->d_model);
-    if (c->n_layers <= 0 || c->n_layers > MAX_LAYERS) BAD("%s: layer count %d out of range", path, c->n_layers);
-    if (c->n_heads <= 0 || c->n_heads > 4096) BAD("%s: head count %d out of range", path, c->n_heads);
+    if (c->d_model <= 0 || c->d_model > GM_MAX_D_MODEL) BAD("%s: embedding length %d out of range", path, c->d_model);
+    if (c->n_layers <= 0 || c->n_layers > GM_MAX_LAYERS) BAD("%s: layer count %d out of range", path, c->n_layers);
+    if (c->n_heads <= 0 || c->n_heads > GM_MAX_HEADS) BAD("%s: head count %d out of range", path, c->n_heads);
     if (c->n_kv_heads <= 0 || c->n_heads % c->n_kv_heads != 0)
         BAD("%s: kv head count %d does not divide the head count %d", path, c->n_kv_heads, c->n_heads);
-    if (c->head_dim <= 0 || c->head_dim > 65536 || c->head_dim % 2 != 0)
+    if (c->head_dim <= 0 || c->head_dim > GM_MAX_HEAD_DIM || c->head_dim % 2 != 0)
         BAD("%s: head dimension %d is not a positive even number", path, c->head_dim);
-    if (c->d_ff <= 0 || c->d_ff > MAX_DIM) BAD("%s: feed-forward length %d out of range", path, c->d_ff);
+    if (c->d_ff <= 0 || c->d_ff > GM_MAX_D_FF) BAD("%s: feed-forward length %d out of range", path, c->d_ff);
     if (c->context_length <= 0) BAD("%s: context length %d must be positive", path, c->context_length);
     if (c->sliding_window < 0) BAD("%s: sliding window %d is negative", path, c->sliding_window);
 #undef BAD

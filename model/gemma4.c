@@ -1,5 +1,6 @@
 /* model/gemma4.c — Gemma 4's keys, per-layer facts, extra tensors and forward steps (see gemma4.h). */
 #include "model/gemma4.h"
+#include "model/limits.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -12,7 +13,7 @@
 #include "model/ple.h"
 #include "quant/quant.h"
 
-enum { MAX_LAYERS = 4096, GM_4_MAX_EXPERTS = 256 };
+enum { GM_4_MAX_EXPERTS = 256 };
 
 bool gm_is_gemma4(const gm_config *c) { return c && !strcmp(c->arch, "gemma4"); }
 
@@ -173,7 +174,7 @@ gm_status gm_4_config_gguf(const gguf_file *f, gm_config *c, gm_error *err) {
         (st = key_int(f, "context_length", 8192, &c->context_length, err)))
         return st;
     const int L = c->n_layers;
-    if (L <= 0 || L > MAX_LAYERS) return gm_fail(err, GM_ERR_FORMAT, "%s: layer count %d out of range", f->path, L);
+    if (L <= 0 || L > GM_MAX_LAYERS) return gm_fail(err, GM_ERR_FORMAT, "%s: layer count %d out of range", f->path, L);
     /* nominal sizes: layer 0's; every per-layer array is read (its length checked) here, once */
     for (int il = L - 1; il >= 0; il--) {
         bool sl;

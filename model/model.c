@@ -1,5 +1,6 @@
 /* model/model.c — open a model: source + config + tokenizer + per-layer weight views. */
 #include "model/model.h"
+#include "model/limits.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -63,7 +64,7 @@ static gm_status check_layer(const gm_layer_config *l, int il, const char *path,
     if (!(cond)) return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: cannot run layer %d: %s", path, il, what)
     NEED(l->n_heads > 0 && l->n_kv_heads > 0 && l->n_heads % l->n_kv_heads == 0,
          "head counts must be positive and query heads a multiple of KV heads");
-    NEED(l->head_dim > 0 && l->head_dim % 2 == 0 && l->head_dim <= 4096, "head_dim must be even and positive");
+    NEED(l->head_dim > 0 && l->head_dim % 2 == 0 && l->head_dim <= GM_MAX_HEAD_DIM, "head_dim must be even, positive and at most 4096");
     NEED(l->rope_dims >= 0 && l->rope_dims % 2 == 0 && l->rope_dims <= l->head_dim, "rotated dims must be even, <= head_dim");
     NEED(l->d_ff > 0, "feed-forward size must be positive");
     NEED(l->window >= 0, "negative sliding window");
@@ -80,11 +81,11 @@ static gm_status check_config(const gm_config *c, const char *path, gm_error *er
     if (!(cond)) return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: cannot run this model: %s", path, what)
     NEED(c->generation >= 1 && c->generation <= 4, "only Gemma 1, 2, 3, 3n and 4 text decoders are supported");
     NEED(!c->is_embedding || c->embedding_dim > 0, "an embedding model needs a pooled vector length");
-    NEED(c->d_model > 0 && c->d_model <= 65536, "hidden size out of range");
-    NEED(c->n_layers > 0 && c->n_layers <= 1024, "layer count out of range");
+    NEED(c->d_model > 0 && c->d_model <= GM_MAX_D_MODEL, "hidden size out of range");
+    NEED(c->n_layers > 0 && c->n_layers <= GM_MAX_LAYERS, "layer count out of range");
     NEED(c->n_heads > 0 && c->n_kv_heads > 0 && c->n_heads % c->n_kv_heads == 0,
          "head counts must be positive and query heads a multiple of KV heads");
-    NEED(c->head_dim > 0 && c->head_dim % 2 == 0 && c->head_dim <= 4096, "head_dim must be even and positive");
+    NEED(c->head_dim > 0 && c->head_dim % 2 == 0 && c->head_dim <= GM_MAX_HEAD_DIM, "head_dim must be even, positive and at most 4096");
     NEED(c->d_ff > 0, "feed-forward size must be positive");
     NEED(c->n_vocab > 0, "vocabulary size must be positive");
     NEED(c->context_length > 0, "context length must be positive");
