@@ -37,12 +37,6 @@ static bool from_urandom(void *buf, size_t len) {
     return ok;
 }
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 /* Whatever varies between processes and calls: both clocks, the pid, a stack and a caller address (ASLR). */
 static void from_clocks(uint64_t *out, size_t n) {
@@ -52,7 +46,7 @@ static void from_clocks(uint64_t *out, size_t n) {
     uint64_t x = (uint64_t)rt.tv_sec * 1000000007ull ^ (uint64_t)rt.tv_nsec ^ (uint64_t)mono.tv_nsec << 21 ^
                  (uint64_t)mono.tv_sec << 40 ^ (uint64_t)getpid() << 17 ^ (uint64_t)(uintptr_t)&rt ^
                  (uint64_t)(uintptr_t)out << 7;
-    for (size_t i = 0; i < n; i++) out[i] = splitmix64(&x);
+    for (size_t i = 0; i < n; i++) out[i] = gm_splitmix64(&x);
 }
 
 void gm_random_words(uint64_t *out, size_t n) {

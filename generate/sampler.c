@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/random.h"
 #include "kernels/ops.h"
 
 gm_sampling gm_sampling_default(void) {
@@ -34,12 +35,6 @@ gm_status gm_sampling_validate(const gm_sampling *s, gm_error *err) {
 
 /* ---------------------------------------------------------------- PRNG: splitmix64 + xoshiro256** */
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
@@ -57,7 +52,7 @@ static uint64_t next_u64(gm_sampler *s) {
 
 void gm_sampler_seed(gm_sampler *s, uint64_t seed) {
     uint64_t x = seed;
-    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    for (int i = 0; i < 4; i++) s->rng[i] = gm_splitmix64(&x);
 }
 
 double gm_sampler_uniform(gm_sampler *s) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
