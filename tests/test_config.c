@@ -33,6 +33,16 @@ static void rm_folder(const char *dir) {
     rmdir(dir);
 }
 
+/* Writes j to path and frees it. */
+static void write_json(const char *path, cJSON *j) {
+    char *out = cJSON_Print(j);
+    FILE *f = fopen(path, "wb");
+    if (f && out) fputs(out, f);
+    if (f) fclose(f);
+    free(out);
+    cJSON_Delete(j);
+}
+
 static bool load(const char *path, gm_source **s, gm_config *c, gm_error *err) {
     *s = NULL;
     if (gm_source_open(path, false, s, err) != GM_OK) return false;
@@ -348,12 +358,7 @@ static void set_layer_types(const char *dir, const char *types) {
     cJSON *lt = cJSON_AddArrayToObject(c, "layer_types");
     for (const char *p = types; *p; p++)
         cJSON_AddItemToArray(lt, cJSON_CreateString(*p == 'f' ? "full_attention" : "sliding_attention"));
-    char *out = cJSON_Print(c);
-    FILE *f = fopen(path, "wb");
-    fputs(out, f);
-    fclose(f);
-    free(out);
-    cJSON_Delete(c);
+    write_json(path, c);
 }
 
 /* transformers v5 style: rope_parameters per layer kind replaces rope_theta / rope_scaling. */
@@ -379,12 +384,7 @@ TEST(hf_rope_parameters) {
         cJSON_DeleteItemFromObject(c, "rope_local_base_freq");
         cJSON_DeleteItemFromObject(c, "rope_parameters");
         cJSON_AddItemToObject(c, "rope_parameters", cJSON_Parse(variants[v]));
-        char *out = cJSON_Print(c);
-        FILE *f = fopen(path, "wb");
-        fputs(out, f);
-        fclose(f);
-        free(out);
-        cJSON_Delete(c);
+        write_json(path, c);
         gm_source *s;
         gm_config cfg;
         gm_error err;
@@ -627,12 +627,7 @@ static void set_raw(const char *dir, const char *in, const char *key, const char
     cJSON *o = in ? cJSON_GetObjectItemCaseSensitive(root, in) : root;
     cJSON_DeleteItemFromObject(o, key);
     cJSON_AddItemToObject(o, key, cJSON_CreateRaw(raw));
-    char *out = cJSON_Print(root);
-    FILE *f = fopen(path, "wb");
-    fputs(out, f);
-    fclose(f);
-    free(out);
-    cJSON_Delete(root);
+    write_json(path, root);
 }
 
 /* config.json: the same values, each refused by its key; a valid folder loads again after each. */
