@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "generate/engine.h"
+#include "runtime/engine.h"
 #include "model/pooling.h"
 
 struct gm_embedder {

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "generate/engine.h"
+#include "runtime/engine.h"
 #include "generate/sampler.h"
 #include "generate/speculative.h"
 

@@ -43,7 +43,7 @@ void gm_geglu_fast(float *gate, const float *up, int n);
 void gm_scale(float *x, int n, float s);
 void gm_add(float *y, const float *x, int n); /* y += x */
 
-/* ---- attention over one chunk of cached keys (model/attention.c merges the chunks) */
+/* ---- attention over one chunk of cached keys (backends/cpu/attention.c merges the chunks) */
 
 typedef enum gm_kv_type { GM_KV_F32 = 0, GM_KV_F16 = 1 } gm_kv_type;
 /* Bytes of one stored element. */

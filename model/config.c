@@ -23,8 +23,8 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "model/gemma3n.h"
-#include "model/gemma4.h"
+#include "model/families/gemma3n.h"
+#include "model/families/gemma4.h"
 #include "model/source.h"
 #include "model/limits.h"
 
@@ -34,8 +34,8 @@ static int generation_of(const char *arch) {
     if (!strcmp(arch, "gemma")) return 1;
     if (!strcmp(arch, "gemma2")) return 2;
     if (!strcmp(arch, "gemma3") || !strcmp(arch, "gemma3_text") || !strcmp(arch, "gemma-embedding")) return 3;
-    if (!strcmp(arch, "gemma3n")) return 3; /* Gemma 3 plus AltUp, LAuReL, per-layer inputs: model/gemma3n.c */
-    if (!strcmp(arch, "gemma4") || !strcmp(arch, "gemma4_text")) return 4;  /* per-layer geometry, KV sharing, PLE: model/gemma4.c */
+    if (!strcmp(arch, "gemma3n")) return 3; /* Gemma 3 plus AltUp, LAuReL, per-layer inputs: model/families/gemma3n.c */
+    if (!strcmp(arch, "gemma4") || !strcmp(arch, "gemma4_text")) return 4;  /* per-layer geometry, KV sharing, PLE: model/families/gemma4.c */
     return 0;
 }
 
@@ -516,7 +516,7 @@ static gm_status config_from_hf(const gm_source *s, gm_config *c, gm_error *err)
     gm_status st = hf_arch(gm_source_hf_config(s), &cfg, c, file, err);
     if (st) return st;
     hf_ctx h = {cfg, file, err};
-    if (gm_is_gemma4(c)) { /* per-layer geometry throughout: model/gemma4_hf.c */
+    if (gm_is_gemma4(c)) { /* per-layer geometry throughout: model/families/gemma4.hf.c */
         if ((st = gm_4_config_hf(s, c, err))) return st;
         hf_tokens(s, cfg, c);
         return GM_OK;

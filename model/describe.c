@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "model/gemma3n.h"
-#include "model/gemma4.h"
+#include "model/families/gemma3n.h"
+#include "model/families/gemma4.h"
 #include "model/model.h"
 #include "model/source.h"
 #include "quant/quant.h"

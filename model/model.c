@@ -16,8 +16,8 @@
 #include "kernels/gemm.h"
 #include "kernels/ops.h"
 #include "kernels/pack.h"
-#include "model/gemma3n.h"
-#include "model/gemma4.h"
+#include "model/families/gemma3n.h"
+#include "model/families/gemma4.h"
 #include "quant/quant.h"
 #include "text/tokenizer.h"
 

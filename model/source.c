@@ -176,7 +176,7 @@ static char *gguf_name(const char *n, int generation) {
     if (!strcmp(n, "model.norm.weight")) return strdup("output_norm.weight");
     if (!strcmp(n, "lm_head.weight")) return strdup("output.weight");
     /* Gemma 3n: the GGUF stacks the three AltUp projections into one [d, d, 3] tensor; an HF folder's
-     * stay apart as "altup_proj.<k>.weight" (model/gemma3n.c takes either form) */
+     * stay apart as "altup_proj.<k>.weight" (model/families/gemma3n.c takes either form) */
     static const char *const g3n[][2] = {
         {"model.embed_tokens_per_layer.weight", "per_layer_token_embd.weight"},
         {"model.per_layer_model_projection.weight", "per_layer_model_proj.weight"},

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "gemma.h"
-#include "generate/engine.h"
+#include "runtime/engine.h"
 #include "support/test.h"
 
 #define MAX_SEQ 4

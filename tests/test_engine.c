@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "gemma.h"
-#include "generate/engine.h" /* the block hashes a sequence keeps (struct gm_seq) */
+#include "runtime/engine.h" /* the block hashes a sequence keeps (struct gm_seq) */
 #include "support/test.h"
 #include "support/tiny_model.h"
 

@@ -221,7 +221,7 @@ TEST(attend_avx2_passes_equal_per_head_loops) {
         }
 }
 
-/* Several query rows over one chunk (kernels/ops.h gm_attend_partial_rows, what model/attention.c runs for
+/* Several query rows over one chunk (kernels/ops.h gm_attend_partial_rows, what backends/cpu/attention.c runs for
  * a group of prefill rows) give each row the bits of its own gm_attend_partial call: rows with different
  * key ranges (window starts, causal ends, tiles of 3 keys cut anywhere), G 1..4, F32 and F16, bias with
  * masked keys, soft-cap, every ISA level. */

@@ -1,4 +1,4 @@
-/* model/gemma4.h — Gemma 4 text decoders (GGUF arch "gemma4"), as llama.cpp computes them
+/* model/families/gemma4.h — Gemma 4 text decoders (GGUF arch "gemma4"), as llama.cpp computes them
  * (src/models/gemma4.cpp; facts in docs/model-files.md):
  *
  *   Per-layer geometry: the bool array attention.sliding_window_pattern says which layers slide; sliding
@@ -12,7 +12,7 @@
  *     attend over layer kv_start-2's cache when sliding, kv_start-1's when full (those must be of the kinds).
  *   Block: a = x + RMS_post_attn(attn(RMS_attn(x))); y = a + RMS_post_ffw(FFN(RMS_ffn(a))); then the per-layer
  *     embedding (P = embedding_length_per_layer_input > 0: y += RMS_post_norm(proj (gelu(inp_gate y) ple[l])),
- *     model/ple.h); then y *= layer_output_scale when the layer has one.
+ *     model/families/ple.h); then y *= layer_output_scale when the layer has one.
  *   Final soft-cap: final_logit_softcapping, 30 when the key is absent, 0 = none.
  *   Mixture of experts (a layer with ffn_gate_inp): the dense FFN stays beside the experts;
  *     m1 = RMS_post_ffw_norm_1(denseFFN(RMS_ffn(a)));
@@ -21,13 +21,13 @@
  *     ffn_down_exps.scale[e] when present; experts e: down_e(gelu(gate_e z) * up_e z), z = RMS_pre_ffw_norm_2(a);
  *     y = a + RMS_post_ffw(m1 + RMS_post_ffw_norm_2(sum_k w_k expert_k)).
  *     The experts run batched: the rows routed to an expert are gathered and go through one matmul each.
- * HF folders (model/gemma4_hf.c): the same model from config.json and model.language_model.* tensors; where HF
+ * HF folders (model/families/gemma4.hf.c): the same model from config.json and model.language_model.* tensors; where HF
  *   differs from llama.cpp the HF rule is taken: no final soft-cap unless final_logit_softcapping is set, KV
  *   sharing from the last earlier non-shared layer of the same kind, RoPE pairs past partial_rotary_factor
  *   unrotated (no rope_freqs tensor).
  * Not supported (refused at open): fused attn_qkv. */
-#ifndef GM_MODEL_GEMMA4_H
-#define GM_MODEL_GEMMA4_H
+#ifndef GM_FAMILY_GEMMA4_H
+#define GM_FAMILY_GEMMA4_H
 
 #include <stdbool.h>
 
@@ -35,7 +35,7 @@
 #include "gemma.h"
 #include "kernels/matmul.h"
 #include "kernels/threadpool.h"
-#include "model/backend.h"
+#include "runtime/backend.h"
 #include "model/source.h"
 
 typedef struct gm_model gm_model;
@@ -80,7 +80,7 @@ typedef struct gm_4_layer_extras {
     int n_expert, n_expert_used, ff_exp; /* mixture-of-experts layers (router present); 0 otherwise */
 } gm_4_layer_extras;
 void gm_4_layer_extras_of(const gm_source *src, const gm_layer_config *l, int il, gm_4_layer_extras *out);
-/* model/gemma4_hf.c: the same facts from an HF folder's config.json (Gemma4TextConfig names; see there). */
+/* model/families/gemma4.hf.c: the same facts from an HF folder's config.json (Gemma4TextConfig names; see there). */
 gm_status gm_4_config_hf(const gm_source *src, gm_config *c, gm_error *err);
 gm_status gm_4_layer_config_hf(const gm_source *src, const gm_config *c, int il, gm_layer_config *out, gm_error *err);
 /* P (hidden_size_per_layer_input), experts, top-k and expert width (0s without experts). */

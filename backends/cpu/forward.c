@@ -1,4 +1,4 @@
-/* model/forward.c — the Gemma forward pass over rows (see forward.h).
+/* backends/cpu/forward.c — the Gemma forward pass over rows (see forward.h).
  *
  * Per layer, for a chunk of n rows (all rows at once, so matmuls are batched):
  *   xn = RMSNorm(x, attn_norm); q, k, v = xn Wq, xn Wk, xn Wv
@@ -12,10 +12,10 @@
  * RMSNorm(x, output_norm) itself for the rows that ask for their hidden state (embedding models).
  * Bidirectional batches (EmbeddingGemma) are one whole sequence in one chunk: every row's keys and values
  * are in the cache before attention runs, so each row attends both ways (attention.c, keys_of).
- * Gemma 3n (model/gemma3n.h) keeps 4 streams per row around this block: x is the active prediction, LAuReL
+ * Gemma 3n (model/families/gemma3n.h) keeps 4 streams per row around this block: x is the active prediction, LAuReL
  * joins the attention residual, layers < 10 sparsify the FFN gate, V is RMS-normed, and the layer output
  * corrects the streams. */
-#include "model/forward.h"
+#include "backends/cpu/forward.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -24,9 +24,9 @@
 #include "core/error.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
-#include "model/attention.h"
-#include "model/gemma3n.h"
-#include "model/gemma4.h"
+#include "backends/cpu/attention.h"
+#include "model/families/gemma3n.h"
+#include "model/families/gemma4.h"
 
 enum { LOGIT_ROWS = 16, MAX_ROPE_KINDS = 8 };
 

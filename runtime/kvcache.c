@@ -1,4 +1,4 @@
-/* model/kvcache.c — paged KV blocks, refcounts, LRU eviction and the prefix index (see kvcache.h).
+/* runtime/kvcache.c — paged KV blocks, refcounts, LRU eviction and the prefix index (see kvcache.h).
  *
  * A block record is in one of four states:
  *   held     ref > 0 (one or more sequence tables point at it)
@@ -7,7 +7,7 @@
  *   dead     no storage (record reusable)
  * A held block that is also in the index must not be written: a writer detaches it from the index when
  * it is the only holder, or copies it when others hold it too. */
-#include "model/kvcache.h"
+#include "runtime/kvcache.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* model/forward.h — the Gemma 1/2/3/3n/4 forward pass on the CPU over rows of many sequences.
+/* backends/cpu/forward.h — the Gemma 1/2/3/3n/4 forward pass on the CPU over rows of many sequences.
  *
  * One call takes rows {position, token or embedding, the row's sequence KV table, wants logits}: every
  * matmul runs once over all rows; RoPE, the cache writes and attention are per row, over that row's own
@@ -8,16 +8,16 @@
  * A row's results depend only on the row and its sequence's cache: the matmuls quantize activations
  * per row and reduce in a fixed order, and attention splits every row's keys the same way (chunks
  * that are the row's window cut by the KV blocks, merged in order), whatever the batch. */
-#ifndef GM_MODEL_FORWARD_H
-#define GM_MODEL_FORWARD_H
+#ifndef GM_CPU_FORWARD_H
+#define GM_CPU_FORWARD_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "gemma.h"
 #include "kernels/threadpool.h"
-#include "model/backend.h"
-#include "model/kvcache.h"
+#include "runtime/backend.h"
+#include "runtime/kvcache.h"
 #include "model/model.h"
 
 typedef struct gm_forward gm_forward;

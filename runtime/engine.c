@@ -1,4 +1,4 @@
-/* generate/engine.c — the engine (model, backend, KV pool) and its sequences (see gemma.h, "engine and
+/* runtime/engine.c — the engine (model, backend, KV pool) and its sequences (see gemma.h, "engine and
  * sequences").
  *
  * A sequence's state: tok[0..n_tok) is its history; positions [0, n_kv) have keys and values in its
@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 #include "core/random.h"
-#include "generate/engine.h"
+#include "runtime/engine.h"
 
 /* ---------------------------------------------------------------- engine */
 

@@ -1,5 +1,5 @@
-/* model/attention.c — attention over paged KV, chunked by blocks and merged in order (see attention.h). */
-#include "model/attention.h"
+/* backends/cpu/attention.c — attention over paged KV, chunked by blocks and merged in order (see attention.h). */
+#include "backends/cpu/attention.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,19 +1,19 @@
-/* model/ple.h — per-layer embeddings (PLE), shared by Gemma 3n (P = 256) and Gemma 4 (P from the file):
+/* model/families/ple.h — per-layer embeddings (PLE), shared by Gemma 3n (P = 256) and Gemma 4 (P from the file):
  *
  *   ple[l] = (RMS_norm((proj x0 / sqrt d)[l]) + tok_table[tok][l] sqrt P) / sqrt 2     (once per row)
  *   t      = RMS_post_norm(out_proj (gelu_tanh(gate y) * ple[l]))                      (per layer)
  *
  * x0 is the row's scaled embedding; rows given as embeddings take table row 0 (llama.cpp and HF). Where t
  * joins the hidden state is the model's business (3n: streams 1..3 after the correction; 4: the layer output). */
-#ifndef GM_MODEL_PLE_H
-#define GM_MODEL_PLE_H
+#ifndef GM_FAMILY_PLE_H
+#define GM_FAMILY_PLE_H
 
 #include <stddef.h>
 
 #include "gemma.h"
 #include "kernels/matmul.h"
 #include "kernels/threadpool.h"
-#include "model/backend.h"
+#include "runtime/backend.h"
 
 /* ple: n x P L outputs; scratch: n x P L floats. */
 gm_status gm_ple_inputs(const gm_matrix *tok_table, const gm_matrix *proj, const float *norm, int P, int L, float eps,

@@ -1,17 +1,17 @@
-/* model/backend.h — the seam between the engine and the hardware that runs the model.
+/* runtime/backend.h — the seam between the engine and the hardware that runs the model.
  *
  * A backend runs the forward pass over rows (gm_fwd_batch) and owns the storage of the KV blocks (the
- * pool in model/kvcache.c only does the bookkeeping: which block holds what, refcounts, the index).
+ * pool in runtime/kvcache.c only does the bookkeeping: which block holds what, refcounts, the index).
  * Block pointers and activations stay on the backend's side: nothing here forces a host copy per op.
- * The CPU backend (model/backend_cpu.c) is the only one today. */
-#ifndef GM_MODEL_BACKEND_H
-#define GM_MODEL_BACKEND_H
+ * The CPU backend (backends/cpu/backend.c) is the only one today. */
+#ifndef GM_RUNTIME_BACKEND_H
+#define GM_RUNTIME_BACKEND_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "gemma.h"
-#include "model/kvcache.h"
+#include "runtime/kvcache.h"
 
 typedef struct gm_fwd_row {
     int pos;

@@ -1,4 +1,4 @@
-/* model/kvcache.h — the paged KV cache: fixed-size blocks of GM_KV_BLOCK positions from one pool
+/* runtime/kvcache.h — the paged KV cache: fixed-size blocks of GM_KV_BLOCK positions from one pool
  * with a byte budget, refcounted, per-sequence block tables, and a prefix index from token content to
  * blocks so sequences that start alike share them.
  *
@@ -17,8 +17,8 @@
  * Blocks held by no sequence but present in the index are evictable, least recently used first.
  *
  * Storage is the backend's (kv_alloc / kv_free / kv_copy): the pool only hands out pointers. */
-#ifndef GM_MODEL_KVCACHE_H
-#define GM_MODEL_KVCACHE_H
+#ifndef GM_RUNTIME_KVCACHE_H
+#define GM_RUNTIME_KVCACHE_H
 
 #include <stdbool.h>
 #include <stddef.h>

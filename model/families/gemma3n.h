@@ -1,4 +1,4 @@
-/* model/gemma3n.h — what Gemma 3n adds to the Gemma 3 decoder, as llama.cpp computes it for GGUF files
+/* model/families/gemma3n.h — what Gemma 3n adds to the Gemma 3 decoder, as llama.cpp computes it for GGUF files
  * (src/models/gemma3n.cpp; facts in docs/model-files.md):
  *
  *   AltUp: the hidden state is 4 streams of d per row. Stream 0 is the embedding; streams 1..3 are
@@ -16,8 +16,8 @@
  *   Raw norm weights (no +1), V RMS-normed without weight, attention scale 1, final soft-cap 30.
  * Where HF differs (not followed here, we match llama.cpp): std with n, correction coefficients clamped to
  * +-120, altup_correct_scale applied only when the config says so (its default is on). */
-#ifndef GM_MODEL_GEMMA3N_H
-#define GM_MODEL_GEMMA3N_H
+#ifndef GM_FAMILY_GEMMA3N_H
+#define GM_FAMILY_GEMMA3N_H
 
 #include <stdbool.h>
 
@@ -25,7 +25,7 @@
 #include "gemma.h"
 #include "kernels/matmul.h"
 #include "kernels/threadpool.h"
-#include "model/backend.h"
+#include "runtime/backend.h"
 #include "model/source.h"
 
 /* llama.cpp hard-codes these for gemma3n (the converter's keys are ignored there; we check them). */

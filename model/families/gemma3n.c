@@ -1,7 +1,7 @@
-/* model/gemma3n.c — Gemma 3n: config keys, tensor binding and the AltUp / LAuReL / per-layer-input /
+/* model/families/gemma3n.c — Gemma 3n: config keys, tensor binding and the AltUp / LAuReL / per-layer-input /
  * sparsity steps the forward pass calls around the Gemma block (see gemma3n.h for the math). */
-#include "model/gemma3n.h"
-#include "model/ple.h"
+#include "model/families/gemma3n.h"
+#include "model/families/ple.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

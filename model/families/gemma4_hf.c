@@ -1,6 +1,6 @@
-/* model/gemma4_hf.c — Gemma 4's facts from a Hugging Face config.json (transformers' Gemma4TextConfig, alone as
+/* model/families/gemma4.hf.c — Gemma 4's facts from a Hugging Face config.json (transformers' Gemma4TextConfig, alone as
  * model_type "gemma4_text" or nested as "text_config" of "gemma4"), the HF twin of the GGUF keys read in
- * model/gemma4.c. Names as llama.cpp's converter (conversion/gemma.py Gemma4Model) reads them:
+ * model/families/gemma4.c. Names as llama.cpp's converter (conversion/gemma.py Gemma4Model) reads them:
  *
  *   layer_types[l]              "sliding_attention" / "full_attention" (default: 5 sliding : 1 full, last full)
  *   head_dim / global_head_dim  sliding / full layers' head size (global_head_dim absent: head_dim)
@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "model/gemma4.h"
+#include "model/families/gemma4.h"
 #include "model/limits.h"
 
 

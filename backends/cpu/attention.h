@@ -1,4 +1,4 @@
-/* model/attention.h — attention of rows over their sequences' paged keys and values.
+/* backends/cpu/attention.h — attention of rows over their sequences' paged keys and values.
  *
  * Every query's keys (its window, or all earlier positions) are cut at the KV block boundaries into
  * chunks; each chunk gives an unnormalised partial per head (max score, sum of exponentials, weighted
@@ -7,12 +7,12 @@
  * depend on the batch; only the spread of work over threads changes: many rows run one (row, KV head)
  * item per task, a few rows over long contexts run one (row, KV head, chunk) item per task so both
  * threads have work, then merge. */
-#ifndef GM_MODEL_ATTENTION_H
-#define GM_MODEL_ATTENTION_H
+#ifndef GM_CPU_ATTENTION_H
+#define GM_CPU_ATTENTION_H
 
 #include "kernels/threadpool.h"
-#include "model/forward.h"
-#include "model/kvcache.h"
+#include "backends/cpu/forward.h"
+#include "runtime/kvcache.h"
 
 enum { GM_ATTN_ROW_GROUP = 4 }; /* query rows of one sequence sharing each block's reads */
 

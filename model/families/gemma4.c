@@ -1,5 +1,5 @@
-/* model/gemma4.c — Gemma 4's keys, per-layer facts, extra tensors and forward steps (see gemma4.h). */
-#include "model/gemma4.h"
+/* model/families/gemma4.c — Gemma 4's keys, per-layer facts, extra tensors and forward steps (see gemma4.h). */
+#include "model/families/gemma4.h"
 #include "model/limits.h"
 
 #include <math.h>
@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "kernels/ops.h"
 #include "model/model.h"
-#include "model/ple.h"
+#include "model/families/ple.h"
 #include "quant/quant.h"
 
 enum { GM_4_MAX_EXPERTS = 256 };

@@ -1,14 +1,14 @@
-/* generate/engine.h — internal: the engine and sequence structures shared by generate/engine.c and the
+/* runtime/engine.h — internal: the engine and sequence structures shared by runtime/engine.c and the
  * generator layered on top of them (generate/generator.c). The public API is in gemma.h. */
-#ifndef GM_GENERATE_ENGINE_H
-#define GM_GENERATE_ENGINE_H
+#ifndef GM_RUNTIME_ENGINE_H
+#define GM_RUNTIME_ENGINE_H
 
 #include <limits.h>
 
 #include "gemma.h"
 #include "generate/sampler.h"
-#include "model/backend.h"
-#include "model/kvcache.h"
+#include "runtime/backend.h"
+#include "runtime/kvcache.h"
 #include "model/model.h"
 
 struct gm_engine {

@@ -1,12 +1,12 @@
-/* model/backend_cpu.c — the CPU backend: the forward pass of model/forward.c on a thread pool, KV blocks
+/* backends/cpu/backend.c — the CPU backend: the forward pass of backends/cpu/forward.c on a thread pool, KV blocks
  * in their own anonymous mappings. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #include "core/error.h"
-#include "model/backend.h"
-#include "model/forward.h"
+#include "runtime/backend.h"
+#include "backends/cpu/forward.h"
 
 typedef struct cpu_backend {
     gm_backend base;

@@ -1,5 +1,5 @@
-/* model/ple.c — per-layer embeddings (see ple.h). */
-#include "model/ple.h"
+/* model/families/ple.c — per-layer embeddings (see ple.h). */
+#include "model/families/ple.h"
 
 #include <math.h>
 
