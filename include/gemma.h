@@ -325,6 +325,15 @@ typedef enum gm_kv_dtype {
     GM_KV_DTYPE_F16 = 1,
 } gm_kv_dtype;
 
+/* Which backend runs the forward pass (runtime/backend.h). The reference backend is plain loops summing in
+ * double on one thread: orders of magnitude slower, for checking the CPU backend's numbers. */
+typedef enum gm_backend_kind {
+    GM_BACKEND_CPU = 0,       /* thread pool, the best ISA kernels the CPU has */
+    GM_BACKEND_REFERENCE = 1, /* plain scalar loops, double accumulation */
+} gm_backend_kind;
+/* "cpu" / "reference" to the kind; false for anything else. */
+bool gm_backend_kind_parse(const char *name, gm_backend_kind *out);
+
 typedef struct gm_engine_options {
     int n_threads;       /* <= 0: physical cores */
     int n_ctx;           /* positions per sequence; 0: the model's context_length capped at GM_DEFAULT_MAX_CTX */
@@ -332,6 +341,7 @@ typedef struct gm_engine_options {
     size_t kv_mem;       /* KV pool budget in bytes; 0: enough for one sequence of n_ctx positions */
     gm_kv_dtype kv_type; /* storage of keys and values */
     bool no_prefix_cache; /* do not index computed blocks for reuse across sequences */
+    gm_backend_kind backend; /* GM_BACKEND_CPU (0) by default */
 } gm_engine_options;
 
 gm_status gm_engine_new(const gm_model *m, const gm_engine_options *opt, gm_engine **out, gm_error *err);
@@ -502,6 +512,7 @@ typedef struct gm_generator_options {
     size_t kv_mem;    /* KV pool budget in bytes; 0: the engine's default */
     gm_kv_dtype kv_type;
     bool no_prefix_cache; /* do not index computed blocks (benchmarks that repeat one prompt) */
+    gm_backend_kind backend; /* GM_BACKEND_CPU (0) by default */
 } gm_generator_options;
 
 
@@ -612,6 +623,7 @@ typedef struct gm_embedder gm_embedder;
 typedef struct gm_embedder_options {
     int n_threads; /* <= 0: physical cores */
     int n_ctx;     /* longest input in tokens; 0: the model's context_length capped at GM_DEFAULT_MAX_CTX */
+    gm_backend_kind backend; /* GM_BACKEND_CPU (0) by default */
 } gm_embedder_options;
 
 gm_status gm_embedder_new(const gm_model *m, const gm_embedder_options *opt, gm_embedder **out, gm_error *err);

@@ -1,22 +1,35 @@
-/* runtime/backend.h — the seam between the engine and the hardware that runs the model.
+/* runtime/backend.h — the seam between the forward pass and the hardware that runs it.
  *
- * A backend runs the forward pass over rows (gm_fwd_batch) and owns the storage of the KV blocks (the
- * pool in runtime/kvcache.c only does the bookkeeping: which block holds what, refcounts, the index).
- * Block pointers and activations stay on the backend's side: nothing here forces a host copy per op.
- * The CPU backend (backends/cpu/backend.c) is the only one today. */
+ * The forward pass (runtime/forward.c) is written once, as the math, over the operations of this table; a
+ * backend implements them and owns its memory: the activation buffers it hands out (alloc), the KV blocks
+ * (the pool in runtime/kvcache.c only does the bookkeeping: which block holds what, refcounts, the index)
+ * and whatever copy of the weights its kernels want (weights are named by the model's gm_matrix and norm
+ * vectors; a backend maps them to its own copies). Activations never cross to the host unless the forward
+ * pass asks (read: the logits of the rows that want them, hidden states, taps), so nothing here forces a
+ * host copy per op.
+ *
+ * Two backends: the CPU one (backends/cpu/: a thread pool, ISA kernels, batch-invariant reductions) and the
+ * reference one (backends/ref/: plain loops, double accumulation, one thread), which the tests run the
+ * same models through. Every op is a pure function of its inputs and the row it computes: a row's result
+ * does not depend on the other rows of the call (batch invariance is part of the contract).
+ *
+ * Rows: n rows of width w are n * w contiguous floats. */
 #ifndef GM_RUNTIME_BACKEND_H
 #define GM_RUNTIME_BACKEND_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "gemma.h"
+#include "kernels/matmul.h"
+#include "model/model.h"
 #include "runtime/kvcache.h"
 
 typedef struct gm_fwd_row {
     int pos;
     int32_t token;           /* used when embed is NULL */
-    const float *embed;      /* NULL, or d inputs to layer 0 (no embedding scale applied) */
+    const float *embed;      /* NULL, or d inputs to layer 0 (no embedding scale applied), host memory */
     const gm_kv_table *kv;   /* the row's sequence: blocks for positions 0..pos exist, pos writable */
     bool logits;             /* compute this row's logits: into logits_out, or to on_logits when NULL */
     float *logits_out;
@@ -44,17 +57,69 @@ typedef struct gm_fwd_batch {
     float *aux_out;          /* n_aux x d */
 } gm_fwd_batch;
 
+/* One layer's attention over n rows: att[i] (n_heads x head_dim) from q[i] (RoPE and query scale applied)
+ * and the cached keys / values of layer il, which already hold this call's rows. Keys of a row: its
+ * window (lc->window > 0: the last `window` positions up to its own) or every earlier position; scores
+ * soft-capped (softcap > 0) then biased (bias as in gm_fwd_batch); bias_is_mask: keys [0, bias_n) under
+ * the bias alone; n_keys > 0: bidirectional over keys [0, n_keys), a sliding layer's window symmetric
+ * (|pos - j| <= window / 2). Grouped-query: query head h reads KV head h / (n_heads / n_kv_heads). */
+typedef struct gm_attn_call {
+    const gm_kv_layout *lay;
+    const gm_layer_config *lc;
+    int il;
+    const gm_fwd_row *rows;
+    int n;
+    const float *q;
+    float *att;
+    float softcap;
+    const float *bias;
+    int bias_n;
+    bool bias_is_mask;
+    int n_keys;
+} gm_attn_call;
+
 typedef struct gm_backend gm_backend;
 
 typedef struct gm_backend_ops {
     const char *name;
-    /* storage for KV blocks (called by the pool) */
-    gm_kv_storage (*kv_storage)(gm_backend *be);
-    /* one forward call; the blocks of every row's positions are allocated and writable */
-    gm_status (*forward)(gm_backend *be, const gm_fwd_batch *b, gm_error *err);
+    /* Activations are host memory: the family hooks of Gemma 3n and Gemma 4 (model/families/), written as
+     * host code around the ops, need it; the forward pass refuses those families on a backend without. */
+    bool host_memory;
+
+    /* ---- the backend itself */
+    gm_kv_storage (*kv_storage)(gm_backend *be); /* storage of KV blocks (called by the pool) */
     int (*n_threads)(const gm_backend *be);
     void (*free)(gm_backend *be);
+
+    /* ---- buffers: n floats, 64-byte aligned; NULL when out of memory */
+    float *(*alloc)(gm_backend *be, size_t n);
+    void (*release)(gm_backend *be, float *p);
+    void (*read)(gm_backend *be, float *host, const float *src, size_t n);
+
+    /* ---- operations over rows */
+    /* x[i] = the token embedding of row i times the model's embedding scale, or its caller embedding */
+    gm_status (*embed)(gm_backend *be, float *x, const gm_fwd_row *rows, int n);
+    /* y[i] = RMSNorm(x[idx ? idx[i] : i]) * w over dim (w NULL: no weight); y may alias x when idx is NULL */
+    void (*rmsnorm)(gm_backend *be, float *y, const float *x, const float *w, int n, int dim, float eps, const int *idx);
+    /* y[j] = x W[j]^T for count (<= 4) matrices reading the same n input rows */
+    gm_status (*matmul)(gm_backend *be, const gm_matrix *const *W, float *const *y, int count, const float *x, int n);
+    /* the LM head: y_host = softcap(x W^T) (softcap 0: none), written to host memory */
+    gm_status (*head)(gm_backend *be, const gm_matrix *W, const float *x, int n, float *y_host, float softcap);
+    /* the rotation tables of RoPE kind `kind` (< GM_ROPE_KINDS) for the positions of this chunk's rows */
+    void (*rope_prepare)(gm_backend *be, int kind, const float *inv_freq, int dims, const gm_fwd_row *rows, int n);
+    /* NEOX RoPE of kind `kind` on the first dims of each of n_heads heads of hd floats, n rows */
+    void (*rope)(gm_backend *be, float *x, int n, int n_heads, int hd, int dims, int kind);
+    /* row i's K and V (width kv_dim) into its sequence's cache at its position, layer il */
+    void (*kv_store)(gm_backend *be, const float *k, const float *v, const gm_fwd_row *rows, int n, int il, int kv_dim);
+    void (*attention)(gm_backend *be, const gm_attn_call *c);
+    /* gate = gelu_tanh(gate) * up over n rows of ff */
+    void (*geglu)(gm_backend *be, float *gate, const float *up, int n, int ff);
+    void (*add)(gm_backend *be, float *y, const float *x, size_t n); /* y += x */
+    void (*scale)(gm_backend *be, float *x, size_t n, float s);
+    void (*copy)(gm_backend *be, float *dst, const float *src, size_t n);
 } gm_backend_ops;
+
+enum { GM_ROPE_KINDS = 8 }; /* distinct RoPE settings a model may have (Gemma 3: 2) */
 
 struct gm_backend {
     const gm_backend_ops *ops;
@@ -66,8 +131,18 @@ typedef struct gm_backend_options {
     int max_ctx;    /* positions per sequence */
 } gm_backend_options;
 
-/* The CPU backend: a thread pool, the forward pass's scratch, blocks in host memory. lay must outlive it. */
+/* The CPU backend: a thread pool, ISA kernels, blocks in host memory. m and lay must outlive it. */
 gm_status gm_backend_cpu_new(const gm_model *m, const gm_kv_layout *lay, const gm_backend_options *opt,
                              gm_backend **out, gm_error *err);
+/* The reference backend: plain loops over the scalar kernels, sums in double, one thread. */
+gm_status gm_backend_ref_new(const gm_model *m, const gm_kv_layout *lay, const gm_backend_options *opt,
+                             gm_backend **out, gm_error *err);
+
+/* Convenience for host code around the ops (family hooks): one matrix. */
+static inline gm_status gm_be_matmul(gm_backend *be, const gm_matrix *W, const float *x, int n, float *y) {
+    const gm_matrix *Ws[1] = {W};
+    float *const ys[1] = {y};
+    return be->ops->matmul(be, Ws, ys, 1, x, n);
+}
 
 #endif

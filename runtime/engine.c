@@ -26,7 +26,17 @@ static gm_status check_engine_options(const gm_config *c, const gm_engine_option
     if (o->n_threads > 1024) return gm_fail(err, GM_ERR_ARG, "engine: %d threads is more than 1024", o->n_threads);
     if (o->kv_type != GM_KV_DTYPE_F32 && o->kv_type != GM_KV_DTYPE_F16)
         return gm_fail(err, GM_ERR_ARG, "engine: unknown KV storage type %d", (int)o->kv_type);
+    if (o->backend != GM_BACKEND_CPU && o->backend != GM_BACKEND_REFERENCE)
+        return gm_fail(err, GM_ERR_ARG, "engine: unknown backend %d", (int)o->backend);
     return GM_OK;
+}
+
+bool gm_backend_kind_parse(const char *name, gm_backend_kind *out) {
+    if (!name) return false;
+    if (!strcmp(name, "cpu")) *out = GM_BACKEND_CPU;
+    else if (!strcmp(name, "reference")) *out = GM_BACKEND_REFERENCE;
+    else return false;
+    return true;
 }
 
 gm_status gm_engine_new(const gm_model *m, const gm_engine_options *opt, gm_engine **out, gm_error *err) {
@@ -57,7 +67,8 @@ gm_status gm_engine_create(const gm_model *m, const gm_engine_options *opt, gm_e
     if (!e->rows || !e->row_seq) st = gm_fail(err, GM_ERR_NOMEM, "engine: out of memory");
     if (!st) st = gm_kv_layout_init(&e->lay, m, o.kv_type, err);
     const gm_backend_options bo = {o.n_threads, e->n_batch, e->n_ctx};
-    if (!st) st = gm_backend_cpu_new(m, &e->lay, &bo, &e->be, err);
+    if (!st) st = (o.backend == GM_BACKEND_REFERENCE ? gm_backend_ref_new : gm_backend_cpu_new)(m, &e->lay, &bo, &e->be, err);
+    if (!st) st = gm_forward_new(m, &e->lay, e->be, e->n_batch, e->n_ctx, &e->fwd, err);
     if (!st) {
         /* default budget: one sequence of n_ctx positions with every layer's blocks (no window savings) */
         const size_t blocks = (size_t)(e->n_ctx + GM_KV_BLOCK - 1) / GM_KV_BLOCK;
@@ -78,6 +89,7 @@ gm_status gm_engine_free(gm_engine *e) {
     if (!e) return GM_OK;
     if (e->n_seqs > 0) return GM_ERR_STATE;
     gm_kvpool_free(e->pool);
+    gm_forward_free(e->fwd);
     if (e->be) e->be->ops->free(e->be);
     gm_kv_layout_free(&e->lay);
     free(e->rows);
@@ -279,7 +291,7 @@ static gm_status run_rows(gm_engine *e, int n, gm_fwd_batch *b, bool tainted, gm
     for (int i = 0; i < n; i++) e->rows[i].kv = &e->row_seq[i]->kv;
     b->n = n;
     b->rows = e->rows;
-    if ((st = e->be->ops->forward(e->be, b, err))) return st;
+    if ((st = gm_forward_run(e->fwd, b, err))) return st;
     for (int i = 0; i < n; i++) {
         gm_seq *s = e->row_seq[i];
         s->n_kv = e->rows[i].pos + 1;

@@ -8,6 +8,7 @@
 #include "gemma.h"
 #include "generate/sampler.h"
 #include "runtime/backend.h"
+#include "runtime/forward.h"
 #include "runtime/kvcache.h"
 #include "model/model.h"
 
@@ -18,7 +19,8 @@ struct gm_engine {
     bool prefix_cache;
     gm_kv_layout lay;
     gm_kvpool *pool;
-    gm_backend *be;
+    gm_backend *be;        /* runs the ops */
+    gm_forward *fwd;       /* the forward pass over them */
     int n_seqs;            /* live sequences */
     gm_fwd_row *rows;      /* n_batch rows of scratch for eval */
     gm_seq **row_seq;      /* the sequence of each row */

@@ -770,7 +770,8 @@ static bool open_model(server *s, char *msg, size_t n) {
     s->guard = guard_new(o);
     const gm_config *mc = gm_model_config(s->m);
     /* an embedding model gets an embedder (its context capped at the model's) instead of the scheduler */
-    const gm_embedder_options eo = {o->threads, o->n_ctx < mc->context_length ? o->n_ctx : mc->context_length};
+    const gm_embedder_options eo = {.n_threads = o->threads,
+                                    .n_ctx = o->n_ctx < mc->context_length ? o->n_ctx : mc->context_length};
     if (!s->met || !s->guard) {
         snprintf(msg, n, "out of memory");
         return false;

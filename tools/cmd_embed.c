@@ -162,7 +162,7 @@ int cmd_embed(int argc, char **argv) {
     float *v = NULL;
     char *text = NULL;
     const gm_model_options mo = gm_cli_model_options();
-    if (gm_model_open(model, &mo, &m, &err) || gm_embedder_new(m, &(gm_embedder_options){threads, n_ctx}, &e, &err)) {
+    if (gm_model_open(model, &mo, &m, &err) || gm_embedder_new(m, &(gm_embedder_options){.n_threads = threads, .n_ctx = n_ctx}, &e, &err)) {
         fprintf(stderr, "gemma embed: %s\n", err.msg);
         rc = 1;
         goto out;

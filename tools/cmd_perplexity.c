@@ -21,6 +21,7 @@ typedef struct {
     const char *model, *text_path, *save_path, *base_path;
     int ctx, max_chunks, n_threads, topk;
     gm_kv_dtype kv_type;
+    gm_backend_kind backend;
 } ppl_args;
 
 /* The base file being compared against (docs/perplexity.md). */
@@ -58,13 +59,15 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: gemma perplexity [-m MODEL] [-f TEXT] [-c CTX] [--chunks N] [-t THREADS]\n"
             "                        [--save-logits FILE] [--kl-divergence-base FILE] [--top-k K] [--kv-type f32|f16]\n"
+            "                        [--backend cpu|reference]\n"
             "  -f TEXT      UTF-8 text to score (default " DEFAULT_TEXT ")\n"
             "  -c CTX       tokens per chunk (default 512); the second half of each chunk is scored\n"
             "  --chunks N   score at most N chunks\n"
             "  --save-logits FILE          store each scored position's top-k log-probabilities\n"
             "  --kl-divergence-base FILE   compare with a stored base: KL, top-token agreement, ppl ratio\n"
             "  --top-k K    how many log-probabilities --save-logits stores (default 64)\n"
-            "  --kv-type f32|f16   KV cache storage (default f32)\n");
+            "  --kv-type f32|f16   KV cache storage (default f32)\n"
+            "  --backend cpu|reference  what runs the model (reference: plain loops in double, one thread)\n");
 }
 
 static int parse_args(int argc, char **argv, ppl_args *a) {
@@ -86,6 +89,7 @@ static int parse_args(int argc, char **argv, ppl_args *a) {
         else if (!strcmp(o, "--kl-divergence-base")) a->base_path = v;
         else if (!strcmp(o, "-c")) ok = cli_parse_int(v, 8, 1 << 20, &a->ctx);
         else if (!strcmp(o, "--kv-type")) ok = cli_parse_kv_type(v, &a->kv_type);
+        else if (!strcmp(o, "--backend")) ok = gm_backend_kind_parse(v, &a->backend);
         else if (!strcmp(o, "--chunks")) ok = cli_parse_int(v, 1, 1 << 30, &a->max_chunks);
         else if (!strcmp(o, "-t")) ok = cli_parse_int(v, 1, 1024, &a->n_threads);
         else if (!strcmp(o, "--top-k")) ok = cli_parse_int(v, 1, MAX_TOPK, &a->topk);
@@ -314,7 +318,7 @@ int cmd_perplexity(int argc, char **argv) {
     size_t n_toks = 0;
     rc = 1;
     gm_generator_options o = {.n_threads = a.n_threads ? a.n_threads : gm_physical_cores(), .n_ctx = a.ctx,
-                              .kv_full = true, .kv_type = a.kv_type};
+                              .kv_full = true, .kv_type = a.kv_type, .backend = a.backend};
     const gm_model_options mo = gm_cli_model_options();
     if (gm_model_open(a.model, &mo, &m, &err) != GM_OK || !gm_model_tokenizer(m) ||
         gm_tokenize(gm_model_tokenizer(m), text, len, true, false, &toks, &n_toks, &err) != GM_OK ||

@@ -20,6 +20,7 @@ typedef struct run_args {
     int n_predict, n_threads, n_ctx, draft_max;
     size_t kv_mem;
     gm_kv_dtype kv_type;
+    gm_backend_kind backend;
     gm_sampling s;
     bool naive, no_bos, chat, truncate, ignore_eos, verbose, lookup;
 } run_args;
@@ -81,6 +82,8 @@ static void usage(FILE *out, bool chat) {
                  "  -c N      context size (default: the model's, capped at %d)\n"
                  "  --kv-type f32|f16  KV cache storage (default f32)\n"
                  "  --kv-mem MIB       KV cache budget (default: one context of every layer)\n"
+                 "  --backend cpu|reference  what runs the model (default cpu; reference: plain loops in double,\n"
+                 "                     one thread, very slow: for checking numbers)\n"
                  "  --temp T --top-k K --top-p P --min-p M --repeat-penalty R --repeat-last-n N\n"
                  "  --frequency-penalty F --presence-penalty P --seed S   (default: greedy, temperature 0)\n"
                  "  --lookup           speculative decoding by prompt lookup: an n-gram that ends the text and\n"
@@ -114,6 +117,9 @@ static int parse_args(int argc, char **argv, bool chat, run_args *a) {
         else if (IS("--kv-type")) {
             ok = cli_parse_kv_type(v, &a->kv_type);
             if (!ok && v) fprintf(stderr, "gemma: --kv-type expects f32 or f16, got '%s'\n", v);
+        } else if (IS("--backend")) {
+            ok = gm_backend_kind_parse(v, &a->backend);
+            if (!ok && v) fprintf(stderr, "gemma: --backend expects cpu or reference, got '%s'\n", v);
         } else if (IS("--kv-mem")) {
             ok = cli_parse_mib(v, &a->kv_mem);
             if (!ok && v) fprintf(stderr, "gemma: --kv-mem expects MiB in [1, 1048576], got '%s'\n", v);
@@ -216,7 +222,7 @@ static int open_session(const run_args *a, const char *cmd, session *s) {
         return 1;
     }
     gm_generator_options go = {.n_threads = a->n_threads, .n_ctx = a->n_ctx, .ignore_stop = a->ignore_eos,
-                               .kv_mem = a->kv_mem, .kv_type = a->kv_type};
+                               .kv_mem = a->kv_mem, .kv_type = a->kv_type, .backend = a->backend};
     if (gm_generator_new(s->m, &go, &s->g, &err) != GM_OK) {
         fprintf(stderr, "gemma %s: %s\n", cmd, err.msg);
         gm_model_free(s->m);

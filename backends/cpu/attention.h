@@ -11,7 +11,7 @@
 #define GM_CPU_ATTENTION_H
 
 #include "kernels/threadpool.h"
-#include "backends/cpu/forward.h"
+#include "runtime/backend.h"
 #include "runtime/kvcache.h"
 
 enum { GM_ATTN_ROW_GROUP = 4 }; /* query rows of one sequence sharing each block's reads */
@@ -33,23 +33,7 @@ gm_status gm_attn_scratch_init(gm_attn_scratch *s, int n_threads, int max_rows, 
                                int max_heads, int max_hd, gm_error *err);
 void gm_attn_scratch_free(gm_attn_scratch *s);
 
-/* One layer over n rows: att[i] (n_heads x head_dim) from q[i] and the cached keys/values of layer il
- * (already holding this call's rows). bias as in gm_fwd_batch. */
-typedef struct gm_attn_call {
-    const gm_kv_layout *lay;
-    const gm_layer_config *lc;
-    int il;
-    const gm_fwd_row *rows;
-    int n;
-    const float *q;
-    float *att;
-    float softcap;
-    const float *bias;
-    int bias_n;
-    bool bias_is_mask;
-    int n_keys;          /* > 0: bidirectional over keys [0, n_keys), the window symmetric (gm_fwd_batch) */
-} gm_attn_call;
-
+/* One layer over n rows (runtime/backend.h, gm_attn_call). */
 void gm_attention(gm_pool *pool, gm_attn_scratch *s, const gm_attn_call *c);
 
 #endif

@@ -1,55 +1,189 @@
-/* backends/cpu/backend.c — the CPU backend: the forward pass of backends/cpu/forward.c on a thread pool, KV blocks
- * in their own anonymous mappings. */
+/* backends/cpu/backend.c — the CPU backend: the ops of runtime/backend.h on a thread pool with the ISA
+ * kernels of kernels/, activations and KV blocks in host memory.
+ *
+ * Row-wise ops spread rows over the pool when a chunk has several rows; each row is computed by the same
+ * code whatever the thread, so results do not depend on the split (batch invariance). One row runs
+ * inline: a pool round trip costs more than the op. */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
+#include "backends/cpu/attention.h"
+#include "backends/host.h"
 #include "core/error.h"
-#include "runtime/backend.h"
-#include "backends/cpu/forward.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "kernels/threadpool.h"
+
+typedef struct rope_table {
+    float *cs, *sn; /* max_batch x dims/2 */
+    int dims;
+} rope_table;
 
 typedef struct cpu_backend {
     gm_backend base;
+    const gm_model *m;
+    const gm_kv_layout *lay;
     gm_pool *pool;
-    gm_forward *fwd;
+    gm_matmul_scratch mm;
+    gm_attn_scratch attn;
+    int max_batch;
+    rope_table rope[GM_ROPE_KINDS];
+    float *ones; /* max(d_model, head_dim) ones: the weightless norm */
 } cpu_backend;
 
-/* Blocks are large (hundreds of KiB to MiB) and change hands between the pool's groups: a mapping each
- * keeps them page aligned and gives their memory back to the system when the pool frees one, where the
- * heap would keep it as fragments (a serving process's RSS then creeps up under a full budget). */
-static void *kv_alloc(void *ctx, size_t bytes) {
-    (void)ctx;
-    void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+static cpu_backend *cpu(gm_backend *be) { return (cpu_backend *)be; }
+
+/* ---------------------------------------------------------------- row-wise ops */
+
+typedef struct rows_job {
+    float *y;
+    const float *x, *w;
+    int dim;
+    float eps;
+    const int *idx; /* NULL: rows in order; else row i is idx[i] */
+} rows_job;
+
+static void norm_task(void *ctx, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const rows_job *j = ctx;
+    for (int64_t i = begin; i < end; i++) {
+        const int64_t r = j->idx ? j->idx[i] : i;
+        gm_rmsnorm_fast(j->y + i * j->dim, j->x + r * j->dim, j->w, j->dim, j->eps);
+    }
 }
 
-static void kv_free(void *ctx, void *p, size_t bytes) {
-    (void)ctx;
-    if (p) munmap(p, bytes ? bytes : 1);
+static void cpu_rmsnorm(gm_backend *be, float *y, const float *x, const float *w, int n, int dim, float eps,
+                        const int *idx) {
+    rows_job j = {y, x, w ? w : cpu(be)->ones, dim, eps, idx};
+    if (n == 1) norm_task(&j, 0, 1, 0);
+    else gm_pool_parallel_for(cpu(be)->pool, n, 1, norm_task, &j);
 }
 
-static void kv_copy(void *ctx, void *dst, const void *src, size_t bytes) {
-    (void)ctx;
-    memcpy(dst, src, bytes);
+static void geglu_task(void *ctx, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const rows_job *j = ctx;
+    gm_geglu_fast(j->y + begin, j->x + begin, (int)(end - begin));
 }
 
-static gm_kv_storage cpu_kv_storage(gm_backend *be) { return (gm_kv_storage){be, kv_alloc, kv_free, kv_copy}; }
-
-static gm_status cpu_forward(gm_backend *be, const gm_fwd_batch *b, gm_error *err) {
-    return gm_forward_run(((cpu_backend *)be)->fwd, b, err);
+static void cpu_geglu(gm_backend *be, float *gate, const float *up, int n, int ff) {
+    rows_job j = {gate, up, NULL, 0, 0.0f, NULL};
+    if (n == 1) gm_geglu_fast(gate, up, ff); /* ~1 us: cheaper than a pool round trip */
+    else gm_pool_parallel_for(cpu(be)->pool, (int64_t)n * ff, 1024, geglu_task, &j);
 }
+
+static void cpu_rope_prepare(gm_backend *be, int kind, const float *inv_freq, int dims, const gm_fwd_row *rows, int n) {
+    rope_table *r = &cpu(be)->rope[kind];
+    const int h = dims / 2;
+    r->dims = dims;
+    for (int i = 0; i < n; i++) gm_rope_cos_sin(r->cs + (size_t)i * h, r->sn + (size_t)i * h, inv_freq, dims, rows[i].pos);
+}
+
+typedef struct rope_job {
+    float *x;
+    const rope_table *r;
+    int n_heads, hd, dims;
+} rope_job;
+
+/* NEOX RoPE on the first `dims` dims of each head of rows [begin, end) */
+static void rope_task(void *ctx, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const rope_job *j = ctx;
+    const int h = j->dims / 2;
+    for (int64_t i = begin; i < end; i++) {
+        float *x = j->x + (size_t)i * j->n_heads * j->hd;
+        const float *cs = j->r->cs + (size_t)i * h, *sn = j->r->sn + (size_t)i * h;
+        if (j->dims == j->hd) {
+            gm_rope_neox(x, j->n_heads, j->hd, cs, sn);
+            continue;
+        }
+        for (int hh = 0; hh < j->n_heads; hh++) gm_rope_neox(x + (size_t)hh * j->hd, 1, j->dims, cs, sn);
+    }
+}
+
+static void cpu_rope(gm_backend *be, float *x, int n, int n_heads, int hd, int dims, int kind) {
+    rope_job j = {x, &cpu(be)->rope[kind], n_heads, hd, dims};
+    if (n == 1) rope_task(&j, 0, 1, 0);
+    else gm_pool_parallel_for(cpu(be)->pool, n, 1, rope_task, &j);
+}
+
+static void cpu_kv_store(gm_backend *be, const float *k, const float *v, const gm_fwd_row *rows, int n, int il,
+                         int kv_dim) {
+    gm_host_kv_store(cpu(be)->lay, k, v, rows, n, il, kv_dim);
+}
+
+static void cpu_attention(gm_backend *be, const gm_attn_call *c) { gm_attention(cpu(be)->pool, &cpu(be)->attn, c); }
+
+static gm_status cpu_matmul(gm_backend *be, const gm_matrix *const *W, float *const *y, int count, const float *x,
+                            int n) {
+    cpu_backend *c = cpu(be);
+    if (count == 1) return gm_matmul(W[0], x, n, y[0], c->pool, &c->mm);
+    return gm_matmul_multi(W, y, count, x, n, c->pool, &c->mm);
+}
+
+static gm_status cpu_head(gm_backend *be, const gm_matrix *W, const float *x, int n, float *y, float softcap) {
+    cpu_backend *c = cpu(be);
+    gm_status st = gm_matmul(W, x, n, y, c->pool, &c->mm);
+    if (!st && softcap > 0.0f) gm_softcap(y, (int)(W->rows * n), softcap);
+    return st;
+}
+
+static gm_status cpu_embed(gm_backend *be, float *x, const gm_fwd_row *rows, int n) {
+    return gm_host_embed(cpu(be)->m, x, rows, n);
+}
+
+/* ---------------------------------------------------------------- the backend */
 
 static int cpu_threads(const gm_backend *be) { return gm_pool_size(((const cpu_backend *)be)->pool); }
 
 static void cpu_free(gm_backend *be) {
-    cpu_backend *c = (cpu_backend *)be;
+    cpu_backend *c = cpu(be);
     if (!c) return;
-    gm_forward_free(c->fwd);
+    gm_matmul_scratch_free(&c->mm);
+    gm_attn_scratch_free(&c->attn);
+    for (int k = 0; k < GM_ROPE_KINDS; k++) free(c->rope[k].cs);
+    free(c->ones);
     gm_pool_free(c->pool);
     free(c);
 }
 
-static const gm_backend_ops cpu_ops = {"cpu", cpu_kv_storage, cpu_forward, cpu_threads, cpu_free};
+static const gm_backend_ops cpu_ops = {
+    .name = "cpu",
+    .host_memory = true,
+    .kv_storage = gm_host_kv_storage,
+    .n_threads = cpu_threads,
+    .free = cpu_free,
+    .alloc = gm_host_alloc,
+    .release = gm_host_release,
+    .read = gm_host_read,
+    .embed = cpu_embed,
+    .rmsnorm = cpu_rmsnorm,
+    .matmul = cpu_matmul,
+    .head = cpu_head,
+    .rope_prepare = cpu_rope_prepare,
+    .rope = cpu_rope,
+    .kv_store = cpu_kv_store,
+    .attention = cpu_attention,
+    .geglu = cpu_geglu,
+    .add = gm_host_add,
+    .scale = gm_host_scale,
+    .copy = gm_host_copy,
+};
+
+static gm_status cpu_scratch(cpu_backend *c, const gm_backend_options *opt, gm_error *err) {
+    const gm_layer_max mx = gm_model_layer_max(c->m);
+    const size_t B = (size_t)opt->max_batch, rh = (size_t)mx.head_dim / 2;
+    const int d = c->m->cfg.d_model, w = d > mx.head_dim ? d : mx.head_dim;
+    c->ones = malloc((size_t)w * sizeof *c->ones);
+    if (!c->ones) return gm_fail(err, GM_ERR_NOMEM, "cpu backend: out of memory");
+    for (int i = 0; i < w; i++) c->ones[i] = 1.0f;
+    for (int k = 0; k < GM_ROPE_KINDS; k++) {
+        c->rope[k].cs = malloc(2 * (B * rh + 1) * sizeof(float));
+        if (!c->rope[k].cs) return gm_fail(err, GM_ERR_NOMEM, "cpu backend: out of memory");
+        c->rope[k].sn = c->rope[k].cs + B * rh + 1;
+    }
+    return gm_attn_scratch_init(&c->attn, gm_pool_size(c->pool), opt->max_batch, opt->max_ctx, mx.group, mx.n_heads,
+                                mx.head_dim, err);
+}
 
 gm_status gm_backend_cpu_new(const gm_model *m, const gm_kv_layout *lay, const gm_backend_options *opt,
                              gm_backend **out, gm_error *err) {
@@ -57,12 +191,13 @@ gm_status gm_backend_cpu_new(const gm_model *m, const gm_kv_layout *lay, const g
     cpu_backend *c = calloc(1, sizeof *c);
     if (!c) return gm_fail(err, GM_ERR_NOMEM, "cpu backend: out of memory");
     c->base.ops = &cpu_ops;
+    c->m = m, c->lay = lay, c->max_batch = opt->max_batch;
     c->pool = gm_pool_new(opt->n_threads);
     if (!c->pool) {
         free(c);
         return gm_fail(err, GM_ERR_NOMEM, "cpu backend: cannot start %d threads", opt->n_threads);
     }
-    gm_status st = gm_forward_new(m, lay, c->pool, opt->max_batch, opt->max_ctx, &c->fwd, err);
+    gm_status st = cpu_scratch(c, opt, err);
     if (st) {
         cpu_free(&c->base);
         return st;

@@ -336,8 +336,7 @@ void gm_3n_free(gm_3n_weights *w) {
 
 struct gm_3n_state {
     const gm_model *m;
-    gm_pool *pool;
-    gm_matmul_scratch *mm;
+    gm_backend *be; /* runs the matmuls */
     int max_batch, d;
     float *s;    /* streams: stream k of row i at (k * max_batch + i) * d */
     float *p;    /* predictions, same layout */
@@ -352,13 +351,12 @@ static float *stream(float *base, const gm_3n_state *s, int k, int i) {
     return base + ((size_t)k * (size_t)s->max_batch + (size_t)i) * (size_t)s->d;
 }
 
-gm_status gm_3n_state_new(const gm_model *m, int max_batch, gm_pool *pool, gm_matmul_scratch *mm, gm_3n_state **out,
-                          gm_error *err) {
+gm_status gm_3n_state_new(const gm_model *m, int max_batch, gm_backend *be, gm_3n_state **out, gm_error *err) {
     *out = NULL;
     gm_3n_state *s = calloc(1, sizeof *s);
     if (!s) return gm_fail(err, GM_ERR_NOMEM, "forward: out of memory");
     const size_t B = (size_t)max_batch, d = (size_t)m->cfg.d_model, P = (size_t)GM_3N_PLE * (size_t)m->cfg.n_layers;
-    s->m = m, s->pool = pool, s->mm = mm, s->max_batch = max_batch, s->d = (int)d;
+    s->m = m, s->be = be, s->max_batch = max_batch, s->d = (int)d;
     s->s = malloc(NS * B * d * sizeof(float));
     s->p = malloc(NS * B * d * sizeof(float));
     s->ple = malloc(B * P * sizeof(float));
@@ -404,13 +402,13 @@ gm_status gm_3n_begin(gm_3n_state *s, const gm_fwd_row *rows, const float *x, in
     const gm_config *c = &s->m->cfg;
     const int d = s->d;
     gm_status st = gm_ple_inputs(&w->ple_tok, &w->ple_proj, w->ple_norm, GM_3N_PLE, c->n_layers, c->norm_eps, rows, x, n,
-                              d, s->ple, s->t, s->pool, s->mm);
+                              d, s->ple, s->t, s->be);
     if (st) return st;
     /* streams: 0 is the embedding, k = 1..3 its projections rescaled to its norm */
     for (int i = 0; i < n; i++) memcpy(stream(s->s, s, 0, i), x + (size_t)i * d, (size_t)d * sizeof(float));
     for (int k = 1; k < NS; k++) {
         float *sk = stream(s->s, s, k, 0);
-        if ((st = gm_matmul(&w->altup_proj[k - 1], x, n, sk, s->pool, s->mm))) return st;
+        if ((st = gm_be_matmul(s->be, &w->altup_proj[k - 1], x, n, sk))) return st;
         for (int i = 0; i < n; i++) rescale_to(sk + (size_t)i * d, d, l2norm(x + (size_t)i * d, d));
     }
     return GM_OK;
@@ -452,8 +450,8 @@ gm_status gm_3n_laurel(gm_3n_state *s, int il, const float *xn, int n) {
     const gm_3n_layer *L = &s->m->g3n->layers[il];
     const int d = s->d;
     gm_status st;
-    if ((st = gm_matmul(&L->laurel_l, xn, n, s->t, s->pool, s->mm)) ||
-        (st = gm_matmul(&L->laurel_r, s->t, n, s->lau, s->pool, s->mm)))
+    if ((st = gm_be_matmul(s->be, &L->laurel_l, xn, n, s->t)) ||
+        (st = gm_be_matmul(s->be, &L->laurel_r, s->t, n, s->lau)))
         return st;
     for (int i = 0; i < n; i++) {
         float *lau = s->lau + (size_t)i * d;
@@ -516,7 +514,7 @@ gm_status gm_3n_correct(gm_3n_state *s, int il, const float *y, int n) {
     /* the per-layer input joins streams 1..3 */
     const size_t PL = (size_t)P * (size_t)c->n_layers;
     gm_status st = gm_ple_residual(&L->inp_gate, &L->proj, L->post_norm, c->norm_eps, s->t2, s->ple + (size_t)il * P, PL,
-                                n, P, s->t, s->t2, s->pool, s->mm);
+                                n, P, s->t, s->t2, s->be);
     if (st) return st;
     for (int i = 0; i < n; i++)
         for (int j = 1; j < NS; j++) gm_add(stream(s->s, s, j, i), s->t2 + (size_t)i * d, d);
@@ -529,7 +527,7 @@ gm_status gm_3n_end(gm_3n_state *s, float *x, int n) {
     /* streams 1..3 unembedded into p (free now), rescaled to stream 0's norm */
     for (int k = 1; k < NS; k++) {
         float *u = stream(s->p, s, k, 0);
-        gm_status st = gm_matmul(&w->altup_unembd[k - 1], stream(s->s, s, k, 0), n, u, s->pool, s->mm);
+        gm_status st = gm_be_matmul(s->be, &w->altup_unembd[k - 1], stream(s->s, s, k, 0), n, u);
         if (st) return st;
         for (int i = 0; i < n; i++) rescale_to(u + (size_t)i * d, d, l2norm(stream(s->s, s, 0, i), d));
     }

@@ -82,8 +82,8 @@ void gm_3n_free(gm_3n_weights *w);
 /* ---- the forward pass's 3n state: 4 streams and 4 predictions of d per row, per-layer inputs, scratch */
 typedef struct gm_3n_state gm_3n_state;
 
-gm_status gm_3n_state_new(const gm_model *m, int max_batch, gm_pool *pool, gm_matmul_scratch *mm, gm_3n_state **out,
-                          gm_error *err);
+/* be runs the matmuls; its activations are host memory (x, xn, gate below). */
+gm_status gm_3n_state_new(const gm_model *m, int max_batch, gm_backend *be, gm_3n_state **out, gm_error *err);
 void gm_3n_state_free(gm_3n_state *s);
 /* Before layer 0: x holds the scaled embeddings of n rows. Per-layer inputs and the 4 streams. */
 gm_status gm_3n_begin(gm_3n_state *s, const gm_fwd_row *rows, const float *x, int n);

@@ -467,8 +467,7 @@ void gm_4_free(gm_4_weights *w) {
 
 struct gm_4_state {
     const gm_model *m;
-    gm_pool *pool;
-    gm_matmul_scratch *mm;
+    gm_backend *be; /* runs the matmuls and GeGLU */
     float *ple;     /* per row: P L per-layer inputs */
     float *t;       /* per row: max(P L, d) */
     float *scratch; /* per row: P */
@@ -478,12 +477,11 @@ struct gm_4_state {
     int *sel, *rows, *slot; /* rows, slot: the rows routed to one expert and which of their K slots */
 };
 
-gm_status gm_4_state_new(const gm_model *m, int max_batch, gm_pool *pool, gm_matmul_scratch *mm, gm_4_state **out,
-                         gm_error *err) {
+gm_status gm_4_state_new(const gm_model *m, int max_batch, gm_backend *be, gm_4_state **out, gm_error *err) {
     *out = NULL;
     gm_4_state *s = calloc(1, sizeof *s);
     if (!s) return gm_fail(err, GM_ERR_NOMEM, "forward: out of memory");
-    s->m = m, s->pool = pool, s->mm = mm;
+    s->m = m, s->be = be;
     const size_t B = (size_t)max_batch, d = (size_t)m->cfg.d_model, P = (size_t)m->g4->P,
                  PL = P * (size_t)m->cfg.n_layers;
     const size_t E = (size_t)m->g4->n_expert, K = (size_t)m->g4->n_expert_used;
@@ -534,7 +532,7 @@ gm_status gm_4_begin(gm_4_state *s, const gm_fwd_row *rows, const float *x, int 
     const gm_config *c = &s->m->cfg;
     if (w->P == 0) return GM_OK;
     return gm_ple_inputs(&w->ple_tok, &w->ple_proj, w->ple_norm, w->P, c->n_layers, c->norm_eps, rows, x, n, c->d_model,
-                         s->ple, s->t, s->pool, s->mm);
+                         s->ple, s->t, s->be);
 }
 
 gm_status gm_4_layer_end(gm_4_state *s, int il, float *x, int n) {
@@ -544,7 +542,7 @@ gm_status gm_4_layer_end(gm_4_state *s, int il, float *x, int n) {
     const int d = c->d_model, P = w->P;
     if (P > 0) {
         gm_status st = gm_ple_residual(&l->inp_gate, &l->proj, l->post_norm, c->norm_eps, x, s->ple + (size_t)il * P,
-                                       (size_t)P * c->n_layers, n, P, s->scratch, s->t, s->pool, s->mm);
+                                       (size_t)P * c->n_layers, n, P, s->scratch, s->t, s->be);
         if (st) return st;
         gm_add(x, s->t, n * d);
     }
@@ -590,7 +588,7 @@ gm_status gm_4_moe(gm_4_state *s, int il, const float *a, float *o, int n) {
         gm_scale(s->rin + (size_t)i * d, d, inv_sqrt_d);
         gm_rmsnorm(s->z + (size_t)i * d, ai, l->pre_norm2, d, eps);       /* expert input */
     }
-    if ((st = gm_matmul(&l->router, s->rin, n, s->logits, s->pool, s->mm))) return st;
+    if ((st = gm_be_matmul(s->be, &l->router, s->rin, n, s->logits))) return st;
     for (int i = 0; i < n; i++) route(s->logits + (size_t)i * E, E, K, s->sel + (size_t)i * K, s->wt + (size_t)i * K);
     /* each expert once over the rows routed to it; its outputs land in the rows' slots */
     for (int e = 0; e < E; e++) {
@@ -604,9 +602,9 @@ gm_status gm_4_moe(gm_4_state *s, int il, const float *a, float *o, int n) {
         if (!cnt) continue;
         const gm_matrix *W[2] = {&l->gate_e[e], &l->up_e[e]};
         float *const y[2] = {s->eg, s->eu};
-        if ((st = gm_matmul_multi(W, y, 2, s->zin, cnt, s->pool, s->mm))) return st;
-        gm_geglu_fast(s->eg, s->eu, cnt * F);
-        if ((st = gm_matmul(&l->down_e[e], s->eg, cnt, s->eo, s->pool, s->mm))) return st;
+        if ((st = s->be->ops->matmul(s->be, W, y, 2, s->zin, cnt))) return st;
+        s->be->ops->geglu(s->be, s->eg, s->eu, cnt, F);
+        if ((st = gm_be_matmul(s->be, &l->down_e[e], s->eg, cnt, s->eo))) return st;
         const float sc = l->expert_scale ? l->expert_scale[e] : 1.0f;
         for (int j = 0; j < cnt; j++) {
             const size_t at = (size_t)s->rows[j] * K + (size_t)s->slot[j];

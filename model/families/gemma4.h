@@ -95,8 +95,8 @@ void gm_4_free(gm_4_weights *w);
 
 /* ---- forward steps */
 typedef struct gm_4_state gm_4_state;
-gm_status gm_4_state_new(const gm_model *m, int max_batch, gm_pool *pool, gm_matmul_scratch *mm, gm_4_state **out,
-                         gm_error *err);
+/* be runs the matmuls; its activations are host memory (x, a, o below). */
+gm_status gm_4_state_new(const gm_model *m, int max_batch, gm_backend *be, gm_4_state **out, gm_error *err);
 void gm_4_state_free(gm_4_state *s);
 /* Before layer 0 (x: the n rows' scaled embeddings): the per-layer inputs. */
 gm_status gm_4_begin(gm_4_state *s, const gm_fwd_row *rows, const float *x, int n);

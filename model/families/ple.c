@@ -10,9 +10,9 @@
  * HF), as do ids past the table (HF's vocab_size_per_layer_input). scratch: n x P L floats. */
 gm_status gm_ple_inputs(const gm_matrix *tok_table, const gm_matrix *proj, const float *norm, int P, int L,
                             float eps, const gm_fwd_row *rows, const float *x, int n, int d, float *ple, float *scratch,
-                            gm_pool *pool, gm_matmul_scratch *mm) {
+                            gm_backend *be) {
     const size_t PL = (size_t)P * (size_t)L;
-    gm_status st = gm_matmul(proj, x, n, scratch, pool, mm);
+    gm_status st = gm_be_matmul(be, proj, x, n, scratch);
     if (st) return st;
     const float pscale = 1.0f / sqrtf((float)d), tscale = sqrtf((float)P), half = 1.0f / sqrtf(2.0f);
     for (int i = 0; i < n; i++) {
@@ -30,15 +30,15 @@ gm_status gm_ple_inputs(const gm_matrix *tok_table, const gm_matrix *proj, const
  * per-layer inputs. scratch: n x P floats. t may alias in (in is read first). */
 gm_status gm_ple_residual(const gm_matrix *gate, const gm_matrix *proj, const float *post_norm, float eps,
                               const float *in, const float *ple, size_t ple_stride, int n, int P, float *scratch,
-                              float *t, gm_pool *pool, gm_matmul_scratch *mm) {
-    gm_status st = gm_matmul(gate, in, n, scratch, pool, mm);
+                              float *t, gm_backend *be) {
+    gm_status st = gm_be_matmul(be, gate, in, n, scratch);
     if (st) return st;
     for (int i = 0; i < n; i++) {
         float *g = scratch + (size_t)i * P;
         const float *pl = ple + (size_t)i * ple_stride;
         for (int k = 0; k < P; k++) g[k] = gm_gelu_tanh(g[k]) * pl[k];
     }
-    if ((st = gm_matmul(proj, scratch, n, t, pool, mm))) return st;
+    if ((st = gm_be_matmul(be, proj, scratch, n, t))) return st;
     const int d = (int)proj->rows;
     for (int i = 0; i < n; i++) gm_rmsnorm(t + (size_t)i * d, t + (size_t)i * d, post_norm, d, eps);
     return GM_OK;

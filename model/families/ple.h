@@ -17,11 +17,10 @@
 
 /* ple: n x P L outputs; scratch: n x P L floats. */
 gm_status gm_ple_inputs(const gm_matrix *tok_table, const gm_matrix *proj, const float *norm, int P, int L, float eps,
-                        const gm_fwd_row *rows, const float *x, int n, int d, float *ple, float *scratch, gm_pool *pool,
-                        gm_matmul_scratch *mm);
+                        const gm_fwd_row *rows, const float *x, int n, int d, float *ple, float *scratch, gm_backend *be);
 /* t: n x d; ple_stride: floats between rows' per-layer inputs; scratch: n x P. t may alias in. */
 gm_status gm_ple_residual(const gm_matrix *gate, const gm_matrix *proj, const float *post_norm, float eps,
                           const float *in, const float *ple, size_t ple_stride, int n, int P, float *scratch, float *t,
-                          gm_pool *pool, gm_matmul_scratch *mm);
+                          gm_backend *be);
 
 #endif

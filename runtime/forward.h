@@ -1,0 +1,27 @@
+/* runtime/forward.h — the Gemma 1/2/3/3n/4 forward pass over rows of many sequences, on any backend.
+ *
+ * One call takes rows {position, token or embedding, the row's sequence KV table, wants logits}: every
+ * matmul runs once over all rows; RoPE, the cache writes and attention are per row, over that row's own
+ * sequence. Rows of one sequence are consecutive positions in order. Calls longer than the scratch are
+ * run in chunks of max_batch rows. Scratch is allocated once (from the backend) in gm_forward_new.
+ *
+ * A row's results depend only on the row and its sequence's cache: every backend op is row-independent
+ * (runtime/backend.h), so a row's logits are the same alone, in a batch or chunked. */
+#ifndef GM_RUNTIME_FORWARD_H
+#define GM_RUNTIME_FORWARD_H
+
+#include "gemma.h"
+#include "model/model.h"
+#include "runtime/backend.h"
+#include "runtime/kvcache.h"
+
+typedef struct gm_forward gm_forward;
+
+/* be runs the ops (m, lay and be must outlive the forward); max_batch: rows per chunk; max_ctx: positions
+ * per sequence. */
+gm_status gm_forward_new(const gm_model *m, const gm_kv_layout *lay, gm_backend *be, int max_batch, int max_ctx,
+                         gm_forward **out, gm_error *err);
+void gm_forward_free(gm_forward *f);
+gm_status gm_forward_run(gm_forward *f, const gm_fwd_batch *b, gm_error *err);
+
+#endif
