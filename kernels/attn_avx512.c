@@ -6,7 +6,7 @@
  * head). Values: the output is register blocked — a 64-float slice of each of the G heads stays in
  * registers while every value row streams by. Heads g >= G compute on a copy of head G-1 and are never
  * stored, so one branch-free kernel serves every G, and each head's arithmetic is the same whatever G. */
-#include "kernels/ops.h"
+#include "kernels/ops_isa.h"
 
 #include <math.h>
 #include <string.h>
@@ -92,26 +92,7 @@ static inline __attribute__((always_inline)) void values_block(float *out, size_
     }
 }
 
-/* sum of squares in double (8 lanes, two chains), then y = (x * r) * w in float as the scalar code */
-void gm_rmsnorm_avx512(float *y, const float *x, const float *w, int n, float eps) {
-    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512d a = _mm512_cvtps_pd(_mm256_loadu_ps(x + i)), b = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8));
-        s0 = _mm512_fmadd_pd(a, a, s0);
-        s1 = _mm512_fmadd_pd(b, b, s1);
-    }
-    double ss = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
-    for (; i < n; i++) ss += (double)x[i] * (double)x[i];
-    const float r = (float)(1.0 / sqrt(ss / n + (double)eps));
-    const __m512 vr = _mm512_set1_ps(r);
-    i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), vr), _mm512_loadu_ps(w + i)));
-    for (; i < n; i++) y[i] = x[i] * r * w[i];
-}
-
-/* exp(x), x <= 0 here (scores minus their max): the polynomial of attn_avx2.c on 16 lanes; below
+/* exp(x), x <= 0 here (scores minus their max): the polynomial of ops_avx2.c's exp_avx2 on 16 lanes; below
  * -87 the result is flushed to 0 (masked keys are -inf). */
 static inline __m512 exp512(__m512 x) {
     const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
@@ -192,8 +173,6 @@ void gm_attend_partial_avx512(float *part, const float *q, int G, const void *k,
 }
 
 #else
-void gm_rmsnorm_avx512(float *y, const float *x, const float *w, int n, float eps) { gm_rmsnorm(y, x, w, n, eps); }
-
 bool gm_attend_partial_avx512_fits(int G, int hd) { (void)G; (void)hd; return false; }
 
 void gm_attend_partial_avx512(float *part, const float *q, int G, const void *k, const void *v, gm_kv_type kt,

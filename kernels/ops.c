@@ -1,5 +1,6 @@
-/* kernels/ops.c — scalar f32 operators (see ops.h). */
+/* kernels/ops.c — scalar f32 operators, and the dispatch to their ISA versions (see ops.h). */
 #include "kernels/ops.h"
+#include "kernels/ops_isa.h"
 #include "model/limits.h"
 
 #include "kernels/cpu.h"
@@ -56,7 +57,7 @@ void gm_softmax(float *x, int n) {
 }
 
 double gm_exp_sum(float *x, int n, float mx) {
-    if (gm_isa_active() >= GM_ISA_AVX2) return gm_attend_exp_avx2(x, n, mx);
+    if (gm_isa_active() >= GM_ISA_AVX2) return gm_exp_sum_avx2(x, n, mx);
     double sum = 0.0;
     for (int i = 0; i < n; i++) sum += x[i] = mx == -INFINITY || x[i] - mx < -87.0f ? 0.0f : expf(x[i] - mx);
     return sum;
@@ -159,7 +160,7 @@ static void softmax_heads(float *scores, int G, int n_keys, float softcap, const
         float mx = -INFINITY;
         for (int j = 0; j < n_keys; j++) mx = s[j] > mx ? s[j] : mx;
         double sum = 0.0;
-        if (fused) sum = gm_attend_exp_avx2(s, n_keys, mx);
+        if (fused) sum = gm_exp_sum_avx2(s, n_keys, mx);
         else
             for (int j = 0; j < n_keys; j++) sum += s[j] = mx == -INFINITY ? 0.0f : expf(s[j] - mx);
         const float inv = sum > 0.0 ? (float)(1.0 / sum) : 0.0f;

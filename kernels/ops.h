@@ -1,6 +1,8 @@
 /* kernels/ops.h — the small f32 operators of the Gemma forward pass: RMSNorm, RoPE (NEOX),
  * softmax, GeGLU, soft-capping and attention of one query over a range of cached keys.
- * Scalar and plain: simple loops over contiguous arrays that compilers vectorise. */
+ * Each is plain scalar C in kernels/ops.c, the reference. Those marked so (the _fast ones, the exp sum,
+ * dot / axpy, the KV store and attention) pick an AVX2 or AVX-512 version by gm_isa_active() where one is
+ * active; the ISA versions themselves are kernels/ops_isa.h's, internal to kernels/ and the tests. */
 #ifndef GM_KERNELS_OPS_H
 #define GM_KERNELS_OPS_H
 
@@ -11,9 +13,7 @@
 /* y = x * rsqrt(mean(x^2) + eps) * w over n elements (w already holds 1 + w for Gemma).
  * The sum of squares is accumulated in double, as ggml does. y may alias x. */
 void gm_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
-/* The same with AVX-512 (double sums in another order); gm_rmsnorm_fast picks it when active. */
-void gm_rmsnorm_avx512(float *y, const float *x, const float *w, int n, float eps);
-void gm_rmsnorm_avx2(float *y, const float *x, const float *w, int n, float eps); /* AVX2 + FMA, likewise */
+/* gm_rmsnorm with AVX-512 or AVX2 where active (the double sums in another order). */
 void gm_rmsnorm_fast(float *y, const float *x, const float *w, int n, float eps);
 
 /* inv_freq[i] = freq_scale * base^(-2i/hd), i < hd/2 (computed in double). */
@@ -35,10 +35,8 @@ void gm_softcap(float *x, int n, float cap);
 float gm_gelu_tanh(float x);
 /* gate[i] = gelu_tanh(gate[i]) * up[i]. */
 void gm_geglu(float *gate, const float *up, int n);
-/* The same with gelu via 1 / (1 + exp(-2z)) and a vector exp (a few ulp from gm_geglu); the
- * forward pass uses it when gm_isa_active() >= GM_ISA_AVX2. Same result per element whatever n. */
-void gm_geglu_avx2(float *gate, const float *up, int n);
-/* gm_geglu_avx2 or gm_geglu by the active ISA. */
+/* gm_geglu_avx2 (gelu via 1 / (1 + exp(-2z)) and a vector exp, a few ulp from gm_geglu) or gm_geglu by
+ * the active ISA. */
 void gm_geglu_fast(float *gate, const float *up, int n);
 void gm_scale(float *x, int n, float s);
 void gm_add(float *y, const float *x, int n); /* y += x */
@@ -79,32 +77,8 @@ typedef struct gm_attend_row {
 void gm_attend_partial_rows(const gm_attend_row *rows, int n, int G, const void *k, const void *v, gm_kv_type kt,
                             size_t kv_stride, int hd, float softcap, float *scores);
 
-/* Inner loops, scalar or AVX2 (kernels/attn_avx2.c) by gm_isa_active(). */
+/* Attention's per-head inner loops, scalar or AVX2 by gm_isa_active(). */
 float gm_dot_f32(const float *a, const float *b, int n);
 void gm_axpy_f32(float *y, float a, const float *x, int n); /* y += a x */
-float gm_dot_f32_avx2(const float *a, const float *b, int n);
-void gm_axpy_f32_avx2(float *y, float a, const float *x, int n);
-void gm_kv_store_f16_avx2(uint16_t *dst, const float *src, int n);
-/* gm_attend_partial's two passes with AVX2 for G <= 4 heads and hd a multiple of 16 (_fits): each key /
- * value row read once for all heads, results bit-identical to the per-head gm_dot_f32_avx2 /
- * gm_axpy_f32_avx2 loops. scores: G x n_keys; part: G x (hd + 2), values added to it. */
-bool gm_attend_avx2_fits(int G, int hd);
-/* s[j] = exp(s[j] - mx) (0 for masked keys and below e^-87; all 0 when mx is -inf) by a vector exp, and
- * the sum of the s[j] in double: the softmax of the AVX2 attention path. */
-double gm_attend_exp_avx2(float *s, int n, float mx);
-void gm_attend_scores_avx2(float *scores, const float *q, int G, const void *k, gm_kv_type kt, size_t kv_stride,
-                           int n_keys, int hd);
-void gm_attend_values_avx2(float *part, const float *scores, int G, const void *v, gm_kv_type kt, size_t kv_stride,
-                           int n_keys, int hd);
-/* The same passes for n rows of gm_attend_partial_rows: row i's scores at scores + i * row_stride (head g
- * at g * (hi - lo)), its values added to its part; each row's results bit-identical to the one-row calls. */
-void gm_attend_scores_rows_avx2(float *scores, size_t row_stride, const gm_attend_row *rows, int n, int G,
-                                const void *k, gm_kv_type kt, size_t kv_stride, int hd);
-void gm_attend_values_rows_avx2(const float *scores, size_t row_stride, const gm_attend_row *rows, int n, int G,
-                                const void *v, gm_kv_type kt, size_t kv_stride, int hd);
-/* AVX-512 gm_attend_partial (kernels/attn_avx512.c) for shapes where _fits says so. */
-bool gm_attend_partial_avx512_fits(int G, int hd);
-void gm_attend_partial_avx512(float *part, const float *q, int G, const void *k, const void *v, gm_kv_type kt,
-                              size_t kv_stride, int n_keys, int hd, float softcap, const float *bias, float *scores);
 
 #endif

@@ -423,7 +423,7 @@ static gm_status hf_arch(const cJSON *root, const cJSON **cfg, gm_config *c, con
     }
     if (!c->generation)
         return gm_fail(err, GM_ERR_UNSUPPORTED,
-                       "%s: architecture %.40s is not supported yet (gemma, gemma2, gemma3, gemma3n are)", file,
+                       "%s: architecture %.40s is not supported yet (gemma, gemma2, gemma3, gemma3n, gemma4 are)", file,
                        mt->valuestring);
     snprintf(c->arch, sizeof c->arch, "%s", c->generation == 1 ? "gemma" : c->generation == 2 ? "gemma2" : "gemma3");
     return GM_OK;
@@ -516,7 +516,7 @@ static gm_status config_from_hf(const gm_source *s, gm_config *c, gm_error *err)
     gm_status st = hf_arch(gm_source_hf_config(s), &cfg, c, file, err);
     if (st) return st;
     hf_ctx h = {cfg, file, err};
-    if (gm_is_gemma4(c)) { /* per-layer geometry throughout: model/families/gemma4.hf.c */
+    if (gm_is_gemma4(c)) { /* per-layer geometry throughout: model/families/gemma4_hf.c */
         if ((st = gm_4_config_hf(s, c, err))) return st;
         hf_tokens(s, cfg, c);
         return GM_OK;

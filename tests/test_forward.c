@@ -2,7 +2,7 @@
  *
  * The reference below takes every weight straight from the tiny-model generator
  * (tm_weight_values: zero-centred norm weights, so it adds the +1 itself), follows the rules of
- * docs/gemma-facts.md section A from the test's own tm_options (not from our gm_config), and
+ * ../shared/docs/gemma-facts.md section A from the test's own tm_options (not from our gm_config), and
  * computes in double with full causal attention per position. Our forward (f32, KV cache, batched
  * chunks, thread pool) must match it on gemma / gemma2 / gemma3 tiny models, over sequences longer
  * than the sliding window. Tolerance: |ours - ref| <= 1e-4 * max(1, |ref|) on every logit (f32

@@ -7,6 +7,7 @@
 
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
+#include "kernels/ops_isa.h"
 #include "quant/quant.h"
 #include "support/test.h"
 

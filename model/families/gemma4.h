@@ -21,7 +21,7 @@
  *     ffn_down_exps.scale[e] when present; experts e: down_e(gelu(gate_e z) * up_e z), z = RMS_pre_ffw_norm_2(a);
  *     y = a + RMS_post_ffw(m1 + RMS_post_ffw_norm_2(sum_k w_k expert_k)).
  *     The experts run batched: the rows routed to an expert are gathered and go through one matmul each.
- * HF folders (model/families/gemma4.hf.c): the same model from config.json and model.language_model.* tensors; where HF
+ * HF folders (model/families/gemma4_hf.c): the same model from config.json and model.language_model.* tensors; where HF
  *   differs from llama.cpp the HF rule is taken: no final soft-cap unless final_logit_softcapping is set, KV
  *   sharing from the last earlier non-shared layer of the same kind, RoPE pairs past partial_rotary_factor
  *   unrotated (no rope_freqs tensor).
@@ -80,7 +80,7 @@ typedef struct gm_4_layer_extras {
     int n_expert, n_expert_used, ff_exp; /* mixture-of-experts layers (router present); 0 otherwise */
 } gm_4_layer_extras;
 void gm_4_layer_extras_of(const gm_source *src, const gm_layer_config *l, int il, gm_4_layer_extras *out);
-/* model/families/gemma4.hf.c: the same facts from an HF folder's config.json (Gemma4TextConfig names; see there). */
+/* model/families/gemma4_hf.c: the same facts from an HF folder's config.json (Gemma4TextConfig names; see there). */
 gm_status gm_4_config_hf(const gm_source *src, gm_config *c, gm_error *err);
 gm_status gm_4_layer_config_hf(const gm_source *src, const gm_config *c, int il, gm_layer_config *out, gm_error *err);
 /* P (hidden_size_per_layer_input), experts, top-k and expert width (0s without experts). */

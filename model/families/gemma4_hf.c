@@ -1,4 +1,4 @@
-/* model/families/gemma4.hf.c — Gemma 4's facts from a Hugging Face config.json (transformers' Gemma4TextConfig, alone as
+/* model/families/gemma4_hf.c — Gemma 4's facts from a Hugging Face config.json (transformers' Gemma4TextConfig, alone as
  * model_type "gemma4_text" or nested as "text_config" of "gemma4"), the HF twin of the GGUF keys read in
  * model/families/gemma4.c. Names as llama.cpp's converter (conversion/gemma.py Gemma4Model) reads them:
  *
