@@ -81,10 +81,11 @@ typedef struct gm_model_options {
 } gm_model_options;
 
 /* Architectural facts, all read from the file (GGUF metadata or config.json) or from the
- * documented per-generation rule table (model/config.c). */
+ * rules of the model's family (model/families/registry.c). */
 typedef struct gm_config {
     char arch[32];           /* "gemma", "gemma2", "gemma3", "gemma3n", "gemma4", "gemma-embedding" */
-    int generation;          /* 1, 2, 3 (3 for gemma3n too), 4 */
+    int generation;          /* 1, 2, 3 (3 for gemma3n and gemma-embedding too), 4 */
+    const struct gm_family *family; /* the family's row (internal: model/family.h), set by the loader */
     int n_vocab;
     int d_model;             /* hidden size */
     int n_layers;

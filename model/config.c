@@ -1,6 +1,8 @@
-/* model/config.c — gm_config from GGUF metadata or config.json, plus the per-generation rules.
+/* model/config.c — gm_config from GGUF metadata or config.json, by the rules of the file's family, and the one
+ * validator of the numbers (against model/limits.h).
  *
- * The rule table (facts the files do not carry):
+ * The family is looked up once by the file's architecture (model/family.h; the rows are in
+ * model/families/registry.c); the readers follow its rules (facts the files do not carry):
  *   gemma  (1): no post norms, no q/k norms, query scale 1/sqrt(head_dim), no soft-caps,
  *               every layer global.
  *   gemma2 (2): post-attention and post-FFN norms; attention soft-cap (GGUF default 50) and
@@ -9,6 +11,7 @@
  *   gemma3 (3): adds q/k norms; no attention soft-cap; final soft-cap only when the file gives a
  *               nonzero value; pattern 6 (layers 5, 11, ... global); sliding layers use RoPE base
  *               10000 unscaled, global layers the file's freq_base with its linear scaling.
+ * Gemma 3n and 4 read their own keys through the row's hooks.
  * Query scale: HF config.json gives query_pre_attn_scalar (scale = scalar^-0.5). GGUF files do not
  * carry it; llama.cpp uses 1/sqrt(key_length), except for the 27B models (gemma2 with 46 layers,
  * gemma3 with 62) where it uses 1/sqrt(d_model / n_heads); we follow it for GGUF files.
@@ -23,20 +26,17 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "model/families/gemma3n.h"
-#include "model/families/gemma4.h"
-#include "model/source.h"
+#include "model/family.h"
 #include "model/limits.h"
+#include "model/source.h"
 
-enum { MAX_DIM = 1 << 20, MAX_MISSING_LISTED = 6 }; /* MAX_DIM: a projection tensor's sides */
+enum { MAX_MISSING_LISTED = 6 };
 
-static int generation_of(const char *arch) {
-    if (!strcmp(arch, "gemma")) return 1;
-    if (!strcmp(arch, "gemma2")) return 2;
-    if (!strcmp(arch, "gemma3") || !strcmp(arch, "gemma3_text") || !strcmp(arch, "gemma-embedding")) return 3;
-    if (!strcmp(arch, "gemma3n")) return 3; /* Gemma 3 plus AltUp, LAuReL, per-layer inputs: model/families/gemma3n.c */
-    if (!strcmp(arch, "gemma4") || !strcmp(arch, "gemma4_text")) return 4;  /* per-layer geometry, KV sharing, PLE: model/families/gemma4.c */
-    return 0;
+/* The family's row goes into c (arch, generation, family). */
+static void set_family(gm_config *c, const gm_family *fam) {
+    c->family = fam;
+    c->generation = fam->generation;
+    snprintf(c->arch, sizeof c->arch, "%s", fam->arch);
 }
 
 /* ------------------------------------------------------------------ GGUF */
@@ -110,13 +110,16 @@ static gm_status arch_from_gguf(const gguf_file *f, gm_config *c, gm_error *err)
     if (a.len == 0 || a.len >= sizeof c->arch || memchr(a.ptr, 0, (size_t)a.len))
         return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: architecture '%.*s' is not supported yet", f->path,
                        (int)(a.len > 64 ? 64 : a.len), a.ptr);
-    memcpy(c->arch, a.ptr, (size_t)a.len);
-    c->arch[a.len] = 0;
-    c->generation = generation_of(c->arch);
-    if (!c->generation || !strcmp(c->arch, "gemma3_text"))
-        return gm_fail(err, GM_ERR_UNSUPPORTED,
-                       "%s: architecture %s is not supported yet (gemma, gemma2, gemma3, gemma3n, gemma4 are)", f->path,
-                       c->arch);
+    char arch[sizeof c->arch], known[256];
+    memcpy(arch, a.ptr, (size_t)a.len);
+    arch[a.len] = 0;
+    const gm_family *fam = gm_family_by_gguf_arch(arch);
+    if (!fam) {
+        gm_family_names(false, known, sizeof known);
+        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: architecture %s is not supported yet (%s are)", f->path, arch,
+                       known);
+    }
+    set_family(c, fam);
     return GM_OK;
 }
 
@@ -170,71 +173,82 @@ static gm_status embedding_from_gguf(const gguf_ctx *g, gm_config *c) {
     return GM_OK;
 }
 
+/* The rope.scaling keys of a family with linear RoPE scaling (Gemma 3): linear or none. */
+static gm_status rope_scaling_from_gguf(const gguf_ctx *g, gm_config *c) {
+    char key[160];
+    gguf_str type;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", c->arch);
+    if (gguf_get_str(g->f, key, &type, NULL) != GM_OK || (type.len == 4 && !memcmp(type.ptr, "none", 4))) return GM_OK;
+    if (!(type.len == 6 && !memcmp(type.ptr, "linear", 6)))
+        return gm_fail(g->err, GM_ERR_UNSUPPORTED, "%s: %s = '%.*s' is not supported (linear is)", g->f->path, key,
+                       (int)(type.len > 32 ? 32 : type.len), type.ptr);
+    return g_float(g, "rope.scaling.factor", 1.0f, GM_NUM_POSITIVE, &c->rope_scale_global);
+}
+
+/* The keys whose presence and defaults the family's rules decide (Gemma 1/2/3 and EmbeddingGemma). */
+static gm_status rules_from_gguf(const gguf_ctx *g, const gm_family_rules *r, gm_config *c) {
+    gm_status st;
+    int window = 0;
+    if (r->sliding_pattern) {
+        if ((st = g_int(g, "attention.sliding_window", r->window_default, &window))) return st;
+        c->sliding_window = window;
+        c->sliding_pattern = window > 0 ? r->sliding_pattern : 0;
+    }
+    if ((r->attn_softcap > 0.0f &&
+         (st = g_float(g, "attn_logit_softcapping", r->attn_softcap, GM_NUM_NONNEG, &c->attn_softcap))) ||
+        (r->final_softcap &&
+         (st = g_float(g, "final_logit_softcapping", r->final_softcap_default, GM_NUM_NONNEG, &c->final_softcap))))
+        return st;
+    if (r->local_rope) c->rope_base_local = 10000.0f;
+    if (r->rope_scaling && (st = rope_scaling_from_gguf(g, c))) return st;
+    return r->embedding ? embedding_from_gguf(g, c) : GM_OK;
+}
+
+/* The keys every Gemma 1/2/3/3n GGUF has, under <arch>. */
+static gm_status common_from_gguf(const gguf_ctx *g, gm_config *c) {
+    gm_status st;
+    int kl = 0, vl = 0;
+    if ((st = g_int(g, "embedding_length", -1, &c->d_model)) || (st = g_int(g, "block_count", -1, &c->n_layers)) ||
+        (st = gm_config_check_layer_count(g->f->path, c->n_layers, g->err)) || (st = g_ff(g, c->n_layers, &c->d_ff)) ||
+        (st = g_int(g, "attention.head_count", -1, &c->n_heads)) ||
+        (st = g_int(g, "attention.head_count_kv", c->n_heads, &c->n_kv_heads)) ||
+        (st = g_int(g, "context_length", 8192, &c->context_length)))
+        return st;
+    int def_hd = c->n_heads > 0 ? c->d_model / c->n_heads : 0;
+    if ((st = g_int(g, "attention.key_length", def_hd, &kl)) || (st = g_int(g, "attention.value_length", kl, &vl)))
+        return st;
+    if (kl != vl)
+        return gm_fail(g->err, GM_ERR_UNSUPPORTED, "%s: key_length %d differs from value_length %d", g->f->path, kl, vl);
+    c->head_dim = kl;
+    if ((st = g_float(g, "attention.layer_norm_rms_epsilon", 1e-6f, GM_NUM_POSITIVE, &c->norm_eps)) ||
+        (st = g_float(g, "rope.freq_base", 10000.0f, GM_NUM_POSITIVE, &c->rope_base_global)))
+        return st;
+    c->rope_base_local = c->rope_base_global;
+    c->rope_scale_global = 1.0f;
+    return GM_OK;
+}
+
+/* llama.cpp's query scale for GGUF files (they carry no query_pre_attn_scalar): 1/sqrt(key_length), but
+ * 1/sqrt(d_model / n_heads) for the 27B models. The file holds 1 + w for the norms (llama.cpp's converter). */
+static void gguf_query_scale(const gm_family_rules *r, gm_config *c) {
+    const bool is27b = r->n_layers_27b > 0 && c->n_layers == r->n_layers_27b;
+    const int scale_dim = is27b && c->n_heads > 0 ? c->d_model / c->n_heads : c->head_dim;
+    c->query_scale = scale_dim > 0 ? 1.0f / sqrtf((float)scale_dim) : 0.0f;
+    c->norm_weights_plus_one = true;
+}
+
 static gm_status config_from_gguf(const gm_source *s, gm_config *c, gm_error *err) {
     const gguf_file *f = gm_source_gguf(s);
     gm_status st = arch_from_gguf(f, c, err);
     if (st) return st;
-    if (gm_is_gemma4(c)) { /* per-layer arrays throughout: its own reader */
-        if ((st = gm_4_config_gguf(f, c, err))) return st;
-        goto ids;
+    const gm_family *fam = c->family;
+    const gguf_ctx g = {f, c->arch, err};
+    if (fam->config_gguf) st = fam->config_gguf(f, c, err); /* every key its own (Gemma 4's per-layer arrays) */
+    else if (!(st = common_from_gguf(&g, c))) {
+        gguf_query_scale(&fam->rules, c);
+        st = fam->config_gguf_keys ? fam->config_gguf_keys(f, c, err) : rules_from_gguf(&g, &fam->rules, c);
     }
-    gguf_ctx g = {f, c->arch, err};
-    int kl = 0, vl = 0, window = 0;
-    if ((st = g_int(&g, "embedding_length", -1, &c->d_model)) || (st = g_int(&g, "block_count", -1, &c->n_layers)) ||
-        (c->n_layers > GM_MAX_LAYERS && (st = gm_fail(err, GM_ERR_FORMAT, "%s: layer count %d out of range", f->path,
-                                                   c->n_layers))) ||
-        (st = g_ff(&g, c->n_layers, &c->d_ff)) ||
-        (st = g_int(&g, "attention.head_count", -1, &c->n_heads)) ||
-        (st = g_int(&g, "attention.head_count_kv", c->n_heads, &c->n_kv_heads)) ||
-        (st = g_int(&g, "context_length", 8192, &c->context_length)))
-        return st;
-    int def_hd = c->n_heads > 0 ? c->d_model / c->n_heads : 0;
-    if ((st = g_int(&g, "attention.key_length", def_hd, &kl)) || (st = g_int(&g, "attention.value_length", kl, &vl)))
-        return st;
-    if (kl != vl)
-        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: key_length %d differs from value_length %d", f->path, kl, vl);
-    c->head_dim = kl;
-    if ((st = g_float(&g, "attention.layer_norm_rms_epsilon", 1e-6f, GM_NUM_POSITIVE, &c->norm_eps)) ||
-        (st = g_float(&g, "rope.freq_base", 10000.0f, GM_NUM_POSITIVE, &c->rope_base_global)))
-        return st;
-    c->rope_base_local = c->rope_base_global;
-    c->rope_scale_global = 1.0f;
-    if (gm_is_gemma3n(c)) {
-        if ((st = gm_3n_config_gguf(f, c, err))) return st;
-    } else if (c->generation == 2) {
-        if ((st = g_int(&g, "attention.sliding_window", 4096, &window)) ||
-            (st = g_float(&g, "attn_logit_softcapping", 50.0f, GM_NUM_NONNEG, &c->attn_softcap)) ||
-            (st = g_float(&g, "final_logit_softcapping", 30.0f, GM_NUM_NONNEG, &c->final_softcap)))
-            return st;
-        c->sliding_window = window;
-        c->sliding_pattern = window > 0 ? 2 : 0;
-    } else if (c->generation == 3) {
-        if ((st = g_int(&g, "attention.sliding_window", 0, &window)) ||
-            (st = g_float(&g, "final_logit_softcapping", 0.0f, GM_NUM_NONNEG, &c->final_softcap)))
-            return st;
-        c->sliding_window = window;
-        c->sliding_pattern = window > 0 ? 6 : 0;
-        c->rope_base_local = 10000.0f;
-        char key[160];
-        gguf_str type;
-        snprintf(key, sizeof key, "%s.rope.scaling.type", c->arch);
-        if (gguf_get_str(f, key, &type, NULL) == GM_OK && type.len == 6 && !memcmp(type.ptr, "linear", 6)) {
-            float factor = 1.0f;
-            if ((st = g_float(&g, "rope.scaling.factor", 1.0f, GM_NUM_POSITIVE, &factor))) return st;
-            c->rope_scale_global = factor;
-        } else if (gguf_get_str(f, key, &type, NULL) == GM_OK && !(type.len == 4 && !memcmp(type.ptr, "none", 4))) {
-            return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: %s = '%.*s' is not supported (linear is)", f->path, key,
-                           (int)(type.len > 32 ? 32 : type.len), type.ptr);
-        }
-    }
-    if (!strcmp(c->arch, "gemma-embedding") && (st = embedding_from_gguf(&g, c))) return st;
-    bool is27b = !c->is_embedding && ((c->generation == 2 && c->n_layers == 46) || (c->generation == 3 && c->n_layers == 62));
-    int scale_dim = is27b && c->n_heads > 0 ? c->d_model / c->n_heads : c->head_dim;
-    if (!gm_is_gemma3n(c)) { /* 3n: scale 1, raw norm weights (gm_3n_config_gguf) */
-        c->query_scale = scale_dim > 0 ? 1.0f / sqrtf((float)scale_dim) : 0.0f;
-        c->norm_weights_plus_one = true;
-    }
-ids:
+    if (st) return st;
     c->bos_id = token_id(f, "tokenizer.ggml.bos_token_id", 2);
     c->eos_id = token_id(f, "tokenizer.ggml.eos_token_id", 1);
     c->pad_id = token_id(f, "tokenizer.ggml.padding_token_id", 0);
@@ -395,7 +409,7 @@ static gm_status hf_rope_parameters(const hf_ctx *h, gm_config *c) {
     const cJSON *sliding = cJSON_GetObjectItemCaseSensitive(rp, "sliding_attention");
     if (!cJSON_IsObject(full) && !cJSON_IsObject(sliding)) {
         gm_status st = hf_rope_entry(h, rp, "", &c->rope_base_global, &c->rope_scale_global);
-        if (c->generation < 3) c->rope_base_local = c->rope_base_global;
+        if (!c->family->rules.local_rope) c->rope_base_local = c->rope_base_global; /* one base for every layer */
         return st;
     }
     gm_status st = GM_OK;
@@ -410,22 +424,14 @@ static gm_status hf_arch(const cJSON *root, const cJSON **cfg, gm_config *c, con
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(*cfg, "model_type");
     if (!cJSON_IsString(mt) && *cfg != root) mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     if (!cJSON_IsString(mt)) return gm_fail(err, GM_ERR_FORMAT, "%s: \"model_type\" is missing", file);
-    c->generation = generation_of(mt->valuestring);
-    if (!strcmp(mt->valuestring, "gemma4") || !strcmp(mt->valuestring, "gemma4_text")) {
-        snprintf(c->arch, sizeof c->arch, "gemma4");
-        c->generation = 4;
-        return GM_OK;
+    const gm_family *fam = gm_family_by_hf_type(mt->valuestring);
+    if (!fam) {
+        char known[256];
+        gm_family_names(true, known, sizeof known);
+        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: architecture %.40s is not supported yet (%s are)", file,
+                       mt->valuestring, known);
     }
-    if (!strcmp(mt->valuestring, "gemma3n") || !strcmp(mt->valuestring, "gemma3n_text")) {
-        snprintf(c->arch, sizeof c->arch, "gemma3n");
-        c->generation = 3;
-        return GM_OK;
-    }
-    if (!c->generation)
-        return gm_fail(err, GM_ERR_UNSUPPORTED,
-                       "%s: architecture %.40s is not supported yet (gemma, gemma2, gemma3, gemma3n, gemma4 are)", file,
-                       mt->valuestring);
-    snprintf(c->arch, sizeof c->arch, "%s", c->generation == 1 ? "gemma" : c->generation == 2 ? "gemma2" : "gemma3");
+    set_family(c, fam);
     return GM_OK;
 }
 
@@ -450,8 +456,10 @@ static gm_status hf_embedding(const hf_ctx *h, const gm_source *s, gm_config *c)
     const char *dir = gm_source_hf_dir(s);
     const cJSON *bi = cJSON_GetObjectItemCaseSensitive(h->cfg, "use_bidirectional_attention");
     if (!cJSON_IsTrue(bi)) return GM_OK;
+    const gm_family *fam = gm_family_by_gguf_arch("gemma-embedding"); /* the GGUF name of the same model */
+    if (!fam) return gm_fail(h->err, GM_ERR_UNSUPPORTED, "%s: no family for an embedding model", h->file);
+    set_family(c, fam);
     c->is_embedding = true;
-    snprintf(c->arch, sizeof c->arch, "gemma-embedding");
     c->pooling = GM_POOLING_MEAN;
     c->add_eos = hf_bool(dir, "add_eos_token");
     cJSON *pool = hf_json(dir, "1_Pooling/config.json");
@@ -473,7 +481,7 @@ static gm_status hf_embedding(const hf_ctx *h, const gm_source *s, gm_config *c)
         if (!linear || bias)
             return gm_fail(h->err, GM_ERR_UNSUPPORTED, "%s/%d_Dense: only a linear map without bias or activation is "
                            "supported", dir, k + 2);
-        if (t->n_dims != 2 || t->ne[0] <= 0 || t->ne[1] <= 0 || t->ne[0] > MAX_DIM || t->ne[1] > MAX_DIM)
+        if (t->n_dims != 2 || t->ne[0] <= 0 || t->ne[1] <= 0 || t->ne[0] > GM_MAX_DENSE_DIM || t->ne[1] > GM_MAX_DENSE_DIM)
             return gm_fail(h->err, GM_ERR_FORMAT, "%s/%d_Dense: linear.weight is not a matrix", dir, k + 2);
         *in[k] = (int)t->ne[0];
         *out[k] = (int)t->ne[1];
@@ -509,20 +517,40 @@ static void hf_tokens(const gm_source *s, const cJSON *cfg, gm_config *c) {
     if (c->eot_id < 0) c->eot_id = hf_find_token(gm_source_hf_dir(s), "<turn|>"); /* Gemma 4 */
 }
 
+/* The fields whose presence and defaults the family's rules decide (Gemma 1/2/3/3n; null soft-caps are 0). */
+static gm_status rules_from_hf(const hf_ctx *h, const gm_source *s, const gm_family_rules *r, gm_config *c) {
+    gm_status st;
+    if ((r->sliding_pattern && (st = j_int(h, "sliding_window", r->window_default, &c->sliding_window))) ||
+        (st = j_float(h, "attn_logit_softcapping", r->attn_softcap, 0.0f, GM_NUM_NONNEG, &c->attn_softcap)) ||
+        (r->final_softcap && (st = j_float(h, "final_logit_softcapping", r->final_softcap_default, 0.0f,
+                                           GM_NUM_NONNEG, &c->final_softcap))) ||
+        (r->local_rope && (st = j_float(h, "rope_local_base_freq", 10000.0f, 10000.0f, GM_NUM_POSITIVE,
+                                        &c->rope_base_local))) ||
+        (r->rope_scaling && (st = hf_rope_scaling(h, &c->rope_scale_global))))
+        return st;
+    c->sliding_pattern = r->sliding_pattern;
+    if (r->pattern_from_config && (st = hf_pattern(h, c->n_layers, &c->sliding_pattern))) return st;
+    if (c->sliding_window <= 0) c->sliding_pattern = 0;
+    if (r->query_scale_one) c->query_scale = 1.0f;
+    return r->hf_bidirectional_embedding ? hf_embedding(h, s, c) : GM_OK;
+}
+
 static gm_status config_from_hf(const gm_source *s, gm_config *c, gm_error *err) {
     char file[4096];
     snprintf(file, sizeof file, "%s/config.json", gm_source_hf_dir(s));
     const cJSON *cfg;
     gm_status st = hf_arch(gm_source_hf_config(s), &cfg, c, file, err);
     if (st) return st;
-    hf_ctx h = {cfg, file, err};
-    if (gm_is_gemma4(c)) { /* per-layer geometry throughout: model/families/gemma4_hf.c */
-        if ((st = gm_4_config_hf(s, c, err))) return st;
+    const gm_family *fam = c->family;
+    if (fam->config_hf) { /* every field its own (Gemma 4's per-layer geometry) */
+        if ((st = fam->config_hf(s, c, err))) return st;
         hf_tokens(s, cfg, c);
         return GM_OK;
     }
+    hf_ctx h = {cfg, file, err};
     if ((st = j_int(&h, "hidden_size", -1, &c->d_model)) || (st = j_int(&h, "num_hidden_layers", -1, &c->n_layers)) ||
-        (st = j_ff(&h, c->n_layers, &c->d_ff)) || (st = j_int(&h, "num_attention_heads", -1, &c->n_heads)) ||
+        (st = gm_config_check_layer_count(file, c->n_layers, err)) || (st = j_ff(&h, c->n_layers, &c->d_ff)) ||
+        (st = j_int(&h, "num_attention_heads", -1, &c->n_heads)) ||
         (st = j_int(&h, "num_key_value_heads", c->n_heads, &c->n_kv_heads)) ||
         (st = j_int(&h, "head_dim", c->n_heads > 0 ? c->d_model / c->n_heads : 0, &c->head_dim)) ||
         (st = j_int(&h, "max_position_embeddings", 8192, &c->context_length)) ||
@@ -532,41 +560,19 @@ static gm_status config_from_hf(const gm_source *s, gm_config *c, gm_error *err)
     c->rope_base_local = c->rope_base_global;
     c->rope_scale_global = 1.0f;
     float qpas = (float)c->head_dim;
-    if (c->generation >= 2 && (st = j_float(&h, "query_pre_attn_scalar", qpas, qpas, GM_NUM_POSITIVE, &qpas)))
+    if (fam->rules.hf_query_pre_attn_scalar &&
+        (st = j_float(&h, "query_pre_attn_scalar", qpas, qpas, GM_NUM_POSITIVE, &qpas)))
         return st;
     c->query_scale = qpas > 0 ? 1.0f / sqrtf(qpas) : 0.0f;
-    if (gm_is_gemma3n(c)) { /* HF's Gemma3nText*: scale 1, raw norm weights, V norm, soft-cap 30 by default */
-        if ((st = j_int(&h, "sliding_window", -1, &c->sliding_window)) ||
-            (st = j_float(&h, "final_logit_softcapping", 30.0f, 0.0f, GM_NUM_NONNEG, &c->final_softcap)) ||
-            (st = j_float(&h, "rope_local_base_freq", 10000.0f, 10000.0f, GM_NUM_POSITIVE, &c->rope_base_local)) ||
-            (st = hf_pattern(&h, c->n_layers, &c->sliding_pattern)))
-            return st;
-        c->query_scale = 1.0f;
-        c->attn_softcap = 0.0f;
-        c->has_v_norm = true;
-    } else if (c->generation == 2) {
-        if ((st = j_int(&h, "sliding_window", 4096, &c->sliding_window)) ||
-            (st = j_float(&h, "attn_logit_softcapping", 50.0f, 0.0f, GM_NUM_NONNEG, &c->attn_softcap)) ||
-            (st = j_float(&h, "final_logit_softcapping", 30.0f, 0.0f, GM_NUM_NONNEG, &c->final_softcap)))
-            return st;
-        c->sliding_pattern = c->sliding_window > 0 ? 2 : 0;
-    } else if (c->generation == 3) {
-        if ((st = j_int(&h, "sliding_window", 0, &c->sliding_window)) ||
-            (st = j_float(&h, "final_logit_softcapping", 0.0f, 0.0f, GM_NUM_NONNEG, &c->final_softcap)) ||
-            (st = j_float(&h, "attn_logit_softcapping", 0.0f, 0.0f, GM_NUM_NONNEG, &c->attn_softcap)) ||
-            (st = j_float(&h, "rope_local_base_freq", 10000.0f, 10000.0f, GM_NUM_POSITIVE, &c->rope_base_local)) ||
-            (st = hf_rope_scaling(&h, &c->rope_scale_global)) || (st = hf_pattern(&h, c->n_layers, &c->sliding_pattern)))
-            return st;
-        if (c->sliding_window <= 0) c->sliding_pattern = 0;
-        if ((st = hf_embedding(&h, s, c))) return st;
-    }
-    if ((st = hf_rope_parameters(&h, c))) return st;
-    c->norm_weights_plus_one = gm_is_gemma3n(c); /* 3n multiplies by the raw w: nothing to add */
+    if ((st = rules_from_hf(&h, s, &fam->rules, c)) || (st = hf_rope_parameters(&h, c))) return st;
+    c->norm_weights_plus_one = fam->rules.raw_norm_weights; /* the rest multiply by 1 + w: HF stores w */
     hf_tokens(s, cfg, c);
     return GM_OK;
 }
 
 /* ------------------------------------------------------------------ checks */
+
+/* ---- the one validator: every number of a config and of each layer's facts against model/limits.h */
 
 /* Every float of the config once more, whatever path set it (readers check their keys; this catches a
  * value some rule or a later reader derived), named by its gm_config field. */
@@ -576,10 +582,10 @@ static gm_status check_floats(const char *path, const gm_config *c, gm_error *er
         {"rope_base_global", c->rope_base_global, GM_NUM_POSITIVE},
         {"rope_base_local", c->rope_base_local, GM_NUM_POSITIVE},
         {"rope_scale_global", c->rope_scale_global, GM_NUM_POSITIVE},
-        {"query_scale", c->query_scale, GM_NUM_FINITE},
+        {"query_scale", c->query_scale, GM_NUM_POSITIVE},
         {"attn_softcap", c->attn_softcap, GM_NUM_NONNEG},
         {"final_softcap", c->final_softcap, GM_NUM_NONNEG},
-        {"embed_scale", c->embed_scale, GM_NUM_FINITE},
+        {"embed_scale", c->embed_scale, GM_NUM_POSITIVE},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         gm_status st = gm_config_number(path, f[i].name, f[i].v, f[i].rule, err);
@@ -588,20 +594,47 @@ static gm_status check_floats(const char *path, const gm_config *c, gm_error *er
     return GM_OK;
 }
 
-static gm_status check_values(const char *path, gm_config *c, gm_error *err) {
+gm_status gm_config_check_layer_count(const char *path, int n_layers, gm_error *err) {
+    if (n_layers <= 0 || n_layers > GM_MAX_LAYERS)
+        return gm_fail(err, GM_ERR_FORMAT, "%s: layer count %d out of range", path, n_layers);
+    return GM_OK;
+}
+
+gm_status gm_config_check(const char *path, const gm_config *c, gm_error *err) {
 #define BAD(...) return gm_fail(err, GM_ERR_FORMAT, __VA_ARGS__)
+    if (!c->family) return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: the config names no model family", path);
     if (c->d_model <= 0 || c->d_model > GM_MAX_D_MODEL) BAD("%s: embedding length %d out of range", path, c->d_model);
-    if (c->n_layers <= 0 || c->n_layers > GM_MAX_LAYERS) BAD("%s: layer count %d out of range", path, c->n_layers);
+    gm_status st = gm_config_check_layer_count(path, c->n_layers, err);
+    if (st) return st;
     if (c->n_heads <= 0 || c->n_heads > GM_MAX_HEADS) BAD("%s: head count %d out of range", path, c->n_heads);
     if (c->n_kv_heads <= 0 || c->n_heads % c->n_kv_heads != 0)
         BAD("%s: kv head count %d does not divide the head count %d", path, c->n_kv_heads, c->n_heads);
     if (c->head_dim <= 0 || c->head_dim > GM_MAX_HEAD_DIM || c->head_dim % 2 != 0)
-        BAD("%s: head dimension %d is not a positive even number", path, c->head_dim);
+        BAD("%s: head dimension %d is not a positive even number up to %d", path, c->head_dim, GM_MAX_HEAD_DIM);
     if (c->d_ff <= 0 || c->d_ff > GM_MAX_D_FF) BAD("%s: feed-forward length %d out of range", path, c->d_ff);
+    if (c->n_vocab <= 0) BAD("%s: vocabulary size %d must be positive", path, c->n_vocab);
     if (c->context_length <= 0) BAD("%s: context length %d must be positive", path, c->context_length);
     if (c->sliding_window < 0) BAD("%s: sliding window %d is negative", path, c->sliding_window);
+    if (c->sliding_pattern < 0) BAD("%s: sliding pattern %d is negative", path, c->sliding_pattern);
 #undef BAD
     return check_floats(path, c, err);
+}
+
+gm_status gm_config_check_layer(const gm_layer_config *l, int il, const char *path, gm_error *err) {
+#define NEED(cond, what)                                                                      \
+    if (!(cond)) return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: cannot run layer %d: %s", path, il, what)
+    NEED(l->n_heads > 0 && l->n_heads <= GM_MAX_HEADS && l->n_kv_heads > 0 && l->n_heads % l->n_kv_heads == 0,
+         "head counts must be positive (at most 4096) and query heads a multiple of KV heads");
+    NEED(l->head_dim > 0 && l->head_dim % 2 == 0 && l->head_dim <= GM_MAX_HEAD_DIM,
+         "head_dim must be even, positive and at most 4096");
+    NEED(l->rope_dims >= 0 && l->rope_dims % 2 == 0 && l->rope_dims <= l->head_dim, "rotated dims must be even, <= head_dim");
+    NEED(l->d_ff > 0 && l->d_ff <= GM_MAX_D_FF, "feed-forward size must be positive (at most 2^20)");
+    NEED(l->window >= 0, "negative sliding window");
+    NEED(l->rope_base > 0.0f && isfinite(l->rope_base) && l->rope_scale > 0.0f && isfinite(l->rope_scale),
+         "RoPE base and scale must be positive");
+    NEED(l->kv_source >= 0 && l->kv_source <= il, "KV source must be this layer or an earlier one");
+#undef NEED
+    return GM_OK;
 }
 
 static gm_status check_ids(const char *path, const gm_config *c, gm_error *err) {
@@ -662,19 +695,22 @@ static gm_status check_tensors(const gm_source *s, const gm_config *c, gm_error 
         if (i == 2 && c->tied_embeddings) continue;
         if ((st = check_one(s, &top[i], missing, sizeof missing, &n_missing, err))) return st;
     }
-    static const struct { const char *name; int nd; int a, b; } layer[] = {
-        /* dims: 0 d, 1 q, 2 kv, 3 ff, 4 hd; min generation in the last column via the table below */
-        {"attn_norm", 1, 0, 0},   {"attn_q", 2, 0, 1},   {"attn_k", 2, 0, 2},
-        {"attn_v", 2, 0, 2},      {"attn_output", 2, 1, 0}, {"ffn_norm", 1, 0, 0},
-        {"ffn_gate", 2, 0, 3},    {"ffn_up", 2, 0, 3},   {"ffn_down", 2, 3, 0},
-        {"post_attention_norm", 1, 0, 0}, {"post_ffw_norm", 1, 0, 0},
-        {"attn_q_norm", 1, 4, 0}, {"attn_k_norm", 1, 4, 0},
+    enum { ALL, POST, QK }; /* required by every family, with post norms, with q/k norms */
+    static const struct { const char *name; int nd; int a, b, need; } layer[] = {
+        /* dims: 0 d, 1 q, 2 kv, 3 ff, 4 hd */
+        {"attn_norm", 1, 0, 0, ALL},   {"attn_q", 2, 0, 1, ALL},   {"attn_k", 2, 0, 2, ALL},
+        {"attn_v", 2, 0, 2, ALL},      {"attn_output", 2, 1, 0, ALL}, {"ffn_norm", 1, 0, 0, ALL},
+        {"ffn_gate", 2, 0, 3, ALL},    {"ffn_up", 2, 0, 3, ALL},   {"ffn_down", 2, 3, 0, ALL},
+        {"post_attention_norm", 1, 0, 0, POST}, {"post_ffw_norm", 1, 0, 0, POST},
+        {"attn_q_norm", 1, 4, 0, QK}, {"attn_k_norm", 1, 4, 0, QK},
     };
-    int n_kinds = c->generation == 1 ? 9 : c->generation == 2 ? 11 : 13;
+    const gm_family_rules *r = &c->family->rules;
+    const bool need[3] = {true, r->post_norms, r->qk_norm};
     int64_t dims[5] = {d, q, kv, ff, hd};
-    /* Gemma 4's shapes differ per layer: checked by name when the layers load (model/model.c) */
-    for (int l = 0; l < (gm_is_gemma4(c) ? 0 : c->n_layers); l++) {
-        for (int k = 0; k < n_kinds; k++) {
+    /* shapes that differ per layer (Gemma 4) are checked by name when the layers load (model/model.c) */
+    for (int l = 0; l < (r->per_layer_shapes ? 0 : c->n_layers); l++) {
+        for (size_t k = 0; k < sizeof layer / sizeof layer[0]; k++) {
+            if (!need[layer[k].need]) continue;
             want w = {"", layer[k].nd, {dims[layer[k].a], layer[k].nd == 2 ? dims[layer[k].b] : 1}};
             snprintf(w.name, sizeof w.name, "blk.%d.%s.weight", l, layer[k].name);
             if ((st = check_one(s, &w, missing, sizeof missing, &n_missing, err))) return st;
@@ -707,7 +743,7 @@ static gm_status check_dense(const gm_source *s, gm_config *c, gm_error *err) {
         if (!keys) continue;
         if (!t) return gm_fail(err, GM_ERR_NOT_FOUND, "%s: %s.dense_%d_feat_* are set but tensor %s is missing", path,
                                c->arch, k + 2, name);
-        if (*in[k] <= 0 || *out[k] <= 0 || *out[k] > MAX_DIM || *in[k] != dim)
+        if (*in[k] <= 0 || *out[k] <= 0 || *out[k] > GM_MAX_DENSE_DIM || *in[k] != dim)
             return gm_fail(err, GM_ERR_FORMAT, "%s: dense_%d maps %d -> %d features, but its input is %d wide", path,
                            k + 2, *in[k], *out[k], dim);
         const want w = {"", 2, {*in[k], *out[k]}};
@@ -741,15 +777,14 @@ gm_status gm_config_load(const gm_source *s, gm_config *out, gm_error *err) {
         return gm_fail(err, GM_ERR_FORMAT, "%s: token_embd.weight has %lld rows", gm_source_path(s), (long long)embd->ne[1]);
     c.n_vocab = (int)embd->ne[1];
     c.embed_scale = sqrtf((float)c.d_model);
-    c.has_post_norms = c.generation >= 2;
-    c.has_qk_norm = c.generation >= 3;
-    if (c.generation == 1) { /* no soft-caps, no sliding window, no post norms */
-        c.attn_softcap = c.final_softcap = 0.0f;
-        c.sliding_window = c.sliding_pattern = 0;
-    }
-    if (c.generation == 3) c.attn_softcap = 0.0f;
+    const gm_family_rules *r = &c.family->rules;
+    c.has_post_norms = r->post_norms;
+    c.has_qk_norm = r->qk_norm;
+    c.has_v_norm = r->v_norm;
+    if (r->attn_softcap <= 0.0f) c.attn_softcap = 0.0f; /* a key of a family without one is dropped */
+    if (!r->final_softcap) c.final_softcap = 0.0f;
     c.tied_embeddings = gm_source_tensor(s, "output.weight") == NULL;
-    if ((st = check_values(gm_source_path(s), &c, err)) || (st = check_tensors(s, &c, err)) ||
+    if ((st = gm_config_check(gm_source_path(s), &c, err)) || (st = check_tensors(s, &c, err)) ||
         (st = check_dense(s, &c, err)) || (st = check_ids(gm_source_path(s), &c, err)))
         return st;
     *out = c;

@@ -9,8 +9,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "model/families/gemma3n.h"
-#include "model/families/gemma4.h"
+#include "model/family.h"
 #include "model/model.h"
 #include "model/source.h"
 #include "quant/quant.h"
@@ -299,10 +298,10 @@ static const char *format_text(const gm_source *s, char *buf, size_t n) {
 
 /* ---- per-layer table: runs of layers with the same facts (Gemma 1-3: the uniform rules of model/model.c) */
 
-/* a layer's facts as shown: gm_layer_config plus Gemma 4's extras (neutral for other models) */
+/* a layer's facts as shown: gm_layer_config plus the family's extras (neutral for families without) */
 typedef struct shown_layer {
     gm_layer_config l;
-    gm_4_layer_extras x;
+    gm_layer_extras x;
 } shown_layer;
 
 static bool same_layer(const shown_layer *sa, const shown_layer *sb, int ia, int ib) {
@@ -315,12 +314,13 @@ static bool same_layer(const shown_layer *sa, const shown_layer *sb, int ia, int
            sa->x.n_expert_used == sb->x.n_expert_used && sa->x.ff_exp == sb->x.ff_exp;
 }
 
-/* layer il's facts: the uniform rules, plus Gemma 3n's KV sharing, or Gemma 4's per-layer keys and tensors
- * (read without error here: the model opened, so they were checked) */
+/* layer il's facts: the uniform rules, then the family's per-layer facts and extras (3n's KV sharing, 4's
+ * per-layer keys and tensors; read without error here: the config loaded, so they were checked) */
 static shown_layer layer_at(const gm_source *s, const gm_config *c, int il) {
     shown_layer r = {.l = gm_layer_config_uniform(c, il), .x = {.rotated_pairs = -1, .out_scale = 1.0f}};
-    if (gm_is_gemma3n(c)) r.l.kv_source = gm_3n_kv_source(s, c, il);
-    if (gm_is_gemma4(c) && gm_4_layer_config(s, c, il, &r.l, NULL) == GM_OK) gm_4_layer_extras_of(s, &r.l, il, &r.x);
+    const gm_family *f = c->family;
+    if (f && f->layer_config && f->layer_config(s, c, il, &r.l, NULL) == GM_OK && f->layer_extras)
+        f->layer_extras(s, &r.l, il, &r.x);
     return r;
 }
 

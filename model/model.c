@@ -1,6 +1,6 @@
-/* model/model.c — open a model: source + config + tokenizer + per-layer weight views. */
+/* model/model.c — open a model: source + config + tokenizer + per-layer weight views. What a family adds is
+ * reached through its row (model/family.h: layer facts, RoPE factors, extra weights). */
 #include "model/model.h"
-#include "model/limits.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -16,8 +16,7 @@
 #include "kernels/gemm.h"
 #include "kernels/ops.h"
 #include "kernels/pack.h"
-#include "model/families/gemma3n.h"
-#include "model/families/gemma4.h"
+#include "model/family.h"
 #include "quant/quant.h"
 #include "text/tokenizer.h"
 
@@ -56,48 +55,6 @@ gm_layer_max gm_model_layer_max(const gm_model *m) {
 
 const gm_layer_config *gm_model_layer(const gm_model *m, int il) {
     return m && il >= 0 && il < m->cfg.n_layers ? &m->layers[il].lc : NULL;
-}
-
-/* A layer's facts must describe something the forward pass can run. */
-static gm_status check_layer(const gm_layer_config *l, int il, const char *path, gm_error *err) {
-#define NEED(cond, what)                                                                      \
-    if (!(cond)) return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: cannot run layer %d: %s", path, il, what)
-    NEED(l->n_heads > 0 && l->n_kv_heads > 0 && l->n_heads % l->n_kv_heads == 0,
-         "head counts must be positive and query heads a multiple of KV heads");
-    NEED(l->head_dim > 0 && l->head_dim % 2 == 0 && l->head_dim <= GM_MAX_HEAD_DIM, "head_dim must be even, positive and at most 4096");
-    NEED(l->rope_dims >= 0 && l->rope_dims % 2 == 0 && l->rope_dims <= l->head_dim, "rotated dims must be even, <= head_dim");
-    NEED(l->d_ff > 0, "feed-forward size must be positive");
-    NEED(l->window >= 0, "negative sliding window");
-    NEED(l->rope_base > 0.0f && isfinite(l->rope_base) && l->rope_scale > 0.0f && isfinite(l->rope_scale),
-         "RoPE base and scale must be positive");
-    NEED(l->kv_source >= 0 && l->kv_source <= il, "KV source must be this layer or an earlier one");
-#undef NEED
-    return GM_OK;
-}
-
-/* The config must describe something this forward pass can run; refuse clearly otherwise. */
-static gm_status check_config(const gm_config *c, const char *path, gm_error *err) {
-#define NEED(cond, what)                                                                      \
-    if (!(cond)) return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: cannot run this model: %s", path, what)
-    NEED(c->generation >= 1 && c->generation <= 4, "only Gemma 1, 2, 3, 3n and 4 text decoders are supported");
-    NEED(!c->is_embedding || c->embedding_dim > 0, "an embedding model needs a pooled vector length");
-    NEED(c->d_model > 0 && c->d_model <= GM_MAX_D_MODEL, "hidden size out of range");
-    NEED(c->n_layers > 0 && c->n_layers <= GM_MAX_LAYERS, "layer count out of range");
-    NEED(c->n_heads > 0 && c->n_kv_heads > 0 && c->n_heads % c->n_kv_heads == 0,
-         "head counts must be positive and query heads a multiple of KV heads");
-    NEED(c->head_dim > 0 && c->head_dim % 2 == 0 && c->head_dim <= GM_MAX_HEAD_DIM, "head_dim must be even, positive and at most 4096");
-    NEED(c->d_ff > 0, "feed-forward size must be positive");
-    NEED(c->n_vocab > 0, "vocabulary size must be positive");
-    NEED(c->context_length > 0, "context length must be positive");
-    NEED(c->sliding_window >= 0 && c->sliding_pattern >= 0, "negative sliding window or pattern");
-    NEED(c->norm_eps > 0.0f && isfinite(c->norm_eps), "RMSNorm epsilon must be positive");
-    NEED(c->rope_base_global > 0.0f && c->rope_base_local > 0.0f, "RoPE bases must be positive");
-    NEED(c->rope_scale_global > 0.0f, "RoPE scale factor must be positive");
-    NEED(isfinite(c->query_scale) && c->query_scale > 0.0f, "query scale must be positive");
-    NEED(c->attn_softcap >= 0.0f && c->final_softcap >= 0.0f, "negative soft-cap");
-    NEED(isfinite(c->embed_scale) && c->embed_scale > 0.0f, "embedding scale must be positive");
-#undef NEED
-    return GM_OK;
 }
 
 static gm_status find(const gm_model *m, const char *name, bool required, const gm_tensor **out,
@@ -156,14 +113,14 @@ gm_status gm_model_load_norm(gm_model *m, const char *name, int n, bool required
     return GM_OK;
 }
 
-/* Layer il's facts: Gemma 1/2/3's uniform rules, Gemma 3n's KV sharing, or Gemma 4's per-layer keys. */
+/* Layer il's facts: the uniform rules, then what the family says per layer (3n's KV sharing, 4's geometry),
+ * checked against the limits. */
 static gm_status layer_facts(gm_model *m, int il, gm_error *err) {
     const gm_config *c = &m->cfg;
     gm_layer *L = &m->layers[il];
     L->lc = gm_layer_config_uniform(c, il);
-    if (gm_is_gemma3n(c)) L->lc.kv_source = gm_3n_kv_source(m->src, c, il); /* K/V still stored: llama.cpp requires them */
-    gm_status st = gm_is_gemma4(c) ? gm_4_layer_config(m->src, c, il, &L->lc, err) : GM_OK;
-    return st ? st : check_layer(&L->lc, il, gm_source_path(m->src), err);
+    gm_status st = c->family->layer_config ? c->family->layer_config(m->src, c, il, &L->lc, err) : GM_OK;
+    return st ? st : gm_config_check_layer(&L->lc, il, gm_source_path(m->src), err);
 }
 
 static gm_status load_layer(gm_model *m, int il, float **store, gm_error *err) {
@@ -173,9 +130,9 @@ static gm_status load_layer(gm_model *m, int il, float **store, gm_error *err) {
     gm_status st;
     const int64_t d = c->d_model, qd = (int64_t)lc->n_heads * lc->head_dim,
                   kvd = (int64_t)lc->n_kv_heads * lc->head_dim, ff = lc->d_ff;
-    /* Gemma 4: layers reading another layer's K/V may omit attn_k / attn_v / attn_k_norm, and a layer without
-     * attn_v takes V from the K projection */
-    const bool g4 = gm_is_gemma4(c), own_kv = lc->kv_source == il;
+    /* a family may let layers that read another layer's K/V omit attn_k / attn_v / attn_k_norm, and a layer
+     * without attn_v take V from the K projection (Gemma 4) */
+    const bool opt_kv = c->family->rules.kv_tensors_optional, own_kv = lc->kv_source == il;
     char name[96];
 #define PRESENT(suffix) (snprintf(name, sizeof name, "blk.%d." suffix ".weight", il), gm_source_tensor(m->src, name) != NULL)
 #define MAT(field, suffix, cols, rows)                                             \
@@ -186,8 +143,8 @@ static gm_status load_layer(gm_model *m, int il, float **store, gm_error *err) {
     if ((st = gm_model_load_norm(m, name, n, req, *store, &L->field, err))) return st;      \
     if (L->field) *store += (n);
     MAT(wq, "attn_q", d, qd)
-    if (!g4 || own_kv || PRESENT("attn_k")) { MAT(wk, "attn_k", d, kvd) }
-    if (!g4 || PRESENT("attn_v")) { MAT(wv, "attn_v", d, kvd) }
+    if (!opt_kv || own_kv || PRESENT("attn_k")) { MAT(wk, "attn_k", d, kvd) }
+    if (!opt_kv || PRESENT("attn_v")) { MAT(wv, "attn_v", d, kvd) }
     else L->v_from_k = own_kv;
     MAT(wo, "attn_output", qd, d)
     MAT(gate, "ffn_gate", d, ff)
@@ -198,7 +155,7 @@ static gm_status load_layer(gm_model *m, int il, float **store, gm_error *err) {
     NORM(post_attn_norm, "post_attention_norm", (int)d, c->has_post_norms)
     NORM(post_ffn_norm, "post_ffw_norm", (int)d, c->has_post_norms)
     NORM(q_norm, "attn_q_norm", lc->head_dim, c->has_qk_norm)
-    NORM(k_norm, "attn_k_norm", lc->head_dim, c->has_qk_norm && (!g4 || own_kv))
+    NORM(k_norm, "attn_k_norm", lc->head_dim, c->has_qk_norm && (!opt_kv || own_kv))
 #undef MAT
 #undef NORM
 #undef PRESENT
@@ -206,7 +163,8 @@ static gm_status load_layer(gm_model *m, int il, float **store, gm_error *err) {
     if (!c->has_qk_norm) L->q_norm = L->k_norm = NULL;
     float *inv = *store;
     gm_rope_inv_freq(inv, lc->rope_dims, lc->rope_base, 1.0 / lc->rope_scale);
-    if (g4 && !lc->window && (st = gm_4_rope_factors(m, inv, lc->rope_dims / 2, err))) return st;
+    if (!lc->window && c->family->rope_factors && (st = c->family->rope_factors(m, inv, lc->rope_dims / 2, err)))
+        return st;
     L->inv_freq = inv;
     *store += lc->rope_dims / 2;
     return GM_OK;
@@ -241,9 +199,7 @@ static gm_status load_weights(gm_model *m, gm_error *err) {
         return st;
     for (int il = 0; il < c->n_layers; il++)
         if ((st = load_layer(m, il, &store, err))) return st;
-    if (gm_is_gemma3n(c)) return gm_3n_load(m, err);
-    if (gm_is_gemma4(c)) return gm_4_load(m, err);
-    return GM_OK;
+    return c->family->load ? c->family->load(m, err) : GM_OK;
 }
 
 /* Packed copies of layer matrices for the active ISA level's kernels (kernels/pack.h); the file bytes
@@ -411,8 +367,7 @@ void gm_model_free(gm_model *m) {
     gm_source_close(m->src);
     free(m->layers);
     free(m->f32_store);
-    gm_3n_free(m->g3n);
-    gm_4_free(m->g4);
+    if (m->cfg.family && m->cfg.family->unload) m->cfg.family->unload(m);
     if (m->packed_store) munmap(m->packed_store, m->packed_bytes);
     free(m);
 }
@@ -426,8 +381,7 @@ gm_status gm_model_open(const char *path, const gm_model_options *opt, gm_model 
     gm_model *m = calloc(1, sizeof *m);
     if (!m) return gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", path);
     gm_status st = gm_source_open(path, opt ? opt->keep_mtp : false, &m->src, err);
-    if (!st) st = gm_config_load(m->src, &m->cfg, err);
-    if (!st) st = check_config(&m->cfg, path, err);
+    if (!st) st = gm_config_load(m->src, &m->cfg, err); /* checked there, against model/limits.h */
     if (!st) st = load_weights(m, err);
     if (!st) st = pack_weights(m, opt ? opt->repack : GM_REPACK_DEFAULT, err);
     if (!st) bind_kernels(m);

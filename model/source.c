@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "formats/safetensors.h"
+#include "model/family.h"
 
 #define GM_MAX_CONFIG_JSON (16ll * 1024 * 1024)
 
@@ -125,7 +126,7 @@ static const char *text_name(const char *n) {
 
 /* Per-layer HF suffix -> GGUF suffix. Gemma 1's post_attention_layernorm is its pre-FFN norm;
  * Gemma 2/3 have a real post-attention norm and call the pre-FFN one pre_feedforward_layernorm. */
-static const char *layer_suffix(const char *hf, int generation) {
+static const char *layer_suffix(const char *hf, bool gemma1_names) {
     static const char *const map[][2] = {
         {"input_layernorm.weight", "attn_norm.weight"},
         {"self_attn.q_proj.weight", "attn_q.weight"},
@@ -164,14 +165,14 @@ static const char *layer_suffix(const char *hf, int generation) {
         {"post_feedforward_layernorm_2.weight", "post_ffw_norm_2.weight"},
     };
     if (!strcmp(hf, "post_attention_layernorm.weight"))
-        return generation == 1 ? "ffn_norm.weight" : "post_attention_norm.weight";
+        return gemma1_names ? "ffn_norm.weight" : "post_attention_norm.weight";
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (!strcmp(hf, map[i][0])) return map[i][1];
     return NULL;
 }
 
 /* GGUF name for a text-model HF name (malloc'd); unknown tensors keep their HF name. */
-static char *gguf_name(const char *n, int generation) {
+static char *gguf_name(const char *n, bool gemma1_names) {
     if (!strcmp(n, "model.embed_tokens.weight")) return strdup("token_embd.weight");
     if (!strcmp(n, "model.norm.weight")) return strdup("output_norm.weight");
     if (!strcmp(n, "lm_head.weight")) return strdup("output.weight");
@@ -199,7 +200,7 @@ static char *gguf_name(const char *n, int generation) {
     }
     int layer = -1, used = 0;
     if (sscanf(n, "model.layers.%d.%n", &layer, &used) == 1 && used > 0 && layer >= 0) {
-        const char *suf = layer_suffix(n + used, generation);
+        const char *suf = layer_suffix(n + used, gemma1_names);
         if (suf) {
             char buf[256];
             snprintf(buf, sizeof buf, "blk.%d.%s", layer, suf);
@@ -237,16 +238,16 @@ static gm_status load_config(gm_source *s, gm_error *err) {
     return st;
 }
 
-/* Generation from config.json's model_type, used only to pick the norm naming. */
-static int hf_generation(const cJSON *cfg) {
+/* Whether the family of config.json's model_type names its norms as Gemma 1 (unknown types: as Gemma 2 on;
+ * gm_config_load refuses them later). */
+static bool hf_gemma1_names(const cJSON *cfg) {
     const cJSON *tc = cJSON_GetObjectItemCaseSensitive(cfg, "text_config");
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(cJSON_IsObject(tc) ? tc : cfg, "model_type");
-    if (cJSON_IsString(mt) && !strcmp(mt->valuestring, "gemma")) return 1;
-    if (cJSON_IsString(mt) && !strcmp(mt->valuestring, "gemma2")) return 2;
-    return 3;
+    const gm_family *f = cJSON_IsString(mt) ? gm_family_by_hf_type(mt->valuestring) : NULL;
+    return f && f->rules.hf_gemma1_names;
 }
 
-static gm_status hf_tensor(gm_source *s, const st_set *set, const st_tensor *t, const char *text, int generation,
+static gm_status hf_tensor(gm_source *s, const st_set *set, const st_tensor *t, const char *text, bool gemma1_names,
                            gm_error *err) {
     const char *file = st_set_file_of(set, t);
     int type;
@@ -256,7 +257,7 @@ static gm_status hf_tensor(gm_source *s, const st_set *set, const st_tensor *t, 
         return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: tensor '%s' has %d dimensions (at most 4)", file, t->name,
                        t->n_dims);
     gm_tensor *o = &s->tensors[s->n_tensors];
-    o->name = gguf_name(text, generation);
+    o->name = gguf_name(text, gemma1_names);
     if (!o->name) return gm_fail(err, GM_ERR_NOMEM, "out of memory");
     s->n_tensors++;
     o->orig_name = t->name;
@@ -311,7 +312,7 @@ static gm_status open_dense_modules(gm_source *s, gm_error *err) {
         if (st_set_find(s->dense[k], "linear.bias"))
             return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: a dense module with a bias is not supported", path);
         snprintf(name, sizeof name, "dense_%d.weight", k + 2);
-        if ((st = hf_tensor(s, s->dense[k], w, name, 3, err))) return st;
+        if ((st = hf_tensor(s, s->dense[k], w, name, false, err))) return st;
     }
     return GM_OK;
 }
@@ -319,14 +320,14 @@ static gm_status open_dense_modules(gm_source *s, gm_error *err) {
 static gm_status open_hf(gm_source *s, const char *st_path, gm_error *err) {
     gm_status st = load_config(s, err);
     if (st || (st = st_set_open(st_path, &s->st, err))) return st;
-    int generation = hf_generation(s->hf_config);
+    const bool gemma1_names = hf_gemma1_names(s->hf_config);
     s->tensors = calloc((size_t)s->st->n_tensors + 2, sizeof *s->tensors); /* + the dense modules */
     if (!s->tensors) return gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", s->path);
     for (uint64_t i = 0; i < s->st->n_tensors; i++) {
         const st_tensor *t = s->st->tensors[i];
         const char *text = text_name(t->name);
         if (!text) continue; /* vision tower, projector, ... */
-        if ((st = hf_tensor(s, s->st, t, text, generation, err))) return st;
+        if ((st = hf_tensor(s, s->st, t, text, gemma1_names, err))) return st;
     }
     if ((st = open_dense_modules(s, err))) return st;
     qsort(s->tensors, (size_t)s->n_tensors, sizeof *s->tensors, cmp_order);

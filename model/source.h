@@ -55,10 +55,17 @@ const gm_tensor *gm_source_tensor(const gm_source *s, const char *name); /* NULL
 gm_status gm_source_describe(const gm_source *s, const gm_config *cfg, const char *cfg_error, bool json,
                              void *FILE_stream, gm_error *err);
 
-/* model/config.c: every architectural fact from the source's metadata or config.json plus the
- * documented per-generation rules. Unknown / unsupported architectures get GM_ERR_UNSUPPORTED
- * with a message naming what is missing. */
+/* model/config.c: every architectural fact from the source's metadata or config.json plus the rules of
+ * the file's family (model/family.h; out->family is its row). Unknown / unsupported architectures get
+ * GM_ERR_UNSUPPORTED with a message naming what is missing. */
 gm_status gm_config_load(const gm_source *s, gm_config *out, gm_error *err);
+
+/* The one validator (model/config.c) of the numbers against model/limits.h: a whole config (gm_config_load
+ * runs it), one layer's facts (the loader runs it on each layer), and a layer count before a reader sizes
+ * anything by it. GM_ERR_FORMAT / GM_ERR_UNSUPPORTED with the path and what is wrong. */
+gm_status gm_config_check(const char *path, const gm_config *c, gm_error *err);
+gm_status gm_config_check_layer(const gm_layer_config *l, int il, const char *path, gm_error *err);
+gm_status gm_config_check_layer_count(const char *path, int n_layers, gm_error *err);
 
 /* A config number checked where it is read, so that the message names its key: it must be finite and,
  * by rule, > 0 or >= 0. An infinite RoPE base, soft-cap or epsilon passes a sign test but turns every

@@ -15,8 +15,6 @@
 
 #define NS GM_3N_STREAMS
 
-bool gm_is_gemma3n(const gm_config *c) { return c && !strcmp(c->arch, "gemma3n"); }
-
 /* ------------------------------------------------------------------ config */
 
 /* An optional unsigned key that llama.cpp ignores: when present it must equal the hard-coded value. */

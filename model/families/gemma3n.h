@@ -67,7 +67,6 @@ typedef struct gm_3n_weights {
     gm_3n_variant v;
 } gm_3n_weights;
 
-bool gm_is_gemma3n(const gm_config *c);
 /* The gemma3n keys of a GGUF on top of the generic ones already in c: window, RoPE bases, the layer
  * pattern (a repeating one), the hard-coded constants checked against the converter's keys. */
 gm_status gm_3n_config_gguf(const gguf_file *f, gm_config *c, gm_error *err);

@@ -1,6 +1,5 @@
 /* model/families/gemma4.c — Gemma 4's keys, per-layer facts, extra tensors and forward steps (see gemma4.h). */
 #include "model/families/gemma4.h"
-#include "model/limits.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -14,8 +13,6 @@
 #include "quant/quant.h"
 
 enum { GM_4_MAX_EXPERTS = 256 };
-
-bool gm_is_gemma4(const gm_config *c) { return c && !strcmp(c->arch, "gemma4"); }
 
 /* ------------------------------------------------------------------ keys */
 
@@ -174,7 +171,7 @@ gm_status gm_4_config_gguf(const gguf_file *f, gm_config *c, gm_error *err) {
         (st = key_int(f, "context_length", 8192, &c->context_length, err)))
         return st;
     const int L = c->n_layers;
-    if (L <= 0 || L > GM_MAX_LAYERS) return gm_fail(err, GM_ERR_FORMAT, "%s: layer count %d out of range", f->path, L);
+    if ((st = gm_config_check_layer_count(f->path, L, err))) return st;
     /* nominal sizes: layer 0's; every per-layer array is read (its length checked) here, once */
     for (int il = L - 1; il >= 0; il--) {
         bool sl;
@@ -265,8 +262,8 @@ static gm_status out_scale(gm_model *m, int il, float *out, gm_error *err) {
     return GM_OK;
 }
 
-void gm_4_layer_extras_of(const gm_source *src, const gm_layer_config *l, int il, gm_4_layer_extras *out) {
-    *out = (gm_4_layer_extras){.rotated_pairs = -1, .out_scale = 1.0f};
+void gm_4_layer_extras_of(const gm_source *src, const gm_layer_config *l, int il, gm_layer_extras *out) {
+    *out = (gm_layer_extras){.rotated_pairs = -1, .out_scale = 1.0f};
     char name[96];
     snprintf(name, sizeof name, "blk.%d.attn_v.weight", il);
     out->v_from_k = l->kv_source == il && !gm_source_tensor(src, name);

@@ -36,6 +36,7 @@
 #include "kernels/matmul.h"
 #include "kernels/threadpool.h"
 #include "runtime/backend.h"
+#include "model/family.h"
 #include "model/source.h"
 
 typedef struct gm_model gm_model;
@@ -66,20 +67,13 @@ typedef struct gm_4_weights {
     float *store;
 } gm_4_weights;
 
-bool gm_is_gemma4(const gm_config *c);
 /* Every gemma4 key of a GGUF (after general.architecture): global sizes (layer 0's where per layer), window,
  * soft-cap, and the checks of the per-layer arrays and the KV-sharing split. */
 gm_status gm_4_config_gguf(const gguf_file *f, gm_config *c, gm_error *err);
 /* Layer il's facts from the file (head sizes, heads, KV heads, FFN width, window, RoPE, KV source). */
 gm_status gm_4_layer_config(const gm_source *src, const gm_config *c, int il, gm_layer_config *out, gm_error *err);
 /* What `gemma inspect` shows of a layer beyond gm_layer_config, from the file's tensors. */
-typedef struct gm_4_layer_extras {
-    int rotated_pairs; /* pairs that RoPE rotates (rope_freqs factor < 1e20 on full layers); -1: all of rope_dims */
-    bool v_from_k;     /* no attn_v: V is the raw K projection */
-    float out_scale;   /* layer_output_scale (1 when absent) */
-    int n_expert, n_expert_used, ff_exp; /* mixture-of-experts layers (router present); 0 otherwise */
-} gm_4_layer_extras;
-void gm_4_layer_extras_of(const gm_source *src, const gm_layer_config *l, int il, gm_4_layer_extras *out);
+void gm_4_layer_extras_of(const gm_source *src, const gm_layer_config *l, int il, gm_layer_extras *out);
 /* model/families/gemma4_hf.c: the same facts from an HF folder's config.json (Gemma4TextConfig names; see there). */
 gm_status gm_4_config_hf(const gm_source *src, gm_config *c, gm_error *err);
 gm_status gm_4_layer_config_hf(const gm_source *src, const gm_config *c, int il, gm_layer_config *out, gm_error *err);

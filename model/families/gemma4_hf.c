@@ -23,7 +23,6 @@
 
 #include "core/error.h"
 #include "model/families/gemma4.h"
-#include "model/limits.h"
 
 
 static const cJSON *text_cfg(const gm_source *src) {
@@ -195,7 +194,7 @@ gm_status gm_4_config_hf(const gm_source *src, gm_config *c, gm_error *err) {
         (st = j_num(cfg, "final_logit_softcapping", 0.0, &cap, file, err)))
         return st;
     const int L = c->n_layers;
-    if (L <= 0 || L > GM_MAX_LAYERS) return gm_fail(err, GM_ERR_FORMAT, "%s: layer count %d out of range", file, L);
+    if ((st = gm_config_check_layer_count(file, L, err))) return st;
     if (c->sliding_window <= 0) return gm_fail(err, GM_ERR_FORMAT, "%s: \"sliding_window\" must be positive", file);
     c->norm_eps = (float)eps;
     c->final_softcap = (float)cap;
