@@ -17,6 +17,7 @@
 #include "model/source.h"
 
 typedef struct gm_model gm_model;
+struct gm_forward_hooks; /* runtime/forward.h */
 
 /* The rules the generic readers and the loader follow (docs/model-files.md, "Config rules"): facts the files do
  * not carry, or carry under keys whose defaults differ per family. */
@@ -76,6 +77,8 @@ typedef struct gm_family {
     gm_status (*load)(gm_model *m, gm_error *err); /* the family's weights beyond the Gemma block */
     void (*unload)(gm_model *m);                   /* frees what load made (also after a failed load) */
     void (*layer_extras)(const gm_source *s, const gm_layer_config *l, int il, gm_layer_extras *out); /* inspect */
+    /* The forward pass: what the family adds at named points of the layer (NULL: the plain Gemma block). */
+    const struct gm_forward_hooks *forward;
 } gm_family;
 
 /* The row whose gguf_archs / hf_types hold name; NULL for an unknown name (the caller says which are known). */

@@ -22,8 +22,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "model/families/gemma3n.h"
-#include "model/families/gemma4.h"
+#include "model/family.h"
 
 enum { LOGIT_ROWS = 16 };
 
@@ -47,9 +46,14 @@ struct gm_forward {
     int n_rope, *rope_of; /* per layer: its kind */
     int *lrows;           /* rows of a chunk that want logits (or their hidden state) */
     float *lbuf;          /* LOGIT_ROWS x n_vocab host floats, allocated on the first pass with logits */
-    gm_3n_state *g3n;     /* Gemma 3n's streams, NULL for other models */
-    gm_4_state *g4;       /* Gemma 4's per-layer inputs, NULL for other models */
+    const gm_forward_hooks *hk; /* the family's additions (never NULL: a table of NULLs for plain Gemma) */
+    void *hs;                   /* their state */
 };
+
+static const gm_forward_hooks no_hooks;
+
+/* A hook at a named point of the pass: skipped when the family has none there. */
+#define HOOK(f, point, ...) ((f)->hk->point ? (f)->hk->point((f)->hs, __VA_ARGS__) : GM_OK)
 
 void gm_forward_free(gm_forward *f) {
     if (!f) return;
@@ -57,8 +61,7 @@ void gm_forward_free(gm_forward *f) {
     free(f->rope_of);
     free(f->lrows);
     free(f->lbuf);
-    gm_3n_state_free(f->g3n);
-    gm_4_state_free(f->g4);
+    if (f->hs) f->hk->state_free(f->hs);
     free(f);
 }
 
@@ -116,20 +119,20 @@ gm_status gm_forward_new(const gm_model *m, const gm_kv_layout *lay, gm_backend 
     *out = NULL;
     if (!m || !be || max_batch <= 0 || max_ctx <= 0)
         return gm_fail(err, GM_ERR_ARG, "forward: bad arguments (batch %d, context %d)", max_batch, max_ctx);
-    if ((m->g3n || m->g4) && !be->ops->host_memory)
+    const gm_forward_hooks *hk = m->cfg.family && m->cfg.family->forward ? m->cfg.family->forward : &no_hooks;
+    if (hk != &no_hooks && !be->ops->host_memory)
         return gm_fail(err, GM_ERR_UNSUPPORTED, "forward: the %s backend cannot run %s (its hooks need host memory)",
                        be->ops->name, m->cfg.arch);
     gm_forward *f = calloc(1, sizeof *f);
     if (!f) return gm_fail(err, GM_ERR_NOMEM, "forward: out of memory");
-    f->m = m, f->lay = lay, f->be = be, f->ops = be->ops;
+    f->m = m, f->lay = lay, f->be = be, f->ops = be->ops, f->hk = hk;
     f->max_batch = max_batch, f->max_ctx = max_ctx;
     f->mx = gm_model_layer_max(m);
     f->lrows = malloc((size_t)max_batch * sizeof *f->lrows);
     gm_status st = f->lrows ? GM_OK : gm_fail(err, GM_ERR_NOMEM, "forward: out of memory");
     if (!st) st = find_rope_kinds(f, err);
     if (!st) st = alloc_rows(f, err);
-    if (!st && m->g3n) st = gm_3n_state_new(m, max_batch, be, &f->g3n, err);
-    if (!st && m->g4) st = gm_4_state_new(m, max_batch, be, &f->g4, err);
+    if (!st && hk->state_new) st = hk->state_new(m, max_batch, be, &f->hs, err);
     if (st) {
         gm_forward_free(f);
         return st;
@@ -167,9 +170,9 @@ static gm_status layer_forward(gm_forward *f, int il, const gm_fwd_row *rows, in
     const size_t nd = (size_t)n * d;
     gm_status st;
 
-    if (f->g3n) gm_3n_predict(f->g3n, il, f->x, n); /* x = the active prediction */
+    if ((st = HOOK(f, layer_begin, il, f->x, n))) return st; /* 3n: x = the active prediction */
     ops->rmsnorm(be, f->xn, f->x, L->attn_norm, n, d, c->norm_eps, NULL);
-    if (f->g3n && (st = gm_3n_laurel(f->g3n, il, f->xn, n))) return st;
+    if ((st = HOOK(f, attn_input, il, f->xn, n))) return st; /* 3n: LAuReL */
     {
         const bool own_kv = L->lc.kv_source == il;
         const gm_matrix *W[3] = {&L->wq, &L->wk, &L->wv};
@@ -187,7 +190,7 @@ static gm_status layer_forward(gm_forward *f, int il, const gm_fwd_row *rows, in
     if ((st = ops->matmul(be, Wo, &f->o, 1, f->att, n))) return st;
     if (L->post_attn_norm) ops->rmsnorm(be, f->o, f->o, L->post_attn_norm, n, d, c->norm_eps, NULL);
     ops->add(be, f->x, f->o, nd);
-    if (f->g3n) gm_3n_attn_residual(f->g3n, f->x, n); /* x = (x + LAuReL) / sqrt 2 */
+    if ((st = HOOK(f, attn_residual, il, f->x, n))) return st; /* 3n: x = (x + LAuReL) / sqrt 2 */
 
     ops->rmsnorm(be, f->xn, f->x, L->ffn_norm, n, d, c->norm_eps, NULL);
     {
@@ -195,15 +198,14 @@ static gm_status layer_forward(gm_forward *f, int il, const gm_fwd_row *rows, in
         float *const y[2] = {f->gate, f->up};
         if ((st = ops->matmul(be, W, y, 2, f->xn, n))) return st;
     }
-    if (f->g3n) gm_3n_sparsify(f->g3n, il, f->gate, n, ff);
+    if ((st = HOOK(f, ffn_gate, il, f->gate, n, ff))) return st; /* 3n: activation sparsity */
     ops->geglu(be, f->gate, f->up, n, ff);
     const gm_matrix *Wd[1] = {&L->down};
     if ((st = ops->matmul(be, Wd, &f->o, 1, f->gate, n))) return st;
-    if (f->g4 && (st = gm_4_moe(f->g4, il, f->x, f->o, n))) return st; /* Gemma 4 MoE layers: o += experts */
+    if ((st = HOOK(f, ffn_output, il, f->x, f->o, n))) return st; /* 4: mixture-of-experts layers */
     if (L->post_ffn_norm) ops->rmsnorm(be, f->o, f->o, L->post_ffn_norm, n, d, c->norm_eps, NULL);
     ops->add(be, f->x, f->o, nd);
-    if (f->g3n && (st = gm_3n_correct(f->g3n, il, f->x, n))) return st; /* the new streams */
-    if (f->g4 && (st = gm_4_layer_end(f->g4, il, f->x, n))) return st;  /* per-layer input, output scale */
+    if ((st = HOOK(f, layer_end, il, f->x, n))) return st; /* 3n: the new streams; 4: per-layer input, scale */
     return GM_OK;
 }
 
@@ -255,8 +257,7 @@ static gm_status chunk_forward(gm_forward *f, const gm_fwd_batch *b, int off, in
     const gm_fwd_row *rows = b->rows + off;
     gm_status st = f->ops->embed(f->be, f->x, rows, n);
     if (st) return st;
-    if (f->g3n && (st = gm_3n_begin(f->g3n, rows, f->x, n))) return st;
-    if (f->g4 && (st = gm_4_begin(f->g4, rows, f->x, n))) return st;
+    if ((st = HOOK(f, chunk_begin, rows, f->x, n))) return st; /* 3n: the streams; 3n, 4: per-layer inputs */
     for (int k = 0; k < f->n_rope; k++) f->ops->rope_prepare(f->be, k, f->rope[k].inv_freq, f->rope[k].dims, rows, n);
     const int tap = b->aux_row - off; /* the tapped row inside this chunk, if it is here */
     for (int il = 0; il < f->m->cfg.n_layers; il++) {
@@ -266,7 +267,7 @@ static gm_status chunk_forward(gm_forward *f, const gm_fwd_batch *b, int off, in
                     f->ops->read(f->be, b->aux_out + (size_t)a * d, f->x + (size_t)tap * d, (size_t)d);
         if ((st = layer_forward(f, il, rows, n, b))) return st;
     }
-    if (f->g3n && (st = gm_3n_end(f->g3n, f->x, n))) return st;
+    if ((st = HOOK(f, chunk_end, f->x, n))) return st; /* 3n: the streams merged */
     hidden_rows(f, rows, n);
     return logits_rows(f, b, rows, n, off);
 }

@@ -17,6 +17,23 @@
 
 typedef struct gm_forward gm_forward;
 
+/* What a family adds to the Gemma block, at named points of the forward pass (model/family.h's row points at
+ * its table; NULL entries are skipped). The state is the family's per-forward scratch; activations are host
+ * memory (gm_backend_ops.host_memory), x / xn / gate / o the chunk's n rows. */
+typedef struct gm_forward_hooks {
+    gm_status (*state_new)(const gm_model *m, int max_batch, gm_backend *be, void **state, gm_error *err);
+    void (*state_free)(void *state);
+    gm_status (*chunk_begin)(void *state, const gm_fwd_row *rows, const float *x, int n); /* x: the embeddings */
+    gm_status (*layer_begin)(void *state, int il, float *x, int n);          /* before the attention norm */
+    gm_status (*attn_input)(void *state, int il, const float *xn, int n);    /* the normed attention input */
+    gm_status (*attn_residual)(void *state, int il, float *x, int n);        /* after x += attention */
+    gm_status (*ffn_gate)(void *state, int il, float *gate, int n, int ff);  /* before GeGLU */
+    gm_status (*ffn_output)(void *state, int il, const float *x, float *o, int n); /* the FFN output before its
+                                                                                 post-norm; x: the residual */
+    gm_status (*layer_end)(void *state, int il, float *x, int n);            /* after x += FFN */
+    gm_status (*chunk_end)(void *state, float *x, int n);                    /* before the final norm */
+} gm_forward_hooks;
+
 /* be runs the ops (m, lay and be must outlive the forward); max_batch: rows per chunk; max_ctx: positions
  * per sequence. */
 gm_status gm_forward_new(const gm_model *m, const gm_kv_layout *lay, gm_backend *be, int max_batch, int max_ctx,

@@ -332,6 +332,9 @@ void gm_3n_free(gm_3n_weights *w) {
 
 /* ------------------------------------------------------------------ forward steps */
 
+typedef struct gm_3n_state gm_3n_state;
+static void gm_3n_state_free(gm_3n_state *s);
+
 struct gm_3n_state {
     const gm_model *m;
     gm_backend *be; /* runs the matmuls */
@@ -349,7 +352,8 @@ static float *stream(float *base, const gm_3n_state *s, int k, int i) {
     return base + ((size_t)k * (size_t)s->max_batch + (size_t)i) * (size_t)s->d;
 }
 
-gm_status gm_3n_state_new(const gm_model *m, int max_batch, gm_backend *be, gm_3n_state **out, gm_error *err) {
+/* be runs the matmuls; its activations are host memory (x, xn, gate of the hooks). */
+static gm_status gm_3n_state_new(const gm_model *m, int max_batch, gm_backend *be, gm_3n_state **out, gm_error *err) {
     *out = NULL;
     gm_3n_state *s = calloc(1, sizeof *s);
     if (!s) return gm_fail(err, GM_ERR_NOMEM, "forward: out of memory");
@@ -371,7 +375,7 @@ gm_status gm_3n_state_new(const gm_model *m, int max_batch, gm_backend *be, gm_3
     return GM_OK;
 }
 
-void gm_3n_state_free(gm_3n_state *s) {
+static void gm_3n_state_free(gm_3n_state *s) {
     if (!s) return;
     free(s->s);
     free(s->p);
@@ -395,7 +399,8 @@ static void rescale_to(float *y, int n, float target) {
     for (int i = 0; i < n; i++) y[i] = y[i] * target / have;
 }
 
-gm_status gm_3n_begin(gm_3n_state *s, const gm_fwd_row *rows, const float *x, int n) {
+/* Before layer 0: x holds the scaled embeddings of n rows. Per-layer inputs and the 4 streams. */
+static gm_status gm_3n_begin(gm_3n_state *s, const gm_fwd_row *rows, const float *x, int n) {
     const gm_3n_weights *w = s->m->g3n;
     const gm_config *c = &s->m->cfg;
     const int d = s->d;
@@ -420,7 +425,8 @@ static void router(const gm_3n_state *s, const gm_3n_layer *L, const float *x, f
     for (int j = 0; j < NS; j++) r[j] = tanhf(gm_dot_f32(L->router + (size_t)j * d, tmp, d));
 }
 
-void gm_3n_predict(gm_3n_state *s, int il, float *x, int n) {
+/* Layer start: predictions from the streams; x = the active prediction p0. */
+static void gm_3n_predict(gm_3n_state *s, int il, float *x, int n) {
     const gm_3n_layer *L = &s->m->g3n->layers[il];
     const int d = s->d;
     for (int i = 0; i < n; i++) {
@@ -444,7 +450,8 @@ void gm_3n_predict(gm_3n_state *s, int il, float *x, int n) {
     }
 }
 
-gm_status gm_3n_laurel(gm_3n_state *s, int il, const float *xn, int n) {
+/* LAuReL of the normed input xn (kept until gm_3n_attn_residual). */
+static gm_status gm_3n_laurel(gm_3n_state *s, int il, const float *xn, int n) {
     const gm_3n_layer *L = &s->m->g3n->layers[il];
     const int d = s->d;
     gm_status st;
@@ -459,13 +466,15 @@ gm_status gm_3n_laurel(gm_3n_state *s, int il, const float *xn, int n) {
     return GM_OK;
 }
 
-void gm_3n_attn_residual(gm_3n_state *s, float *x, int n) {
+/* x holds p0 + attention: x = (x + lau) / sqrt 2. */
+static void gm_3n_attn_residual(gm_3n_state *s, float *x, int n) {
     const size_t nd = (size_t)n * (size_t)s->d;
     gm_add(x, s->lau, (int)nd);
     gm_scale(x, (int)nd, 1.0f / sqrtf(2.0f));
 }
 
-void gm_3n_sparsify(const gm_3n_state *s, int il, float *gate, int n, int ff) {
+/* Activation sparsity of n rows of ff gate values (GGUF: layers < GM_3N_SPARSE_LAYERS; HF: by the config). */
+static void gm_3n_sparsify(const gm_3n_state *s, int il, float *gate, int n, int ff) {
     const gm_3n_variant *v = &s->m->g3n->v;
     const float mul = v->sparsity[il]; /* the standard normal's quantile of the target sparsity (0.95) */
     if (mul == 0.0f) return;
@@ -483,7 +492,8 @@ void gm_3n_sparsify(const gm_3n_state *s, int il, float *gate, int n, int ff) {
     }
 }
 
-gm_status gm_3n_correct(gm_3n_state *s, int il, const float *y, int n) {
+/* Layer end: y (x) corrects the predictions into the new streams, plus the per-layer input. */
+static gm_status gm_3n_correct(gm_3n_state *s, int il, const float *y, int n) {
     const gm_3n_layer *L = &s->m->g3n->layers[il];
     const gm_config *c = &s->m->cfg;
     const int d = s->d, P = GM_3N_PLE;
@@ -519,7 +529,8 @@ gm_status gm_3n_correct(gm_3n_state *s, int il, const float *y, int n) {
     return GM_OK;
 }
 
-gm_status gm_3n_end(gm_3n_state *s, float *x, int n) {
+/* After the last layer: x = the mean of stream 0 and the unembedded streams 1..3. */
+static gm_status gm_3n_end(gm_3n_state *s, float *x, int n) {
     const gm_3n_weights *w = s->m->g3n;
     const int d = s->d;
     /* streams 1..3 unembedded into p (free now), rescaled to stream 0's norm */
@@ -537,3 +548,42 @@ gm_status gm_3n_end(gm_3n_state *s, float *x, int n) {
     }
     return GM_OK;
 }
+
+/* ------------------------------------------------------------------ the hooks of the forward pass */
+
+static gm_status hk_new(const gm_model *m, int max_batch, gm_backend *be, void **state, gm_error *err) {
+    gm_3n_state *s = NULL;
+    gm_status st = gm_3n_state_new(m, max_batch, be, &s, err);
+    *state = s;
+    return st;
+}
+static void hk_free(void *s) { gm_3n_state_free(s); }
+static gm_status hk_begin(void *s, const gm_fwd_row *rows, const float *x, int n) { return gm_3n_begin(s, rows, x, n); }
+static gm_status hk_predict(void *s, int il, float *x, int n) {
+    gm_3n_predict(s, il, x, n);
+    return GM_OK;
+}
+static gm_status hk_laurel(void *s, int il, const float *xn, int n) { return gm_3n_laurel(s, il, xn, n); }
+static gm_status hk_attn_residual(void *s, int il, float *x, int n) {
+    (void)il;
+    gm_3n_attn_residual(s, x, n);
+    return GM_OK;
+}
+static gm_status hk_sparsify(void *s, int il, float *gate, int n, int ff) {
+    gm_3n_sparsify(s, il, gate, n, ff);
+    return GM_OK;
+}
+static gm_status hk_correct(void *s, int il, float *x, int n) { return gm_3n_correct(s, il, x, n); }
+static gm_status hk_end(void *s, float *x, int n) { return gm_3n_end(s, x, n); }
+
+const gm_forward_hooks gm_3n_forward_hooks = {
+    .state_new = hk_new,
+    .state_free = hk_free,
+    .chunk_begin = hk_begin,
+    .layer_begin = hk_predict,
+    .attn_input = hk_laurel,
+    .attn_residual = hk_attn_residual,
+    .ffn_gate = hk_sparsify,
+    .layer_end = hk_correct,
+    .chunk_end = hk_end,
+};

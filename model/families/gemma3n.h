@@ -26,6 +26,7 @@
 #include "kernels/matmul.h"
 #include "kernels/threadpool.h"
 #include "runtime/backend.h"
+#include "runtime/forward.h"
 #include "model/source.h"
 
 /* llama.cpp hard-codes these for gemma3n (the converter's keys are ignored there; we check them). */
@@ -78,25 +79,8 @@ int gm_3n_kv_source(const gm_source *src, const gm_config *c, int il);
 gm_status gm_3n_load(gm_model *m, gm_error *err);
 void gm_3n_free(gm_3n_weights *w);
 
-/* ---- the forward pass's 3n state: 4 streams and 4 predictions of d per row, per-layer inputs, scratch */
-typedef struct gm_3n_state gm_3n_state;
-
-/* be runs the matmuls; its activations are host memory (x, xn, gate below). */
-gm_status gm_3n_state_new(const gm_model *m, int max_batch, gm_backend *be, gm_3n_state **out, gm_error *err);
-void gm_3n_state_free(gm_3n_state *s);
-/* Before layer 0: x holds the scaled embeddings of n rows. Per-layer inputs and the 4 streams. */
-gm_status gm_3n_begin(gm_3n_state *s, const gm_fwd_row *rows, const float *x, int n);
-/* Layer start: predictions from the streams; x = the active prediction p0. */
-void gm_3n_predict(gm_3n_state *s, int il, float *x, int n);
-/* LAuReL of the normed input xn (kept until gm_3n_attn_residual). */
-gm_status gm_3n_laurel(gm_3n_state *s, int il, const float *xn, int n);
-/* x holds p0 + attention: x = (x + lau) / sqrt 2. */
-void gm_3n_attn_residual(gm_3n_state *s, float *x, int n);
-/* Activation sparsity of n rows of ff gate values (GGUF: layers < GM_3N_SPARSE_LAYERS; HF: by the config). */
-void gm_3n_sparsify(const gm_3n_state *s, int il, float *gate, int n, int ff);
-/* Layer end: y (x) corrects the predictions into the new streams, plus the per-layer input. */
-gm_status gm_3n_correct(gm_3n_state *s, int il, const float *y, int n);
-/* After the last layer: x = the mean of stream 0 and the unembedded streams 1..3. */
-gm_status gm_3n_end(gm_3n_state *s, float *x, int n);
+/* ---- the forward pass: 4 streams and 4 predictions of d per row, per-layer inputs (model/families/gemma3n.c) */
+/* The table the family row hands the forward pass (runtime/forward.h). */
+extern const gm_forward_hooks gm_3n_forward_hooks;
 
 #endif

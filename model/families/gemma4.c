@@ -462,6 +462,9 @@ void gm_4_free(gm_4_weights *w) {
 
 /* ------------------------------------------------------------------ forward steps */
 
+typedef struct gm_4_state gm_4_state;
+static void gm_4_state_free(gm_4_state *s);
+
 struct gm_4_state {
     const gm_model *m;
     gm_backend *be; /* runs the matmuls and GeGLU */
@@ -474,7 +477,8 @@ struct gm_4_state {
     int *sel, *rows, *slot; /* rows, slot: the rows routed to one expert and which of their K slots */
 };
 
-gm_status gm_4_state_new(const gm_model *m, int max_batch, gm_backend *be, gm_4_state **out, gm_error *err) {
+/* be runs the matmuls and GeGLU; its activations are host memory (x, a, o of the hooks). */
+static gm_status gm_4_state_new(const gm_model *m, int max_batch, gm_backend *be, gm_4_state **out, gm_error *err) {
     *out = NULL;
     gm_4_state *s = calloc(1, sizeof *s);
     if (!s) return gm_fail(err, GM_ERR_NOMEM, "forward: out of memory");
@@ -511,7 +515,7 @@ gm_status gm_4_state_new(const gm_model *m, int max_batch, gm_backend *be, gm_4_
     return GM_OK;
 }
 
-void gm_4_state_free(gm_4_state *s) {
+static void gm_4_state_free(gm_4_state *s) {
     if (!s) return;
     free(s->ple);
     free(s->t);
@@ -524,7 +528,8 @@ void gm_4_state_free(gm_4_state *s) {
     free(s);
 }
 
-gm_status gm_4_begin(gm_4_state *s, const gm_fwd_row *rows, const float *x, int n) {
+/* Before layer 0 (x: the n rows' scaled embeddings): the per-layer inputs. */
+static gm_status gm_4_begin(gm_4_state *s, const gm_fwd_row *rows, const float *x, int n) {
     const gm_4_weights *w = s->m->g4;
     const gm_config *c = &s->m->cfg;
     if (w->P == 0) return GM_OK;
@@ -532,7 +537,8 @@ gm_status gm_4_begin(gm_4_state *s, const gm_fwd_row *rows, const float *x, int 
                          s->ple, s->t, s->be);
 }
 
-gm_status gm_4_layer_end(gm_4_state *s, int il, float *x, int n) {
+/* After the FFN residual of layer il: the per-layer input, then the layer output scale. */
+static gm_status gm_4_layer_end(gm_4_state *s, int il, float *x, int n) {
     const gm_4_weights *w = s->m->g4;
     const gm_4_layer *l = &w->layers[il];
     const gm_config *c = &s->m->cfg;
@@ -569,7 +575,10 @@ static void route(const float *logits, int E, int K, int *sel, float *wt) {
     for (int k = 0; k < K; k++) wt[k] /= sum;
 }
 
-gm_status gm_4_moe(gm_4_state *s, int il, const float *a, float *o, int n) {
+/* MoE layers, after the dense FFN's down projection: o (n x d, the dense output) becomes
+ * RMS_post_ffw_norm_1(o) + RMS_post_ffw_norm_2(experts(a)); a: the n rows' attention residuals. A no-op on
+ * other layers. */
+static gm_status gm_4_moe(gm_4_state *s, int il, const float *a, float *o, int n) {
     const gm_4_weights *w = s->m->g4;
     const gm_4_layer *l = &w->layers[il];
     if (!l->moe) return GM_OK;
@@ -621,3 +630,24 @@ gm_status gm_4_moe(gm_4_state *s, int il, const float *a, float *o, int n) {
     }
     return GM_OK;
 }
+
+/* ------------------------------------------------------------------ the hooks of the forward pass */
+
+static gm_status hk_new(const gm_model *m, int max_batch, gm_backend *be, void **state, gm_error *err) {
+    gm_4_state *s = NULL;
+    gm_status st = gm_4_state_new(m, max_batch, be, &s, err);
+    *state = s;
+    return st;
+}
+static void hk_free(void *s) { gm_4_state_free(s); }
+static gm_status hk_begin(void *s, const gm_fwd_row *rows, const float *x, int n) { return gm_4_begin(s, rows, x, n); }
+static gm_status hk_moe(void *s, int il, const float *x, float *o, int n) { return gm_4_moe(s, il, x, o, n); }
+static gm_status hk_layer_end(void *s, int il, float *x, int n) { return gm_4_layer_end(s, il, x, n); }
+
+const gm_forward_hooks gm_4_forward_hooks = {
+    .state_new = hk_new,
+    .state_free = hk_free,
+    .chunk_begin = hk_begin,
+    .ffn_output = hk_moe,
+    .layer_end = hk_layer_end,
+};

@@ -36,6 +36,7 @@
 #include "kernels/matmul.h"
 #include "kernels/threadpool.h"
 #include "runtime/backend.h"
+#include "runtime/forward.h"
 #include "model/family.h"
 #include "model/source.h"
 
@@ -87,18 +88,8 @@ gm_status gm_4_rope_factors(const gm_model *m, float *inv_freq, int n, gm_error 
 gm_status gm_4_load(gm_model *m, gm_error *err);
 void gm_4_free(gm_4_weights *w);
 
-/* ---- forward steps */
-typedef struct gm_4_state gm_4_state;
-/* be runs the matmuls; its activations are host memory (x, a, o below). */
-gm_status gm_4_state_new(const gm_model *m, int max_batch, gm_backend *be, gm_4_state **out, gm_error *err);
-void gm_4_state_free(gm_4_state *s);
-/* Before layer 0 (x: the n rows' scaled embeddings): the per-layer inputs. */
-gm_status gm_4_begin(gm_4_state *s, const gm_fwd_row *rows, const float *x, int n);
-/* MoE layers, after the dense FFN's down projection: o (n x d, the dense output) becomes
- * RMS_post_ffw_norm_1(o) + RMS_post_ffw_norm_2(experts(a)); a: the n rows' attention residuals. A no-op on
- * other layers. */
-gm_status gm_4_moe(gm_4_state *s, int il, const float *a, float *o, int n);
-/* After the FFN residual of layer il: the per-layer input, then the layer output scale. */
-gm_status gm_4_layer_end(gm_4_state *s, int il, float *x, int n);
+/* ---- the forward pass: per-layer inputs, experts, output scales (model/families/gemma4.c) */
+/* The table the family row hands the forward pass (runtime/forward.h). */
+extern const gm_forward_hooks gm_4_forward_hooks;
 
 #endif
