@@ -324,8 +324,8 @@ static int spec_rows(gm_spec *sp, gm_row *rows) {
     gm_seq *q = sp->s;
     int r = 0;
     if (sp->have_base) memcpy(sp->logits, q->logits, (size_t)sp->V * sizeof *sp->logits);
-    else rows[r++] = (gm_row){q, q->tok[q->n_tok - 1], q->n_tok - 1, true};
-    for (int j = 0; j < sp->n_draft; j++) rows[r++] = (gm_row){q, sp->draft[j], q->n_tok + j, true};
+    else rows[r++] = (gm_row){.seq = q, .token = q->tok[q->n_tok - 1], .pos = q->n_tok - 1, .logits = true};
+    for (int j = 0; j < sp->n_draft; j++) rows[r++] = (gm_row){.seq = q, .token = sp->draft[j], .pos = q->n_tok + j, .logits = true};
     sp->st.passes += r > 0;
     sp->st.verify_passes += sp->n_draft > 0;
     return r;

@@ -404,13 +404,27 @@ gm_status gm_engine_step(gm_engine *e, gm_seq *const *seqs, int n, int max_rows,
 /* One forward call over explicit rows. Rows of one sequence must be its next positions in order
  * (pos == gm_seq_n_computed before the call, then +1 ...); a row at pos == length appends token to the
  * history, a row inside the history must carry the token already there. Rows with logits = true get
- * their logits in `logits`, one n_vocab row each, in row order (logits may be NULL when no row asks). */
+ * their logits in `logits`, one n_vocab row each, in row order (logits may be NULL when no row asks).
+ * The evaluation doors, per row, for any mix of sequences:
+ *   embed:  d_model floats fed to layer 0 instead of the token's embedding (no embedding scale applied): soft
+ *           prompts, image embeddings. The token still names the position in the history (a placeholder).
+ *           Keys and values from such a row are not a function of the tokens, so the sequence's blocks from
+ *           that position on never enter the prefix index (nor adopt from it).
+ *   hidden: d_model floats: the row's final-normed hidden state (what the LM head reads).
+ *   taps:   n x d_model floats: the input hidden state of each layer set by gm_engine_set_taps, in that order
+ *           (draft heads that read a model's middle layers). */
 typedef struct gm_row {
     gm_seq *seq;
     int32_t token;
     int pos;
     bool logits;
+    const float *embed;
+    float *hidden;
+    float *taps;
 } gm_row;
+/* The layers whose input hidden states rows with taps receive (n <= 64 of them, each in [0, n_layers); n 0:
+ * none). Copied. */
+gm_status gm_engine_set_taps(gm_engine *e, const int *layers, int n, gm_error *err);
 gm_status gm_engine_forward(gm_engine *e, const gm_row *rows, int n, float *logits, gm_error *err);
 
 /* Samples one token from s's logits with s's sampler (seeded from opt->seed on first use or when the

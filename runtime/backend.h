@@ -34,6 +34,7 @@ typedef struct gm_fwd_row {
     bool logits;             /* compute this row's logits: into logits_out, or to on_logits when NULL */
     float *logits_out;
     float *hidden_out;       /* NULL, or d floats: the row's final-normed hidden state (embedding models) */
+    float *taps;             /* NULL, or n_aux x d: the INPUT hidden state of each of the batch's aux_layers */
 } gm_fwd_row;
 
 typedef struct gm_fwd_batch {
@@ -51,10 +52,8 @@ typedef struct gm_fwd_batch {
     /* called with the logits of each asking row without logits_out (in row order; valid during the call) */
     void (*on_logits)(void *user, int row, const float *logits);
     void *user;
-    const int *aux_layers;   /* layers whose INPUT hidden state at row aux_row is recorded */
+    const int *aux_layers;   /* layers whose INPUT hidden state is recorded in the taps of rows that have them */
     int n_aux;
-    int aux_row;             /* -1: none */
-    float *aux_out;          /* n_aux x d */
 } gm_fwd_batch;
 
 /* One layer's attention over n rows: att[i] (n_heads x head_dim) from q[i] (RoPE and query scale applied)

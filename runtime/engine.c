@@ -295,7 +295,7 @@ static gm_status run_rows(gm_engine *e, int n, gm_fwd_batch *b, bool tainted, gm
     for (int i = 0; i < n; i++) {
         gm_seq *s = e->row_seq[i];
         s->n_kv = e->rows[i].pos + 1;
-        if (tainted && e->rows[i].pos < s->taint) s->taint = e->rows[i].pos;
+        if ((tainted || e->rows[i].embed) && e->rows[i].pos < s->taint) s->taint = e->rows[i].pos;
         if (i + 1 < n && e->row_seq[i + 1] == s) continue;
         /* the last row of s in this call: index its new full blocks, drop what its window no longer needs */
         const int full = (s->n_kv < s->taint ? s->n_kv : s->taint) / GM_KV_BLOCK;
@@ -354,7 +354,7 @@ gm_status gm_engine_eval_ex(gm_engine *e, gm_seq *s, const gm_eval_extras *x, gm
     s->logits_valid = false;
     while (s->n_kv < s->n_tok) {
         const int n = s->n_tok - s->n_kv < e->n_batch ? s->n_tok - s->n_kv : e->n_batch;
-        b.aux_row = -1;
+        bool tapped = false;
         for (int i = 0; i < n; i++) {
             const int pos = s->n_kv + i;
             const bool last = pos == s->n_tok - 1 && !x->hidden_out, all = x->all_logits && pos >= x->logits_from;
@@ -365,11 +365,10 @@ gm_status gm_engine_eval_ex(gm_engine *e, gm_seq *s, const gm_eval_extras *x, gm
                                       .logits_out = all ? (x->logits_out ? x->logits_out + (size_t)(pos - x->logits_from) * V : NULL)
                                                         : (last ? s->logits : NULL),
                                       .hidden_out = x->hidden_out ? x->hidden_out + (size_t)pos * d : NULL};
-            if (last && x->n_aux) b.aux_row = i;
+            if (last && x->n_aux) e->rows[i].taps = x->aux_out, tapped = true;
         }
-        b.aux_out = x->aux_out;
         if ((st = run_rows(e, n, &b, x->embeds || x->bias || x->bidirectional, err))) return st;
-        if (b.aux_row >= 0 && x->aux_taken) *x->aux_taken = true;
+        if (tapped && x->aux_taken) *x->aux_taken = true;
     }
     if (x->all_logits && x->logits_out && s->n_tok - 1 >= x->logits_from)
         memcpy(s->logits, x->logits_out + (size_t)(s->n_tok - 1 - x->logits_from) * V, (size_t)V * sizeof *s->logits);
@@ -409,7 +408,7 @@ static gm_status eval_call(gm_engine *e, gm_seq *const *seqs, int n, int max_row
         }
     *n_rows = k;
     if (k == 0) return GM_OK;
-    gm_fwd_batch b = {.aux_row = -1};
+    gm_fwd_batch b = {0};
     gm_status st = run_rows(e, k, &b, false, err);
     if (st) return st;
     for (int i = 0; i < k; i++)
@@ -462,6 +461,9 @@ gm_status gm_engine_forward(gm_engine *e, const gm_row *rows, int n, float *logi
         if (r->pos < r->seq->n_tok && r->seq->tok[r->pos] != r->token)
             return gm_fail(err, GM_ERR_ARG, "gm_engine_forward: row %d: token %d differs from the history's %d at %d", i,
                            (int)r->token, (int)r->seq->tok[r->pos], r->pos);
+        if (r->taps && e->n_taps == 0)
+            return gm_fail(err, GM_ERR_ARG, "gm_engine_forward: row %d asks for taps, but no layers are set "
+                           "(gm_engine_set_taps)", i);
         want += r->logits;
         gm_status st = ensure_logits(r->seq, err);
         if (st) return st;
@@ -472,7 +474,7 @@ gm_status gm_engine_forward(gm_engine *e, const gm_row *rows, int n, float *logi
         if (rows[i].pos == s->n_tok) s->tok[s->n_tok++] = rows[i].token;
         s->logits_valid = false;
     }
-    gm_fwd_batch b = {.aux_row = -1};
+    gm_fwd_batch b = {.aux_layers = e->tap_layers, .n_aux = e->n_taps};
     const size_t V = (size_t)e->c->n_vocab;
     int li = 0;
     for (int off = 0; off < n; off += e->n_batch) {
@@ -480,8 +482,9 @@ gm_status gm_engine_forward(gm_engine *e, const gm_row *rows, int n, float *logi
         for (int i = 0; i < k; i++) {
             const gm_row *r = &rows[off + i];
             e->row_seq[i] = r->seq;
-            e->rows[i] = (gm_fwd_row){.pos = r->pos, .token = r->token, .logits = r->logits,
-                                      .logits_out = r->logits ? logits + (size_t)li++ * V : NULL};
+            e->rows[i] = (gm_fwd_row){.pos = r->pos, .token = r->token, .embed = r->embed, .logits = r->logits,
+                                      .logits_out = r->logits ? logits + (size_t)li++ * V : NULL,
+                                      .hidden_out = r->hidden, .taps = r->taps};
         }
         gm_status st = run_rows(e, k, &b, false, err);
         if (st) return st;
@@ -493,5 +496,16 @@ gm_status gm_engine_forward(gm_engine *e, const gm_row *rows, int n, float *logi
             }
         }
     }
+    return GM_OK;
+}
+
+gm_status gm_engine_set_taps(gm_engine *e, const int *layers, int n, gm_error *err) {
+    if (!e || n < 0 || n > GM_ENGINE_MAX_TAPS || (n > 0 && !layers))
+        return gm_fail(err, GM_ERR_ARG, "gm_engine_set_taps: %d layers (at most %d)", n, GM_ENGINE_MAX_TAPS);
+    for (int i = 0; i < n; i++)
+        if (layers[i] < 0 || layers[i] >= e->c->n_layers)
+            return gm_fail(err, GM_ERR_ARG, "gm_engine_set_taps: layer %d is outside [0, %d)", layers[i], e->c->n_layers);
+    memcpy(e->tap_layers, layers, (size_t)n * sizeof *layers);
+    e->n_taps = n;
     return GM_OK;
 }

@@ -12,6 +12,8 @@
 #include "runtime/kvcache.h"
 #include "model/model.h"
 
+enum { GM_ENGINE_MAX_TAPS = 64 };
+
 struct gm_engine {
     const gm_model *m;
     const gm_config *c;
@@ -24,6 +26,8 @@ struct gm_engine {
     int n_seqs;            /* live sequences */
     gm_fwd_row *rows;      /* n_batch rows of scratch for eval */
     gm_seq **row_seq;      /* the sequence of each row */
+    int tap_layers[GM_ENGINE_MAX_TAPS]; /* gm_engine_set_taps */
+    int n_taps;
 };
 
 struct gm_seq {

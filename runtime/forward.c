@@ -259,12 +259,12 @@ static gm_status chunk_forward(gm_forward *f, const gm_fwd_batch *b, int off, in
     if (st) return st;
     if ((st = HOOK(f, chunk_begin, rows, f->x, n))) return st; /* 3n: the streams; 3n, 4: per-layer inputs */
     for (int k = 0; k < f->n_rope; k++) f->ops->rope_prepare(f->be, k, f->rope[k].inv_freq, f->rope[k].dims, rows, n);
-    const int tap = b->aux_row - off; /* the tapped row inside this chunk, if it is here */
     for (int il = 0; il < f->m->cfg.n_layers; il++) {
-        if (tap >= 0 && tap < n)
-            for (int a = 0; a < b->n_aux; a++)
-                if (b->aux_layers[a] == il)
-                    f->ops->read(f->be, b->aux_out + (size_t)a * d, f->x + (size_t)tap * d, (size_t)d);
+        for (int a = 0; a < b->n_aux; a++)
+            if (b->aux_layers[a] == il)
+                for (int i = 0; i < n; i++)
+                    if (rows[i].taps)
+                        f->ops->read(f->be, rows[i].taps + (size_t)a * d, f->x + (size_t)i * d, (size_t)d);
         if ((st = layer_forward(f, il, rows, n, b))) return st;
     }
     if ((st = HOOK(f, chunk_end, f->x, n))) return st; /* 3n: the streams merged */
@@ -302,7 +302,7 @@ static gm_status check_batch(const gm_forward *f, const gm_fwd_batch *b, gm_erro
                 return gm_fail(err, GM_ERR_ARG, "forward: bidirectional rows must be one sequence at positions 0..%d",
                                b->n - 1);
     }
-    if (b->n_aux > 0 && (!b->aux_layers || !b->aux_out)) return gm_fail(err, GM_ERR_ARG, "forward: aux taps without buffers");
+    if (b->n_aux > 0 && !b->aux_layers) return gm_fail(err, GM_ERR_ARG, "forward: aux taps without layers");
     return GM_OK;
 }
 

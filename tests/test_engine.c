@@ -237,7 +237,7 @@ TEST(verify_k_equals_decodes) {
     CHECK_OK(gm_seq_append(s, ids, 80, &err), &err);
     CHECK_OK(gm_engine_eval(e, &s, 1, &err), &err);
     gm_row rows[K];
-    for (int k = 0; k < K; k++) rows[k] = (gm_row){s, ids[80 + k], 80 + k, true};
+    for (int k = 0; k < K; k++) rows[k] = (gm_row){.seq = s, .token = ids[80 + k], .pos = 80 + k, .logits = true};
     CHECK_OK(gm_engine_forward(e, rows, K, got, &err), &err);
     for (int k = 0; k < K; k++)
         CHECK_MSG(memcmp(got + (size_t)k * V, ref + (size_t)k * V, (size_t)V * sizeof *got) == 0,
@@ -255,9 +255,9 @@ TEST(verify_k_equals_decodes) {
     CHECK_MSG(gm_seq_logits(s) && memcmp(gm_seq_logits(s), ref, (size_t)V * sizeof *ref) == 0,
               "rollback then continue differs from a fresh run");
     /* misuse: a row that skips a position, a token that contradicts the history */
-    rows[0] = (gm_row){s, 1, gm_seq_length(s) + 1, false};
+    rows[0] = (gm_row){.seq = s, .token = 1, .pos = gm_seq_length(s) + 1};
     CHECK_EQ_INT(gm_engine_forward(e, rows, 1, NULL, &err), GM_ERR_ARG);
-    rows[0] = (gm_row){s, (ids[3] + 1) % V, 3, false};
+    rows[0] = (gm_row){.seq = s, .token = (ids[3] + 1) % V, .pos = 3};
     CHECK_EQ_INT(gm_engine_forward(e, rows, 1, NULL, &err), GM_ERR_ARG);
     CHECK_EQ_INT(gm_engine_free(e), GM_ERR_STATE); /* a live sequence */
     gm_seq_free(s);
@@ -536,6 +536,67 @@ TEST(embeddings_not_matched_by_ids) {
     gm_model_free(m);
 }
 
+/* The evaluation doors of gm_row (embed, hidden, taps) on the multi-sequence call: a sequence fed its own
+ * layer-0 inputs (tapped from a normal run) as embeddings gives the same bits as the tokens, next to another
+ * sequence that is unaffected by it; its blocks never enter the prefix index. */
+TEST(row_doors) {
+    gm_model *m = open_model(2);
+    if (!m) return;
+    const int d = gm_model_config(m)->d_model;
+    enum { N = 70 };
+    int32_t ids[N], other[N];
+    tokens(ids, N, 51);
+    tokens(other, N, 52);
+    gm_engine *e = new_engine(m, 2, 64, true, 0, GM_KV_DTYPE_F32);
+    gm_error err = {0};
+    if (!e) goto out;
+    gm_seq *a = new_seq(e), *b = new_seq(e), *c = new_seq(e);
+    gm_row *rows = calloc(2 * N, sizeof *rows);
+    float *taps = malloc((size_t)N * 2 * d * sizeof *taps), *hid = malloc((size_t)2 * N * d * sizeof *hid);
+    float *emb = malloc((size_t)N * d * sizeof *emb), *la = malloc((size_t)V * sizeof *la);
+    float *lbc = malloc((size_t)2 * V * sizeof *lbc), *lc = malloc((size_t)(STEPS + 1) * V * sizeof *lc);
+    int32_t unused[STEPS];
+    rows[0] = (gm_row){.seq = a, .token = ids[0], .pos = 0, .taps = taps};
+    CHECK(gm_engine_forward(e, rows, 1, NULL, &err) == GM_ERR_ARG && strstr(err.msg, "gm_engine_set_taps"));
+    const int bad[1] = {6}, layers[2] = {0, 3};
+    CHECK(gm_engine_set_taps(e, bad, 1, &err) == GM_ERR_ARG);
+    CHECK_OK(gm_engine_set_taps(e, layers, 2, &err), &err);
+    /* a: the tokens, every row's taps and hidden state */
+    for (int i = 0; i < N; i++)
+        rows[i] = (gm_row){.seq = a, .token = ids[i], .pos = i, .logits = i == N - 1, .hidden = hid + (size_t)i * d,
+                           .taps = taps + (size_t)i * 2 * d};
+    CHECK_OK(gm_engine_forward(e, rows, N, la, &err), &err);
+    for (int i = 0; i < N; i++) memcpy(emb + (size_t)i * d, taps + (size_t)i * 2 * d, (size_t)d * sizeof *emb);
+    /* b: layer 0's inputs as embeddings, interleaved with c's tokens in one call */
+    for (int i = 0; i < N; i++) {
+        rows[2 * i] = (gm_row){.seq = b, .token = ids[i], .pos = i, .logits = i == N - 1, .embed = emb + (size_t)i * d,
+                               .hidden = hid + (size_t)(N + i) * d};
+        rows[2 * i + 1] = (gm_row){.seq = c, .token = other[i], .pos = i, .logits = i == N - 1};
+    }
+    CHECK_OK(gm_engine_forward(e, rows, 2 * N, lbc, &err), &err);
+    CHECK_MSG(!memcmp(la, lbc, (size_t)V * sizeof *la), "embedding rows: logits differ from the tokens'");
+    CHECK_MSG(!memcmp(hid, hid + (size_t)N * d, (size_t)N * d * sizeof *hid), "embedding rows: hidden states differ");
+    reference(m, 2, GM_KV_DTYPE_F32, other, N, 0, lc, unused);
+    CHECK_MSG(!memcmp(lbc + V, lc, (size_t)V * sizeof *lc), "a token sequence next to embedding rows changed");
+    CHECK_EQ_INT(a->kv.n_hashed, N / GM_KV_BLOCK);
+    CHECK_EQ_INT(b->kv.n_hashed, 0); /* keys of embedding rows are not a function of the ids */
+    /* and the embeddings are what is read: other inputs under the same ids, other logits */
+    gm_seq *x = new_seq(e);
+    for (int i = 0; i < N * d; i++) emb[i] *= 0.5f;
+    for (int i = 0; i < N; i++)
+        rows[i] = (gm_row){.seq = x, .token = ids[i], .pos = i, .logits = i == N - 1, .embed = emb + (size_t)i * d};
+    CHECK_OK(gm_engine_forward(e, rows, N, lbc, &err), &err);
+    CHECK_MSG(memcmp(la, lbc, (size_t)V * sizeof *la) != 0, "halved embeddings gave the tokens' logits");
+    gm_seq_free(x);
+    gm_seq_free(a);
+    gm_seq_free(b);
+    gm_seq_free(c);
+    free(rows), free(taps), free(hid), free(emb), free(la), free(lbc), free(lc);
+    CHECK_EQ_INT(gm_engine_free(e), GM_OK);
+out:
+    gm_model_free(m);
+}
+
 /* F16 keys/values: within a tolerance of F32 (f16 rounding of k and v: relative 2^-11), and the KV memory
  * halves. */
 TEST(f16_close_to_f32) {
@@ -658,6 +719,7 @@ int main(int argc, char **argv) {
     MAYBE(truncate_then_continue);
     MAYBE(prefix_reuse_past_window);
     MAYBE(block_hash_keyed_per_engine);
+    MAYBE(row_doors);
     MAYBE(prefix_scopes);
     MAYBE(eviction_and_out_of_memory);
     MAYBE(embeddings_not_matched_by_ids);

@@ -170,7 +170,7 @@ static gm_status run_tg(gm_engine *e, const int32_t *ids, int n, int S, float *l
     for (int i = 0; i < S && st == GM_OK; i++) st = gm_seq_new(e, &s[i], err);
     const double t0 = cli_now_s();
     for (int k = 0; k < n && st == GM_OK; k++) { /* every row's logits, as a decode step needs them */
-        for (int i = 0; i < S; i++) rows[i] = (gm_row){s[i], ids[(k + 17 * i) % n], k, true};
+        for (int i = 0; i < S; i++) rows[i] = (gm_row){.seq = s[i], .token = ids[(k + 17 * i) % n], .pos = k, .logits = true};
         st = gm_engine_forward(e, rows, S, logits, err);
     }
     *secs = cli_now_s() - t0;
