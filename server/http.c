@@ -1,6 +1,6 @@
 /* server/http.c — the HTTP side of `gemma serve`, on libmicrohttpd with a thread per connection: a
  * connection thread reads and checks the request, hands a job to the scheduler and then blocks on that
- * job (the SSE writer waits for tokens; a non-streaming request waits for the end), watching its socket
+ * job (a stream's writer waits for tokens; a non-streaming request waits for the end), watching its socket
  * so a client that hangs up frees its sequences within a step. */
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
@@ -186,7 +186,7 @@ static const char *json_shape_problem(const char *b, size_t n, long max_values) 
 typedef struct conn_watch {
     int fd;                 /* -1: none */
     bool http11;            /* the client speaks HTTP/1.1: it must accept an interim 100 response */
-    bool stream;            /* the answer is a stream: a probe is an SSE comment */
+    bool stream;            /* the answer is a stream: a probe is its keep-alive bytes */
     bool probed;            /* the client half-closed; a probe was written to tell a close from a half-close */
     bool probe_pending;     /* a stream's probe is still to be sent */
 } conn_watch;
@@ -204,7 +204,7 @@ static peer_state peer_state_of(int fd) {
 /* A client that sent its end-of-stream (FIN) may have closed its socket, or only shut down its sending
  * side and still be reading. The two look the same until something is written: a closed socket answers
  * with a reset, which the next poll sees. So the first time, a probe is written that a reading client
- * ignores: for a stream an SSE comment (stream_read sends it), otherwise an interim "100 Continue",
+ * ignores: for a stream its keep-alive bytes (stream_read sends them; an SSE comment for OpenAI), otherwise an interim "100 Continue",
  * which an HTTP/1.1 client must accept before the final response. An HTTP/1.0 client cannot be probed:
  * its end-of-stream is taken for a departure (proxies such as nginx speak HTTP/1.0 to their upstream by
  * default and close it when their client leaves). */
@@ -264,12 +264,12 @@ typedef struct stream_ctx {
     struct MHD_Connection *c;
 } stream_ctx;
 
-/* An SSE comment (readers skip it): the half-close probe, and a keep-alive after SRV_KEEPALIVE seconds of
- * silence so that proxies and idle timeouts do not take a stream still waiting in the queue for dead. */
-static ssize_t sse_comment(stream_ctx *x, char *buf, size_t max) {
-    static const char comment[] = ":\n\n";
-    const size_t n = sizeof comment - 1 < max ? sizeof comment - 1 : max;
-    memcpy(buf, comment, n);
+/* Bytes the stream's readers skip (the endpoint's, an SSE comment for OpenAI): the half-close probe, and
+ * a keep-alive after SRV_KEEPALIVE seconds of silence so that proxies and idle timeouts do not take a
+ * stream still waiting in the queue for dead. */
+static ssize_t keepalive(stream_ctx *x, char *buf, size_t max) {
+    const size_t len = strlen(x->ep->stream_keepalive), n = len < max ? len : max;
+    memcpy(buf, x->ep->stream_keepalive, n);
     restart_idle_clock(x->s, x->c);
     return (ssize_t)n;
 }
@@ -310,7 +310,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         const bool comment = !have && (x->w.probe_pending || quiet);
         x->w.probe_pending = false;
         pthread_mutex_unlock(&j->mu);
-        if (comment) return sse_comment(x, buf, max);
+        if (comment) return keepalive(x, buf, max);
         x->ep->render(x->call, &v, x->s->tok, &x->out);
         stream_view_free(&v);
     }

@@ -643,5 +643,5 @@ static void *parse_completion(const gen_call_in *in, gen_request *rq, srv_error 
     return parse_call(in, rq, e, CALL_COMPLETION);
 }
 
-const gen_endpoint openai_chat = {parse_chat, response, render, "text/event-stream", free};
-const gen_endpoint openai_completions = {parse_completion, response, render, "text/event-stream", free};
+const gen_endpoint openai_chat = {parse_chat, response, render, "text/event-stream", ":\n\n", free};
+const gen_endpoint openai_completions = {parse_completion, response, render, "text/event-stream", ":\n\n", free};

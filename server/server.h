@@ -218,6 +218,7 @@ typedef struct gen_endpoint {
     /* A stream's next bytes for what the reader took; when v->end or v->err, the stream's end too. */
     void (*render)(const void *call, const stream_view *v, const gm_tokenizer *tok, srv_buf *out);
     const char *stream_type; /* the streaming answer's Content-Type */
+    const char *stream_keepalive; /* bytes its readers skip: sent after a silence, and as the half-close probe */
     void (*free_call)(void *call);
 } gen_endpoint;
 
