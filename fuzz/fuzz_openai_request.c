@@ -1,8 +1,8 @@
 /* fuzz/fuzz_openai_request.c — libFuzzer harness for the server's OpenAI request parser and response
- * writer (server/openai.c). Byte 0 picks the endpoint (bit 0: chat or completions) and whether the
+ * writer (server/openai.c, through its gen_endpoint). Byte 0 picks the endpoint (bit 0: chat or completions) and whether the
  * rendered job fails midway (bit 1); the rest is the body.
  * Properties (abort() on violation):
- *  - openai_parse either accepts (then: a non-empty prompt of in-vocabulary ids shorter than the
+ *  - the endpoint's parse either accepts (then: a non-empty prompt of in-vocabulary ids shorter than the
  *    context, n in 1..8, max_tokens within the limits, sampling options gm_sampling_validate accepts,
  *    stop strings non-empty) or fails with a 400/500 and a message;
  *  - for an accepted request, a job whose choices hold arbitrary bytes (the body itself: invalid
@@ -34,17 +34,26 @@ static void fail(const char *what) {
     abort();
 }
 
-static void check_accepted(const job *j) {
-    if (j->n_prompt <= 0 || j->n_prompt >= 256 || j->n_prompt > g_opt.max_prompt) fail("prompt length");
-    for (int i = 0; i < j->n_prompt; i++)
-        if (j->prompt[i] < 0 || j->prompt[i] >= gm_tokenizer_n_vocab(g_tok)) fail("prompt id out of range");
-    if (j->n < 1 || j->n > SRV_MAX_N || j->n > g_opt.parallel) fail("n");
-    if (j->max_tokens < 0 || j->max_tokens > g_opt.max_tokens || j->n_prompt + j->max_tokens > 256) fail("max_tokens");
-    if (gm_sampling_validate(&j->smp, NULL) != GM_OK) fail("sampling options");
-    for (int i = 0; i < j->n_stop; i++)
-        if (!j->stop[i] || !j->stop[i][0]) fail("empty stop string");
-    if (j->top_logprobs < 0 || j->top_logprobs > SRV_MAX_TOP_LOGPROBS) fail("top_logprobs");
+static void check_accepted(const gen_request *rq) {
+    if (rq->n_prompt <= 0 || rq->n_prompt >= 256 || rq->n_prompt > g_opt.max_prompt) fail("prompt length");
+    for (int i = 0; i < rq->n_prompt; i++)
+        if (rq->prompt[i] < 0 || rq->prompt[i] >= gm_tokenizer_n_vocab(g_tok)) fail("prompt id out of range");
+    if (rq->n < 1 || rq->n > SRV_MAX_N || rq->n > g_opt.parallel) fail("n");
+    if (rq->max_tokens < 0 || rq->max_tokens > g_opt.max_tokens || rq->n_prompt + rq->max_tokens > 256) fail("max_tokens");
+    if (gm_sampling_validate(&rq->smp, NULL) != GM_OK) fail("sampling options");
+    for (int i = 0; i < rq->n_stop; i++)
+        if (!rq->stop[i] || !rq->stop[i][0]) fail("empty stop string");
+    if (rq->top_logprobs < 0 || rq->top_logprobs > SRV_MAX_TOP_LOGPROBS) fail("top_logprobs");
 }
+
+/* An accepted call: the job, its endpoint's state, and what a streaming reader keeps. */
+typedef struct call {
+    job *j;
+    const gen_endpoint *ep;
+    void *state;
+    job_reader rd;
+    srv_buf out;
+} call;
 
 static void check_json_object(const char *s, size_t n) {
     cJSON *o = cJSON_ParseWithLength(s, n);
@@ -54,17 +63,17 @@ static void check_json_object(const char *s, size_t n) {
 
 /* Takes and renders whatever the job has to stream now, as the connection thread does (the take is
  * the part under j->mu; there is no other thread here). false when there was nothing to take. */
-static bool stream_step(job *j) {
+static bool stream_step(call *k) {
     stream_view v;
-    const bool have = openai_stream_take(j, &v);
-    if (have) openai_stream_render(j, &v, g_tok);
+    const bool have = job_stream_take(k->j, &k->rd, &v);
+    if (have) k->ep->render(k->state, &v, g_tok, &k->out);
     stream_view_free(&v);
     return have;
 }
 
-/* j->out as SSE: `data:` events of JSON objects (an error object if `failed`), ending with [DONE]. */
-static void check_sse(const job *j, bool failed) {
-    const char *p = j->out, *end = j->out + j->out_len;
+/* The stream's bytes as SSE: `data:` events of JSON objects (an error object if `failed`), ending with [DONE]. */
+static void check_sse(const srv_buf *out, bool failed) {
+    const char *p = out->p, *end = out->p + out->len;
     bool done = false, saw_error = false;
     while (p < end) {
         const char *e = memmem(p, (size_t)(end - p), "\n\n", 2);
@@ -84,7 +93,7 @@ static void check_sse(const job *j, bool failed) {
 
 /* Choice c holds `text` (visible up to its first half: the rest could still be a stop string) and,
  * when asked, two log-probability entries splitting the text. */
-static void fill_choice(const job *j, choice *c, int i, const uint8_t *text, size_t len) {
+static void fill_choice(const job *j, gen_session *c, int i, const uint8_t *text, size_t len) {
     c->text = malloc(len + 1);
     if (!c->text) fail("out of memory");
     memcpy(c->text, text, len);
@@ -92,36 +101,35 @@ static void fill_choice(const job *j, choice *c, int i, const uint8_t *text, siz
     c->len = len;
     c->visible = len / 2;
     c->n_gen = (int)(len % 7);
-    if (!j->logprobs) return;
+    if (!j->rq.logprobs) return;
     c->lp = calloc(2, sizeof *c->lp);
     if (!c->lp) fail("out of memory");
     c->n_lp = c->cap_lp = 2;
-    c->lp[0] = (lp_entry){.id = (int32_t)((len + (size_t)i) % 300), .lp = -0.5f, .n_top = j->top_logprobs, .text_end = len / 2};
-    c->lp[1] = (lp_entry){.id = 5, .lp = -1.5f, .text_end = len};
-    for (int k = 0; k < j->top_logprobs; k++) c->lp[0].top_id[k] = k, c->lp[0].top_lp[k] = -(float)k;
+    c->lp[0] = (gen_logprob){.id = (int32_t)((len + (size_t)i) % 300), .lp = -0.5f, .n_top = j->rq.top_logprobs, .text_end = len / 2};
+    c->lp[1] = (gen_logprob){.id = 5, .lp = -1.5f, .text_end = len};
+    for (int k = 0; k < j->rq.top_logprobs; k++) c->lp[0].top_id[k] = k, c->lp[0].top_lp[k] = -(float)k;
 }
 
 /* An accepted job whose choices say `text`: streamed in two steps (half the text, then the rest and
  * the end, or a failure when `fail_midway`), then answered whole. Both must be well-formed JSON. */
-static void check_rendering(job *j, const uint8_t *text, size_t len, bool fail_midway) {
-    for (int i = 0; i < j->n; i++) fill_choice(j, &j->ch[i], i, text, len);
+static void check_rendering(call *k, const uint8_t *text, size_t len, bool fail_midway) {
+    job *j = k->j;
+    for (int i = 0; i < j->rq.n; i++) fill_choice(j, &j->gen[i], i, text, len);
     j->started = true;
-    snprintf(j->id, sizeof j->id, "x");
-    j->model = "m\"odel";
-    stream_step(j); /* the role chunks and the first halves */
-    if (j->stream_closed) fail("a stream closed before its job ended");
+    stream_step(k); /* the role chunks and the first halves */
+    if (k->rd.closed) fail("a stream closed before its job ended");
     if (fail_midway) {
-        job_fail(j, 500, "server_error", NULL, "step failed: %.*s", (int)(len < 40 ? len : 40), (const char *)text);
+        job_fail(j, JOB_ERR_INTERNAL, "step failed: %.*s", (int)(len < 40 ? len : 40), (const char *)text);
     } else {
-        for (int i = 0; i < j->n; i++) j->ch[i].visible = len, j->ch[i].finish = i % 2 ? "length" : "stop";
+        for (int i = 0; i < j->rq.n; i++) j->gen[i].visible = len, j->gen[i].finish = i % 2 ? GEN_MAX_TOKENS : GEN_STOP_STRING;
     }
     j->done = true;
-    for (int steps = 0; !j->stream_closed; steps++)
-        if (!stream_step(j) || steps > 2) fail("a finished job's stream does not end");
-    if (stream_step(j)) fail("something to send after the end");
-    check_sse(j, fail_midway);
+    for (int steps = 0; !k->rd.closed; steps++)
+        if (!stream_step(k) || steps > 2) fail("a finished job's stream does not end");
+    if (stream_step(k)) fail("something to send after the end");
+    check_sse(&k->out, fail_midway);
     if (fail_midway) return;
-    char *resp = openai_response(j, g_tok);
+    char *resp = k->ep->response(k->state, j, g_tok);
     if (!resp) fail("no response");
     check_json_object(resp, strlen(resp));
     free(resp);
@@ -129,22 +137,24 @@ static void check_rendering(job *j, const uint8_t *text, size_t len, bool fail_m
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1 || !g_tok) return 0;
-    job *j = job_new();
-    if (!j) return 0;
-    j->model = "m";
-    const job_kind kind = data[0] & 1 ? JOB_CHAT : JOB_COMPLETION;
+    call k = {.j = job_new(), .ep = data[0] & 1 ? &openai_chat : &openai_completions};
+    if (!k.j) return 0;
     const bool fail_midway = data[0] & 2;
-    if (openai_parse(j, kind, (const char *)data + 1, size - 1, g_tok, &g_opt, 256)) {
-        if (j->err_http) fail("accepted with an error set");
-        check_accepted(j);
-        check_rendering(j, data + 1, size - 1 < 512 ? size - 1 : 512, fail_midway);
+    const gen_call_in in = {(const char *)data + 1, size - 1, g_tok, &g_opt, 256, "m\"odel"};
+    srv_error err = {0};
+    if ((k.state = k.ep->parse(&in, &k.j->rq, &err))) {
+        if (err.status) fail("accepted with an error set");
+        check_accepted(&k.j->rq);
+        check_rendering(&k, data + 1, size - 1 < 512 ? size - 1 : 512, fail_midway);
+        k.ep->free_call(k.state);
     } else {
-        if ((j->err_http != 400 && j->err_http != 500) || !j->err_msg[0]) fail("a refusal without a 400 and a message");
-        char *e = openai_error_json(j->err_type, j->err_code, j->err_msg);
+        if ((err.status != 400 && err.status != 500) || !err.msg[0]) fail("a refusal without a 400 and a message");
+        char *e = openai_error_json(err.type, err.code, err.msg);
         if (!e) fail("no error JSON");
         check_json_object(e, strlen(e));
         free(e);
     }
-    job_release(j);
+    srv_buf_free(&k.out);
+    job_release(k.j);
     return 0;
 }

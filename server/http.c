@@ -1,6 +1,6 @@
 /* server/http.c — the HTTP side of `gemma serve`, on libmicrohttpd with a thread per connection: a
  * connection thread reads and checks the request, hands a job to the scheduler and then blocks on that
- * job (the SSE writer waits for tokens; a non-streaming request waits for the end), watching its socket
+ * job (a stream's writer waits for tokens; a non-streaming request waits for the end), watching its socket
  * so a client that hangs up frees its sequences within a step. */
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
@@ -182,6 +182,15 @@ static const char *json_shape_problem(const char *b, size_t n, long max_values) 
 
 /* ---------------------------------------------------------------- hang-up watch */
 
+/* A waiting request's view of its client's socket. */
+typedef struct conn_watch {
+    int fd;                 /* -1: none */
+    bool http11;            /* the client speaks HTTP/1.1: it must accept an interim 100 response */
+    bool stream;            /* the answer is a stream: a probe is its keep-alive bytes */
+    bool probed;            /* the client half-closed; a probe was written to tell a close from a half-close */
+    bool probe_pending;     /* a stream's probe is still to be sent */
+} conn_watch;
+
 typedef enum { PEER_HERE, PEER_HALF_CLOSED, PEER_GONE } peer_state;
 
 static peer_state peer_state_of(int fd) {
@@ -195,100 +204,118 @@ static peer_state peer_state_of(int fd) {
 /* A client that sent its end-of-stream (FIN) may have closed its socket, or only shut down its sending
  * side and still be reading. The two look the same until something is written: a closed socket answers
  * with a reset, which the next poll sees. So the first time, a probe is written that a reading client
- * ignores: for a stream an SSE comment (stream_read sends it), otherwise an interim "100 Continue",
+ * ignores: for a stream its keep-alive bytes (stream_read sends them; an SSE comment for OpenAI), otherwise an interim "100 Continue",
  * which an HTTP/1.1 client must accept before the final response. An HTTP/1.0 client cannot be probed:
  * its end-of-stream is taken for a departure (proxies such as nginx speak HTTP/1.0 to their upstream by
- * default and close it when their client leaves). Called with j->mu held. */
-static bool still_there(job *j) {
-    const peer_state ps = peer_state_of(j->conn_fd);
+ * default and close it when their client leaves). */
+static bool still_there(conn_watch *w) {
+    const peer_state ps = peer_state_of(w->fd);
     if (ps == PEER_GONE) return false;
-    if (ps == PEER_HALF_CLOSED && !j->probed) {
-        j->probed = true;
-        if (j->stream) j->probe_pending = true;
-        else if (!j->http11) return false; /* cannot be probed: nginx's default upstream protocol closes so */
+    if (ps == PEER_HALF_CLOSED && !w->probed) {
+        w->probed = true;
+        if (w->stream) w->probe_pending = true;
+        else if (!w->http11) return false; /* cannot be probed: nginx's default upstream protocol closes so */
         else {
             static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-            if (send(j->conn_fd, cont, sizeof cont - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) return false;
+            if (send(w->fd, cont, sizeof cont - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) return false;
         }
     }
     return true;
 }
 
-/* Waits up to 100 ms for the job to change; false when the client went away (the job is cancelled). */
-static bool wait_job(job *j) {
+static conn_watch watch_of(struct MHD_Connection *c, const req *r, bool stream) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return (conn_watch){.fd = ci ? ci->connect_fd : -1, .http11 = r->http11, .stream = stream};
+}
+
+/* Waits up to 100 ms for the job to change (under j->mu); false when the client went away (the job is
+ * cancelled). */
+static bool wait_job(job *j, conn_watch *w) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts); /* job_new makes the condition variable wait on this clock */
     ts.tv_nsec += 100 * 1000 * 1000;
     if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
     pthread_cond_timedwait(&j->cv, &j->mu, &ts);
-    if (!j->done && !still_there(j)) {
+    if (!j->done && !still_there(w)) {
         j->cancelled = true;
         return false;
     }
     return true;
 }
 
-/* ---------------------------------------------------------------- completions */
+/* ---------------------------------------------------------------- generation endpoints */
 
+/* The HTTP status of a failed job. */
+static int job_status(job_error e) {
+    return e == JOB_ERR_REQUEST ? 400 : e == JOB_ERR_UNAVAILABLE ? 503 : 500;
+}
+
+/* A streamed answer: the job, the endpoint that renders it, the reader's marks and the bytes not yet
+ * sent. All of it belongs to this connection's thread. */
 typedef struct stream_ctx {
     job *j;
+    const gen_endpoint *ep;
+    void *call;
+    job_reader rd;
+    srv_buf out;
+    conn_watch w;
     server *s;
     req *r;
     struct MHD_Connection *c;
 } stream_ctx;
 
-/* An SSE comment (readers skip it): the half-close probe, and a keep-alive after SRV_KEEPALIVE seconds of
- * silence so that proxies and idle timeouts do not take a stream still waiting in the queue for dead. */
-static ssize_t sse_comment(stream_ctx *x, char *buf, size_t max) {
-    static const char comment[] = ":\n\n";
-    const size_t n = sizeof comment - 1 < max ? sizeof comment - 1 : max;
-    memcpy(buf, comment, n);
+/* Bytes the stream's readers skip (the endpoint's, an SSE comment for OpenAI): the half-close probe, and
+ * a keep-alive after SRV_KEEPALIVE seconds of silence so that proxies and idle timeouts do not take a
+ * stream still waiting in the queue for dead. */
+static ssize_t keepalive(stream_ctx *x, char *buf, size_t max) {
+    const size_t len = strlen(x->ep->stream_keepalive), n = len < max ? len : max;
+    memcpy(buf, x->ep->stream_keepalive, n);
     restart_idle_clock(x->s, x->c);
     return (ssize_t)n;
 }
 
-static size_t take_out(job *j, char *buf, size_t max) {
-    const size_t n = j->out_len - j->out_pos < max ? j->out_len - j->out_pos : max;
-    memcpy(buf, j->out + j->out_pos, n);
-    j->out_pos += n;
-    if (j->out_pos == j->out_len) j->out_pos = j->out_len = 0;
+static size_t take_out(srv_buf *b, char *buf, size_t max) {
+    const size_t n = b->len - b->pos < max ? b->len - b->pos : max;
+    memcpy(buf, b->p + b->pos, n);
+    b->pos += n;
+    if (b->pos == b->len) b->pos = b->len = 0;
     return n;
 }
 
-/* MHD asks for more of the stream. The SSE bytes are rendered here, outside the job's lock (the
- * scheduler takes it for every token): under the lock only the new text and log-probabilities are
- * copied out (openai_stream_take). j->out belongs to this connection thread alone. */
+/* MHD asks for more of the stream. The bytes are rendered here, outside the job's lock (the scheduler
+ * takes it for every token): under the lock only the new text and log-probabilities are copied out
+ * (job_stream_take). */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
     stream_ctx *x = cls;
     job *j = x->j;
     for (;;) {
-        if (j->out_pos < j->out_len) {
+        if (x->out.pos < x->out.len) {
             restart_idle_clock(x->s, x->c);
-            return (ssize_t)take_out(j, buf, max);
+            return (ssize_t)take_out(&x->out, buf, max);
         }
-        if (j->stream_closed) break;
+        if (x->rd.closed) break;
         stream_view v;
         const double t0 = srv_now();
         pthread_mutex_lock(&j->mu);
-        bool have = openai_stream_take(j, &v), quiet = false;
-        while (!have && !j->probe_pending && !(quiet = srv_now() - t0 > SRV_KEEPALIVE)) {
-            if (!wait_job(j)) {
+        bool have = job_stream_take(j, &x->rd, &v), quiet = false;
+        while (!have && !x->w.probe_pending && !(quiet = srv_now() - t0 > SRV_KEEPALIVE)) {
+            if (!wait_job(j, &x->w)) {
                 pthread_mutex_unlock(&j->mu);
                 sched_withdraw(x->s->sched, j);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
-            have = openai_stream_take(j, &v);
+            have = job_stream_take(j, &x->rd, &v);
         }
-        const bool comment = !have && (j->probe_pending || quiet);
-        j->probe_pending = false;
+        const bool comment = !have && (x->w.probe_pending || quiet);
+        x->w.probe_pending = false;
         pthread_mutex_unlock(&j->mu);
-        if (comment) return sse_comment(x, buf, max);
-        openai_stream_render(j, &v, x->s->tok);
+        if (comment) return keepalive(x, buf, max);
+        x->ep->render(x->call, &v, x->s->tok, &x->out);
         stream_view_free(&v);
     }
     pthread_mutex_lock(&j->mu);
-    x->r->gen = 0;
-    for (int i = 0; i < j->n; i++) x->r->gen += j->ch[i].n_gen;
+    x->r->gen = job_generated(j);
     x->r->cached = j->cached;
     pthread_mutex_unlock(&j->mu);
     return MHD_CONTENT_READER_END_OF_STREAM;
@@ -303,11 +330,13 @@ static void stream_free(void *cls) {
     pthread_mutex_unlock(&x->j->mu);
     if (abandoned) sched_withdraw(x->s->sched, x->j);
     job_release(x->j);
+    x->ep->free_call(x->call);
+    srv_buf_free(&x->out);
     free(x);
 }
 
-static MHD_Result start_stream(struct MHD_Connection *c, server *s, req *r, job *j) {
-    stream_ctx *x = malloc(sizeof *x);
+static MHD_Result start_stream(struct MHD_Connection *c, server *s, req *r, job *j, const gen_endpoint *ep, void *call) {
+    stream_ctx *x = calloc(1, sizeof *x);
     struct MHD_Response *resp = x ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, x, stream_free) : NULL;
     if (!resp) {
         free(x);
@@ -316,10 +345,11 @@ static MHD_Result start_stream(struct MHD_Connection *c, server *s, req *r, job 
         pthread_mutex_unlock(&j->mu);
         sched_withdraw(s->sched, j);
         job_release(j);
+        ep->free_call(call);
         return reply_error(c, s, r, 500, "server_error", NULL, "out of memory");
     }
-    *x = (stream_ctx){j, s, r, c};
-    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    *x = (stream_ctx){.j = j, .ep = ep, .call = call, .w = watch_of(c, r, true), .s = s, .r = r, .c = c};
+    MHD_add_response_header(resp, "Content-Type", ep->stream_type);
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
     add_common_headers(s, resp);
@@ -329,89 +359,74 @@ static MHD_Result start_stream(struct MHD_Connection *c, server *s, req *r, job 
     return ret;
 }
 
-static MHD_Result finish_blocking(struct MHD_Connection *c, server *s, req *r, job *j) {
+static MHD_Result finish_blocking(struct MHD_Connection *c, server *s, req *r, job *j, const gen_endpoint *ep, void *call) {
+    conn_watch w = watch_of(c, r, false);
     pthread_mutex_lock(&j->mu);
     bool alive = true;
-    while (!j->done && (alive = wait_job(j))) {}
+    while (!j->done && (alive = wait_job(j, &w))) {}
     r->cached = j->cached;
-    r->gen = 0;
-    for (int i = 0; i < j->n; i++) r->gen += j->ch[i].n_gen;
+    r->gen = job_generated(j);
     pthread_mutex_unlock(&j->mu);
     MHD_Result ret;
     if (!alive) { /* nobody to answer: close the connection */
         sched_withdraw(s->sched, j);
         r->status = 499;
         ret = MHD_NO;
-    } else if (j->err_http) {
-        ret = reply_error(c, s, r, j->err_http, j->err_type, j->err_code, j->err_msg);
+    } else if (j->err) {
+        ret = reply_error(c, s, r, job_status(j->err), "server_error", NULL, j->err_msg);
     } else {
-        ret = reply(c, s, r, 200, "application/json", openai_response(j, s->tok));
+        ret = reply(c, s, r, 200, "application/json", ep->response(call, j, s->tok));
     }
     job_release(j);
+    ep->free_call(call);
     return ret;
 }
 
-/* A fresh 64-bit value (ids, seeds of requests that give none). */
-static uint64_t fresh_u64(void) {
-    static uint64_t counter;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
-                 (__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) * 0x9E3779B97F4A7C15ull);
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ull;
-    return x ^ (x >> 29);
-}
-
-static MHD_Result completion(struct MHD_Connection *c, server *s, req *r, job_kind kind) {
+/* A generation request: the endpoint reads it into a job, the scheduler runs it, the endpoint writes it. */
+static MHD_Result completion(struct MHD_Connection *c, server *s, req *r, const gen_endpoint *ep) {
     if (!s->sched)
         return reply_error(c, s, r, 400, "invalid_request_error", "model_not_supported",
                            "this server's model is an embedding model: it cannot generate text (use /v1/embeddings)");
     job *j = job_new();
     if (!j) return reply_error(c, s, r, 500, "server_error", NULL, "out of memory");
-    j->model = s->model_id;
-    j->created = (long)time(NULL);
-    snprintf(j->id, sizeof j->id, "%s%016llx", kind == JOB_CHAT ? "chatcmpl-" : "cmpl-", (unsigned long long)fresh_u64());
     j->t_submit = srv_now();
-    j->smp.seed = fresh_u64(); /* kept unless the request gives a seed */
-    j->prefix_scope = s->o->prefix_scope_key ? (uint64_t)r->key : 0;
+    j->rq.smp.seed = srv_fresh_u64(); /* kept unless the request gives a seed */
+    j->rq.prefix_scope = s->o->prefix_scope_key ? (uint64_t)r->key : 0;
+    const gen_call_in in = {r->body, r->len, s->tok, s->o, s->n_ctx, s->model_id};
+    srv_error e = {0};
     guard_parse_enter(s->guard);
-    const bool parsed = openai_parse(j, kind, r->body ? r->body : "", r->len, s->tok, s->o, s->n_ctx);
+    void *call = ep->parse(&in, &j->rq, &e);
     guard_parse_leave(s->guard);
-    if (!parsed) {
-        MHD_Result ret = reply_error(c, s, r, j->err_http, j->err_type, j->err_code, j->err_msg);
+    if (!call) {
         job_release(j);
-        return ret;
+        return reply_error(c, s, r, e.status, e.type, e.code, e.msg);
     }
-    r->prompt = j->n_prompt;
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    j->conn_fd = ci ? ci->connect_fd : -1;
-    j->http11 = r->http11;
+    r->prompt = j->rq.n_prompt;
     const submit_result sr = sched_submit(s->sched, j);
     if (sr != SUBMIT_OK) {
         job_release(j);
+        ep->free_call(call);
         if (sr == SUBMIT_STOPPING)
             return reply_error(c, s, r, 503, "server_error", NULL, "the server is shutting down");
         return reply_error(c, s, r, 429, "rate_limit_error", NULL,
                            "the server is busy: every slot is taken and the queue is full (--parallel, --queue); retry later");
     }
-    return j->stream ? start_stream(c, s, r, j) : finish_blocking(c, s, r, j);
+    return j->rq.stream ? start_stream(c, s, r, j, ep, call) : finish_blocking(c, s, r, j, ep, call);
 }
 
 typedef struct embed_watch {
     server *s;
-    job probe; /* only its socket, protocol and probe flag: still_there() decides as for completions */
+    conn_watch w; /* still_there() decides as for completions */
 } embed_watch;
 
 static bool embed_keep_going(void *arg) {
     embed_watch *w = arg;
-    return !__atomic_load_n(&w->s->stopping, __ATOMIC_ACQUIRE) && still_there(&w->probe);
+    return !__atomic_load_n(&w->s->stopping, __ATOMIC_ACQUIRE) && still_there(&w->w);
 }
 
 static MHD_Result embeddings(struct MHD_Connection *c, server *s, req *r) {
     int status = 500;
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    embed_watch w = {.s = s, .probe = {.conn_fd = ci ? ci->connect_fd : -1, .http11 = r->http11}};
+    embed_watch w = {.s = s, .w = watch_of(c, r, false)};
     const srv_embed_ctx x = {s->emb, &s->emb_turns, s->m, s->model_id, s->guard, embed_keep_going, &w};
     char *out = srv_embeddings(&x, r->body, r->len, &status, &r->prompt);
     if (status == 499 && __atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) {
@@ -561,8 +576,8 @@ static MHD_Result dispatch(struct MHD_Connection *c, server *s, req *r, route rt
         return reply(c, s, r, 200, "application/json", strdup("{\"status\":\"ok\"}"));
     case R_MODELS: return models(c, s, r);
     case R_METRICS: return reply(c, s, r, 200, "text/plain; version=0.0.4", metrics_render(s->met, s->model_id));
-    case R_CHAT: return completion(c, s, r, JOB_CHAT);
-    case R_COMPLETION: return completion(c, s, r, JOB_COMPLETION);
+    case R_CHAT: return completion(c, s, r, &openai_chat);
+    case R_COMPLETION: return completion(c, s, r, &openai_completions);
     case R_TOKENIZE: return tokenize(c, s, r);
     case R_DETOKENIZE: return detokenize(c, s, r);
     case R_EMBEDDINGS: return embeddings(c, s, r);

@@ -1,5 +1,5 @@
 /* server/job.c — a request's shared state: made by its connection thread, filled by the scheduler,
- * freed when both have let go (refs). */
+ * freed when both have let go (refs); and what a streaming reader takes out of it. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +14,17 @@ double srv_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+uint64_t srv_fresh_u64(void) {
+    static uint64_t counter; /* only makes two calls in one nanosecond differ */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
+                 (__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    return x ^ (x >> 29);
+}
+
 job *job_new(void) {
     job *j = calloc(1, sizeof *j);
     if (!j) return NULL;
@@ -24,20 +35,14 @@ job *job_new(void) {
     pthread_cond_init(&j->cv, &ca);
     pthread_condattr_destroy(&ca);
     j->refs = 1;
-    j->conn_fd = -1;
-    j->smp = gm_sampling_default();
+    gen_request_init(&j->rq);
     return j;
 }
 
 static void job_free(job *j) {
-    for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
-    for (int i = 0; i < SRV_MAX_N; i++) {
-        /* the scheduler frees sequences and detok streams before it lets go */
-        free(j->ch[i].text);
-        free(j->ch[i].lp);
-    }
-    free(j->prompt);
-    free(j->out);
+    /* the scheduler frees sequences before it lets go */
+    for (int i = 0; i < SRV_MAX_N; i++) gen_session_free(&j->gen[i]);
+    gen_request_clear(&j->rq);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -51,26 +56,132 @@ void job_release(job *j) {
     if (left == 0) job_free(j);
 }
 
-/* Call with j->mu held, or before the job is shared. */
-void job_fail(job *j, int http, const char *type, const char *code, const char *fmt, ...) {
-    j->err_http = http;
-    snprintf(j->err_type, sizeof j->err_type, "%s", type);
-    snprintf(j->err_code, sizeof j->err_code, "%s", code ? code : "");
+void job_fail(job *j, job_error e, const char *fmt, ...) {
+    j->err = e;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(j->err_msg, sizeof j->err_msg, fmt, ap);
     va_end(ap);
 }
 
-bool job_out(job *j, const char *s, size_t n) {
-    if (j->out_len + n > j->out_cap) {
-        size_t cap = (j->out_len + n) * 2 + 256;
-        char *p = realloc(j->out, cap);
+int job_generated(const job *j) {
+    int gen = 0;
+    for (int i = 0; i < j->rq.n; i++) gen += j->gen[i].n_gen;
+    return gen;
+}
+
+void srv_error_set(srv_error *e, int status, const char *type, const char *code, const char *fmt, ...) {
+    e->status = status;
+    snprintf(e->type, sizeof e->type, "%s", type);
+    snprintf(e->code, sizeof e->code, "%s", code ? code : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+}
+
+bool srv_buf_put(srv_buf *b, const char *s, size_t n) {
+    if (b->len + n > b->cap) {
+        size_t cap = (b->len + n) * 2 + 256;
+        char *p = realloc(b->p, cap);
         if (!p) return false;
-        j->out = p;
-        j->out_cap = cap;
+        b->p = p;
+        b->cap = cap;
     }
-    memcpy(j->out + j->out_len, s, n);
-    j->out_len += n;
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
     return true;
+}
+
+void srv_buf_free(srv_buf *b) {
+    free(b->p);
+    *b = (srv_buf){0};
+}
+
+/* ---------------------------------------------------------------- a streaming reader's view */
+
+/* Copies n bytes of text into the view; false on out of memory. */
+static bool view_text(stream_view *v, const char *t, size_t n, size_t *off) {
+    char *p = realloc(v->text, v->text_len + n + 1);
+    if (!p) return v->oom = true, false;
+    v->text = p;
+    memcpy(v->text + v->text_len, t, n);
+    *off = v->text_len;
+    v->text_len += n;
+    return true;
+}
+
+static bool view_lp(stream_view *v, const gen_session *g, int from, int to, stream_piece *pc) {
+    pc->lp_off = v->n_lp;
+    pc->lp_n = to - from;
+    pc->lp_first_offset = from ? g->lp[from - 1].text_end : 0;
+    if (to <= from) return true;
+    gen_logprob *p = realloc(v->lp, (size_t)(v->n_lp + to - from) * sizeof *p);
+    if (!p) return v->oom = true, false;
+    v->lp = p;
+    memcpy(v->lp + v->n_lp, g->lp + from, (size_t)(to - from) * sizeof *p);
+    v->n_lp += to - from;
+    return true;
+}
+
+/* The pieces choice i has to send now, in the order its text became visible. */
+static void take_choice(const job *j, int i, job_reader *rd, stream_view *v) {
+    const gen_session *g = &j->gen[i];
+    reader_mark *m = &rd->ch[i];
+    if (!m->opened) {
+        v->piece[v->n_pieces++] = (stream_piece){.choice = i, .open = true};
+        m->opened = true;
+    }
+    if (g->visible > m->sent) {
+        stream_piece *pc = &v->piece[v->n_pieces++];
+        *pc = (stream_piece){.choice = i, .has_text = true, .text_n = g->visible - m->sent};
+        view_text(v, g->text + m->sent, g->visible - m->sent, &pc->text_off);
+        const int k = gen_session_lp_shown(g, g->visible);
+        if (j->rq.logprobs && k > m->lp_sent && view_lp(v, g, m->lp_sent, k, pc)) m->lp_sent = k;
+        m->sent = g->visible;
+    }
+    if (g->finish && !m->finished && m->sent == g->len) {
+        stream_piece *pc = &v->piece[v->n_pieces++];
+        *pc = (stream_piece){.choice = i, .finish = g->finish};
+        const int k = gen_session_lp_shown(g, g->len);
+        if (j->rq.logprobs && k > m->lp_sent && view_lp(v, g, m->lp_sent, k, pc)) m->lp_sent = k;
+        m->finished = true;
+    }
+}
+
+bool job_stream_take(job *j, job_reader *rd, stream_view *v) {
+    memset(v, 0, sizeof *v);
+    if (rd->closed) return false;
+    if (j->err) { /* after a 200 has started: the error, then the end */
+        v->err = j->err;
+        memcpy(v->err_msg, j->err_msg, sizeof v->err_msg);
+        rd->closed = true;
+        return true;
+    }
+    if (!j->started) return false;
+    bool all = true;
+    for (int i = 0; i < j->rq.n; i++) {
+        take_choice(j, i, rd, v);
+        all = all && rd->ch[i].finished;
+    }
+    if (all && j->done) {
+        v->end = true;
+        v->n_prompt = j->rq.n_prompt;
+        v->cached = j->cached;
+        v->gen = job_generated(j);
+        rd->closed = true;
+    }
+    if (v->oom) { /* what was taken cannot be sent: the stream ends with the error */
+        v->err = JOB_ERR_INTERNAL;
+        snprintf(v->err_msg, sizeof v->err_msg, "out of memory while streaming");
+        rd->closed = true;
+    }
+    return v->n_pieces > 0 || v->end || v->err;
+}
+
+void stream_view_free(stream_view *v) {
+    free(v->text);
+    free(v->lp);
+    v->text = NULL;
+    v->lp = NULL;
 }

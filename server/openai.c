@@ -1,55 +1,75 @@
-/* server/openai.c — the OpenAI wire format: request bodies into jobs (every field checked: a wrong type
- * or an out-of-range value is a 400 naming the field, never a default silently used; so is a field the
- * server does not read, as OpenAI's API answers one it does not know), and jobs into responses and
- * Server-Sent Events chunks. */
+/* server/openai.c — the OpenAI wire format, /v1/chat/completions and /v1/completions as two
+ * gen_endpoints: request bodies into gen_requests (every field checked: a wrong type or an out-of-range
+ * value is a 400 naming the field, never a default silently used; so is a field the server does not read,
+ * as OpenAI's API answers one it does not know), and a job's generation sessions into responses and
+ * Server-Sent Events chunks (finish reasons, field names and framing are this file's alone). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "server/server.h"
 
+typedef enum { CALL_CHAT, CALL_COMPLETION } call_kind;
+
+/* What answering needs besides the request and the job: this wire format's own fields. */
+typedef struct openai_call {
+    call_kind kind;
+    bool include_usage;     /* stream_options.include_usage */
+    char id[48];
+    long created;
+    const char *model;
+} openai_call;
+
+/* A body being read into a request. */
+typedef struct parse {
+    gen_request *rq;
+    openai_call *q;
+    srv_error *e;
+} parse;
+
 /* ---------------------------------------------------------------- field readers */
 
-static bool bad(job *j, const char *fmt, const char *field) {
-    job_fail(j, 400, "invalid_request_error", NULL, fmt, field);
+static bool bad(parse *ps, const char *fmt, const char *field) {
+    srv_error_set(ps->e, 400, "invalid_request_error", NULL, fmt, field);
     return false;
 }
 
 /* A number field in [lo, hi] (whole when integral); absent or null keeps *out. */
-static bool get_num(job *j, const cJSON *o, const char *name, double lo, double hi, bool integral, double *out) {
+static bool get_num(parse *ps, const cJSON *o, const char *name, double lo, double hi, bool integral, double *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
     if (!v || cJSON_IsNull(v)) return true;
-    if (!cJSON_IsNumber(v)) return bad(j, "'%s' must be a number", name);
+    if (!cJSON_IsNumber(v)) return bad(ps, "'%s' must be a number", name);
     const double x = v->valuedouble;
     if (!isfinite(x) || x < lo || x > hi) {
-        job_fail(j, 400, "invalid_request_error", NULL, "'%s' is %g; it must be in [%g, %g]", name, x, lo, hi);
+        srv_error_set(ps->e, 400, "invalid_request_error", NULL, "'%s' is %g; it must be in [%g, %g]", name, x, lo, hi);
         return false;
     }
-    if (integral && x != floor(x)) return bad(j, "'%s' must be a whole number", name);
+    if (integral && x != floor(x)) return bad(ps, "'%s' must be a whole number", name);
     *out = x;
     return true;
 }
 
-static bool get_int(job *j, const cJSON *o, const char *name, int lo, int hi, int *out) {
+static bool get_int(parse *ps, const cJSON *o, const char *name, int lo, int hi, int *out) {
     double x = *out;
-    if (!get_num(j, o, name, lo, hi, true, &x)) return false;
+    if (!get_num(ps, o, name, lo, hi, true, &x)) return false;
     *out = (int)x;
     return true;
 }
 
-static bool get_float(job *j, const cJSON *o, const char *name, double lo, double hi, float *out) {
+static bool get_float(parse *ps, const cJSON *o, const char *name, double lo, double hi, float *out) {
     double x = *out;
-    if (!get_num(j, o, name, lo, hi, false, &x)) return false;
+    if (!get_num(ps, o, name, lo, hi, false, &x)) return false;
     *out = (float)x;
     return true;
 }
 
-static bool get_bool(job *j, const cJSON *o, const char *name, bool *out) {
+static bool get_bool(parse *ps, const cJSON *o, const char *name, bool *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
     if (!v || cJSON_IsNull(v)) return true;
-    if (!cJSON_IsBool(v)) return bad(j, "'%s' must be true or false", name);
+    if (!cJSON_IsBool(v)) return bad(ps, "'%s' must be true or false", name);
     *out = cJSON_IsTrue(v);
     return true;
 }
@@ -65,25 +85,25 @@ bool srv_token_id(const cJSON *e, int V, int32_t *out) {
 }
 
 /* "stop": a string or a list of strings, each non-empty. */
-static bool get_stop(job *j, const cJSON *o) {
+static bool get_stop(parse *ps, const cJSON *o) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "stop");
     if (!v || cJSON_IsNull(v)) return true;
     const int n = cJSON_IsString(v) ? 1 : cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
-    if (n < 0) return bad(j, "'%s' must be a string or a list of strings", "stop");
+    if (n < 0) return bad(ps, "'%s' must be a string or a list of strings", "stop");
     if (n > SRV_MAX_STOP) {
-        job_fail(j, 400, "invalid_request_error", NULL, "'stop' has %d entries; at most %d", n, SRV_MAX_STOP);
+        srv_error_set(ps->e, 400, "invalid_request_error", NULL, "'stop' has %d entries; at most %d", n, SRV_MAX_STOP);
         return false;
     }
     const cJSON *s = cJSON_IsString(v) ? v : v->child; /* walked once, not by index */
     for (int i = 0; i < n; i++, s = s->next) {
-        if (!cJSON_IsString(s)) return bad(j, "'%s' must be a string or a list of strings", "stop");
+        if (!cJSON_IsString(s)) return bad(ps, "'%s' must be a string or a list of strings", "stop");
         const size_t len = strlen(s->valuestring);
         if (len == 0 || len > SRV_MAX_STOP_LEN) {
-            job_fail(j, 400, "invalid_request_error", NULL, "each 'stop' string must have 1 to %d bytes", SRV_MAX_STOP_LEN);
+            srv_error_set(ps->e, 400, "invalid_request_error", NULL, "each 'stop' string must have 1 to %d bytes", SRV_MAX_STOP_LEN);
             return false;
         }
-        if (!(j->stop[j->n_stop] = strdup(s->valuestring))) return bad(j, "out of memory reading '%s'", "stop");
-        j->n_stop++;
+        if (!(ps->rq->stop[ps->rq->n_stop] = strdup(s->valuestring))) return bad(ps, "out of memory reading '%s'", "stop");
+        ps->rq->n_stop++;
     }
     return true;
 }
@@ -91,11 +111,11 @@ static bool get_stop(job *j, const cJSON *o) {
 /* ---------------------------------------------------------------- prompts */
 
 /* A message's content: a string, null (an assistant turn without text) or a list of text parts. */
-static char *message_text(job *j, const cJSON *content, int idx) {
+static char *message_text(parse *ps, const cJSON *content, int idx) {
     if (!content || cJSON_IsNull(content)) return strdup("");
     if (cJSON_IsString(content)) return strdup(content->valuestring);
     if (!cJSON_IsArray(content)) {
-        job_fail(j, 400, "invalid_request_error", NULL, "messages[%d].content must be a string or a list of parts", idx);
+        srv_error_set(ps->e, 400, "invalid_request_error", NULL, "messages[%d].content must be a string or a list of parts", idx);
         return NULL;
     }
     size_t len = 0;
@@ -104,7 +124,7 @@ static char *message_text(job *j, const cJSON *content, int idx) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(t)) {
-            job_fail(j, 400, "invalid_request_error", NULL,
+            srv_error_set(ps->e, 400, "invalid_request_error", NULL,
                      "messages[%d].content: only parts of type \"text\" are supported (this model reads text)", idx);
             return NULL;
         }
@@ -124,80 +144,80 @@ static char *message_text(job *j, const cJSON *content, int idx) {
 
 /* A prompt of B bytes has at least B / k tokens (k: the most bytes one token covers): one that cannot fit
  * is refused before it is tokenized, so a huge body costs a scan, not a tokenization. */
-static bool bytes_fit(job *j, const gm_tokenizer *tok, size_t bytes, int limit) {
+static bool bytes_fit(parse *ps, const gm_tokenizer *tok, size_t bytes, int limit) {
     const size_t k = gm_tokenizer_max_token_bytes(tok);
     if (k == 0 || bytes / k <= (size_t)limit) return true;
-    job_fail(j, 400, "invalid_request_error", "context_length_exceeded",
+    srv_error_set(ps->e, 400, "invalid_request_error", "context_length_exceeded",
              "the prompt has at least %zu tokens (%zu bytes); this server takes at most %d", bytes / k, bytes, limit);
     return false;
 }
 
 /* A message's fields: role and content are read; name is documented as ignored (Gemma's template has no
  * speaker names); anything else (tool_calls, tool_call_id, ...) would change the turn and is refused. */
-static bool message_fields(job *j, const cJSON *e, int idx) {
+static bool message_fields(parse *ps, const cJSON *e, int idx) {
     if (!cJSON_IsObject(e)) {
-        job_fail(j, 400, "invalid_request_error", NULL, "messages[%d] must be an object", idx);
+        srv_error_set(ps->e, 400, "invalid_request_error", NULL, "messages[%d] must be an object", idx);
         return false;
     }
     const cJSON *f;
     cJSON_ArrayForEach(f, e) {
         if (!strcmp(f->string, "role") || !strcmp(f->string, "content") || !strcmp(f->string, "name") || cJSON_IsNull(f))
             continue;
-        job_fail(j, 400, "invalid_request_error", "unsupported_field", "messages[%d].%.60s is not supported by this server",
+        srv_error_set(ps->e, 400, "invalid_request_error", "unsupported_field", "messages[%d].%.60s is not supported by this server",
                  idx, f->string);
         return false;
     }
     return true;
 }
 
-static const char *message_role(job *j, const cJSON *e, int i) {
+static const char *message_role(parse *ps, const cJSON *e, int i) {
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(e, "role");
-    if (!cJSON_IsString(role)) return bad(j, "every message needs a string '%s'", "role"), NULL;
+    if (!cJSON_IsString(role)) return bad(ps, "every message needs a string '%s'", "role"), NULL;
     const char *r = role->valuestring;
     if (!strcmp(r, "developer")) r = "system"; /* OpenAI's newer name for the system role */
     if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
-        job_fail(j, 400, "invalid_request_error", NULL,
+        srv_error_set(ps->e, 400, "invalid_request_error", NULL,
                  "messages[%d].role '%.40s' is not supported (system, developer, user, assistant)", i, r);
         return NULL;
     }
     if (!strcmp(r, "system") && i > 0) {
-        job_fail(j, 400, "invalid_request_error", NULL, "messages[%d]: a system message may only come first", i);
+        srv_error_set(ps->e, 400, "invalid_request_error", NULL, "messages[%d]: a system message may only come first", i);
         return NULL;
     }
     return r;
 }
 
 /* "messages" -> ids through gm_chat_tokenize: contents are text, never control tokens. */
-static bool chat_prompt(job *j, const cJSON *root, const gm_tokenizer *tok, int limit) {
+static bool chat_prompt(parse *ps, const cJSON *root, const gm_tokenizer *tok, int limit) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
-    if (!cJSON_IsArray(msgs)) return bad(j, "'%s' must be a list of messages", "messages");
+    if (!cJSON_IsArray(msgs)) return bad(ps, "'%s' must be a list of messages", "messages");
     const int n = cJSON_GetArraySize(msgs);
-    if (n == 0) return bad(j, "'%s' is empty", "messages");
-    if (n > 4096 || n > limit) return bad(j, "'%s' has more entries than this server's context can hold", "messages");
+    if (n == 0) return bad(ps, "'%s' is empty", "messages");
+    if (n > 4096 || n > limit) return bad(ps, "'%s' has more entries than this server's context can hold", "messages");
     gm_chat_message *m = calloc((size_t)n, sizeof *m);
     char **owned = calloc((size_t)n, sizeof *owned);
     bool ok = m && owned;
-    if (!ok) job_fail(j, 500, "server_error", NULL, "out of memory");
+    if (!ok) srv_error_set(ps->e, 500, "server_error", NULL, "out of memory");
     int i = 0;
     size_t bytes = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, msgs) { /* walked once: cJSON_GetArrayItem(i) in a loop is quadratic */
-        if (!ok || !(ok = message_fields(j, e, i)) || !(ok = (m[i].role = message_role(j, e, i)) != NULL)) break;
-        ok = (m[i].content = owned[i] = message_text(j, cJSON_GetObjectItemCaseSensitive(e, "content"), i)) != NULL;
-        if (!ok && !j->err_http) job_fail(j, 500, "server_error", NULL, "out of memory");
+        if (!ok || !(ok = message_fields(ps, e, i)) || !(ok = (m[i].role = message_role(ps, e, i)) != NULL)) break;
+        ok = (m[i].content = owned[i] = message_text(ps, cJSON_GetObjectItemCaseSensitive(e, "content"), i)) != NULL;
+        if (!ok && !ps->e->status) srv_error_set(ps->e, 500, "server_error", NULL, "out of memory");
         if (!ok) break;
         bytes += strlen(m[i].content);
         i++;
     }
-    ok = ok && bytes_fit(j, tok, bytes, limit);
+    ok = ok && bytes_fit(ps, tok, bytes, limit);
     if (ok) {
         gm_error err = {0};
         size_t nid = 0;
-        if (gm_chat_tokenize(tok, m, (size_t)n, true, &j->prompt, &nid, &err)) {
-            job_fail(j, err.code == GM_ERR_NOMEM ? 500 : 400, "invalid_request_error", NULL, "messages: %s", err.msg);
+        if (gm_chat_tokenize(tok, m, (size_t)n, true, &ps->rq->prompt, &nid, &err)) {
+            srv_error_set(ps->e, err.code == GM_ERR_NOMEM ? 500 : 400, "invalid_request_error", NULL, "messages: %s", err.msg);
             ok = false;
         }
-        j->n_prompt = (int)nid;
+        ps->rq->n_prompt = (int)nid;
     }
     for (int k = 0; owned && k < n; k++) free(owned[k]);
     free(owned);
@@ -207,125 +227,125 @@ static bool chat_prompt(job *j, const cJSON *root, const gm_tokenizer *tok, int 
 
 /* "prompt": a string (control-token texts parsed: a raw completion writes its own template), a list of
  * one string, or a list of token ids. */
-static bool completion_prompt(job *j, const cJSON *root, const gm_tokenizer *tok, int limit) {
+static bool completion_prompt(parse *ps, const cJSON *root, const gm_tokenizer *tok, int limit) {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(p->child)) p = p->child;
     if (cJSON_IsString(p)) {
         gm_error err = {0};
         size_t nid = 0;
         const size_t len = strlen(p->valuestring);
-        if (!bytes_fit(j, tok, len, limit)) return false;
-        if (gm_tokenize(tok, p->valuestring, len, gm_tokenizer_add_bos(tok), true, &j->prompt, &nid, &err)) {
-            job_fail(j, 400, "invalid_request_error", NULL, "prompt: %s", err.msg);
+        if (!bytes_fit(ps, tok, len, limit)) return false;
+        if (gm_tokenize(tok, p->valuestring, len, gm_tokenizer_add_bos(tok), true, &ps->rq->prompt, &nid, &err)) {
+            srv_error_set(ps->e, 400, "invalid_request_error", NULL, "prompt: %s", err.msg);
             return false;
         }
-        j->n_prompt = (int)nid;
+        ps->rq->n_prompt = (int)nid;
         return true;
     }
     const int n = cJSON_IsArray(p) ? cJSON_GetArraySize(p) : 0, V = gm_tokenizer_n_vocab(tok);
-    if (n == 0) return bad(j, "'%s' must be a string, a list of one string, or a non-empty list of token ids", "prompt");
+    if (n == 0) return bad(ps, "'%s' must be a string, a list of one string, or a non-empty list of token ids", "prompt");
     if (n > limit) {
-        job_fail(j, 400, "invalid_request_error", "context_length_exceeded",
+        srv_error_set(ps->e, 400, "invalid_request_error", "context_length_exceeded",
                  "the prompt has %d tokens; this server takes at most %d", n, limit);
         return false;
     }
-    if (!(j->prompt = malloc((size_t)n * sizeof *j->prompt))) return bad(j, "out of memory reading '%s'", "prompt");
+    if (!(ps->rq->prompt = malloc((size_t)n * sizeof *ps->rq->prompt))) return bad(ps, "out of memory reading '%s'", "prompt");
     const cJSON *e;
     cJSON_ArrayForEach(e, p) {
-        if (!srv_token_id(e, V, &j->prompt[j->n_prompt])) {
-            job_fail(j, 400, "invalid_request_error", NULL,
+        if (!srv_token_id(e, V, &ps->rq->prompt[ps->rq->n_prompt])) {
+            srv_error_set(ps->e, 400, "invalid_request_error", NULL,
                      "'prompt': a list must hold only token ids in [0, %d) (batches of prompts are not supported)", V);
             return false;
         }
-        j->n_prompt++;
+        ps->rq->n_prompt++;
     }
     return true;
 }
 
 /* ---------------------------------------------------------------- the request */
 
-static bool sampling_fields(job *j, const cJSON *root) {
-    gm_sampling *s = &j->smp;
+static bool sampling_fields(parse *ps, const cJSON *root) {
+    gm_sampling *s = &ps->rq->smp;
     s->temperature = 1.0f; /* OpenAI's default */
     s->repeat_last_n = 64;
-    if (!get_float(j, root, "temperature", 0, 2, &s->temperature) || !get_float(j, root, "top_p", 0, 1, &s->top_p) ||
-        !get_int(j, root, "top_k", 0, 1 << 20, &s->top_k) || !get_float(j, root, "min_p", 0, 1, &s->min_p) ||
-        !get_float(j, root, "presence_penalty", -2, 2, &s->presence_penalty) ||
-        !get_float(j, root, "frequency_penalty", -2, 2, &s->frequency_penalty) ||
-        !get_float(j, root, "repeat_penalty", 1e-3, 100, &s->repeat_penalty) ||
-        !get_float(j, root, "repetition_penalty", 1e-3, 100, &s->repeat_penalty) || /* vLLM's name for it */
-        !get_int(j, root, "repeat_last_n", -1, 1 << 20, &s->repeat_last_n))
+    if (!get_float(ps, root, "temperature", 0, 2, &s->temperature) || !get_float(ps, root, "top_p", 0, 1, &s->top_p) ||
+        !get_int(ps, root, "top_k", 0, 1 << 20, &s->top_k) || !get_float(ps, root, "min_p", 0, 1, &s->min_p) ||
+        !get_float(ps, root, "presence_penalty", -2, 2, &s->presence_penalty) ||
+        !get_float(ps, root, "frequency_penalty", -2, 2, &s->frequency_penalty) ||
+        !get_float(ps, root, "repeat_penalty", 1e-3, 100, &s->repeat_penalty) ||
+        !get_float(ps, root, "repetition_penalty", 1e-3, 100, &s->repeat_penalty) || /* vLLM's name for it */
+        !get_int(ps, root, "repeat_last_n", -1, 1 << 20, &s->repeat_last_n))
         return false;
     if (s->top_p == 0) { /* the limit of a nucleus that shrinks to the best token */
         s->top_p = 1;
         s->temperature = 0;
     }
     double seed = -1;
-    if (!get_num(j, root, "seed", -9.2e18, 9.2e18, true, &seed)) return false;
+    if (!get_num(ps, root, "seed", -9.2e18, 9.2e18, true, &seed)) return false;
     const cJSON *sv = cJSON_GetObjectItemCaseSensitive(root, "seed");
     if (sv && !cJSON_IsNull(sv)) s->seed = (uint64_t)(int64_t)seed;
     gm_error err = {0};
-    if (gm_sampling_validate(s, &err)) return bad(j, "%s", err.msg);
+    if (gm_sampling_validate(s, &err)) return bad(ps, "%s", err.msg);
     return true;
 }
 
-static bool limits(job *j, const cJSON *root, const srv_options *o, int n_ctx) {
+static bool limits(parse *ps, const cJSON *root, const srv_options *o, int n_ctx) {
     int max_tokens = 0;
-    if (!get_int(j, root, "n_predict", -1, o->max_tokens, &max_tokens)) return false; /* llama-server's; -1: none */
+    if (!get_int(ps, root, "n_predict", -1, o->max_tokens, &max_tokens)) return false; /* llama-server's; -1: none */
     if (max_tokens < 0) max_tokens = 0;
-    if (!get_int(j, root, "max_tokens", 1, o->max_tokens, &max_tokens) ||
-        !get_int(j, root, "max_completion_tokens", 1, o->max_tokens, &max_tokens))
+    if (!get_int(ps, root, "max_tokens", 1, o->max_tokens, &max_tokens) ||
+        !get_int(ps, root, "max_completion_tokens", 1, o->max_tokens, &max_tokens))
         return false;
-    j->max_tokens = max_tokens;
-    if (j->n_prompt == 0) return bad(j, "the %s is empty", "prompt");
-    if (j->n_prompt > o->max_prompt || j->n_prompt >= n_ctx) {
-        job_fail(j, 400, "invalid_request_error", "context_length_exceeded",
-                 "the prompt has %d tokens; this server takes at most %d (context %d, --max-prompt %d)", j->n_prompt,
+    ps->rq->max_tokens = max_tokens;
+    if (ps->rq->n_prompt == 0) return bad(ps, "the %s is empty", "prompt");
+    if (ps->rq->n_prompt > o->max_prompt || ps->rq->n_prompt >= n_ctx) {
+        srv_error_set(ps->e, 400, "invalid_request_error", "context_length_exceeded",
+                 "the prompt has %d tokens; this server takes at most %d (context %d, --max-prompt %d)", ps->rq->n_prompt,
                  n_ctx - 1 < o->max_prompt ? n_ctx - 1 : o->max_prompt, n_ctx, o->max_prompt);
         return false;
     }
-    if (max_tokens && j->n_prompt + max_tokens > n_ctx) {
-        job_fail(j, 400, "invalid_request_error", "context_length_exceeded",
+    if (max_tokens && ps->rq->n_prompt + max_tokens > n_ctx) {
+        srv_error_set(ps->e, 400, "invalid_request_error", "context_length_exceeded",
                  "this model's context is %d tokens; the prompt (%d) plus max_tokens (%d) would exceed it", n_ctx,
-                 j->n_prompt, max_tokens);
+                 ps->rq->n_prompt, max_tokens);
         return false;
     }
     return true;
 }
 
-static bool output_fields(job *j, const cJSON *root, job_kind kind, const srv_options *o) {
-    j->n = 1;
-    if (!get_int(j, root, "n", 1, SRV_MAX_N, &j->n)) return false;
-    if (j->n > o->parallel) {
-        job_fail(j, 400, "invalid_request_error", NULL, "'n' is %d; this server runs at most %d sequences (--parallel)",
-                 j->n, o->parallel);
+static bool output_fields(parse *ps, const cJSON *root, call_kind kind, const srv_options *o) {
+    ps->rq->n = 1;
+    if (!get_int(ps, root, "n", 1, SRV_MAX_N, &ps->rq->n)) return false;
+    if (ps->rq->n > o->parallel) {
+        srv_error_set(ps->e, 400, "invalid_request_error", NULL, "'n' is %d; this server runs at most %d sequences (--parallel)",
+                 ps->rq->n, o->parallel);
         return false;
     }
-    if (!get_bool(j, root, "stream", &j->stream) || !get_bool(j, root, "ignore_eos", &j->ignore_eos) ||
-        !get_stop(j, root))
+    if (!get_bool(ps, root, "stream", &ps->rq->stream) || !get_bool(ps, root, "ignore_eos", &ps->rq->ignore_eos) ||
+        !get_stop(ps, root))
         return false;
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
     if (so && !cJSON_IsNull(so)) {
-        if (!cJSON_IsObject(so)) return bad(j, "'%s' must be an object", "stream_options");
-        if (!get_bool(j, so, "include_usage", &j->include_usage)) return false;
+        if (!cJSON_IsObject(so)) return bad(ps, "'%s' must be an object", "stream_options");
+        if (!get_bool(ps, so, "include_usage", &ps->q->include_usage)) return false;
     }
     const bool drafter = o->lookup || o->draft_model_path;
-    j->speculative = drafter;
-    if (!get_bool(j, root, "speculative", &j->speculative)) return false;
-    if (j->speculative && !drafter)
-        return bad(j, "'%s': this server has no drafter (start it with --lookup or --draft-model)", "speculative");
-    if (kind == JOB_CHAT) {
-        if (!get_bool(j, root, "logprobs", &j->logprobs) ||
-            !get_int(j, root, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &j->top_logprobs))
+    ps->rq->speculative = drafter;
+    if (!get_bool(ps, root, "speculative", &ps->rq->speculative)) return false;
+    if (ps->rq->speculative && !drafter)
+        return bad(ps, "'%s': this server has no drafter (start it with --lookup or --draft-model)", "speculative");
+    if (kind == CALL_CHAT) {
+        if (!get_bool(ps, root, "logprobs", &ps->rq->logprobs) ||
+            !get_int(ps, root, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &ps->rq->top_logprobs))
             return false;
-        if (j->top_logprobs && !j->logprobs) return bad(j, "'%s' needs \"logprobs\": true", "top_logprobs");
+        if (ps->rq->top_logprobs && !ps->rq->logprobs) return bad(ps, "'%s' needs \"logprobs\": true", "top_logprobs");
     } else {
         int lp = -1;
-        if (!get_int(j, root, "logprobs", 0, 5, &lp)) return false;
-        j->logprobs = lp >= 0;
-        j->top_logprobs = lp > 0 ? lp : 0;
+        if (!get_int(ps, root, "logprobs", 0, 5, &lp)) return false;
+        ps->rq->logprobs = lp >= 0;
+        ps->rq->top_logprobs = lp > 0 ? lp : 0;
     }
-    if (j->logprobs) j->speculative = false; /* accepted tokens come without their logits */
+    if (ps->rq->logprobs) ps->rq->speculative = false; /* accepted tokens come without their logits */
     return true;
 }
 
@@ -359,15 +379,15 @@ static bool neutral(const cJSON *f) {
     return false;
 }
 
-static bool request_fields(job *j, const cJSON *root, job_kind kind) {
+static bool request_fields(parse *ps, const cJSON *root, call_kind kind) {
     const cJSON *f;
     cJSON_ArrayForEach(f, root) {
         const char *k = f->string;
-        bool known = cJSON_IsNull(f) || neutral(f) || !strcmp(k, kind == JOB_CHAT ? "messages" : "prompt") ||
-                     (kind == JOB_CHAT && !strcmp(k, "top_logprobs"));
+        bool known = cJSON_IsNull(f) || neutral(f) || !strcmp(k, kind == CALL_CHAT ? "messages" : "prompt") ||
+                     (kind == CALL_CHAT && !strcmp(k, "top_logprobs"));
         for (size_t i = 0; !known && i < sizeof read_fields / sizeof *read_fields; i++) known = !strcmp(k, read_fields[i]);
         if (!known) {
-            job_fail(j, 400, "invalid_request_error", "unsupported_field",
+            srv_error_set(ps->e, 400, "invalid_request_error", "unsupported_field",
                      "'%.60s' is not supported by this server (docs/server.md lists the fields it reads)", k);
             return false;
         }
@@ -375,18 +395,35 @@ static bool request_fields(job *j, const cJSON *root, job_kind kind) {
     return true;
 }
 
-bool openai_parse(job *j, job_kind kind, const char *body, size_t len, const gm_tokenizer *tok,
-                  const srv_options *o, int n_ctx) {
-    j->kind = kind;
+static bool parse_body(parse *ps, call_kind kind, const char *body, size_t len, const gm_tokenizer *tok,
+                       const srv_options *o, int n_ctx) {
     cJSON *root = cJSON_ParseWithLength(body, len);
-    if (!root) return bad(j, "the body is not valid JSON (%s)", "parse error");
+    if (!root) return bad(ps, "the body is not valid JSON (%s)", "parse error");
     const int limit = n_ctx - 1 < o->max_prompt ? n_ctx - 1 : o->max_prompt;
-    bool ok = cJSON_IsObject(root) ? true : bad(j, "the body must be a JSON %s", "object");
-    ok = ok && request_fields(j, root, kind) && sampling_fields(j, root) && output_fields(j, root, kind, o);
-    ok = ok && (kind == JOB_CHAT ? chat_prompt(j, root, tok, limit) : completion_prompt(j, root, tok, limit));
-    ok = ok && limits(j, root, o, n_ctx);
+    bool ok = cJSON_IsObject(root) ? true : bad(ps, "the body must be a JSON %s", "object");
+    ok = ok && request_fields(ps, root, kind) && sampling_fields(ps, root) && output_fields(ps, root, kind, o);
+    ok = ok && (kind == CALL_CHAT ? chat_prompt(ps, root, tok, limit) : completion_prompt(ps, root, tok, limit));
+    ok = ok && limits(ps, root, o, n_ctx);
     cJSON_Delete(root);
     return ok;
+}
+
+static void *parse_call(const gen_call_in *in, gen_request *rq, srv_error *e, call_kind kind) {
+    openai_call *q = calloc(1, sizeof *q);
+    if (!q) {
+        srv_error_set(e, 500, "server_error", NULL, "out of memory");
+        return NULL;
+    }
+    q->kind = kind;
+    q->model = in->model;
+    q->created = (long)time(NULL);
+    snprintf(q->id, sizeof q->id, "%s%016llx", kind == CALL_CHAT ? "chatcmpl-" : "cmpl-", (unsigned long long)srv_fresh_u64());
+    parse ps = {rq, q, e};
+    if (!parse_body(&ps, kind, in->body ? in->body : "", in->len, in->tok, in->o, in->n_ctx)) {
+        free(q);
+        return NULL;
+    }
+    return q;
 }
 
 /* ---------------------------------------------------------------- rendering */
@@ -419,14 +456,17 @@ static cJSON *text_item(const char *s, size_t n) {
     return item;
 }
 
-static cJSON *usage_json(const job *j) {
-    int gen = 0;
-    for (int i = 0; i < j->n; i++) gen += j->ch[i].n_gen;
+/* OpenAI has two reasons: the text ended (end of turn, a stop string) or ran out of room. */
+static const char *finish_reason(gen_finish f) {
+    return f == GEN_END_OF_TURN || f == GEN_STOP_STRING ? "stop" : "length";
+}
+
+static cJSON *usage_json(int n_prompt, int gen, int cached) {
     cJSON *u = cJSON_CreateObject();
-    cJSON_AddNumberToObject(u, "prompt_tokens", j->n_prompt);
+    cJSON_AddNumberToObject(u, "prompt_tokens", n_prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", gen);
-    cJSON_AddNumberToObject(u, "total_tokens", j->n_prompt + gen);
-    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens", j->cached);
+    cJSON_AddNumberToObject(u, "total_tokens", n_prompt + gen);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens", cached);
     return u;
 }
 
@@ -444,25 +484,25 @@ static cJSON *token_item(const gm_tokenizer *tok, int32_t id, float lp, bool cha
     return o;
 }
 
-/* The log-probabilities of n entries in the chat or the legacy shape; the first one's text starts at
- * byte first_offset of the choice's text, each later one where the one before it ended. */
-static cJSON *logprobs_json(job_kind kind, const lp_entry *lp, int n, size_t first_offset, const gm_tokenizer *tok) {
-    if (kind == JOB_CHAT) {
-        cJSON *o = cJSON_CreateObject(), *content = cJSON_AddArrayToObject(o, "content");
-        for (int i = 0; i < n; i++) {
-            const lp_entry *e = &lp[i];
-            cJSON *t = token_item(tok, e->id, e->lp, true), *top = cJSON_AddArrayToObject(t, "top_logprobs");
-            for (int k = 0; k < e->n_top; k++) cJSON_AddItemToArray(top, token_item(tok, e->top_id[k], e->top_lp[k], true));
-            cJSON_AddItemToArray(content, t);
-        }
-        cJSON_AddNullToObject(o, "refusal");
-        return o;
+static cJSON *chat_logprobs(const gen_logprob *lp, int n, const gm_tokenizer *tok) {
+    cJSON *o = cJSON_CreateObject(), *content = cJSON_AddArrayToObject(o, "content");
+    for (int i = 0; i < n; i++) {
+        const gen_logprob *e = &lp[i];
+        cJSON *t = token_item(tok, e->id, e->lp, true), *top = cJSON_AddArrayToObject(t, "top_logprobs");
+        for (int k = 0; k < e->n_top; k++) cJSON_AddItemToArray(top, token_item(tok, e->top_id[k], e->top_lp[k], true));
+        cJSON_AddItemToArray(content, t);
     }
+    cJSON_AddNullToObject(o, "refusal");
+    return o;
+}
+
+/* The legacy shape: parallel lists, the alternatives as an object keyed by their text. */
+static cJSON *legacy_logprobs(const gen_logprob *lp, int n, size_t first_offset, const gm_tokenizer *tok) {
     cJSON *o = cJSON_CreateObject(), *tokens = cJSON_AddArrayToObject(o, "tokens"),
           *lps = cJSON_AddArrayToObject(o, "token_logprobs"), *tops = cJSON_AddArrayToObject(o, "top_logprobs"),
           *offs = cJSON_AddArrayToObject(o, "text_offset");
     for (int i = 0; i < n; i++) {
-        const lp_entry *e = &lp[i];
+        const gen_logprob *e = &lp[i];
         cJSON *t = token_item(tok, e->id, e->lp, false);
         cJSON_AddItemToArray(tokens, cJSON_Duplicate(cJSON_GetObjectItem(t, "token"), true));
         cJSON_Delete(t);
@@ -482,45 +522,46 @@ static cJSON *logprobs_json(job_kind kind, const lp_entry *lp, int n, size_t fir
     return o;
 }
 
-/* Entries whose text starts before the end of the shown text (a stop string's tokens are dropped). */
-static int lp_shown(const choice *c, size_t upto) {
-    int k = 0;
-    while (k < c->n_lp && (k == 0 ? 0 : c->lp[k - 1].text_end) < upto) k++;
-    if (c->finish && upto == c->len && k < c->n_lp && c->finish[0] == 'l') k = c->n_lp; /* length: all of them */
-    return k;
+/* The log-probabilities of n entries; the first one's text starts at byte first_offset of the choice's
+ * text, each later one where the one before it ended. */
+static cJSON *logprobs_json(call_kind kind, const gen_logprob *lp, int n, size_t first_offset, const gm_tokenizer *tok) {
+    return kind == CALL_CHAT ? chat_logprobs(lp, n, tok) : legacy_logprobs(lp, n, first_offset, tok);
 }
 
-static cJSON *envelope(const job *j, bool chunk) {
+static cJSON *envelope(const openai_call *q, bool chunk) {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "id", j->id);
-    cJSON_AddStringToObject(o, "object", j->kind == JOB_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
-                                                             : "text_completion");
-    cJSON_AddNumberToObject(o, "created", (double)j->created);
-    cJSON_AddStringToObject(o, "model", j->model);
+    cJSON_AddStringToObject(o, "id", q->id);
+    cJSON_AddStringToObject(o, "object", q->kind == CALL_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                                              : "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)q->created);
+    cJSON_AddStringToObject(o, "model", q->model);
     cJSON_AddNullToObject(o, "system_fingerprint");
     return o;
 }
 
-char *openai_response(job *j, const gm_tokenizer *tok) {
-    cJSON *o = envelope(j, false), *choices = cJSON_AddArrayToObject(o, "choices");
-    for (int i = 0; i < j->n; i++) {
-        const choice *c = &j->ch[i];
-        cJSON *ch = cJSON_CreateObject();
-        cJSON_AddNumberToObject(ch, "index", i);
-        if (j->kind == JOB_CHAT) {
-            cJSON *msg = cJSON_AddObjectToObject(ch, "message");
-            cJSON_AddStringToObject(msg, "role", "assistant");
-            cJSON_AddItemToObject(msg, "content", text_item(c->text ? c->text : "", c->len));
-            cJSON_AddNullToObject(msg, "refusal");
-        } else {
-            cJSON_AddItemToObject(ch, "text", text_item(c->text ? c->text : "", c->len));
-        }
-        if (j->logprobs) cJSON_AddItemToObject(ch, "logprobs", logprobs_json(j->kind, c->lp, lp_shown(c, c->len), 0, tok));
-        else cJSON_AddNullToObject(ch, "logprobs");
-        cJSON_AddStringToObject(ch, "finish_reason", c->finish ? c->finish : "length");
-        cJSON_AddItemToArray(choices, ch);
+static cJSON *choice_json(const openai_call *q, const job *j, int i, const gm_tokenizer *tok) {
+    const gen_session *g = &j->gen[i];
+    cJSON *ch = cJSON_CreateObject();
+    cJSON_AddNumberToObject(ch, "index", i);
+    if (q->kind == CALL_CHAT) {
+        cJSON *msg = cJSON_AddObjectToObject(ch, "message");
+        cJSON_AddStringToObject(msg, "role", "assistant");
+        cJSON_AddItemToObject(msg, "content", text_item(g->text ? g->text : "", g->len));
+        cJSON_AddNullToObject(msg, "refusal");
+    } else {
+        cJSON_AddItemToObject(ch, "text", text_item(g->text ? g->text : "", g->len));
     }
-    cJSON_AddItemToObject(o, "usage", usage_json(j));
+    if (j->rq.logprobs) cJSON_AddItemToObject(ch, "logprobs", logprobs_json(q->kind, g->lp, gen_session_lp_shown(g, g->len), 0, tok));
+    else cJSON_AddNullToObject(ch, "logprobs");
+    cJSON_AddStringToObject(ch, "finish_reason", finish_reason(g->finish));
+    return ch;
+}
+
+static char *response(const void *call, const job *j, const gm_tokenizer *tok) {
+    const openai_call *q = call;
+    cJSON *o = envelope(q, false), *choices = cJSON_AddArrayToObject(o, "choices");
+    for (int i = 0; i < j->rq.n; i++) cJSON_AddItemToArray(choices, choice_json(q, j, i, tok));
+    cJSON_AddItemToObject(o, "usage", usage_json(j->rq.n_prompt, job_generated(j), j->cached));
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -538,148 +579,69 @@ char *openai_error_json(const char *type, const char *code, const char *msg) {
     return s;
 }
 
-/* ---------------------------------------------------------------- streaming */
+/* ---------------------------------------------------------------- streaming (Server-Sent Events) */
 
-static bool put_event(job *j, cJSON *o) {
+static bool put_event(srv_buf *out, cJSON *o) {
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    const bool ok = s && job_out(j, "data: ", 6) && job_out(j, s, strlen(s)) && job_out(j, "\n\n", 2);
+    const bool ok = s && srv_buf_put(out, "data: ", 6) && srv_buf_put(out, s, strlen(s)) && srv_buf_put(out, "\n\n", 2);
     free(s);
     return ok;
 }
 
-/* Copies n bytes of text into the view; false on out of memory. */
-static bool view_text(stream_view *v, const char *t, size_t n, size_t *off) {
-    char *p = realloc(v->text, v->text_len + n + 1);
-    if (!p) return v->oom = true, false;
-    v->text = p;
-    memcpy(v->text + v->text_len, t, n);
-    *off = v->text_len;
-    v->text_len += n;
-    return true;
-}
-
-static bool view_lp(stream_view *v, const choice *c, int from, int to, stream_piece *pc) {
-    pc->lp_off = v->n_lp;
-    pc->lp_n = to - from;
-    pc->lp_first_offset = from ? c->lp[from - 1].text_end : 0;
-    if (to <= from) return true;
-    lp_entry *p = realloc(v->lp, (size_t)(v->n_lp + to - from) * sizeof *p);
-    if (!p) return v->oom = true, false;
-    v->lp = p;
-    memcpy(v->lp + v->n_lp, c->lp + from, (size_t)(to - from) * sizeof *p);
-    v->n_lp += to - from;
-    return true;
-}
-
-/* The pieces choice i has to send now (the same order of events as it is made visible). */
-static void take_choice(job *j, int i, stream_view *v) {
-    choice *c = &j->ch[i];
-    if (!c->role_sent && j->kind == JOB_CHAT) {
-        v->piece[v->n_pieces++] = (stream_piece){.choice = i, .role = true};
-        c->role_sent = true;
-    }
-    if (c->visible > c->sent) {
-        stream_piece *pc = &v->piece[v->n_pieces++];
-        *pc = (stream_piece){.choice = i, .has_text = true, .text_n = c->visible - c->sent};
-        view_text(v, c->text + c->sent, c->visible - c->sent, &pc->text_off);
-        const int k = lp_shown(c, c->visible);
-        if (j->logprobs && k > c->lp_sent && view_lp(v, c, c->lp_sent, k, pc)) c->lp_sent = k;
-        c->sent = c->visible;
-    }
-    if (c->finish && !c->finish_sent && c->sent == c->len) {
-        stream_piece *pc = &v->piece[v->n_pieces++];
-        *pc = (stream_piece){.choice = i, .finish = c->finish};
-        const int k = lp_shown(c, c->len);
-        if (j->logprobs && k > c->lp_sent && view_lp(v, c, c->lp_sent, k, pc)) c->lp_sent = k;
-        c->finish_sent = true;
-    }
-}
-
-bool openai_stream_take(job *j, stream_view *v) {
-    memset(v, 0, sizeof *v);
-    if (j->stream_closed) return false;
-    if (j->err_http) { /* after a 200 has started: the error as a data event, then the end */
-        v->error = true;
-        memcpy(v->err_type, j->err_type, sizeof v->err_type);
-        memcpy(v->err_code, j->err_code, sizeof v->err_code);
-        memcpy(v->err_msg, j->err_msg, sizeof v->err_msg);
-        j->stream_closed = true;
-        return true;
-    }
-    if (!j->started) return false;
-    bool all = true;
-    for (int i = 0; i < j->n; i++) {
-        take_choice(j, i, v);
-        all = all && j->ch[i].finish_sent;
-    }
-    if (all && j->done) {
-        v->end = true;
-        v->n_prompt = j->n_prompt;
-        v->cached = j->cached;
-        for (int i = 0; i < j->n; i++) v->gen += j->ch[i].n_gen;
-        j->stream_closed = true;
-    }
-    if (v->oom) { /* what was taken cannot be sent: the stream ends with the error */
-        v->error = true;
-        snprintf(v->err_type, sizeof v->err_type, "server_error");
-        snprintf(v->err_msg, sizeof v->err_msg, "out of memory while streaming");
-        j->stream_closed = true;
-    }
-    return v->n_pieces > 0 || v->end || v->error;
-}
-
-void stream_view_free(stream_view *v) {
-    free(v->text);
-    free(v->lp);
-    v->text = NULL;
-    v->lp = NULL;
-}
-
-/* One chunk: delta text (or role), log-probabilities, finish reason. */
-static void put_piece(job *j, const stream_view *v, const stream_piece *pc, const gm_tokenizer *tok) {
-    cJSON *o = envelope(j, true), *choices = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
+/* One chunk: delta text (or the role, when a chat choice opens), log-probabilities, finish reason. */
+static void put_piece(const openai_call *q, const stream_view *v, const stream_piece *pc, const gm_tokenizer *tok,
+                      srv_buf *out) {
+    if (pc->open && q->kind != CALL_CHAT) return; /* completions announce nothing */
+    cJSON *o = envelope(q, true), *choices = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
     const char *text = pc->has_text && v->text ? v->text + pc->text_off : NULL;
     const size_t n = text ? pc->text_n : 0;
     cJSON_AddNumberToObject(ch, "index", pc->choice);
-    if (j->kind == JOB_CHAT) {
+    if (q->kind == CALL_CHAT) {
         cJSON *d = cJSON_AddObjectToObject(ch, "delta");
-        if (pc->role) cJSON_AddStringToObject(d, "role", "assistant");
-        if (pc->role || text) cJSON_AddItemToObject(d, "content", text_item(text ? text : "", n));
+        if (pc->open) cJSON_AddStringToObject(d, "role", "assistant");
+        if (pc->open || text) cJSON_AddItemToObject(d, "content", text_item(text ? text : "", n));
     } else {
         cJSON_AddItemToObject(ch, "text", text_item(text ? text : "", n));
     }
     if (pc->lp_n > 0 && v->lp)
-        cJSON_AddItemToObject(ch, "logprobs", logprobs_json(j->kind, v->lp + pc->lp_off, pc->lp_n, pc->lp_first_offset, tok));
+        cJSON_AddItemToObject(ch, "logprobs", logprobs_json(q->kind, v->lp + pc->lp_off, pc->lp_n, pc->lp_first_offset, tok));
     else cJSON_AddNullToObject(ch, "logprobs");
-    if (pc->finish) cJSON_AddStringToObject(ch, "finish_reason", pc->finish);
+    if (pc->finish) cJSON_AddStringToObject(ch, "finish_reason", finish_reason(pc->finish));
     else cJSON_AddNullToObject(ch, "finish_reason");
     cJSON_AddItemToArray(choices, ch);
-    if (j->include_usage) cJSON_AddNullToObject(o, "usage");
-    put_event(j, o);
+    if (q->include_usage) cJSON_AddNullToObject(o, "usage");
+    put_event(out, o);
 }
 
-void openai_stream_render(job *j, const stream_view *v, const gm_tokenizer *tok) {
-    if (v->error) {
-        char *e = openai_error_json(v->err_type, v->err_code, v->err_msg);
-        job_out(j, "data: ", 6);
-        if (e) job_out(j, e, strlen(e));
-        job_out(j, "\n\ndata: [DONE]\n\n", 16);
+/* After a 200 has started, an error goes out as a data event, then the end. */
+static void render(const void *call, const stream_view *v, const gm_tokenizer *tok, srv_buf *out) {
+    const openai_call *q = call;
+    if (v->err) {
+        char *e = openai_error_json("server_error", NULL, v->err_msg);
+        srv_buf_put(out, "data: ", 6);
+        if (e) srv_buf_put(out, e, strlen(e));
+        srv_buf_put(out, "\n\ndata: [DONE]\n\n", 16);
         free(e);
         return;
     }
-    for (int k = 0; k < v->n_pieces; k++) put_piece(j, v, &v->piece[k], tok);
+    for (int k = 0; k < v->n_pieces; k++) put_piece(q, v, &v->piece[k], tok, out);
     if (!v->end) return;
-    if (j->include_usage) {
-        cJSON *o = envelope(j, true);
+    if (q->include_usage) {
+        cJSON *o = envelope(q, true);
         cJSON_AddArrayToObject(o, "choices");
-        cJSON *u = cJSON_CreateObject();
-        cJSON_AddNumberToObject(u, "prompt_tokens", v->n_prompt);
-        cJSON_AddNumberToObject(u, "completion_tokens", v->gen);
-        cJSON_AddNumberToObject(u, "total_tokens", v->n_prompt + v->gen);
-        cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens", v->cached);
-        cJSON_AddItemToObject(o, "usage", u);
-        put_event(j, o);
+        cJSON_AddItemToObject(o, "usage", usage_json(v->n_prompt, v->gen, v->cached));
+        put_event(out, o);
     }
-    job_out(j, "data: [DONE]\n\n", 14);
+    srv_buf_put(out, "data: [DONE]\n\n", 14);
 }
+
+/* ---------------------------------------------------------------- the two endpoints */
+
+static void *parse_chat(const gen_call_in *in, gen_request *rq, srv_error *e) { return parse_call(in, rq, e, CALL_CHAT); }
+static void *parse_completion(const gen_call_in *in, gen_request *rq, srv_error *e) {
+    return parse_call(in, rq, e, CALL_COMPLETION);
+}
+
+const gen_endpoint openai_chat = {parse_chat, response, render, "text/event-stream", ":\n\n", free};
+const gen_endpoint openai_completions = {parse_completion, response, render, "text/event-stream", ":\n\n", free};

@@ -6,8 +6,9 @@
  * then sample every sequence that has logits. A prompt is computed once: when it is done, the first
  * sequence is forked into the request's n choices (shared KV blocks). The engine's prefix index makes
  * a repeated prefix (a chat's earlier turns, a system prompt) cost nothing, past the sliding window too.
- * Batch invariance of the engine makes every result independent of what else runs in the step. */
-#include <math.h>
+ * Batch invariance of the engine makes every result independent of what else runs in the step. Every
+ * token goes to its choice's gen_session (session.c: text, stop strings, limits, log-probabilities); the
+ * scheduler knows nothing of the protocol the request came in. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +56,7 @@ int sched_n_ctx(const srv_sched *s) { return gm_engine_n_ctx(s->e); }
 submit_result sched_submit(srv_sched *s, job *j) {
     pthread_mutex_lock(&s->mu);
     /* --queue counts requests that must wait: one that fits the free slots now is always taken */
-    const bool fits_now = !s->q_head && !s->hold && s->slots_used + j->n <= s->o.parallel;
+    const bool fits_now = !s->q_head && !s->hold && s->slots_used + j->rq.n <= s->o.parallel;
     const submit_result r = s->stopping ? SUBMIT_STOPPING : fits_now || s->n_queued < s->o.queue ? SUBMIT_OK : SUBMIT_FULL;
     if (r == SUBMIT_OK) {
         pthread_mutex_lock(&j->mu);
@@ -99,8 +100,8 @@ void sched_withdraw(srv_sched *s, job *j) {
  * served: a big request is not overtaken by small ones). */
 static job *pop_fitting(srv_sched *s) {
     job *j = s->q_head;
-    if (!j || s->hold || s->slots_used + j->n > s->o.parallel) return NULL;
-    s->slots_used += j->n;
+    if (!j || s->hold || s->slots_used + j->rq.n > s->o.parallel) return NULL;
+    s->slots_used += j->rq.n;
     s->q_head = j->next;
     if (!s->q_head) s->q_tail = NULL;
     s->n_queued--;
@@ -111,18 +112,17 @@ static job *pop_fitting(srv_sched *s) {
 /* ---------------------------------------------------------------- finishing */
 
 static void free_choices(srv_sched *s, job *j) {
-    for (int i = 0; i < j->n; i++) {
-        if (j->ch[i].spec) {
+    for (int i = 0; i < j->rq.n; i++) {
+        if (j->spec[i]) {
             gm_spec_stats st;
-            gm_spec_get_stats(j->ch[i].spec, &st);
+            gm_spec_get_stats(j->spec[i], &st);
             metrics_speculative(s->met, &st);
-            gm_spec_free(j->ch[i].spec);
-            j->ch[i].spec = NULL;
+            gm_spec_free(j->spec[i]);
+            j->spec[i] = NULL;
         }
-        gm_seq_free(j->ch[i].seq);
-        j->ch[i].seq = NULL;
-        gm_detok_stream_free(j->ch[i].ds);
-        j->ch[i].ds = NULL;
+        gm_seq_free(j->seq[i]);
+        j->seq[i] = NULL;
+        gen_session_close(&j->gen[i]);
     }
 }
 
@@ -136,15 +136,14 @@ static void retire(srv_sched *s, int k) {
     job *j = s->active[k];
     pthread_mutex_lock(&j->mu);
     free_choices(s, j);
-    int gen = 0;
-    for (int i = 0; i < j->n; i++) gen += j->ch[i].n_gen;
-    const bool failed = j->err_http != 0;
+    const int gen = job_generated(j);
+    const bool failed = j->err != 0;
     pthread_mutex_unlock(&j->mu);
-    if (!failed) metrics_tokens(s->met, j->n_prompt, j->cached, gen);
+    if (!failed) metrics_tokens(s->met, j->rq.n_prompt, j->cached, gen);
     memmove(s->active + k, s->active + k + 1, (size_t)(s->n_active - k - 1) * sizeof *s->active);
     s->n_active--;
     pthread_mutex_lock(&s->mu);
-    s->slots_used -= j->n;
+    s->slots_used -= j->rq.n;
     s->hold = false;
     pthread_mutex_unlock(&s->mu);
     publish_state(s);
@@ -155,9 +154,9 @@ static void retire(srv_sched *s, int k) {
     job_release(j);
 }
 
-static void fail_job(job *j, int http, const char *type, const char *msg) {
+static void fail_job(job *j, job_error e, const char *msg) {
     pthread_mutex_lock(&j->mu);
-    if (!j->err_http) job_fail(j, http, type, NULL, "%s", msg);
+    if (!j->err) job_fail(j, e, "%s", msg);
     pthread_mutex_unlock(&j->mu);
 }
 
@@ -168,170 +167,64 @@ static void admit(srv_sched *s, job *j) {
     s->active[s->n_active++] = j; /* its slots were counted when it left the queue */
     gm_seq *seq = NULL;
     gm_status st = gm_seq_new(s->e, &seq, &err);
-    if (!st && j->prefix_scope) st = gm_seq_set_prefix_scope(seq, j->prefix_scope, &err); /* forks inherit it */
-    if (!st) st = gm_seq_append(seq, j->prompt, j->n_prompt, &err);
+    if (!st && j->rq.prefix_scope) st = gm_seq_set_prefix_scope(seq, j->rq.prefix_scope, &err); /* forks inherit it */
+    if (!st) st = gm_seq_append(seq, j->rq.prompt, j->rq.n_prompt, &err);
     pthread_mutex_lock(&j->mu);
-    j->ch[0].seq = seq;
-    if (st) job_fail(j, st == GM_ERR_CONTEXT ? 400 : 500, "server_error", NULL, "%s", err.msg);
+    j->seq[0] = seq;
+    if (st) job_fail(j, st == GM_ERR_CONTEXT ? JOB_ERR_REQUEST : JOB_ERR_INTERNAL, "%s", err.msg);
     pthread_mutex_unlock(&j->mu);
 }
 
 /* ---------------------------------------------------------------- one token */
 
-static bool is_generating(const choice *c) { return c->seq && !c->finish; }
+static bool is_generating(const job *j, int i) { return j->seq[i] && !j->gen[i].finish; }
 
-static bool grow_text(choice *c, size_t add) {
-    if (c->len + add + 1 <= c->cap) return true;
-    size_t cap = (c->len + add + 1) * 2 + 64;
-    char *p = realloc(c->text, cap);
-    if (!p) return false;
-    c->text = p;
-    c->cap = cap;
-    return true;
-}
-
-/* After new text: cut at the earliest stop string (it and what follows are never shown), else hold
- * back the longest tail that could still grow into one. */
-static void apply_stops(const job *j, choice *c, size_t old_len) {
-    size_t best = SIZE_MAX;
-    for (int k = 0; k < j->n_stop; k++) {
-        const size_t sl = strlen(j->stop[k]);
-        const size_t from = old_len >= sl - 1 ? old_len - (sl - 1) : 0;
-        if (c->len < from + sl) continue;
-        const char *p = memmem(c->text + from, c->len - from, j->stop[k], sl);
-        if (p && (size_t)(p - c->text) < best) best = (size_t)(p - c->text);
-    }
-    if (best != SIZE_MAX) {
-        c->len = best;
-        c->text[c->len] = 0;
-        c->visible = c->len;
-        c->finish = "stop";
-        return;
-    }
-    size_t hold = 0;
-    for (int k = 0; k < j->n_stop; k++) {
-        const size_t sl = strlen(j->stop[k]);
-        for (size_t h = sl - 1; h > hold; h--)
-            if (h <= c->len && !memcmp(c->text + c->len - h, j->stop[k], h)) {
-                hold = h;
-                break;
-            }
-    }
-    if (c->len - hold > c->visible) c->visible = c->len - hold;
-}
-
-static void append_text(choice *c, const char *t, size_t n) {
-    if (!n || !grow_text(c, n)) return;
-    memcpy(c->text + c->len, t, n);
-    c->len += n;
-    c->text[c->len] = 0;
-}
-
-/* log-softmax of the raw logits: the sampled token's and the top k */
-static void record_logprobs(const job *j, choice *c, const float *l, int V, int32_t tok) {
-    if (c->n_lp == c->cap_lp) {
-        int cap = c->cap_lp ? c->cap_lp * 2 : 32;
-        lp_entry *p = realloc(c->lp, (size_t)cap * sizeof *p);
-        if (!p) return;
-        c->lp = p;
-        c->cap_lp = cap;
-    }
-    float mx = l[0];
-    for (int i = 1; i < V; i++) mx = l[i] > mx ? l[i] : mx;
-    double sum = 0;
-    for (int i = 0; i < V; i++) sum += exp((double)l[i] - mx);
-    const float lse = mx + (float)log(sum);
-    lp_entry *e = &c->lp[c->n_lp++];
-    memset(e, 0, sizeof *e);
-    e->id = tok;
-    e->lp = l[tok] - lse;
-    const int k = j->top_logprobs;
-    for (int i = 0; i < V && k > 0; i++) { /* insertion into the k best so far */
-        if (e->n_top == k && l[i] <= e->top_lp[k - 1]) continue;
-        int p = e->n_top < k ? e->n_top++ : k - 1;
-        while (p > 0 && e->top_lp[p - 1] < l[i]) {
-            e->top_lp[p] = e->top_lp[p - 1];
-            e->top_id[p] = e->top_id[p - 1];
-            p--;
-        }
-        e->top_lp[p] = l[i];
-        e->top_id[p] = i;
-    }
-    for (int i = 0; i < e->n_top; i++) e->top_lp[i] -= lse;
-}
-
-/* A new token of choice i (under j->mu): its text, the stop strings, the limits. length: the choice's
- * history up to and including this token (a speculative step appends several before they are taken). */
-static void take_token(srv_sched *s, job *j, int i, int32_t tok, double now, int length) {
-    choice *c = &j->ch[i];
-    gm_error err = {0};
-    c->n_gen++;
-    if (c->n_gen > 1) metrics_itl(s->met, now - c->t_last);
-    c->t_last = now;
-    const size_t old_len = c->len;
-    if (gm_token_is_eog(s->tok, tok) && !j->ignore_eos) {
-        const char *t;
-        size_t n;
-        gm_detok_stream_flush(c->ds, &t, &n);
-        append_text(c, t, n);
-        c->finish = "stop";
-    } else {
-        const char *t = NULL;
-        size_t n = 0;
-        if (!gm_detok_stream_push(c->ds, tok, &t, &n, &err)) append_text(c, t, n);
-    }
-    if (j->logprobs) record_logprobs(j, c, s->logits_copy, s->n_vocab, tok);
-    if (!c->finish) apply_stops(j, c, old_len);
-    const int limit = j->max_tokens > 0 ? j->max_tokens : INT32_MAX;
-    if (!c->finish && (c->n_gen >= limit || length >= gm_engine_n_ctx(s->e))) {
-        const char *t;
-        size_t n;
-        gm_detok_stream_flush(c->ds, &t, &n);
-        const size_t before = c->len;
-        append_text(c, t, n);
-        apply_stops(j, c, before);
-        if (!c->finish) c->finish = "length";
-    }
-    if (c->finish) c->visible = c->len;
-    if (j->logprobs && c->n_lp) c->lp[c->n_lp - 1].text_end = c->len;
+/* A new token of choice i (under j->mu) into its session. logits: what it was drawn from, when the
+ * request wants log-probabilities; length: the choice's history up to and including this token (a
+ * speculative step appends several before they are taken). */
+static void take_token(srv_sched *s, job *j, int i, int32_t tok, const float *logits, double now, int length) {
+    if (j->gen[i].n_gen > 0) metrics_itl(s->met, now - j->t_last[i]);
+    j->t_last[i] = now;
+    gen_session_take(&j->gen[i], tok, logits, length);
 }
 
 static gm_sampling choice_sampling(const job *j, int i) {
-    gm_sampling smp = j->smp;
-    smp.seed = j->smp.seed + (uint64_t)i; /* n choices of one seed: reproducible, and different */
+    gm_sampling smp = j->rq.smp;
+    smp.seed = j->rq.smp.seed + (uint64_t)i; /* n choices of one seed: reproducible, and different */
     return smp;
 }
 
 /* Samples choice i's next token and turns it into text; false on an engine error (j failed). */
 static bool sample_choice(srv_sched *s, job *j, int i, double now) {
-    choice *c = &j->ch[i];
     gm_error err = {0};
-    const float *l = gm_seq_logits(c->seq);
-    if (j->logprobs && l) memcpy(s->logits_copy, l, (size_t)s->n_vocab * sizeof *l);
+    /* sampling may change the logits in place: the log-probabilities are of the raw ones */
+    const float *l = gm_seq_logits(j->seq[i]);
+    const bool want_lp = j->rq.logprobs && l;
+    if (want_lp) memcpy(s->logits_copy, l, (size_t)s->n_vocab * sizeof *l);
     const gm_sampling smp = choice_sampling(j, i);
     int32_t tok;
-    gm_status st = gm_seq_sample(c->seq, &smp, &tok, &err);
+    gm_status st = gm_seq_sample(j->seq[i], &smp, &tok, &err);
     pthread_mutex_lock(&j->mu);
-    if (st) job_fail(j, 500, "server_error", NULL, "sampling failed: %s", err.msg);
-    else take_token(s, j, i, tok, now, gm_seq_length(c->seq));
+    if (st) job_fail(j, JOB_ERR_INTERNAL, "sampling failed: %s", err.msg);
+    else take_token(s, j, i, tok, want_lp ? s->logits_copy : NULL, now, gm_seq_length(j->seq[i]));
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     return !st;
 }
 
-/* The prompt is computed: fork it into the n choices and give each its detokenizer. */
+/* The prompt is computed: fork it into the n choices and start each one's session. */
 static bool start_choices(srv_sched *s, job *j, double now) {
     gm_error err = {0};
     gm_status st = GM_OK;
     pthread_mutex_lock(&j->mu);
-    j->cached = gm_seq_n_reused(j->ch[0].seq);
-    if (j->cached > j->n_prompt) j->cached = j->n_prompt;
-    for (int i = 1; i < j->n && !st; i++) st = gm_seq_fork(j->ch[0].seq, &j->ch[i].seq, &err);
-    for (int i = 0; i < j->n && !st; i++) st = gm_detok_stream_new(s->tok, false, &j->ch[i].ds, &err);
-    for (int i = 0; i < j->n && !st && j->speculative; i++) st = gm_spec_new(j->ch[i].seq, &s->spec, &j->ch[i].spec, &err);
-    if (st) job_fail(j, 500, "server_error", NULL, "%s", err.msg);
+    j->cached = gm_seq_n_reused(j->seq[0]);
+    if (j->cached > j->rq.n_prompt) j->cached = j->rq.n_prompt;
+    const int n_ctx = gm_engine_n_ctx(s->e);
+    for (int i = 1; i < j->rq.n && !st; i++) st = gm_seq_fork(j->seq[0], &j->seq[i], &err);
+    for (int i = 0; i < j->rq.n && !st; i++) st = gen_session_start(&j->gen[i], &j->rq, s->tok, s->n_vocab, n_ctx, &err);
+    for (int i = 0; i < j->rq.n && !st && j->rq.speculative; i++) st = gm_spec_new(j->seq[i], &s->spec, &j->spec[i], &err);
+    if (st) job_fail(j, JOB_ERR_INTERNAL, "%s", err.msg);
     j->started = true;
-    j->t_first = now;
     pthread_mutex_unlock(&j->mu);
     if (!st) metrics_ttft(s->met, now - j->t_submit);
     return !st;
@@ -340,10 +233,10 @@ static bool start_choices(srv_sched *s, job *j, double now) {
 /* ---------------------------------------------------------------- the loop */
 
 static bool job_over(job *j) {
-    bool over = j->err_http != 0;
+    bool over = j->err != 0;
     if (!over && j->started) {
         over = true;
-        for (int i = 0; i < j->n; i++) over = over && j->ch[i].finish;
+        for (int i = 0; i < j->rq.n; i++) over = over && j->gen[i].finish;
     }
     return over;
 }
@@ -354,14 +247,14 @@ static int gather(srv_sched *s, int *n_decode) {
     *n_decode = 0;
     for (int k = 0; k < s->n_active; k++) {
         job *j = s->active[k];
-        if (j->err_http) continue;
+        if (j->err) continue;
         if (!j->started) {
             s->seq_job[n] = j;
-            s->seqs[n++] = j->ch[0].seq;
+            s->seqs[n++] = j->seq[0];
             continue;
         }
-        for (int i = 0; i < j->n; i++)
-            if (is_generating(&j->ch[i]) && !j->ch[i].spec) s->seq_job[n] = j, s->seqs[n++] = j->ch[i].seq, (*n_decode)++;
+        for (int i = 0; i < j->rq.n; i++)
+            if (is_generating(j, i) && !j->spec[i]) s->seq_job[n] = j, s->seqs[n++] = j->seq[i], (*n_decode)++;
     }
     return n;
 }
@@ -375,12 +268,12 @@ static int gather_speculating(srv_sched *s) {
     int n = 0;
     for (int k = 0; k < s->n_active; k++) {
         job *j = s->active[k];
-        if (!j->started || j->err_http) continue;
-        for (int i = 0; i < j->n; i++)
-            if (is_generating(&j->ch[i]) && j->ch[i].spec) {
-                s->spec_sps[n] = j->ch[i].spec;
+        if (!j->started || j->err) continue;
+        for (int i = 0; i < j->rq.n; i++)
+            if (is_generating(j, i) && j->spec[i]) {
+                s->spec_sps[n] = j->spec[i];
                 s->spec_smp[n] = choice_sampling(j, i);
-                s->spec_max[n] = j->max_tokens > 0 ? j->max_tokens - j->ch[i].n_gen : 0;
+                s->spec_max[n] = j->rq.max_tokens > 0 ? j->rq.max_tokens - j->gen[i].n_gen : 0;
                 s->spec_job[n] = j;
                 s->spec_choice[n] = i;
                 n++;
@@ -392,16 +285,17 @@ static int gather_speculating(srv_sched *s) {
 /* Entry t's step succeeded: its tokens through the text path. */
 static void take_spec_tokens(srv_sched *s, int t, double now) {
     job *j = s->spec_job[t];
-    choice *c = &j->ch[s->spec_choice[t]];
+    const int i = s->spec_choice[t];
     pthread_mutex_lock(&j->mu);
-    if (!j->err_http) {
+    if (!j->err) {
         int nt = 0;
-        const int32_t *toks = gm_spec_last(c->spec, &nt);
-        const int base = gm_seq_length(c->seq) - nt; /* the step's tokens are all in the history */
+        const int32_t *toks = gm_spec_last(j->spec[i], &nt);
+        const int base = gm_seq_length(j->seq[i]) - nt; /* the step's tokens are all in the history */
         int taken = 0;
-        while (taken < nt && !c->finish) take_token(s, j, s->spec_choice[t], toks[taken], now, base + taken + 1), taken++;
+        /* no log-probabilities: a request that wants them does not speculate */
+        while (taken < nt && !j->gen[i].finish) take_token(s, j, i, toks[taken], NULL, now, base + taken + 1), taken++;
         /* a choice that ended inside the step keeps only what its client was sent */
-        if (taken < nt) gm_seq_truncate(c->seq, base + taken, NULL);
+        if (taken < nt) gm_seq_truncate(j->seq[i], base + taken, NULL);
     }
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
@@ -410,7 +304,7 @@ static void take_spec_tokens(srv_sched *s, int t, double now) {
 /* Fails entry t's request; its sequences go back to the engine now (the sweep retires the job). */
 static void fail_spec_job(srv_sched *s, job *j, gm_status st, const char *msg) {
     pthread_mutex_lock(&j->mu);
-    if (!j->err_http) job_fail(j, st == GM_ERR_NOMEM ? 503 : 500, "server_error", NULL, "%s", msg);
+    if (!j->err) job_fail(j, st == GM_ERR_NOMEM ? JOB_ERR_UNAVAILABLE : JOB_ERR_INTERNAL, "%s", msg);
     free_choices(s, j);
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
@@ -451,7 +345,7 @@ static void speculative_step(srv_sched *s) {
         if (n == 0) return;
         if (st != GM_ERR_NOMEM) {
             for (int t = 0; t < n; t++) {
-                if (s->spec_job[t]->err_http) continue; /* failed with another of its choices: freed */
+                if (s->spec_job[t]->err) continue; /* failed with another of its choices: freed */
                 gm_error e1 = {0};
                 const gm_status s1 = n == 1 ? st : gm_spec_step(s->spec_sps[t], &s->spec_smp[t], s->spec_max[t], NULL, NULL, &e1);
                 if (s1) fail_spec_job(s, s->spec_job[t], s1, n == 1 ? err.msg : e1.msg);
@@ -461,8 +355,8 @@ static void speculative_step(srv_sched *s) {
         }
         int worst = 0;
         for (int t = 1; t < n; t++)
-            if (gm_seq_length(s->spec_job[t]->ch[s->spec_choice[t]].seq) >
-                gm_seq_length(s->spec_job[worst]->ch[s->spec_choice[worst]].seq))
+            if (gm_seq_length(s->spec_job[t]->seq[s->spec_choice[t]]) >
+                gm_seq_length(s->spec_job[worst]->seq[s->spec_choice[worst]]))
                 worst = t;
         job *w = s->spec_job[worst];
         fail_spec_job(s, w, st, err.msg);
@@ -481,7 +375,7 @@ static void requeue(srv_sched *s, int k) {
     memmove(s->active + k, s->active + k + 1, (size_t)(s->n_active - k - 1) * sizeof *s->active);
     s->n_active--;
     pthread_mutex_lock(&s->mu);
-    s->slots_used -= j->n;
+    s->slots_used -= j->rq.n;
     j->next = s->q_head;
     s->q_head = j;
     if (!s->q_tail) s->q_tail = j;
@@ -497,32 +391,32 @@ static void requeue(srv_sched *s, int k) {
  * the rest can finish; a request alone in the batch fails. Any other error is found by stepping each
  * sequence alone: only the requests whose sequence fails alone fail. */
 static void on_step_error(srv_sched *s, gm_status st, const gm_error *err, int n) {
-    const int http = st == GM_ERR_NOMEM ? 503 : 500;
+    const job_error e = st == GM_ERR_NOMEM ? JOB_ERR_UNAVAILABLE : JOB_ERR_INTERNAL;
     if (st == GM_ERR_NOMEM && n > 1) {
         for (int k = s->n_active - 1; k >= 0; k--)
-            if (!s->active[k]->started && !s->active[k]->err_http) {
+            if (!s->active[k]->started && !s->active[k]->err) {
                 requeue(s, k);
                 return;
             }
         for (int k = s->n_active - 1; k >= 0; k--)
             for (int t = 0; t < n; t++)
                 if (s->seq_job[t] == s->active[k]) {
-                    fail_job(s->active[k], http, "server_error", err->msg);
+                    fail_job(s->active[k], e, err->msg);
                     return;
                 }
         return;
     }
     if (n == 1) {
-        fail_job(s->seq_job[0], http, "server_error", err->msg);
+        fail_job(s->seq_job[0], e, err->msg);
         return;
     }
     for (int t = 0; t < n; t++) {
         job *j = s->seq_job[t];
         gm_seq *seq = s->seqs[t];
         gm_error e1 = {0};
-        if (j->err_http) continue;
+        if (j->err) continue;
         const gm_status s1 = gm_engine_step(s->e, &seq, 1, 1 + s->o.chunk, NULL, &e1);
-        if (s1) fail_job(j, s1 == GM_ERR_NOMEM ? 503 : 500, "server_error", e1.msg);
+        if (s1) fail_job(j, s1 == GM_ERR_NOMEM ? JOB_ERR_UNAVAILABLE : JOB_ERR_INTERNAL, e1.msg);
     }
 }
 
@@ -540,12 +434,12 @@ static void step(srv_sched *s) {
     const double now = srv_now();
     for (int k = 0; k < s->n_active; k++) {
         job *j = s->active[k];
-        if (j->err_http) continue;
+        if (j->err) continue;
         if (!j->started) {
-            if (!gm_seq_logits(j->ch[0].seq) || !start_choices(s, j, now)) continue;
+            if (!gm_seq_logits(j->seq[0]) || !start_choices(s, j, now)) continue;
         }
-        for (int i = 0; i < j->n; i++) /* speculating choices take their tokens in speculative_step */
-            if (is_generating(&j->ch[i]) && !j->ch[i].spec && gm_seq_logits(j->ch[i].seq) && !sample_choice(s, j, i, now))
+        for (int i = 0; i < j->rq.n; i++) /* speculating choices take their tokens in speculative_step */
+            if (is_generating(j, i) && !j->spec[i] && gm_seq_logits(j->seq[i]) && !sample_choice(s, j, i, now))
                 break;
     }
 }
@@ -573,7 +467,7 @@ static void publish_state(srv_sched *s) {
 /* Shutdown: every active and queued job fails (streams end with an error event and [DONE]). */
 static void drain(srv_sched *s) {
     for (int k = s->n_active - 1; k >= 0; k--) {
-        fail_job(s->active[k], 503, "server_error", "the server is shutting down");
+        fail_job(s->active[k], JOB_ERR_UNAVAILABLE, "the server is shutting down");
         retire(s, k);
     }
     pthread_mutex_lock(&s->mu);
@@ -584,7 +478,7 @@ static void drain(srv_sched *s) {
     while (j) {
         job *next = j->next;
         pthread_mutex_lock(&j->mu);
-        job_fail(j, 503, "server_error", NULL, "the server is shutting down");
+        job_fail(j, JOB_ERR_UNAVAILABLE, "the server is shutting down");
         j->done = true;
         pthread_cond_broadcast(&j->cv);
         pthread_mutex_unlock(&j->mu);

@@ -1,11 +1,16 @@
 /* server/server.h — `gemma serve`: an OpenAI-compatible HTTP server over one engine.
  *
- *   http.c       libmicrohttpd: routing, limits, API key, request log, the SSE writer (a thread per
- *                connection; each blocks on its job while the scheduler fills it)
- *   openai.c     request JSON -> a job (validation, 400s) and a job -> response / stream chunks JSON
+ *   http.c       libmicrohttpd: routing, limits, API key, request log, waiting on jobs, the stream's
+ *                transport (a thread per connection; each blocks on its job while the scheduler fills it)
+ *   openai.c     the OpenAI wire format as two gen_endpoints: request JSON -> a gen_request (validation,
+ *                400s) and a job's sessions -> response / Server-Sent Events chunks
  *   scheduler.c  the one thread that owns the engine: admits queued jobs, runs one forward call per step
- *                (a decode row for every active sequence plus a chunk of pending prompt), samples
- *   job.c        a request's state, shared by its connection thread and the scheduler (lock + condvar)
+ *                (a decode row for every active sequence plus a chunk of pending prompt), samples, and
+ *                feeds every token to its choice's session; no HTTP, no JSON
+ *   session.c/h  protocol-neutral generation: the request (gen_request) and each choice's progress
+ *                (gen_session: detokenization, stop strings, limits, log-probabilities, why it ended)
+ *   job.c        a request's state, shared by its connection thread and the scheduler (lock + condvar),
+ *                and what a streaming reader takes out of it
  *   guard.c      connection limits, the request deadline, the Host check, parses at once
  *   metrics.c    counters, gauges and histograms; Prometheus text
  *   embeddings.c /v1/embeddings with an embedding model (no scheduler then: see there)
@@ -25,8 +30,8 @@
 #include <microhttpd.h>
 
 #include "gemma.h"
+#include "server/session.h"
 
-enum { SRV_MAX_N = 8, SRV_MAX_STOP = 16, SRV_MAX_STOP_LEN = 256, SRV_MAX_TOP_LOGPROBS = 20, SRV_MAX_EMBED_INPUTS = 2048 };
 /* seconds of silence after which a stream gets an SSE comment (a keep-alive for proxies) */
 enum { SRV_KEEPALIVE = 15 };
 
@@ -67,84 +72,101 @@ typedef struct srv_guard srv_guard;
 
 /* ---------------------------------------------------------------- jobs (job.c) */
 
-typedef enum { JOB_CHAT, JOB_COMPLETION } job_kind;
+/* Why a submitted request failed, in no protocol's terms (the HTTP side maps it to a status). */
+typedef enum {
+    JOB_OK = 0,
+    JOB_ERR_REQUEST,        /* it cannot run as asked (its prompt does not fit the engine): 400 */
+    JOB_ERR_UNAVAILABLE,    /* no room now (KV memory), or the server is stopping: 503 */
+    JOB_ERR_INTERNAL,       /* 500 */
+} job_error;
 
-/* One generated token's log-probabilities (log-softmax of the raw logits). */
-typedef struct lp_entry {
-    int32_t id;
-    float lp;
-    int n_top;
-    int32_t top_id[SRV_MAX_TOP_LOGPROBS];
-    float top_lp[SRV_MAX_TOP_LOGPROBS];
-    size_t text_end;        /* bytes of the choice's text once this token is decoded */
-} lp_entry;
-
-typedef struct choice {
-    gm_seq *seq;
-    gm_detok_stream *ds;
-    char *text;             /* decoded so far (cut at the stop string once finished) */
-    size_t len, cap;
-    size_t visible;         /* bytes no stop string can still claim */
-    size_t sent;            /* bytes already streamed */
-    int n_gen;              /* tokens sampled */
-    const char *finish;     /* NULL while generating; "stop" or "length" */
-    lp_entry *lp;
-    int n_lp, cap_lp, lp_sent;
-    bool role_sent, finish_sent;
-    gm_spec *spec;          /* speculative decoding state, when the request speculates */
-    double t_last;          /* when its last token came (inter-token latency) */
-} choice;
-
+/* A request's shared state: made by its connection thread, filled by the scheduler, freed when both
+ * have let go (refs). */
 typedef struct job {
-    /* the request, fixed before submission */
-    job_kind kind;
-    bool stream, include_usage;
-    int n;                  /* choices */
-    gm_sampling smp;        /* choice i samples with seed + i */
-    int max_tokens;         /* 0: up to the context */
-    char *stop[SRV_MAX_STOP];
-    int n_stop;
-    bool logprobs;
-    int top_logprobs;
-    bool ignore_eos;        /* llama-server's extension: generate past <eos> / <end_of_turn> (benchmarks) */
-    bool speculative;       /* propose and verify several tokens per step (--lookup / --draft-model) */
-    int32_t *prompt;
-    int n_prompt;
-    char id[48];
-    long created;
-    const char *model;
-    int conn_fd;            /* the client's socket, watched for a hang-up while waiting; -1: none */
-    bool http11;            /* the client speaks HTTP/1.1: it must accept an interim 100 response */
-    bool probed;            /* the client half-closed; a probe was written to tell a close from a half-close */
-    bool probe_pending;     /* a stream's probe (an SSE comment) is still to be sent */
-    uint64_t prefix_scope;  /* the engine's prefix scope of its sequences (0: shared) */
+    gen_request rq;         /* fixed before submission */
 
     /* progress, under mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    choice ch[SRV_MAX_N];
+    gen_session gen[SRV_MAX_N]; /* choice i's text, log-probabilities, finish */
     int cached;             /* prompt tokens taken from the prefix cache */
     bool started;           /* prompt computed, choices forked */
     bool done;
-    int err_http;           /* non-zero: failed with this status */
-    char err_type[40], err_code[40], err_msg[300];
+    job_error err;          /* JOB_OK, or failed with err_msg */
+    char err_msg[300];
     bool cancelled;         /* the client went away (set by the connection thread) */
     int refs;
-    double t_submit, t_first;
+    double t_submit;
 
-    /* the connection thread's stream writer */
-    char *out;
-    size_t out_len, out_pos, out_cap;
-    bool stream_closed;
-    struct job *next;       /* queue link (scheduler) */
+    /* the scheduler thread's own: the engine's objects of each choice */
+    gm_seq *seq[SRV_MAX_N];
+    gm_spec *spec[SRV_MAX_N]; /* speculative decoding state, when the request speculates */
+    double t_last[SRV_MAX_N]; /* when its last token came (inter-token latency) */
+    struct job *next;       /* queue link */
 } job;
 
 job *job_new(void);
 void job_release(job *j); /* drops one reference; frees at zero */
-void job_fail(job *j, int http, const char *type, const char *code, const char *fmt, ...)
+/* Call with j->mu held, or before the job is shared. */
+void job_fail(job *j, job_error e, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int job_generated(const job *j); /* tokens taken by all its choices */
+
+/* What a streaming reader has to send since its last look, copied out of the job under j->mu
+ * (job_stream_take, which advances the reader's marks) so that it is rendered without the lock: a slow
+ * reader asking for many log-probabilities never holds up the scheduler. */
+typedef struct reader_mark {
+    size_t sent;            /* bytes of text taken */
+    int lp_sent;            /* log-probability entries taken */
+    bool opened, finished;
+} reader_mark;
+typedef struct job_reader {
+    reader_mark ch[SRV_MAX_N];
+    bool closed;            /* the end (or the error) was taken */
+} job_reader;
+typedef struct stream_piece {
+    int choice;
+    bool open;              /* the choice's first piece, alone (an endpoint may announce the choice) */
+    size_t text_off, text_n; /* new visible text: view.text[text_off, +text_n) */
+    bool has_text;
+    int lp_off, lp_n;       /* log-probabilities: view.lp[lp_off, +lp_n) */
+    size_t lp_first_offset; /* text offset of the first of them */
+    gen_finish finish;      /* the finishing piece: why the choice ended */
+} stream_piece;
+typedef struct stream_view {
+    stream_piece piece[SRV_MAX_N * 3];
+    int n_pieces;
+    char *text;
+    size_t text_len;
+    gen_logprob *lp;
+    int n_lp;
+    bool oom;
+    job_error err;          /* the job failed: an error, then the end of the stream */
+    char err_msg[300];
+    bool end;               /* every choice finished */
+    int n_prompt, cached, gen;
+} stream_view;
+/* true when there is something to render (then the view must be freed) */
+bool job_stream_take(job *j, job_reader *rd, stream_view *v);
+void stream_view_free(stream_view *v);
+
+/* An error answered to a client: HTTP status and the error object's fields. */
+typedef struct srv_error {
+    int status;
+    char type[40], code[40], msg[300];
+} srv_error;
+void srv_error_set(srv_error *e, int status, const char *type, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-/* Appends bytes to the stream writer's buffer; false on out of memory. */
-bool job_out(job *j, const char *s, size_t n);
+
+/* Bytes a connection has still to send. */
+typedef struct srv_buf {
+    char *p;
+    size_t len, pos, cap;
+} srv_buf;
+bool srv_buf_put(srv_buf *b, const char *s, size_t n); /* false on out of memory */
+void srv_buf_free(srv_buf *b);
+
+double srv_now(void);
+uint64_t srv_fresh_u64(void); /* a fresh 64-bit value (ids, seeds of requests that give none) */
 
 /* ---------------------------------------------------------------- metrics (metrics.c) */
 
@@ -174,51 +196,41 @@ void sched_stop(srv_sched *s);
 void sched_free(srv_sched *s);
 int sched_n_ctx(const srv_sched *s);
 
+/* ---------------------------------------------------------------- generation endpoints */
+
+/* An endpoint that generates text translates its wire format into a gen_request and the job's sessions
+ * back out; http.c does the rest (limits, the queue, waiting, hang-ups, the stream's transport). So a new
+ * one is a file defining a gen_endpoint and a row in http.c's route table. */
+typedef struct gen_call_in {
+    const char *body;
+    size_t len;
+    const gm_tokenizer *tok;
+    const srv_options *o;
+    int n_ctx;
+    const char *model;      /* the id responses echo */
+} gen_call_in;
+typedef struct gen_endpoint {
+    /* Parses the body into rq (prompt tokenized, every field checked); returns the endpoint's state of
+     * this call (freed by free_call), or NULL with *e set. rq comes with its seed and prefix scope set. */
+    void *(*parse)(const gen_call_in *in, gen_request *rq, srv_error *e);
+    /* The body of a whole (non-streaming) answer of a finished job; malloc'd. */
+    char *(*response)(const void *call, const job *j, const gm_tokenizer *tok);
+    /* A stream's next bytes for what the reader took; when v->end or v->err, the stream's end too. */
+    void (*render)(const void *call, const stream_view *v, const gm_tokenizer *tok, srv_buf *out);
+    const char *stream_type; /* the streaming answer's Content-Type */
+    const char *stream_keepalive; /* bytes its readers skip: sent after a silence, and as the half-close probe */
+    void (*free_call)(void *call);
+} gen_endpoint;
+
 /* ---------------------------------------------------------------- OpenAI JSON (openai.c) */
 
-/* Parses a /v1/chat/completions or /v1/completions body into j (prompt tokenized, fields checked:
- * unknown fields, and known ones this server cannot honour, are refused). A prompt whose bytes cannot
- * fit the context is refused before it is tokenized. false: j carries the 400 (job_fail). */
-bool openai_parse(job *j, job_kind kind, const char *body, size_t len, const gm_tokenizer *tok,
-                  const srv_options *o, int n_ctx);
-/* The non-streaming response body; malloc'd. */
-char *openai_response(job *j, const gm_tokenizer *tok);
-/* What a stream has to send since the last look: copied out under j->mu (openai_stream_take, which
- * also advances the job's sent marks), rendered into SSE events in j->out without the lock
- * (openai_stream_render), so a slow reader asking for many log-probabilities never holds up the
- * scheduler. */
-typedef struct stream_piece {
-    int choice;
-    bool role;              /* the opening chunk with the role */
-    size_t text_off, text_n; /* new visible text: view.text[text_off, +text_n) */
-    bool has_text;
-    int lp_off, lp_n;       /* log-probabilities: view.lp[lp_off, +lp_n) */
-    size_t lp_first_offset; /* text offset of the first of them */
-    const char *finish;     /* the finishing chunk, with this reason */
-} stream_piece;
-typedef struct stream_view {
-    stream_piece piece[SRV_MAX_N * 3];
-    int n_pieces;
-    char *text;
-    size_t text_len;
-    lp_entry *lp;
-    int n_lp;
-    bool oom;
-    bool error;             /* the job failed: an error event, then [DONE] */
-    char err_type[40], err_code[40], err_msg[300];
-    bool end;               /* every choice finished: usage (if asked), then [DONE] */
-    int n_prompt, cached, gen;
-} stream_view;
-/* true when there is something to render (then the view must be freed) */
-bool openai_stream_take(job *j, stream_view *v);
-void openai_stream_render(job *j, const stream_view *v, const gm_tokenizer *tok);
-void stream_view_free(stream_view *v);
+extern const gen_endpoint openai_chat, openai_completions;
 /* A JSON number that is a token id in [0, V) (checked before any conversion to an integer). */
 struct cJSON;
 bool srv_token_id(const struct cJSON *e, int V, int32_t *out);
 /* s[0..n) with invalid UTF-8 and NULs replaced by U+FFFD (JSON strings carry neither); malloc'd. */
 char *srv_clean_utf8(const char *s, size_t n);
-/* {"error": {...}} for j's failure (or the given one); malloc'd. */
+/* {"error": {...}}; malloc'd. */
 char *openai_error_json(const char *type, const char *code, const char *msg);
 
 /* ---------------------------------------------------------------- embeddings (embeddings.c) */
@@ -283,7 +295,5 @@ bool srv_start(const srv_options *o, bool listen, srv **out, char *msg, size_t n
 unsigned srv_port(const srv *s);
 bool srv_add_connection(srv *s, int fd, const struct sockaddr *addr, unsigned addr_len);
 void srv_stop(srv *s);
-
-double srv_now(void);
 
 #endif
