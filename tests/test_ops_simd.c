@@ -301,7 +301,28 @@ TEST(rmsnorm_simd_matches_scalar) {
     }
 }
 
+/* Each level's table holds its own kernels (the level below's where it has none), and a level above the
+ * CPU's gives the CPU's. */
+TEST(kernel_tables) {
+    const gm_isa top = gm_isa_supported();
+    const gm_cpu_kernels *sc = gm_cpu_kernels_for(GM_ISA_SCALAR);
+    CHECK(sc->isa == GM_ISA_SCALAR && sc->rmsnorm == gm_rmsnorm && sc->geglu == gm_geglu && sc->exp_sum == gm_exp_sum &&
+          sc->dot == gm_dot_f32 && sc->axpy == gm_axpy_f32 && sc->kv_store == gm_kv_store &&
+          sc->attend_partial == gm_attend_partial && sc->attend_partial_rows == gm_attend_partial_rows);
+    CHECK(gm_cpu_kernels_for(GM_ISA_AUTO)->isa == top && gm_cpu_kernels_for(GM_ISA_AVX512)->isa == top);
+    if (top >= GM_ISA_AVX2) {
+        const gm_cpu_kernels *a = gm_cpu_kernels_for(GM_ISA_AVX2);
+        CHECK(a->isa == GM_ISA_AVX2 && a->rmsnorm == gm_rmsnorm_avx2 && a->geglu == gm_geglu_avx2 &&
+              a->exp_sum == gm_exp_sum_avx2 && a->dot == gm_dot_f32_avx2 && a->axpy == gm_axpy_f32_avx2);
+    }
+    if (top >= GM_ISA_AVX512) {
+        const gm_cpu_kernels *z = gm_cpu_kernels_for(GM_ISA_AVX512);
+        CHECK(z->rmsnorm == gm_rmsnorm_avx512 && z->geglu == gm_geglu_avx2 && z->dot == gm_dot_f32_avx2);
+    }
+}
+
 int main(void) {
+    RUN(kernel_tables);
     RUN(rmsnorm_simd_matches_scalar);
     RUN(geglu_matches_reference);
     RUN(geglu_per_element_independent_of_n);
