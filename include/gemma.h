@@ -156,7 +156,7 @@ gm_status gm_model_open(const char *path, const gm_model_options *opt, gm_model 
 const gm_layer_config *gm_model_layer(const gm_model *m, int il);
 void gm_model_free(gm_model *m);
 const gm_config *gm_model_config(const gm_model *m);
-/* The level m was opened for (gm_model_options.isa lowered to the CPU's; never AUTO). */
+/* The level m was opened for (gm_model_options.isa lowered to the CPU's; AUTO only for a NULL m). */
 gm_isa gm_model_isa(const gm_model *m);
 /* Prints a human (json=false) or machine (json=true) description: architecture, config,
  * tokenizer summary, tensor table, totals. */
