@@ -53,13 +53,13 @@ gm_status gm_host_embed(const gm_model *m, float *x, const gm_fwd_row *rows, int
     return GM_OK;
 }
 
-void gm_host_kv_store(const gm_kv_layout *lay, const float *k, const float *v, const gm_fwd_row *rows, int n, int il,
-                      int kv_dim) {
+void gm_host_kv_store(const gm_kv_layout *lay, gm_kv_store_fn store, const float *k, const float *v,
+                      const gm_fwd_row *rows, int n, int il, int kv_dim) {
     const gm_kv_type kt = (gm_kv_type)lay->dtype;
     for (int i = 0; i < n; i++) {
         const gm_fwd_row *r = &rows[i];
-        gm_kv_store(gm_kv_row_k(lay, r->kv, il, r->pos), kt, k + (size_t)i * kv_dim, kv_dim);
-        gm_kv_store(gm_kv_row_v(lay, r->kv, il, r->pos), kt, v + (size_t)i * kv_dim, kv_dim);
+        store(gm_kv_row_k(lay, r->kv, il, r->pos), kt, k + (size_t)i * kv_dim, kv_dim);
+        store(gm_kv_row_v(lay, r->kv, il, r->pos), kt, v + (size_t)i * kv_dim, kv_dim);
     }
 }
 

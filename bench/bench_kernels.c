@@ -9,7 +9,7 @@
  * and the bench cycles through the copies, so weights come from DRAM as in a real decode step
  * (all ~253 MB of Gemma 3 270M are read once per token).
  * Matmul (512 tokens): GFLOP/s = 2 * rows * cols * 512 / time.
- * The avx2+x8 columns: the weights packed as the model packs them at open when AVX2 is the active level
+ * The avx2+x8 columns: the weights packed as the model packs them at open for the AVX2 level
  * (kernels/pack.h, GM_KTYPE_X8); "-" for types without that layout. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,14 +76,15 @@ static unsigned char *pack_copies(int type, const unsigned char *w, int64_t rows
     return p;
 }
 
-/* M over w (packed: its x8 copy p too) */
-static gm_matrix matrix_of(int type, shape sh, unsigned char *w, unsigned char *p) {
+/* M over w (packed: its x8 copy p too), bound for level isa */
+static gm_matrix matrix_of(int type, shape sh, unsigned char *w, unsigned char *p, gm_isa isa) {
     gm_matrix M = {type, sh.rows, sh.cols, w, 0, NULL, NULL};
     if (p) M.packed_type = GM_KTYPE_X8(type), M.packed = p;
+    gm_matrix_bind(&M, isa);
     return M;
 }
 
-static void bench_matvec(int type, shape sh, bool x8, gm_pool *pool, double *gbs) {
+static void bench_matvec(int type, shape sh, gm_isa isa, bool x8, gm_pool *pool, double *gbs) {
     const size_t mbytes = gm_row_bytes(type, sh.cols) * sh.rows;
     int64_t copies = (int64_t)((192u << 20) / mbytes);
     if (copies < 1) copies = 1;
@@ -103,7 +104,7 @@ static void bench_matvec(int type, shape sh, bool x8, gm_pool *pool, double *gbs
     int64_t calls = 0;
     double t_start = now();
     while (calls < 2 * copies || now() - t_start < 0.3) {
-        gm_matrix M = matrix_of(type, sh, w + (calls % copies) * mbytes, p ? p + (calls % copies) * mbytes : NULL);
+        gm_matrix M = matrix_of(type, sh, w + (calls % copies) * mbytes, p ? p + (calls % copies) * mbytes : NULL, isa);
         double t0 = now();
         gm_matmul(&M, x, 1, y, pool, &sc);
         double dt = now() - t0;
@@ -117,7 +118,7 @@ static void bench_matvec(int type, shape sh, bool x8, gm_pool *pool, double *gbs
     free(w); free(p); free(x); free(y);
 }
 
-static void bench_matmul(int type, shape sh, int64_t n_tok, bool x8, gm_pool *pool, double *gflops) {
+static void bench_matmul(int type, shape sh, int64_t n_tok, gm_isa isa, bool x8, gm_pool *pool, double *gflops) {
     unsigned char *w = make_weights(type, sh.rows, sh.cols, 1);
     unsigned char *p = x8 && w ? pack_copies(type, w, sh.rows, sh.cols, 1) : NULL;
     float *x = malloc(n_tok * sh.cols * sizeof *x), *y = malloc(n_tok * sh.rows * sizeof *y);
@@ -129,7 +130,7 @@ static void bench_matmul(int type, shape sh, int64_t n_tok, bool x8, gm_pool *po
     unsigned s = 9;
     for (int64_t i = 0; i < n_tok * sh.cols; i++) x[i] = frand(&s);
     gm_matmul_scratch sc = {0};
-    gm_matrix M = matrix_of(type, sh, w, p);
+    gm_matrix M = matrix_of(type, sh, w, p, isa);
     double best = 1e30, t_start = now();
     for (int it = 0; it < 50 && (it < 2 || now() - t_start < 1.0); it++) {
         double t0 = now();
@@ -142,12 +143,21 @@ static void bench_matmul(int type, shape sh, int64_t n_tok, bool x8, gm_pool *po
     free(w); free(p); free(x); free(y);
 }
 
+/* the level of column c (levels from scalar up to the CPU's, then AVX2 over x8 copies) */
+static gm_isa column_isa(int c, bool *x8) {
+    const int n_levels = (int)gm_isa_supported() - GM_ISA_SCALAR + 1;
+    *x8 = c >= n_levels;
+    return *x8 ? GM_ISA_AVX2 : (gm_isa)(GM_ISA_SCALAR + c);
+}
+
 static void header(int n_cols) {
     printf("%-5s %-13s", "type", "shape");
     for (int c = 0; c < n_cols; c++)
         for (int p = 0; p < 2; p++) {
             char name[32];
-            snprintf(name, sizeof name, "%s/%dt", c <= (int)gm_isa_supported() ? gm_isa_name((gm_isa)c) : "avx2+x8", p + 1);
+            bool x8;
+            const gm_isa isa = column_isa(c, &x8);
+            snprintf(name, sizeof name, "%s/%dt", x8 ? "avx2+x8" : gm_isa_name(isa), p + 1);
             printf(" %11s", name);
         }
     printf("\n");
@@ -178,7 +188,7 @@ int main(int argc, char **argv) {
     const gm_isa top = gm_isa_supported();
 
     /* columns: each ISA level up to the CPU's, then AVX2 over x8 copies where the CPU has AVX2 */
-    const int n_cols = (int)top + 1 + (top >= GM_ISA_AVX2);
+    const int n_cols = (int)top - GM_ISA_SCALAR + 1 + (top >= GM_ISA_AVX2);
 
     printf("\nmatvec, 1 token: GB/s of weights (weights cycled through a 192 MiB pool)\n");
     header(n_cols);
@@ -190,12 +200,12 @@ int main(int argc, char **argv) {
             if (quick && mv[s].rows > 100000 && types[k] != GM_TYPE_Q8_0) continue;
             printf("%-5s %6lldx%-6lld", t->name, (long long)mv[s].rows, (long long)mv[s].cols);
             for (int c = 0; c < n_cols; c++) {
-                const bool x8 = c > (int)top;
-                gm_isa_set(x8 ? GM_ISA_AVX2 : (gm_isa)c);
+                bool x8;
+                const gm_isa isa = column_isa(c, &x8);
                 for (int p = 0; p < 2; p++) {
                     double gbs;
                     if (x8 && !gm_avx2_x8_tiles(types[k])) printf(" %11s", "-");
-                    else bench_matvec(types[k], mv[s], x8, pools[p], &gbs), printf(" %11.2f", gbs);
+                    else bench_matvec(types[k], mv[s], isa, x8, pools[p], &gbs), printf(" %11.2f", gbs);
                 }
             }
             printf("\n");
@@ -212,12 +222,12 @@ int main(int argc, char **argv) {
             if (quick && s == 1) continue;
             printf("%-5s %6lldx%-6lld", t->name, (long long)mm[s].rows, (long long)mm[s].cols);
             for (int c = 0; c < n_cols; c++) {
-                const bool x8 = c > (int)top;
-                gm_isa_set(x8 ? GM_ISA_AVX2 : (gm_isa)c);
+                bool x8;
+                const gm_isa isa = column_isa(c, &x8);
                 for (int p = 0; p < 2; p++) {
                     double gf;
                     if (x8 && !gm_avx2_x8_tiles(types[k])) printf(" %11s", "-");
-                    else bench_matmul(types[k], mm[s], 512, x8, pools[p], &gf), printf(" %11.2f", gf);
+                    else bench_matmul(types[k], mm[s], 512, isa, x8, pools[p], &gf), printf(" %11.2f", gf);
                 }
             }
             printf("\n");

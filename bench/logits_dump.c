@@ -1,12 +1,13 @@
 /* bench/logits_dump.c — one 64-bit hash of every logit a model gives on a fixed workload, for checking that
  * a refactoring keeps the bits (build the previous commit and this one, run both on the same CPU, compare).
  *
- * usage: logits_dump [-t THREADS] [-n TOKENS] MODEL...
+ * usage: [GEMMA_ISA=scalar|avx2|avx512] logits_dump [-t THREADS] [-n TOKENS] MODEL...
  * Per model: the logits of every position of a fixed token sequence scored in one pass (gm_generator_score),
  * then three sequences of different lengths evaluated together in one engine (batched prompt chunks, then
  * four decode steps of all three at once: the multi-row paths), and for embedding models the pooled vector
  * of the same tokens. Prints "<hash> <model>" per model and the hash of the first position's logits. Not a
- * test (the bits differ between ISA levels): a tool for before/after comparisons. */
+ * test (the bits differ between ISA levels): a tool for before/after comparisons. $GEMMA_ISA caps the level
+ * as for the CLI (gm_model_options.isa). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +26,9 @@ static int32_t token_at(int i, int vocab) { return (int32_t)(((int64_t)i * 7919 
 static int dump(const char *path, int threads, int n, uint64_t *out) {
     gm_error err = {0};
     gm_model *m = NULL;
-    if (gm_model_open(path, NULL, &m, &err)) {
+    gm_model_options mo = {0};
+    if (!gm_isa_parse(getenv("GEMMA_ISA"), &mo.isa)) mo.isa = GM_ISA_AUTO;
+    if (gm_model_open(path, &mo, &m, &err)) {
         fprintf(stderr, "%s: %s\n", path, err.msg);
         return 1;
     }

@@ -57,10 +57,11 @@ void gm_sampler_seed(gm_sampler *s, uint64_t seed) {
 
 double gm_sampler_uniform(gm_sampler *s) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
 
-gm_status gm_sampler_init(gm_sampler *s, int n_vocab, gm_error *err) {
+gm_status gm_sampler_init(gm_sampler *s, int n_vocab, gm_exp_sum_fn exp_sum, gm_error *err) {
     memset(s, 0, sizeof *s);
     if (n_vocab <= 0) return gm_fail(err, GM_ERR_ARG, "sampler: vocabulary size %d", n_vocab);
     s->n_vocab = n_vocab;
+    s->exp_sum = exp_sum ? exp_sum : gm_exp_sum;
     s->work = malloc((size_t)n_vocab * sizeof *s->work);
     s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
     s->w = malloc((size_t)n_vocab * sizeof *s->w);
@@ -391,7 +392,7 @@ static gm_status candidates(gm_sampler *s, const gm_sampling *o, const float *lo
  * a decode step on the 270M); returns their sum. */
 static double weights(gm_sampler *s, int n, float mx) {
     for (int i = 0; i < n; i++) s->w[i] = s->cand[i].logit;
-    return gm_exp_sum(s->w, n, mx);
+    return s->exp_sum(s->w, n, mx);
 }
 
 gm_status gm_sampler_sample(gm_sampler *s, const gm_sampling *o, const float *logits, const int32_t *hist,

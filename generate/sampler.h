@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "gemma.h"
+#include "kernels/ops.h"
 
 typedef struct gm_cand {
     float logit;
@@ -26,9 +27,12 @@ typedef struct gm_sampler {
     float *w;        /* n_vocab: the candidates' weights exp(logit - best) for the draw */
     int32_t *win;    /* penalty window (sorted copy) */
     int win_cap;
+    gm_exp_sum_fn exp_sum; /* the weights' exp: an ISA level's (kernels/ops.h), chosen at init */
 } gm_sampler;
 
-gm_status gm_sampler_init(gm_sampler *s, int n_vocab, gm_error *err);
+/* exp_sum: the level's vector exp of the weights (gm_cpu_kernels.exp_sum; NULL: gm_exp_sum, the scalar
+ * one). Draws depend on its bits: a sequence passes its engine's level's. */
+gm_status gm_sampler_init(gm_sampler *s, int n_vocab, gm_exp_sum_fn exp_sum, gm_error *err);
 void gm_sampler_free(gm_sampler *s);
 void gm_sampler_seed(gm_sampler *s, uint64_t seed);
 /* A uniform double in [0, 1) from the sampler's stream. */

@@ -68,16 +68,27 @@ const char *gm_type_name(int type);
 
 typedef struct gm_model gm_model;
 
-/* The CPU copies of layer matrices made at open. Default: with AVX2 the active level, an 8-rows-interleaved
- * copy of every F16 / BF16 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q6_K layer matrix (decode +10-20%;
- * the file's pages of those matrices are dropped: the same resident size). OFF: none (the file's layout).
- * Q5_0X16: the default plus, with AVX-512 active, decode-friendly copies of Q5_0 matrices (+3% decode,
+/* The CPU copies of layer matrices made at open. Default: with AVX2 the model's level (isa, below), an
+ * 8-rows-interleaved copy of every F16 / BF16 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q6_K layer matrix
+ * (decode +10-20%; the file's pages of those matrices are dropped: the same resident size). OFF: none (the file's layout).
+ * Q5_0X16: the default plus, at the AVX-512 level, decode-friendly copies of Q5_0 matrices (+3% decode,
  * more memory). The CLI reads $GEMMA_REPACK (0 / 1) into this. */
 typedef enum gm_repack { GM_REPACK_DEFAULT = 0, GM_REPACK_OFF, GM_REPACK_Q5_0X16 } gm_repack;
+
+/* The instruction set of the CPU kernels. AUTO: the best this CPU and OS support. A level above that is
+ * lowered to it (a setting written on one machine still runs on another, as $GEMMA_ISA always did); a value
+ * outside the enum is refused (GM_ERR_ARG). Levels differ in f32 rounding order only: each gives its own
+ * bits, the same on every run. The CLI reads $GEMMA_ISA (scalar / avx2 / avx512) into this. */
+typedef enum gm_isa { GM_ISA_AUTO = 0, GM_ISA_SCALAR = 1, GM_ISA_AVX2 = 2, GM_ISA_AVX512 = 3 } gm_isa;
+/* "scalar", "avx2", "avx512" or "auto" into *out; false (out untouched) for any other name or NULL. */
+bool gm_isa_parse(const char *name, gm_isa *out);
+/* "auto", "scalar", "avx2", "avx512"; "?" for a value outside the enum. */
+const char *gm_isa_name(gm_isa isa);
 
 typedef struct gm_model_options {
     bool keep_mtp;    /* keep MTP / nextn tensors of a GGUF visible (hidden by default) */
     gm_repack repack; /* the CPU copies made at open (above) */
+    gm_isa isa;       /* the level the copies are made and the matrices' kernels bound for (above) */
 } gm_model_options;
 
 /* Architectural facts, all read from the file (GGUF metadata or config.json) or from the
@@ -145,6 +156,8 @@ gm_status gm_model_open(const char *path, const gm_model_options *opt, gm_model 
 const gm_layer_config *gm_model_layer(const gm_model *m, int il);
 void gm_model_free(gm_model *m);
 const gm_config *gm_model_config(const gm_model *m);
+/* The level m was opened for (gm_model_options.isa lowered to the CPU's; AUTO only for a NULL m). */
+gm_isa gm_model_isa(const gm_model *m);
 /* Prints a human (json=false) or machine (json=true) description: architecture, config,
  * tokenizer summary, tensor table, totals. */
 gm_status gm_model_describe(const gm_model *m, bool json, void *FILE_stream, gm_error *err);
@@ -343,6 +356,10 @@ typedef struct gm_engine_options {
     gm_kv_dtype kv_type; /* storage of keys and values */
     bool no_prefix_cache; /* do not index computed blocks for reuse across sequences */
     gm_backend_kind backend; /* GM_BACKEND_CPU (0) by default */
+    /* The CPU backend's kernels. AUTO: the model's level (gm_model_isa). Another level, once lowered to the
+     * CPU's, must be the model's: its weight copies and matrix kernels were made for that level at open
+     * (GM_ERR_ARG otherwise; open the model with gm_model_options.isa). The reference backend has none. */
+    gm_isa isa;
 } gm_engine_options;
 
 gm_status gm_engine_new(const gm_model *m, const gm_engine_options *opt, gm_engine **out, gm_error *err);
@@ -528,6 +545,7 @@ typedef struct gm_generator_options {
     gm_kv_dtype kv_type;
     bool no_prefix_cache; /* do not index computed blocks (benchmarks that repeat one prompt) */
     gm_backend_kind backend; /* GM_BACKEND_CPU (0) by default */
+    gm_isa isa;       /* as gm_engine_options.isa */
 } gm_generator_options;
 
 
@@ -639,6 +657,7 @@ typedef struct gm_embedder_options {
     int n_threads; /* <= 0: physical cores */
     int n_ctx;     /* longest input in tokens; 0: the model's context_length capped at GM_DEFAULT_MAX_CTX */
     gm_backend_kind backend; /* GM_BACKEND_CPU (0) by default */
+    gm_isa isa;    /* as gm_engine_options.isa */
 } gm_embedder_options;
 
 gm_status gm_embedder_new(const gm_model *m, const gm_embedder_options *opt, gm_embedder **out, gm_error *err);

@@ -1,5 +1,5 @@
 /* kernels/attn_avx2.c — AVX2/FMA inner loops of attention (compiled with -mavx2 -mfma for this file
- * only; kernels/ops.c calls them only when gm_isa_active() >= GM_ISA_AVX2). The vector loops they match
+ * only; the AVX2 and AVX-512 kernel tables of kernels/ops.c call them). The vector loops they match
  * bit for bit (gm_dot_f32_avx2, gm_axpy_f32_avx2) and the softmax's vector exp are in kernels/ops_avx2.c. */
 #include "kernels/ops_isa.h"
 

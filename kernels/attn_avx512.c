@@ -1,6 +1,6 @@
 /* kernels/attn_avx512.c — AVX-512 partial attention of a group of G query heads sharing one KV head over
  * one chunk of keys stored as F32 or F16 (compiled with -mavx512f for this file only; kernels/ops.c calls
- * it when gm_isa_active() >= GM_ISA_AVX512 and the shape fits: hd a multiple of 64, G <= 4).
+ * it from the AVX-512 kernel table when the shape fits: hd a multiple of 64, G <= 4).
  *
  * Scores: each key row is loaded (and converted) once and multiplied into G accumulators (one per query
  * head). Values: the output is register blocked — a 64-float slice of each of the G heads stays in

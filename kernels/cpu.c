@@ -4,9 +4,7 @@
 #include "kernels/cpu.h"
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__)
@@ -17,7 +15,6 @@
 
 static gm_cpu_features g_feat;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static atomic_int g_active = -1;
 
 #if defined(__x86_64__)
 static unsigned long long read_xcr0(void) {
@@ -87,39 +84,24 @@ gm_isa gm_isa_supported(void) {
     return GM_ISA_SCALAR;
 }
 
-static gm_isa parse_env(gm_isa best) {
-    const char *e = getenv("GEMMA_ISA");
-    if (!e || !*e) return best;
-    gm_isa want = best;
-    if (strcmp(e, "scalar") == 0) want = GM_ISA_SCALAR;
-    else if (strcmp(e, "avx2") == 0) want = GM_ISA_AVX2;
-    else if (strcmp(e, "avx512") == 0) want = GM_ISA_AVX512;
-    return want < best ? want : best;
+bool gm_isa_valid(gm_isa want) { return want >= GM_ISA_AUTO && want <= GM_ISA_AVX512; }
+
+gm_isa gm_isa_resolve(gm_isa want) {
+    const gm_isa best = gm_isa_supported();
+    return !gm_isa_valid(want) || want == GM_ISA_AUTO || want > best ? best : want;
 }
 
-gm_isa gm_isa_active(void) {
-    int v = atomic_load_explicit(&g_active, memory_order_acquire);
-    if (v >= 0) return (gm_isa)v;
-    gm_isa lvl = parse_env(gm_isa_supported());
-    atomic_store_explicit(&g_active, (int)lvl, memory_order_release);
-    return lvl;
-}
+static const char *const ISA_NAMES[] = {"auto", "scalar", "avx2", "avx512"};
 
-gm_isa gm_isa_set(gm_isa level) {
-    gm_isa best = gm_isa_supported();
-    if (level > best) level = best;
-    if (level < GM_ISA_SCALAR) level = GM_ISA_SCALAR;
-    atomic_store_explicit(&g_active, (int)level, memory_order_release);
-    return level;
-}
+const char *gm_isa_name(gm_isa isa) { return gm_isa_valid(isa) ? ISA_NAMES[isa] : "?"; }
 
-const char *gm_isa_name(gm_isa level) {
-    switch (level) {
-    case GM_ISA_SCALAR: return "scalar";
-    case GM_ISA_AVX2: return "avx2";
-    case GM_ISA_AVX512: return "avx512";
-    }
-    return "?";
+bool gm_isa_parse(const char *name, gm_isa *out) {
+    for (int i = 0; name && i <= GM_ISA_AVX512; i++)
+        if (!strcmp(name, ISA_NAMES[i])) {
+            *out = (gm_isa)i;
+            return true;
+        }
+    return false;
 }
 
 void gm_cpu_describe(char *buf, int size) {

@@ -1,11 +1,14 @@
 /* kernels/cpu.h — run-time CPU feature detection (CPUID plus what the OS has enabled: XGETBV for
- * the AVX / AVX-512 register state, arch_prctl for AMX tiles) and the ISA level the kernels use.
- * The level is the best one the CPU and OS support, lowered by GEMMA_ISA=scalar|avx2|avx512 (never
- * raised above what is supported). */
+ * the AVX / AVX-512 register state, arch_prctl for AMX tiles) and the ISA levels (gemma.h, gm_isa) the
+ * kernels can use here. Which level runs is not decided here: it is an option of the model (the copies and
+ * matrix kernels made at open) and of the engine (the CPU backend's kernel table, kernels/ops.h); the CLI
+ * reads $GEMMA_ISA into them. The features are facts of the machine, detected once. */
 #ifndef GM_KERNELS_CPU_H
 #define GM_KERNELS_CPU_H
 
 #include <stdbool.h>
+
+#include "gemma.h"
 
 typedef struct gm_cpu_features {
     bool sse42, avx, avx2, fma, f16c;
@@ -17,22 +20,14 @@ typedef struct gm_cpu_features {
     bool os_amx;    /* XCR0 tile bits set and arch_prctl(ARCH_REQ_XCOMP_PERM) granted */
 } gm_cpu_features;
 
-typedef enum gm_isa {
-    GM_ISA_SCALAR = 0,
-    GM_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
-    GM_ISA_AVX512 = 2, /* AVX-512 F/BW/DQ/VL + VNNI */
-} gm_isa;
-
 /* Detected once (thread-safe). */
 const gm_cpu_features *gm_cpu_features_get(void);
-/* Best level this CPU + OS can run. */
+/* Best level this CPU + OS can run (never GM_ISA_AUTO). */
 gm_isa gm_isa_supported(void);
-/* Level in use: supported, clamped by GEMMA_ISA read at first use. */
-gm_isa gm_isa_active(void);
-/* Force a level (tests, benchmarks); clamped to the supported one. Returns the level set. Not
- * meant to be called while other threads run kernels. */
-gm_isa gm_isa_set(gm_isa level);
-const char *gm_isa_name(gm_isa level);
+/* The level to run for a request: AUTO and levels above the supported one give the supported one (so
+ * does a value outside the enum: callers that take a level from a user refuse those, gm_isa_valid). */
+gm_isa gm_isa_resolve(gm_isa want);
+bool gm_isa_valid(gm_isa want);
 /* "avx2 fma f16c avx512f ..." into buf, for diagnostics. */
 void gm_cpu_describe(char *buf, int size);
 

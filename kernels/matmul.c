@@ -42,7 +42,7 @@ enum {
     X8_SLOT = TYPE_SLOTS,          /* X8_SLOT + t: type t packed as x8 */
     PACKED_SLOT = 2 * TYPE_SLOTS,  /* Q5_0x16 */
     N_SLOTS = 2 * TYPE_SLOTS + 1,
-    N_ISA = GM_ISA_AVX512 + 1
+    N_ISA = GM_ISA_AVX512 + 1 /* row GM_ISA_AUTO unused */
 };
 
 static gm_mm_kernel table[N_ISA][N_SLOTS];
@@ -74,7 +74,7 @@ static gm_mm_kernel resolve(gm_isa isa, int type, bool packed) {
 }
 
 static void table_init(void) {
-    for (int isa = 0; isa < N_ISA; isa++) {
+    for (int isa = GM_ISA_SCALAR; isa < N_ISA; isa++) {
         for (int t = 0; t < TYPE_SLOTS; t++) {
             table[isa][t] = resolve((gm_isa)isa, t, false);
             /* the x8 copies serve the AVX2 level only; the others read the file's rows */
@@ -102,11 +102,10 @@ static const gm_mm_kernel *lookup(const gm_matrix *W, gm_isa isa) {
     return &table[isa][slot];
 }
 
-void gm_matrix_bind(gm_matrix *W) { W->kern = lookup(W, gm_isa_active()); }
+void gm_matrix_bind(gm_matrix *W, gm_isa isa) { W->kern = lookup(W, gm_isa_resolve(isa)); }
 
 const gm_mm_kernel *gm_matrix_kernel(const gm_matrix *W) {
-    const gm_isa isa = gm_isa_active();
-    return W->kern && W->kern->isa == (int)isa ? W->kern : lookup(W, isa);
+    return W->kern ? W->kern : lookup(W, gm_isa_supported());
 }
 
 /* W as the tiles see it: its packed copy where the kernel reads one */

@@ -3,8 +3,8 @@
  * Activations are quantized on the fly to the weight type's vec_dot_type (as llama.cpp does),
  * then each output is a dot product; work is split by output rows across the pool.
  *
- * Kernels come from a table indexed by weight type and ISA level (kernels/cpu.h; GEMMA_ISA=scalar|avx2|
- * avx512 lowers it), bound into the weight's record at model open: scalar reference (quant/), AVX2 dot
+ * Kernels come from a table indexed by weight type and ISA level (gemma.h gm_isa, an option of the model),
+ * bound into the weight's record at model open: scalar reference (quant/), AVX2 dot
  * products, AVX-512 VNNI: up to GM_FUSED_MAX_TOKENS tokens straight from the weights (decode, small
  * batches), more through 4x4 register tiles (prefill). Within one ISA every path computes a (row,
  * token) output with the same operations in the same order: a token's outputs do not depend on the
@@ -42,18 +42,19 @@ typedef struct gm_matrix {
     int64_t cols;      /* input features  (GGUF ne[0]), contiguous */
     const void *data;  /* rows * gm_row_bytes(type, cols) bytes */
     /* Optional: the same weights rearranged for one ISA level's kernels (kernels/pack.h: Q5_0x16 for
-     * AVX-512, F16x8 / BF16x8 for AVX2), used instead of data while that level is active; NULL when
+     * AVX-512, F16x8 / BF16x8 for AVX2), used instead of data by that level's kernels; NULL when
      * there is none. Same bytes per row as data. */
     int packed_type;   /* GM_KTYPE_* */
     const void *packed;
-    /* The kernels, bound once (gm_matrix_bind) at model open; NULL or bound for another ISA level:
-     * looked up in the table on each call (tests build matrices by hand and switch levels). */
+    /* The kernels, bound once (gm_matrix_bind) at model open for the model's level. NULL (a matrix built
+     * by hand that nobody bound): the CPU's best level's, looked up on each call. */
     const gm_mm_kernel *kern;
 } gm_matrix;
 
-/* Binds W's kernels for the active ISA level (after its packed copy, if any, is set). */
-void gm_matrix_bind(gm_matrix *W);
-/* W's kernels at the active level. */
+/* Binds W's kernels for level isa (gm_isa_resolve'd), after its packed copy, if any, is set. Every
+ * gm_matmul of W then runs them: to run another level, bind again (not while W is in use). */
+void gm_matrix_bind(gm_matrix *W, gm_isa isa);
+/* W's bound kernels (unbound: the CPU's best level's). */
 const gm_mm_kernel *gm_matrix_kernel(const gm_matrix *W);
 
 /* x: n_tok rows of cols floats; y: n_tok rows of rows floats. scratch is grown as needed

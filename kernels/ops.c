@@ -1,4 +1,4 @@
-/* kernels/ops.c — scalar f32 operators, and the dispatch to their ISA versions (see ops.h). */
+/* kernels/ops.c — scalar f32 operators, and the tables of each ISA level's versions (see ops.h). */
 #include "kernels/ops.h"
 #include "kernels/ops_isa.h"
 #include "model/limits.h"
@@ -57,7 +57,6 @@ void gm_softmax(float *x, int n) {
 }
 
 double gm_exp_sum(float *x, int n, float mx) {
-    if (gm_isa_active() >= GM_ISA_AVX2) return gm_exp_sum_avx2(x, n, mx);
     double sum = 0.0;
     for (int i = 0; i < n; i++) sum += x[i] = mx == -INFINITY || x[i] - mx < -87.0f ? 0.0f : expf(x[i] - mx);
     return sum;
@@ -87,7 +86,7 @@ void gm_add(float *y, const float *x, int n) {
 
 /* Eight independent partial sums: the compiler can keep them in vector registers (a single float
  * accumulator is a serial dependency it may not reorder without -ffast-math). */
-static float dot_scalar(const float *a, const float *b, int n) {
+float gm_dot_f32(const float *a, const float *b, int n) {
     float acc[8] = {0};
     int i = 0;
     for (; i + 8 <= n; i += 8)
@@ -97,30 +96,8 @@ static float dot_scalar(const float *a, const float *b, int n) {
     return s;
 }
 
-static void axpy_scalar(float *y, float a, const float *x, int n) {
-    for (int i = 0; i < n; i++) y[i] += a * x[i];
-}
-
-static bool use_avx2(void) { return gm_isa_active() >= GM_ISA_AVX2; }
-
-void gm_rmsnorm_fast(float *y, const float *x, const float *w, int n, float eps) {
-    if (gm_isa_active() >= GM_ISA_AVX512) gm_rmsnorm_avx512(y, x, w, n, eps);
-    else if (use_avx2()) gm_rmsnorm_avx2(y, x, w, n, eps);
-    else gm_rmsnorm(y, x, w, n, eps);
-}
-
-void gm_geglu_fast(float *gate, const float *up, int n) {
-    if (use_avx2()) gm_geglu_avx2(gate, up, n);
-    else gm_geglu(gate, up, n);
-}
-
-float gm_dot_f32(const float *a, const float *b, int n) {
-    return use_avx2() ? gm_dot_f32_avx2(a, b, n) : dot_scalar(a, b, n);
-}
-
 void gm_axpy_f32(float *y, float a, const float *x, int n) {
-    if (use_avx2()) gm_axpy_f32_avx2(y, a, x, n);
-    else axpy_scalar(y, a, x, n);
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
 /* ---- attention chunks */
@@ -132,12 +109,13 @@ void gm_kv_store(void *dst, gm_kv_type t, const float *src, int n) {
         memcpy(dst, src, (size_t)n * sizeof(float));
         return;
     }
-    if (use_avx2()) {
-        gm_kv_store_f16_avx2(dst, src, n);
-        return;
-    }
     uint16_t *h = dst;
     for (int i = 0; i < n; i++) h[i] = gm_fp32_to_fp16(src[i]);
+}
+
+static void kv_store_avx2(void *dst, gm_kv_type t, const float *src, int n) {
+    if (t == GM_KV_F32) memcpy(dst, src, (size_t)n * sizeof(float));
+    else gm_kv_store_f16_avx2(dst, src, n);
 }
 
 /* Row j of a chunk as f32: in place for F32, converted into buf for F16. */
@@ -171,45 +149,41 @@ static void softmax_heads(float *scores, int G, int n_keys, float softcap, const
     }
 }
 
-static bool attend_avx512(int G, int hd) { return gm_isa_active() >= GM_ISA_AVX512 && gm_attend_partial_avx512_fits(G, hd); }
-static bool attend_fused(int G, int hd) { return !attend_avx512(G, hd) && use_avx2() && gm_attend_avx2_fits(G, hd); }
+typedef float (*dot_fn)(const float *a, const float *b, int n);
+typedef void (*axpy_fn)(float *y, float a, const float *x, int n);
 
-void gm_attend_partial(float *part, const float *q, int G, const void *k, const void *v, gm_kv_type kt,
-                       size_t kv_stride, int n_keys, int hd, float softcap, const float *bias, float *scores) {
-    if (attend_avx512(G, hd)) {
-        gm_attend_partial_avx512(part, q, G, k, v, kt, kv_stride, n_keys, hd, softcap, bias, scores);
-        return;
-    }
-    if (attend_fused(G, hd)) { /* the same bits, each row read once */
-        const gm_attend_row r = {.part = part, .q = q, .bias = bias, .lo = 0, .hi = n_keys};
-        gm_attend_partial_rows(&r, 1, G, k, v, kt, kv_stride, hd, softcap, scores);
-        return;
-    }
+/* One chunk head by head with a level's dot / axpy: the scores, the softmax by expf, the values. */
+static void attend_loop(dot_fn dot, axpy_fn axpy, float *part, const float *q, int G, const void *k, const void *v,
+                        gm_kv_type kt, size_t kv_stride, int n_keys, int hd, float softcap, const float *bias,
+                        float *scores) {
     float buf[GM_MAX_HEAD_DIM]; /* one converted F16 row (model/limits.h) */
     for (int j = 0; j < n_keys; j++) {
         const float *kj = kv_row(k, kt, (size_t)j, kv_stride, hd, buf);
-        for (int g = 0; g < G; g++) scores[(size_t)g * n_keys + j] = gm_dot_f32(q + (size_t)g * hd, kj, hd);
+        for (int g = 0; g < G; g++) scores[(size_t)g * n_keys + j] = dot(q + (size_t)g * hd, kj, hd);
     }
     softmax_heads(scores, G, n_keys, softcap, bias, part, hd, false);
     for (int j = 0; j < n_keys; j++) {
         const float *vj = kv_row(v, kt, (size_t)j, kv_stride, hd, buf);
         for (int g = 0; g < G; g++) {
             const float p = scores[(size_t)g * n_keys + j];
-            if (p != 0.0f) gm_axpy_f32(part + (size_t)g * (hd + 2), p, vj, hd);
+            if (p != 0.0f) axpy(part + (size_t)g * (hd + 2), p, vj, hd);
         }
     }
 }
 
-void gm_attend_partial_rows(const gm_attend_row *rows, int n, int G, const void *k, const void *v, gm_kv_type kt,
+/* Each row on its own, by a level's one-chunk attention. */
+static void rows_each(gm_attend_partial_fn one, const gm_attend_row *rows, int n, int G, const void *k, const void *v,
+                      gm_kv_type kt, size_t kv_stride, int hd, float softcap, float *scores) {
+    const size_t rs = kv_stride * gm_kv_type_size(kt);
+    for (int i = 0; i < n; i++)
+        one(rows[i].part, rows[i].q, G, (const char *)k + (size_t)rows[i].lo * rs, (const char *)v + (size_t)rows[i].lo * rs,
+            kt, kv_stride, rows[i].hi - rows[i].lo, hd, softcap, rows[i].bias, scores);
+}
+
+/* AVX2 for shapes gm_attend_avx2_fits: every row's scores with each key row read once, the softmaxes, the
+ * values with each value row read once */
+static void rows_fused_avx2(const gm_attend_row *rows, int n, int G, const void *k, const void *v, gm_kv_type kt,
                             size_t kv_stride, int hd, float softcap, float *scores) {
-    if (!attend_fused(G, hd)) {
-        const size_t rs = kv_stride * gm_kv_type_size(kt);
-        for (int i = 0; i < n; i++)
-            gm_attend_partial(rows[i].part, rows[i].q, G, (const char *)k + (size_t)rows[i].lo * rs,
-                              (const char *)v + (size_t)rows[i].lo * rs, kt, kv_stride, rows[i].hi - rows[i].lo, hd,
-                              softcap, rows[i].bias, scores);
-        return;
-    }
     int cap = 0;
     for (int i = 0; i < n; i++) cap = rows[i].hi - rows[i].lo > cap ? rows[i].hi - rows[i].lo : cap;
     const size_t stride = (size_t)G * (size_t)cap;
@@ -219,3 +193,60 @@ void gm_attend_partial_rows(const gm_attend_row *rows, int n, int G, const void 
                       true);
     gm_attend_values_rows_avx2(scores, stride, rows, n, G, v, kt, kv_stride, hd);
 }
+
+/* ---- each level's attention: the scalar one, AVX2 (fused where the shape fits, else the loop with the
+ * AVX2 dot / axpy), AVX-512 (its kernel where the shape fits, else AVX2's) */
+
+void gm_attend_partial(float *part, const float *q, int G, const void *k, const void *v, gm_kv_type kt,
+                       size_t kv_stride, int n_keys, int hd, float softcap, const float *bias, float *scores) {
+    attend_loop(gm_dot_f32, gm_axpy_f32, part, q, G, k, v, kt, kv_stride, n_keys, hd, softcap, bias, scores);
+}
+
+void gm_attend_partial_rows(const gm_attend_row *rows, int n, int G, const void *k, const void *v, gm_kv_type kt,
+                            size_t kv_stride, int hd, float softcap, float *scores) {
+    rows_each(gm_attend_partial, rows, n, G, k, v, kt, kv_stride, hd, softcap, scores);
+}
+
+static void attend_partial_avx2(float *part, const float *q, int G, const void *k, const void *v, gm_kv_type kt,
+                                size_t kv_stride, int n_keys, int hd, float softcap, const float *bias, float *scores) {
+    if (gm_attend_avx2_fits(G, hd)) { /* the same bits, each row read once */
+        const gm_attend_row r = {.part = part, .q = q, .bias = bias, .lo = 0, .hi = n_keys};
+        rows_fused_avx2(&r, 1, G, k, v, kt, kv_stride, hd, softcap, scores);
+        return;
+    }
+    attend_loop(gm_dot_f32_avx2, gm_axpy_f32_avx2, part, q, G, k, v, kt, kv_stride, n_keys, hd, softcap, bias, scores);
+}
+
+static void attend_rows_avx2(const gm_attend_row *rows, int n, int G, const void *k, const void *v, gm_kv_type kt,
+                             size_t kv_stride, int hd, float softcap, float *scores) {
+    if (gm_attend_avx2_fits(G, hd)) rows_fused_avx2(rows, n, G, k, v, kt, kv_stride, hd, softcap, scores);
+    else rows_each(attend_partial_avx2, rows, n, G, k, v, kt, kv_stride, hd, softcap, scores);
+}
+
+static void attend_partial_avx512(float *part, const float *q, int G, const void *k, const void *v, gm_kv_type kt,
+                                  size_t kv_stride, int n_keys, int hd, float softcap, const float *bias,
+                                  float *scores) {
+    if (gm_attend_partial_avx512_fits(G, hd))
+        gm_attend_partial_avx512(part, q, G, k, v, kt, kv_stride, n_keys, hd, softcap, bias, scores);
+    else attend_partial_avx2(part, q, G, k, v, kt, kv_stride, n_keys, hd, softcap, bias, scores);
+}
+
+static void attend_rows_avx512(const gm_attend_row *rows, int n, int G, const void *k, const void *v, gm_kv_type kt,
+                               size_t kv_stride, int hd, float softcap, float *scores) {
+    if (gm_attend_partial_avx512_fits(G, hd))
+        rows_each(gm_attend_partial_avx512, rows, n, G, k, v, kt, kv_stride, hd, softcap, scores);
+    else attend_rows_avx2(rows, n, G, k, v, kt, kv_stride, hd, softcap, scores);
+}
+
+/* ---- the tables */
+
+static const gm_cpu_kernels KERNELS[] = {
+    [GM_ISA_SCALAR] = {GM_ISA_SCALAR, gm_rmsnorm, gm_geglu, gm_exp_sum, gm_dot_f32, gm_axpy_f32, gm_kv_store,
+                       gm_attend_partial, gm_attend_partial_rows},
+    [GM_ISA_AVX2] = {GM_ISA_AVX2, gm_rmsnorm_avx2, gm_geglu_avx2, gm_exp_sum_avx2, gm_dot_f32_avx2, gm_axpy_f32_avx2,
+                     kv_store_avx2, attend_partial_avx2, attend_rows_avx2},
+    [GM_ISA_AVX512] = {GM_ISA_AVX512, gm_rmsnorm_avx512, gm_geglu_avx2, gm_exp_sum_avx2, gm_dot_f32_avx2,
+                       gm_axpy_f32_avx2, kv_store_avx2, attend_partial_avx512, attend_rows_avx512},
+};
+
+const gm_cpu_kernels *gm_cpu_kernels_for(gm_isa isa) { return &KERNELS[gm_isa_resolve(isa)]; }

@@ -1,7 +1,7 @@
 /* kernels/ops_avx2.c — AVX2/FMA versions of the small operators of kernels/ops.h: the f32 dot product and
  * axpy (the per-head loops attention's fused kernels match bit for bit), the F16 KV store, RMSNorm, the
  * vector exp with its sum (attention's softmax and the sampler's) and GeGLU. Compiled with -mavx2 -mfma
- * -mf16c for this file only; kernels/ops.c calls them only when gm_isa_active() >= GM_ISA_AVX2. */
+ * -mf16c for this file only; only the AVX2 and AVX-512 kernel tables of kernels/ops.c hold them. */
 #include "kernels/ops_isa.h"
 #include "quant/quant.h"
 

@@ -1,5 +1,5 @@
 /* kernels/ops_avx512.c — AVX-512 versions of the small operators of kernels/ops.h (RMSNorm). Compiled with
- * -mavx512f for this file only; kernels/ops.c calls them only when gm_isa_active() >= GM_ISA_AVX512. */
+ * -mavx512f for this file only; only the AVX-512 kernel table of kernels/ops.c holds them. */
 #include "kernels/ops_isa.h"
 
 #include <math.h>

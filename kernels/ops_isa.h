@@ -1,6 +1,6 @@
 /* kernels/ops_isa.h — the ISA versions of kernels/ops.h's operators, for kernels/ops.c to pick from by
- * gm_isa_active() and for the tests that hold them to the scalar ones. Internal to kernels/: the forward
- * pass calls the dispatching operators of ops.h. Each file is compiled with its ISA's flags only; on a
+ * level into its kernel table (gm_cpu_kernels) and for the tests that hold them to the scalar ones. Internal
+ * to kernels/: the CPU backend calls them through the table. Each file is compiled with its ISA's flags only; on a
  * build without them its functions fall back to scalar loops (or report that nothing fits) and are never
  * selected. */
 #ifndef GM_KERNELS_OPS_ISA_H
@@ -13,7 +13,7 @@
 /* gm_rmsnorm with the double sums in another order (four 4-lane accumulators). */
 void gm_rmsnorm_avx2(float *y, const float *x, const float *w, int n, float eps);
 /* gm_geglu with gelu via 1 / (1 + exp(-2z)) and a vector exp (a few ulp from gm_geglu); the forward pass
- * uses it when gm_isa_active() >= GM_ISA_AVX2. Same result per element whatever n. */
+ * uses it from the AVX2 level up. Same result per element whatever n. */
 void gm_geglu_avx2(float *gate, const float *up, int n);
 /* s[j] = exp(s[j] - mx) (0 for masked keys and below e^-87; all 0 when mx is -inf) by a vector exp, and
  * the sum of the s[j] in double: the softmax of the AVX2 attention path, and gm_exp_sum's. */

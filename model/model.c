@@ -202,10 +202,10 @@ static gm_status load_weights(gm_model *m, gm_error *err) {
     return c->family->load ? c->family->load(m, err) : GM_OK;
 }
 
-/* Packed copies of layer matrices for the active ISA level's kernels (kernels/pack.h); the file bytes
- * stay mapped for the other levels and for every other reader.
+/* Packed copies of layer matrices for the kernels of the model's ISA level (gm_model_options.isa;
+ * kernels/pack.h); the file bytes stay mapped for the other levels and for every other reader.
  *
- * x8 (AVX2 active; F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K matrices of rows a multiple of 8): the AVX2
+ * x8 (the AVX2 level; F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K matrices of rows a multiple of 8): the AVX2
  * kernels take eight rows per vector (kernels/f16x8_avx2.c, kernels/qtiles_avx2.c) straight from the copy.
  * The copies take the place of the file's pages in memory: each matrix's pages are dropped once it is
  * packed, and nothing reads them while AVX2 runs. Because a 2 MiB file page is mapped whole again when any
@@ -269,10 +269,10 @@ static void *pack_mats(void *arg) {
 static size_t packed_span(const gm_matrix *w) { return (matrix_bytes(w) + 63) / 64 * 64; } /* 64-byte aligned after */
 
 /* the layout w gets at open, 0 for none */
-static int pack_layout(const gm_matrix *w, gm_repack repack) {
+static int pack_layout(const gm_matrix *w, gm_repack repack, gm_isa isa) {
     if (!w->data || repack == GM_REPACK_OFF) return 0;
-    if (w->rows % 8 == 0 && gm_isa_active() == GM_ISA_AVX2 && gm_avx2_x8_tiles(w->type)) return GM_KTYPE_X8(w->type);
-    if (w->type == GM_TYPE_Q5_0 && repack == GM_REPACK_Q5_0X16 && gm_isa_active() >= GM_ISA_AVX512)
+    if (w->rows % 8 == 0 && isa == GM_ISA_AVX2 && gm_avx2_x8_tiles(w->type)) return GM_KTYPE_X8(w->type);
+    if (w->type == GM_TYPE_Q5_0 && repack == GM_REPACK_Q5_0X16 && isa >= GM_ISA_AVX512)
         return GM_KTYPE_Q5_0X16;
     return 0;
 }
@@ -302,7 +302,7 @@ static gm_status pack_weights(gm_model *m, gm_repack repack, gm_error *err) {
         gm_matrix *w[PER_LAYER] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
         bool x8 = false;
         for (int i = 0; i < PER_LAYER; i++) {
-            w[i]->packed_type = pack_layout(w[i], repack); /* the copy itself is set below, once the store is mapped */
+            w[i]->packed_type = pack_layout(w[i], repack, m->isa); /* the copy itself is set below, once the store is mapped */
             x8 |= w[i]->packed_type == GM_KTYPE_X8(w[i]->type);
         }
         for (int i = 0; i < PER_LAYER; i++) {
@@ -337,13 +337,13 @@ static gm_status pack_weights(gm_model *m, gm_repack repack, gm_error *err) {
 
 /* Kernel choice, once per matrix (after packing: a packed copy changes it). */
 static void bind_kernels(gm_model *m) {
-    gm_matrix_bind(&m->embd);
-    gm_matrix_bind(&m->output);
+    gm_matrix_bind(&m->embd, m->isa);
+    gm_matrix_bind(&m->output, m->isa);
     for (int il = 0; il < m->cfg.n_layers; il++) {
         gm_layer *L = &m->layers[il];
         gm_matrix *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
         for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
-            if (w[i]->data) gm_matrix_bind(w[i]); /* Gemma 4 may omit K/V */
+            if (w[i]->data) gm_matrix_bind(w[i], m->isa); /* Gemma 4 may omit K/V */
     }
 }
 
@@ -378,8 +378,11 @@ gm_status gm_model_open(const char *path, const gm_model_options *opt, gm_model 
     if (!out) return gm_fail(err, GM_ERR_ARG, "gm_model_open: out is NULL");
     *out = NULL;
     if (!path || !*path) return gm_fail(err, GM_ERR_ARG, "gm_model_open: empty model path");
+    if (opt && !gm_isa_valid(opt->isa))
+        return gm_fail(err, GM_ERR_ARG, "gm_model_open: unknown ISA level %d", (int)opt->isa);
     gm_model *m = calloc(1, sizeof *m);
     if (!m) return gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", path);
+    m->isa = gm_isa_resolve(opt ? opt->isa : GM_ISA_AUTO); /* before the families' loaders bind their matrices */
     gm_status st = gm_source_open(path, opt ? opt->keep_mtp : false, &m->src, err);
     if (!st) st = gm_config_load(m->src, &m->cfg, err); /* checked there, against model/limits.h */
     if (!st) st = load_weights(m, err);
@@ -395,3 +398,5 @@ gm_status gm_model_open(const char *path, const gm_model_options *opt, gm_model 
 }
 
 const gm_config *gm_model_config(const gm_model *m) { return m ? &m->cfg : NULL; }
+
+gm_isa gm_model_isa(const gm_model *m) { return m ? m->isa : GM_ISA_AUTO; }

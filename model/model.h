@@ -37,6 +37,7 @@ struct gm_model {
     struct gm_4_weights *g4;        /* Gemma 4's per-layer inputs and layer output scales, NULL otherwise */
     void *packed_store;             /* packed copies of layer matrices (kernels/pack.h), or NULL */
     size_t packed_bytes;
+    gm_isa isa;                     /* the level the copies and the matrices' kernels were made for */
 };
 
 /* True when layer il attends through a sliding window (the config's pattern rule). */

@@ -128,6 +128,7 @@ typedef struct gm_backend_options {
     int n_threads;  /* <= 0: physical cores */
     int max_batch;  /* rows per forward chunk */
     int max_ctx;    /* positions per sequence */
+    gm_isa isa;     /* the CPU kernels' level (resolved by the engine: the model's); the reference backend has none */
 } gm_backend_options;
 
 /* The CPU backend: a thread pool, ISA kernels, blocks in host memory. m and lay must outlive it. */

@@ -13,6 +13,8 @@
 
 #include "core/error.h"
 #include "core/random.h"
+#include "kernels/cpu.h"
+#include "kernels/ops.h"
 #include "runtime/engine.h"
 
 /* ---------------------------------------------------------------- engine */
@@ -28,7 +30,18 @@ static gm_status check_engine_options(const gm_config *c, const gm_engine_option
         return gm_fail(err, GM_ERR_ARG, "engine: unknown KV storage type %d", (int)o->kv_type);
     if (o->backend != GM_BACKEND_CPU && o->backend != GM_BACKEND_REFERENCE)
         return gm_fail(err, GM_ERR_ARG, "engine: unknown backend %d", (int)o->backend);
+    if (!gm_isa_valid(o->isa)) return gm_fail(err, GM_ERR_ARG, "engine: unknown ISA level %d", (int)o->isa);
     return GM_OK;
+}
+
+/* The model's level: its weight copies and matrix kernels were made for it at open, so a request for
+ * another (once lowered to what the CPU runs) cannot be honoured without reopening it. */
+static gm_status engine_isa(const gm_model *m, gm_isa want, gm_isa *out, gm_error *err) {
+    *out = m->isa;
+    if (want == GM_ISA_AUTO || gm_isa_resolve(want) == m->isa) return GM_OK;
+    return gm_fail(err, GM_ERR_ARG, "engine: ISA level %s asked, but the model was opened for %s "
+                   "(gm_model_options.isa: its weight copies and kernels are made at open)",
+                   gm_isa_name(gm_isa_resolve(want)), gm_isa_name(m->isa));
 }
 
 bool gm_backend_kind_parse(const char *name, gm_backend_kind *out) {
@@ -53,12 +66,15 @@ gm_status gm_engine_create(const gm_model *m, const gm_engine_options *opt, gm_e
     if (!m) return gm_fail(err, GM_ERR_ARG, "engine: model is NULL");
     const gm_engine_options o = opt ? *opt : (gm_engine_options){0};
     const gm_config *c = &m->cfg;
+    gm_isa isa;
     gm_status st = check_engine_options(c, &o, err);
+    if (!st) st = engine_isa(m, o.isa, &isa, err);
     if (st) return st;
     gm_engine *e = calloc(1, sizeof *e);
     if (!e) return gm_fail(err, GM_ERR_NOMEM, "engine: out of memory");
     e->m = m;
     e->c = c;
+    e->isa = isa;
     e->n_ctx = o.n_ctx ? o.n_ctx : (c->context_length < GM_DEFAULT_MAX_CTX ? c->context_length : GM_DEFAULT_MAX_CTX);
     e->n_batch = o.n_batch ? (o.n_batch < e->n_ctx ? o.n_batch : e->n_ctx) : (e->n_ctx < 512 ? e->n_ctx : 512);
     e->prefix_cache = !o.no_prefix_cache;
@@ -66,7 +82,7 @@ gm_status gm_engine_create(const gm_model *m, const gm_engine_options *opt, gm_e
     e->row_seq = malloc((size_t)e->n_batch * sizeof *e->row_seq);
     if (!e->rows || !e->row_seq) st = gm_fail(err, GM_ERR_NOMEM, "engine: out of memory");
     if (!st) st = gm_kv_layout_init(&e->lay, m, o.kv_type, err);
-    const gm_backend_options bo = {o.n_threads, e->n_batch, e->n_ctx};
+    const gm_backend_options bo = {o.n_threads, e->n_batch, e->n_ctx, e->isa};
     if (!st) st = (o.backend == GM_BACKEND_REFERENCE ? gm_backend_ref_new : gm_backend_cpu_new)(m, &e->lay, &bo, &e->be, err);
     if (!st) st = gm_forward_new(m, &e->lay, e->be, e->n_batch, e->n_ctx, &e->fwd, err);
     if (!st) {
@@ -122,8 +138,10 @@ gm_status gm_seq_new(gm_engine *e, gm_seq **out, gm_error *err) {
     s->taint = INT_MAX;
     gm_kv_table_init(&s->kv);
     s->tok = malloc((size_t)e->n_ctx * sizeof *s->tok);
-    gm_status st = s->tok && gm_kv_table_reserve(&s->kv, (e->n_ctx + GM_KV_BLOCK - 1) / GM_KV_BLOCK) ? gm_sampler_init(&s->smp, e->c->n_vocab, err)
-                          : gm_fail(err, GM_ERR_NOMEM, "gm_seq_new: out of memory for %d positions", e->n_ctx);
+    const gm_exp_sum_fn exp_sum = gm_cpu_kernels_for(e->isa)->exp_sum; /* draws follow the engine's level */
+    gm_status st = s->tok && gm_kv_table_reserve(&s->kv, (e->n_ctx + GM_KV_BLOCK - 1) / GM_KV_BLOCK)
+                       ? gm_sampler_init(&s->smp, e->c->n_vocab, exp_sum, err)
+                       : gm_fail(err, GM_ERR_NOMEM, "gm_seq_new: out of memory for %d positions", e->n_ctx);
     if (st) {
         gm_kv_table_free(NULL, &s->kv);
         free(s->tok);

@@ -22,6 +22,7 @@ struct gm_engine {
     gm_kv_layout lay;
     gm_kvpool *pool;
     gm_backend *be;        /* runs the ops */
+    gm_isa isa;            /* the CPU kernels' level: the model's (checked against the options) */
     gm_forward *fwd;       /* the forward pass over them */
     int n_seqs;            /* live sequences */
     gm_fwd_row *rows;      /* n_batch rows of scratch for eval */

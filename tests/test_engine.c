@@ -16,7 +16,8 @@
 #include <unistd.h>
 
 #include "gemma.h"
-#include "runtime/engine.h" /* the block hashes a sequence keeps (struct gm_seq) */
+#include "kernels/cpu.h"
+#include "runtime/engine.h" /* the block hashes a sequence keeps (struct gm_seq), its sampler */
 #include "support/test.h"
 #include "support/tiny_model.h"
 
@@ -625,6 +626,41 @@ TEST(f16_close_to_f32) {
     }
 }
 
+/* The ISA level is an option: the model's (made at open) is the engine's unless it asks for another, which
+ * is refused; unknown levels are refused; the sequences' samplers get the level's exp. */
+TEST(isa_options) {
+    gm_error err = {0};
+    gm_model *m = NULL;
+    CHECK_EQ_INT(gm_model_open(PATH[0], &(gm_model_options){.isa = (gm_isa)7}, &m, &err), GM_ERR_ARG);
+    CHECK(m == NULL && strstr(err.msg, "ISA") != NULL);
+    m = open_model(0);
+    if (m) CHECK(gm_model_isa(m) == gm_isa_supported());
+    gm_model_free(m);
+    CHECK_OK(gm_model_open(PATH[0], &(gm_model_options){.isa = GM_ISA_SCALAR}, &m, &err), &err);
+    if (!m) return;
+    CHECK(gm_model_isa(m) == GM_ISA_SCALAR);
+    gm_engine *e = NULL;
+    CHECK_EQ_INT(gm_engine_new(m, &(gm_engine_options){.isa = (gm_isa)-1}, &e, &err), GM_ERR_ARG);
+    if (gm_isa_supported() >= GM_ISA_AVX2) {
+        CHECK_EQ_INT(gm_engine_new(m, &(gm_engine_options){.isa = GM_ISA_AVX2}, &e, &err), GM_ERR_ARG);
+        CHECK_MSG(strstr(err.msg, "avx2") && strstr(err.msg, "scalar"), "message: %s", err.msg);
+        gm_generator *g = NULL;
+        CHECK_EQ_INT(gm_generator_new(m, &(gm_generator_options){.isa = GM_ISA_AVX512}, &g, &err),
+                     GM_ERR_ARG);
+        CHECK(g == NULL);
+    }
+    const gm_isa ok[2] = {GM_ISA_AUTO, GM_ISA_SCALAR};
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(gm_engine_new(m, &(gm_engine_options){.n_ctx = 64, .isa = ok[i]}, &e, &err), &err);
+        if (!e) continue;
+        gm_seq *s = new_seq(e);
+        if (s) CHECK(s->smp.exp_sum == gm_exp_sum);
+        gm_seq_free(s);
+        gm_engine_free(e);
+    }
+    gm_model_free(m);
+}
+
 /* ---------------------------------------------------------------- the default model */
 
 /* A 700-token prompt: one pass equals chunks of 64; a second sequence sharing the 700 tokens reuses 640
@@ -724,6 +760,7 @@ int main(int argc, char **argv) {
     MAYBE(eviction_and_out_of_memory);
     MAYBE(embeddings_not_matched_by_ids);
     MAYBE(f16_close_to_f32);
+    MAYBE(isa_options);
     MAYBE(default_model);
     for (int a = 0; a < 3; a++) unlink(PATH[a]);
     return test_summary();

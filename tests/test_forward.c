@@ -179,7 +179,7 @@ static void make_ids(int32_t *ids, int n, uint64_t seed) {
 }
 
 /* Our logits for every position (n x V), with a given prefill chunk size and thread count. */
-static gm_model_options g_open; /* how our_logits and layer0_packed open the model (the repack test sets it) */
+static gm_model_options g_open; /* how our_logits and layer0_packed open the model (the repack and ISA tests set it) */
 
 static bool our_logits(const char *path, const int32_t *ids, int n, int n_batch, int n_threads, float *out) {
     gm_error err = {0};
@@ -267,7 +267,7 @@ TEST(gemma3_rope_scaling_matches_reference) {
 
 /* ---------------------------------------------------------------- ops */
 
-/* F16 matrices with AVX2 active at open get the F16x8 copy (model/model.c) and its kernels, whose sums run
+/* F16 matrices opened for AVX2 get the F16x8 copy (model/model.c) and its kernels, whose sums run
  * column by column instead of in 8 lanes: the logits stay within 1e-4 (relative) of the scalar kernels'
  * on the file layout, and chunked prefill on 1 thread gives one batch's bits on 2. */
 TEST(gemma3_f16_weights_packed_for_avx2) {
@@ -284,12 +284,11 @@ TEST(gemma3_f16_weights_packed_for_avx2) {
     make_ids(ids, n, 7);
     float *avx2 = malloc(sizeof(float) * (size_t)n * V), *chunked = malloc(sizeof(float) * (size_t)n * V),
           *scalar = malloc(sizeof(float) * (size_t)n * V);
-    const gm_isa top = gm_isa_supported();
-    gm_isa_set(GM_ISA_SCALAR);
+    g_open.isa = GM_ISA_SCALAR;
     const bool ok_s = our_logits(path, ids, n, 0, 2, scalar);
-    gm_isa_set(GM_ISA_AVX2);
+    g_open.isa = GM_ISA_AVX2;
     const bool ok_a = our_logits(path, ids, n, 0, 2, avx2) && our_logits(path, ids, n, 5, 1, chunked);
-    gm_isa_set(top);
+    g_open.isa = GM_ISA_AUTO;
     if (ok_s && ok_a) {
         double worst = 0;
         for (size_t i = 0; i < (size_t)n * V; i++) worst = fmax(worst, fabs(avx2[i] - scalar[i]) / fmax(1.0, fabs(scalar[i])));
@@ -301,7 +300,7 @@ TEST(gemma3_f16_weights_packed_for_avx2) {
     free(avx2), free(chunked), free(scalar);
 }
 
-/* Q5_0 / Q8_0 / Q4_K / Q6_K layer matrices are packed as x8 when AVX2 is the active level (model.c pack_layout), a
+/* Q5_0 / Q8_0 / Q4_K / Q6_K layer matrices are packed as x8 when the model is opened for AVX2 (model.c pack_layout), a
  * packed layer's other matrices moved into plain copies, and the packed kernels give the file kernels' bits: a tiny model's logits with the copies equal (memcmp) those with
  * GM_REPACK_OFF, whole prefill and chunked. */
 static bool layer0_packed(const char *path, int type, int down_type) {
@@ -337,15 +336,14 @@ TEST(gemma3_quantized_weights_packed_for_avx2) {
         make_ids(ids, n, 11);
         float *packed = malloc(sizeof(float) * (size_t)n * V), *chunked = malloc(sizeof(float) * (size_t)n * V),
               *file = malloc(sizeof(float) * (size_t)n * V);
-        const gm_isa top = gm_isa_supported();
-        gm_isa_set(GM_ISA_AVX2);
+        g_open.isa = GM_ISA_AVX2;
         CHECK_MSG(layer0_packed(path, types[k], o.down_type), "%s: layer matrices not packed at open", gm_type_name(types[k]));
         bool ok = our_logits(path, ids, n, 0, 2, packed) && our_logits(path, ids, n, 5, 1, chunked);
         g_open.repack = GM_REPACK_OFF;
         CHECK(!layer0_packed(path, types[k], o.down_type));
         ok = ok && our_logits(path, ids, n, 0, 2, file);
         g_open.repack = GM_REPACK_DEFAULT;
-        gm_isa_set(top);
+        g_open.isa = GM_ISA_AUTO;
         if (ok) {
             CHECK_MSG(memcmp(packed, file, sizeof(float) * (size_t)n * V) == 0, "%s: packed logits differ from the file's",
                       gm_type_name(types[k]));

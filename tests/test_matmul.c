@@ -7,7 +7,7 @@
  *                                          + 1e-5 sum_i |w_i x_i|           (f32 accumulation)
  *                                          + Q8_1 offset term (f16 block sums, see test_quant.c).
  *
- * SIMD kernels (every ISA level this CPU supports, forced with gm_isa_set) are compared with the
+ * SIMD kernels (every ISA level this CPU supports, bound with gm_matrix_bind) are compared with the
  * scalar path on the same quantized activations: the integer block dots are exact, so the only
  * allowed difference is f32 rounding of scales and sums: |y - exact| <= 1e-5 sum |w xq| (+ the
  * Q8_1 term for Q4_1 / Q5_1), where exact is the double dot of the dequantized operands. The
@@ -171,7 +171,7 @@ static void simd_case(int type, int64_t rows, int64_t cols, int64_t n_tok, gm_po
     gm_matrix M = {type, rows, cols, W, 0, NULL, NULL};
     gm_matmul_scratch s = {0};
     for (int isa = GM_ISA_AVX2; isa <= (int)gm_isa_supported(); isa++) {
-        gm_isa_set((gm_isa)isa);
+        gm_matrix_bind(&M, (gm_isa)isa);
         CHECK_EQ_INT(gm_matmul(&M, x, n_tok, y, pool, &s), GM_OK);
         int bad = 0;
         for (int64_t t = 0; t < n_tok; t++)
@@ -192,7 +192,6 @@ static void simd_case(int type, int64_t rows, int64_t cols, int64_t n_tok, gm_po
                       gm_isa_name((gm_isa)isa), wt->name, (long long)n_tok);
         }
     }
-    gm_isa_set(gm_isa_supported());
     gm_matmul_scratch_free(&s);
     free(W); free(wf); free(x); free(tmp); free(y); free(yb);
 }
@@ -422,13 +421,12 @@ static void x8_case(int type, int64_t n, gm_pool *p2) {
         }
     gm_matrix M = {type, rows, n, w, type == GM_TYPE_F16 ? GM_KTYPE_F16X8 : GM_KTYPE_BF16X8, wp, NULL};
     gm_matmul_scratch s = {0};
-    gm_isa_set(GM_ISA_AVX2);
+    gm_matrix_bind(&M, GM_ISA_AVX2);
     for (int k = 0; k < 2; k++) {
         const int64_t nt = k ? n_tok : 1;
         CHECK_EQ_INT(gm_matmul(&M, x, nt, y, p2, &s), GM_OK);
         for (int64_t i = 0; i < nt * rows; i++) bad_bits += memcmp(&want[i], &y[i], 4) != 0;
     }
-    gm_isa_set(gm_isa_supported());
     gm_matmul_scratch_free(&s);
     const char *name = gm_type_name(type);
     CHECK_MSG(bad_bits == 0, "%s n %lld: %d outputs differ from the emulated arithmetic", name, (long long)n, bad_bits);
@@ -489,14 +487,14 @@ static void qx8_case(int type, int64_t n, int64_t rows, const int *nts, int n_nt
         }
     gm_matrix F = {type, rows, n, w, 0, NULL, NULL}, M = {type, rows, n, w, GM_KTYPE_X8(type), wp, NULL};
     gm_matmul_scratch s = {0};
-    gm_isa_set(GM_ISA_AVX2);
+    gm_matrix_bind(&F, GM_ISA_AVX2);
+    gm_matrix_bind(&M, GM_ISA_AVX2);
     for (int k = 0; k < 2 && n * rows <= 1 << 20; k++) {
         const int64_t nt = k ? n_tok : 1;
         CHECK_EQ_INT(gm_matmul(&F, x, nt, yf, p2, &s), GM_OK);
         CHECK_EQ_INT(gm_matmul(&M, x, nt, y, p2, &s), GM_OK);
         for (int64_t i = 0; i < nt * rows; i++) bad_bits += memcmp(&yf[i], &y[i], 4) != 0;
     }
-    gm_isa_set(gm_isa_supported());
     gm_matmul_scratch_free(&s);
     CHECK_MSG(bad_bits == 0, "%s n %lld: %d packed outputs differ from the file rows' bits", wt->name, (long long)n, bad_bits);
     CHECK_MSG(bad_out == 0, "%s n %lld: %d outputs written outside the range", wt->name, (long long)n, bad_out);
@@ -595,8 +593,8 @@ static void multi_case(const int64_t rows[3], bool packed) {
     }
     float *x = malloc(sizeof(float) * cols * 5);
     for (int64_t i = 0; i < cols * 5; i++) x[i] = frand() * 2;
-    for (int isa = 0; isa <= (int)gm_isa_supported(); isa++) {
-        gm_isa_set((gm_isa)isa);
+    for (int isa = GM_ISA_SCALAR; isa <= (int)gm_isa_supported(); isa++) {
+        for (int i = 0; i < 3; i++) gm_matrix_bind(&W[i], (gm_isa)isa);
         for (int nt = 1; nt <= 2; nt++) {
             gm_pool *p = gm_pool_new(nt);
             gm_matmul_scratch sc = {0};
@@ -620,7 +618,6 @@ static void multi_case(const int64_t rows[3], bool packed) {
             gm_pool_free(p);
         }
     }
-    gm_isa_set(gm_isa_supported());
     for (int i = 0; i < 3; i++) free(data[i]), free(pk[i]);
     free(x);
 }
@@ -686,8 +683,8 @@ TEST(batch_invariance_every_type_and_isa) {
         for (int64_t i = 0; i < 70 * cols; i++) x[i] = frand() * ((i / cols) % 3 ? 1.f : 7.f);
         gm_matrix M = {type, rows, cols, W, 0, NULL, NULL};
         gm_matmul_scratch s = {0};
-        for (int isa = 0; isa <= (int)gm_isa_supported(); isa++) {
-            gm_isa_set((gm_isa)isa);
+        for (int isa = GM_ISA_SCALAR; isa <= (int)gm_isa_supported(); isa++) {
+            gm_matrix_bind(&M, (gm_isa)isa);
             int bad = 0;
             for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++) {
                 const int n = batches[b];
@@ -709,20 +706,31 @@ TEST(batch_invariance_every_type_and_isa) {
             CHECK_MSG(bad == 0, "%s %s: %d batches give token 0 other bits than alone", gm_isa_name((gm_isa)isa),
                       wt->name, bad);
         }
-        gm_isa_set(gm_isa_supported());
         gm_matmul_scratch_free(&s);
         free(W), free(tmp), free(x), free(alone), free(y), free(y2);
     }
     gm_pool_free(p2);
 }
 
+/* A request is lowered to what the CPU runs, never raised; a matrix runs the level it was bound for. */
 TEST(isa_clamp) {
     const gm_isa top = gm_isa_supported();
-    CHECK(gm_isa_set(GM_ISA_AVX512) == top || top == GM_ISA_AVX512);
-    CHECK(gm_isa_set(GM_ISA_SCALAR) == GM_ISA_SCALAR);
-    CHECK(gm_isa_active() == GM_ISA_SCALAR);
-    gm_isa_set(top);
-    CHECK(gm_isa_active() == top);
+    CHECK(top >= GM_ISA_SCALAR && top <= GM_ISA_AVX512);
+    CHECK(gm_isa_resolve(GM_ISA_AUTO) == top);
+    CHECK(gm_isa_resolve(GM_ISA_AVX512) == top);
+    CHECK(gm_isa_resolve(GM_ISA_SCALAR) == GM_ISA_SCALAR);
+    CHECK(!gm_isa_valid((gm_isa)4) && !gm_isa_valid((gm_isa)-1) && gm_isa_valid(GM_ISA_AUTO));
+    gm_isa p = GM_ISA_AUTO;
+    CHECK(gm_isa_parse("avx2", &p) && p == GM_ISA_AVX2);
+    CHECK(!gm_isa_parse("sse", &p) && !gm_isa_parse(NULL, &p) && p == GM_ISA_AVX2);
+    CHECK(!strcmp(gm_isa_name(GM_ISA_SCALAR), "scalar") && !strcmp(gm_isa_name((gm_isa)9), "?"));
+    unsigned char w[34] = {0}; /* one Q8_0 row of 32 */
+    gm_matrix M = {GM_TYPE_Q8_0, 1, 32, w, 0, NULL, NULL};
+    CHECK(gm_matrix_kernel(&M)->isa == (int)top); /* unbound: the CPU's best */
+    gm_matrix_bind(&M, GM_ISA_SCALAR);
+    CHECK(gm_matrix_kernel(&M)->isa == GM_ISA_SCALAR);
+    gm_matrix_bind(&M, GM_ISA_AVX512);
+    CHECK(gm_matrix_kernel(&M)->isa == (int)top);
 }
 
 int main(void) {

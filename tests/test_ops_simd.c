@@ -114,9 +114,8 @@ static void partial_case(int G, int hd, int nk, gm_kv_type kt, bool with_bias, f
     partial_ref(ref, m, q, G, k, v, ks, nk, hd, softcap, b);
     const void *kp = kt == GM_KV_F16 ? (const void *)kh : k, *vp = kt == GM_KV_F16 ? (const void *)vh : v;
     const gm_isa top = gm_isa_supported();
-    for (int isa = 0; isa <= (int)top; isa++) {
-        gm_isa_set((gm_isa)isa);
-        gm_attend_partial(part, q, G, kp, vp, kt, ks, nk, hd, softcap, b, sc);
+    for (int isa = GM_ISA_SCALAR; isa <= (int)top; isa++) {
+        gm_cpu_kernels_for((gm_isa)isa)->attend_partial(part, q, G, kp, vp, kt, ks, nk, hd, softcap, b, sc);
         double worst = 0;
         for (int g = 0; g < G; g++) {
             const float *o = part + (size_t)g * (hd + 2);
@@ -134,7 +133,6 @@ static void partial_case(int G, int hd, int nk, gm_kv_type kt, bool with_bias, f
                   gm_isa_name((gm_isa)isa), G, hd, nk, kt == GM_KV_F16 ? "f16" : "f32", with_bias, softcap, all_masked,
                   worst);
     }
-    gm_isa_set(top);
     free(q), free(k), free(v), free(part), free(sc), free(bias), free(kh), free(vh), free(ref);
 }
 
@@ -166,24 +164,22 @@ TEST(attend_partial_group_split_is_exact) {
     for (int i = 0; i < hd * nk; i++) k[i] = frand(&s), v[i] = frand(&s), kh[i] = to_h(k[i]), vh[i] = to_h(v[i]);
     for (int j = 0; j < nk; j++) bias[j] = j % 5 == 2 ? -INFINITY : frand(&s);
     const gm_isa top = gm_isa_supported();
-    for (int isa = 0; isa <= (int)top; isa++)
+    for (int isa = GM_ISA_SCALAR; isa <= (int)top; isa++)
         for (int kt = 0; kt < 2; kt++) {
-            gm_isa_set((gm_isa)isa);
+            const gm_attend_partial_fn attend = gm_cpu_kernels_for((gm_isa)isa)->attend_partial;
             const void *kp = kt ? (const void *)kh : k, *vp = kt ? (const void *)vh : v;
             const size_t P = (size_t)hd + 2;
-            gm_attend_partial(o4, q, 4, kp, vp, (gm_kv_type)kt, hd, nk, hd, 0.0f, bias, sc);
-            gm_attend_partial(o2, q, 2, kp, vp, (gm_kv_type)kt, hd, nk, hd, 0.0f, bias, sc);
-            gm_attend_partial(o2 + 2 * P, q + 2 * hd, 2, kp, vp, (gm_kv_type)kt, hd, nk, hd, 0.0f, bias, sc);
+            attend(o4, q, 4, kp, vp, (gm_kv_type)kt, hd, nk, hd, 0.0f, bias, sc);
+            attend(o2, q, 2, kp, vp, (gm_kv_type)kt, hd, nk, hd, 0.0f, bias, sc);
+            attend(o2 + 2 * P, q + 2 * hd, 2, kp, vp, (gm_kv_type)kt, hd, nk, hd, 0.0f, bias, sc);
             for (int g = 0; g < 4; g++)
-                gm_attend_partial(o1 + g * P, q + g * hd, 1, kp, vp, (gm_kv_type)kt, hd, nk, hd, 0.0f, bias, sc);
+                attend(o1 + g * P, q + g * hd, 1, kp, vp, (gm_kv_type)kt, hd, nk, hd, 0.0f, bias, sc);
             CHECK_MSG(memcmp(o4, o2, sizeof(float) * 4 * P) == 0 && memcmp(o4, o1, sizeof(float) * 4 * P) == 0,
                       "%s %s: heads computed 4, 2 or 1 at a time differ", gm_isa_name((gm_isa)isa), kt ? "f16" : "f32");
         }
-    gm_isa_set(top);
     free(q), free(k), free(v), free(o4), free(o2), free(o1), free(sc), free(bias), free(kh), free(vh);
 }
 
-/* gm_kv_store: F16 equals the scalar converter for every ISA. */
 /* The AVX2 attention passes (each key / value row read once for all heads) give the bits of the
  * per-head loops over gm_dot_f32_avx2 / gm_axpy_f32_avx2: G = 1..4, F32 and F16 rows, zero weights
  * (skipped keys) after the first 4-key blocks. */
@@ -243,12 +239,12 @@ TEST(attend_partial_rows_equal_one_row_calls) {
                                  {{0, 1}, {0, 2}, {1, 3}, {2, 40}},      /* short rows */
                                  {{10, 11}, {30, 64}, {0, 64}, {33, 35}}};
     const gm_isa top = gm_isa_supported();
-    for (int isa = 0; isa <= (int)top; isa++)
+    for (int isa = GM_ISA_SCALAR; isa <= (int)top; isa++)
         for (int kt = 0; kt < 2; kt++)
             for (int G = 1; G <= 4; G++)
                 for (size_t c = 0; c < sizeof ranges / sizeof ranges[0]; c++)
                     for (int with_bias = 0; with_bias < 2; with_bias++) {
-                        gm_isa_set((gm_isa)isa);
+                        const gm_cpu_kernels *K = gm_cpu_kernels_for((gm_isa)isa);
                         const void *k = kt ? (const void *)kh : kf, *v = kt ? (const void *)vh : vf;
                         const size_t es = kt ? 2 : 4, P = (size_t)G * (HD + 2);
                         const float cap = c % 2 ? 5.0f : 0.0f;
@@ -257,17 +253,17 @@ TEST(attend_partial_rows_equal_one_row_calls) {
                             const int lo = ranges[c][i][0], hi = ranges[c][i][1];
                             const float *b = with_bias ? bias + i * NK + lo : NULL;
                             rows[i] = (gm_attend_row){.part = got + i * P, .q = q + i * 4 * HD, .bias = b, .lo = lo, .hi = hi};
-                            gm_attend_partial(want + i * P, q + i * 4 * HD, G, (const char *)k + lo * STRIDE * es,
+                            K->attend_partial(want + i * P, q + i * 4 * HD, G, (const char *)k + lo * STRIDE * es,
                                               (const char *)v + lo * STRIDE * es, (gm_kv_type)kt, STRIDE, hi - lo, HD, cap, b,
                                               sc);
                         }
-                        gm_attend_partial_rows(rows, NR, G, k, v, (gm_kv_type)kt, STRIDE, HD, cap, sc);
+                        K->attend_partial_rows(rows, NR, G, k, v, (gm_kv_type)kt, STRIDE, HD, cap, sc);
                         CHECK_MSG(memcmp(got, want, sizeof(float) * NR * P) == 0, "%s %s G %d ranges %zu bias %d",
                                   gm_isa_name((gm_isa)isa), kt ? "f16" : "f32", G, c, with_bias);
                     }
-    gm_isa_set(top);
 }
 
+/* Every level's KV store: F16 equals the scalar converter. */
 TEST(kv_store_f16_exact) {
     unsigned s = 9;
     float x[301];
@@ -275,12 +271,10 @@ TEST(kv_store_f16_exact) {
     for (int i = 0; i < 301; i++) x[i] = frand(&s) * (i % 7 ? 3.0f : 6e4f) + (i % 11 ? 0.0f : 1e-6f);
     for (int i = 0; i < 301; i++) a[i] = gm_fp32_to_fp16(x[i]);
     const gm_isa top = gm_isa_supported();
-    for (int isa = 0; isa <= (int)top; isa++) {
-        gm_isa_set((gm_isa)isa);
-        gm_kv_store(b, GM_KV_F16, x, 301);
+    for (int isa = GM_ISA_SCALAR; isa <= (int)top; isa++) {
+        gm_cpu_kernels_for((gm_isa)isa)->kv_store(b, GM_KV_F16, x, 301);
         CHECK_MSG(memcmp(a, b, sizeof a) == 0, "%s: F16 store differs from gm_fp32_to_fp16", gm_isa_name((gm_isa)isa));
     }
-    gm_isa_set(top);
 }
 
 TEST(rmsnorm_simd_matches_scalar) {
@@ -307,7 +301,28 @@ TEST(rmsnorm_simd_matches_scalar) {
     }
 }
 
+/* Each level's table holds its own kernels (the level below's where it has none), and a level above the
+ * CPU's gives the CPU's. */
+TEST(kernel_tables) {
+    const gm_isa top = gm_isa_supported();
+    const gm_cpu_kernels *sc = gm_cpu_kernels_for(GM_ISA_SCALAR);
+    CHECK(sc->isa == GM_ISA_SCALAR && sc->rmsnorm == gm_rmsnorm && sc->geglu == gm_geglu && sc->exp_sum == gm_exp_sum &&
+          sc->dot == gm_dot_f32 && sc->axpy == gm_axpy_f32 && sc->kv_store == gm_kv_store &&
+          sc->attend_partial == gm_attend_partial && sc->attend_partial_rows == gm_attend_partial_rows);
+    CHECK(gm_cpu_kernels_for(GM_ISA_AUTO)->isa == top && gm_cpu_kernels_for(GM_ISA_AVX512)->isa == top);
+    if (top >= GM_ISA_AVX2) {
+        const gm_cpu_kernels *a = gm_cpu_kernels_for(GM_ISA_AVX2);
+        CHECK(a->isa == GM_ISA_AVX2 && a->rmsnorm == gm_rmsnorm_avx2 && a->geglu == gm_geglu_avx2 &&
+              a->exp_sum == gm_exp_sum_avx2 && a->dot == gm_dot_f32_avx2 && a->axpy == gm_axpy_f32_avx2);
+    }
+    if (top >= GM_ISA_AVX512) {
+        const gm_cpu_kernels *z = gm_cpu_kernels_for(GM_ISA_AVX512);
+        CHECK(z->rmsnorm == gm_rmsnorm_avx512 && z->geglu == gm_geglu_avx2 && z->dot == gm_dot_f32_avx2);
+    }
+}
+
 int main(void) {
+    RUN(kernel_tables);
     RUN(rmsnorm_simd_matches_scalar);
     RUN(geglu_matches_reference);
     RUN(geglu_per_element_independent_of_n);

@@ -177,7 +177,7 @@ TEST(partial_top_k_matches_full_sort) {
     for (int i = 0; i < V; i++) l[i] = a[i].logit;
     gm_sampler big;
     gm_error err = {0};
-    CHECK_OK(gm_sampler_init(&big, V, &err), &err);
+    CHECK_OK(gm_sampler_init(&big, V, gm_cpu_kernels_for(GM_ISA_AUTO)->exp_sum, &err), &err);
     gm_sampling s = gm_sampling_default();
     s.temperature = 1.0f;
     s.top_p = 0.01f;
@@ -213,7 +213,7 @@ TEST(large_vocab_matches_full_sort) {
     enum { V = 262144, DRAWS = 400 };
     gm_sampler big;
     gm_error err = {0};
-    CHECK_OK(gm_sampler_init(&big, V, &err), &err);
+    CHECK_OK(gm_sampler_init(&big, V, gm_cpu_kernels_for(GM_ISA_AUTO)->exp_sum, &err), &err);
     float *l = malloc(sizeof(float) * V), *sorted = malloc(sizeof(float) * V);
     unsigned r = 99;
     for (int i = 0; i < V; i++) { /* a few strong tokens over a broad tail */
@@ -319,7 +319,7 @@ TEST(extreme_temperatures) {
 
 int main(void) {
     gm_error err = {0};
-    if (gm_sampler_init(&S, 16, &err) != GM_OK) {
+    if (gm_sampler_init(&S, 16, gm_cpu_kernels_for(GM_ISA_AUTO)->exp_sum, &err) != GM_OK) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }

@@ -15,7 +15,6 @@
 #include <sys/resource.h>
 
 #include "gemma.h"
-#include "kernels/cpu.h"
 #include "kernels/threadpool.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
@@ -252,7 +251,7 @@ static void print_rows(const bench_args *a, const gm_model *m, const bench_row *
     if (a->json) {
         printf("{\"model\": \"%s\", \"arch\": \"%s\", \"isa\": \"%s\", \"open_ms\": %.2f, \"first_token_ms\": %.2f, "
                "\"peak_rss_mib\": %.1f, \"huge_page_mib\": %.1f, \"results\": [",
-               a->model, c->arch, gm_isa_name(gm_isa_active()), open_ms, ttft_ms, peak_rss_mib(), huge);
+               a->model, c->arch, gm_isa_name(gm_model_isa(m)), open_ms, ttft_ms, peak_rss_mib(), huge);
         for (int i = 0; i < n_rows; i++)
             printf("%s{\"test\": \"%s%d\", \"threads\": %d, \"sequences\": %d, \"kv_type\": \"%s\", "
                    "\"tokens_per_s\": %.3f, \"stddev\": %.3f}",
@@ -266,7 +265,7 @@ static void print_rows(const bench_args *a, const gm_model *m, const bench_row *
         printf("| %s %d layers | %d | %d | %s%d | %.2f ± %.2f |\n", c->arch, c->n_layers, rows[i].threads,
                rows[i].seqs, rows[i].test, rows[i].n, rows[i].mean, rows[i].sd);
     printf("\nKV cache: %s; kernels: %s (GEMMA_ISA=scalar|avx2|avx512 lowers it)\n",
-           a->kv_type == GM_KV_DTYPE_F16 ? "f16" : "f32", gm_isa_name(gm_isa_active()));
+           a->kv_type == GM_KV_DTYPE_F16 ? "f16" : "f32", gm_isa_name(gm_model_isa(m)));
     printf("\nmodel open %.1f ms; start to first token (8-token prompt) %.1f ms; peak RSS %.1f MiB\n", open_ms,
            ttft_ms, peak_rss_mib());
     if (huge >= 0)

@@ -85,21 +85,21 @@ static gm_attend_row row_in_block(const gm_attn_call *c, int r, keys k, int blk,
 }
 
 /* n rows of one sequence (cache kv) over block blk of KV head kvh: each row's partial of `group` heads */
-static void attend_block(const gm_attn_call *c, const gm_kv_table *kv, int blk, int kvh, int group,
-                         const gm_attend_row *rows, int n, float *scores) {
+static void attend_block(const gm_cpu_kernels *kern, const gm_attn_call *c, const gm_kv_table *kv, int blk, int kvh,
+                         int group, const gm_attend_row *rows, int n, float *scores) {
     const gm_kv_layout *lay = c->lay;
     const size_t head = (size_t)kvh * (size_t)c->lc->head_dim * lay->elem;
     const char *kp = gm_kv_row_k(lay, kv, c->il, blk * GM_KV_BLOCK) + head;
     const char *vp = gm_kv_row_v(lay, kv, c->il, blk * GM_KV_BLOCK) + head;
-    gm_attend_partial_rows(rows, n, group, kp, vp, (gm_kv_type)lay->dtype, (size_t)lay->kv_dim[c->il], c->lc->head_dim,
-                           c->softcap, scores);
+    kern->attend_partial_rows(rows, n, group, kp, vp, (gm_kv_type)lay->dtype, (size_t)lay->kv_dim[c->il],
+                              c->lc->head_dim, c->softcap, scores);
 }
 
 /* Merges nc chunk partials (stride apart; head g at g * (hd + 2): its chunk's softmax-weighted values, max
  * score m_c, sum z_c) of `group` heads into out (group x hd): out = sum_c a_c o_c with a_c = e^(m_c - m) z_c
  * / sum_c e^(m_c - m) z_c. One chunk gives a = 1 exactly: out is its partial. The one merge every path uses:
  * the same partials give the same bits. */
-static void merge(float *out, const float *parts, size_t stride, int nc, int group, int hd) {
+static void merge(const gm_cpu_kernels *kern, float *out, const float *parts, size_t stride, int nc, int group, int hd) {
     for (int g = 0; g < group; g++) {
         float *o = out + (size_t)g * hd;
         float mx = -INFINITY;
@@ -117,7 +117,7 @@ static void merge(float *out, const float *parts, size_t stride, int nc, int gro
         for (int ch = 0; ch < nc; ch++) {
             const float *p = parts + (size_t)ch * stride + (size_t)g * (hd + 2);
             if (p[hd] == -INFINITY) continue;
-            gm_axpy_f32(o, (float)((double)expf(p[hd] - mx) * p[hd + 1] / z), p, hd);
+            kern->axpy(o, (float)((double)expf(p[hd] - mx) * p[hd + 1] / z), p, hd);
         }
     }
 }
@@ -125,6 +125,7 @@ static void merge(float *out, const float *parts, size_t stride, int nc, int gro
 /* ---------------------------------------------------------------- work items */
 
 typedef struct attn_job {
+    const gm_cpu_kernels *kern;
     const gm_attn_call *c;
     gm_attn_scratch *s;
     int Hkv, G, parts, group;
@@ -169,10 +170,10 @@ static void group_task(void *ctx, int64_t begin, int64_t end, int thread) {
                     ar[n++] = row_in_block(c, r, k, blk, q_of(j, r, kvh, part),
                                            parts + (size_t)(r - r0) * j->s->row_parts + (size_t)(blk - k.c0) * stride);
             }
-            if (n > 0) attend_block(c, c->rows[r0].kv, blk, kvh, j->group, ar, n, scores); /* 0: a gap between windows */
+            if (n > 0) attend_block(j->kern, c, c->rows[r0].kv, blk, kvh, j->group, ar, n, scores); /* 0: a gap between windows */
         }
         for (int r = r0; r < r1; r++)
-            merge(att_of(j, r, kvh, part), parts + (size_t)(r - r0) * j->s->row_parts, stride, j->k[r].nc, j->group, hd);
+            merge(j->kern, att_of(j, r, kvh, part), parts + (size_t)(r - r0) * j->s->row_parts, stride, j->k[r].nc, j->group, hd);
     }
 }
 
@@ -195,7 +196,7 @@ static void split_task(void *ctx, int64_t begin, int64_t end, int thread) {
         const int blk = j->k[row].c0 + ch;
         const gm_attend_row ar =
             row_in_block(j->c, row, j->k[row], blk, q_of(j, row, kvh, part), split_part(j, row, kvh, part, ch));
-        attend_block(j->c, j->c->rows[row].kv, blk, kvh, j->group, &ar, 1, scores);
+        attend_block(j->kern, j->c, j->c->rows[row].kv, blk, kvh, j->group, &ar, 1, scores);
     }
 }
 
@@ -206,7 +207,7 @@ static void merge_task(void *ctx, int64_t begin, int64_t end, int thread) {
     const size_t stride = (size_t)j->group * (hd + 2);
     for (int64_t t = begin; t < end; t++) {
         const int row = (int)(t / (j->Hkv * j->parts)), kvh = (int)(t / j->parts % j->Hkv), part = (int)(t % j->parts);
-        merge(att_of(j, row, kvh, part), split_part(j, row, kvh, part, 0), stride, j->k[row].nc, j->group, hd);
+        merge(j->kern, att_of(j, row, kvh, part), split_part(j, row, kvh, part, 0), stride, j->k[row].nc, j->group, hd);
     }
 }
 
@@ -226,11 +227,11 @@ static int row_groups(gm_attn_scratch *s, const gm_attn_call *c, int per_group, 
     return g;
 }
 
-void gm_attention(gm_pool *pool, gm_attn_scratch *s, const gm_attn_call *c) {
+void gm_attention(const gm_cpu_kernels *kern, gm_pool *pool, gm_attn_scratch *s, const gm_attn_call *c) {
     const int nt = pool ? gm_pool_size(pool) : 1;
     keys *kv = (keys *)s->row_keys; /* c->n <= max_rows: the forward pass runs chunks of its scratch size */
     const bool few = c->n <= SPLIT_ROWS;
-    attn_job j = {.c = c, .s = s, .Hkv = c->lc->n_kv_heads, .G = c->lc->n_heads / c->lc->n_kv_heads};
+    attn_job j = {.kern = kern, .c = c, .s = s, .Hkv = c->lc->n_kv_heads, .G = c->lc->n_heads / c->lc->n_kv_heads};
     /* a lone KV head over a few rows: split its query heads so every thread has work; each head's
      * arithmetic is the same whatever group it is computed in */
     j.parts = c->n * j.Hkv < 2 * nt && j.G % 2 == 0 && nt > 1 ? 2 : 1;

@@ -10,6 +10,7 @@
 #ifndef GM_CPU_ATTENTION_H
 #define GM_CPU_ATTENTION_H
 
+#include "kernels/ops.h"
 #include "kernels/threadpool.h"
 #include "runtime/backend.h"
 #include "runtime/kvcache.h"
@@ -33,7 +34,7 @@ gm_status gm_attn_scratch_init(gm_attn_scratch *s, int n_threads, int max_rows, 
                                int max_heads, int max_hd, gm_error *err);
 void gm_attn_scratch_free(gm_attn_scratch *s);
 
-/* One layer over n rows (runtime/backend.h, gm_attn_call). */
-void gm_attention(gm_pool *pool, gm_attn_scratch *s, const gm_attn_call *c);
+/* One layer over n rows (runtime/backend.h, gm_attn_call) with the kernels of kern's level. */
+void gm_attention(const gm_cpu_kernels *kern, gm_pool *pool, gm_attn_scratch *s, const gm_attn_call *c);
 
 #endif

@@ -24,6 +24,7 @@ typedef struct cpu_backend {
     const gm_model *m;
     const gm_kv_layout *lay;
     gm_pool *pool;
+    const gm_cpu_kernels *kern; /* the small ops' kernels, of the level the engine chose (the model's) */
     gm_matmul_scratch mm;
     gm_attn_scratch attn;
     int max_batch;
@@ -36,6 +37,7 @@ static cpu_backend *cpu(gm_backend *be) { return (cpu_backend *)be; }
 /* ---------------------------------------------------------------- row-wise ops */
 
 typedef struct rows_job {
+    const gm_cpu_kernels *kern;
     float *y;
     const float *x, *w;
     int dim;
@@ -48,13 +50,13 @@ static void norm_task(void *ctx, int64_t begin, int64_t end, int thread) {
     const rows_job *j = ctx;
     for (int64_t i = begin; i < end; i++) {
         const int64_t r = j->idx ? j->idx[i] : i;
-        gm_rmsnorm_fast(j->y + i * j->dim, j->x + r * j->dim, j->w, j->dim, j->eps);
+        j->kern->rmsnorm(j->y + i * j->dim, j->x + r * j->dim, j->w, j->dim, j->eps);
     }
 }
 
 static void cpu_rmsnorm(gm_backend *be, float *y, const float *x, const float *w, int n, int dim, float eps,
                         const int *idx) {
-    rows_job j = {y, x, w ? w : cpu(be)->ones, dim, eps, idx};
+    rows_job j = {cpu(be)->kern, y, x, w ? w : cpu(be)->ones, dim, eps, idx};
     if (n == 1) norm_task(&j, 0, 1, 0);
     else gm_pool_parallel_for(cpu(be)->pool, n, 1, norm_task, &j);
 }
@@ -62,12 +64,12 @@ static void cpu_rmsnorm(gm_backend *be, float *y, const float *x, const float *w
 static void geglu_task(void *ctx, int64_t begin, int64_t end, int thread) {
     (void)thread;
     const rows_job *j = ctx;
-    gm_geglu_fast(j->y + begin, j->x + begin, (int)(end - begin));
+    j->kern->geglu(j->y + begin, j->x + begin, (int)(end - begin));
 }
 
 static void cpu_geglu(gm_backend *be, float *gate, const float *up, int n, int ff) {
-    rows_job j = {gate, up, NULL, 0, 0.0f, NULL};
-    if (n == 1) gm_geglu_fast(gate, up, ff); /* ~1 us: cheaper than a pool round trip */
+    rows_job j = {cpu(be)->kern, gate, up, NULL, 0, 0.0f, NULL};
+    if (n == 1) j.kern->geglu(gate, up, ff); /* ~1 us: cheaper than a pool round trip */
     else gm_pool_parallel_for(cpu(be)->pool, (int64_t)n * ff, 1024, geglu_task, &j);
 }
 
@@ -108,10 +110,12 @@ static void cpu_rope(gm_backend *be, float *x, int n, int n_heads, int hd, int d
 
 static void cpu_kv_store(gm_backend *be, const float *k, const float *v, const gm_fwd_row *rows, int n, int il,
                          int kv_dim) {
-    gm_host_kv_store(cpu(be)->lay, k, v, rows, n, il, kv_dim);
+    gm_host_kv_store(cpu(be)->lay, cpu(be)->kern->kv_store, k, v, rows, n, il, kv_dim);
 }
 
-static void cpu_attention(gm_backend *be, const gm_attn_call *c) { gm_attention(cpu(be)->pool, &cpu(be)->attn, c); }
+static void cpu_attention(gm_backend *be, const gm_attn_call *c) {
+    gm_attention(cpu(be)->kern, cpu(be)->pool, &cpu(be)->attn, c);
+}
 
 static gm_status cpu_matmul(gm_backend *be, const gm_matrix *const *W, float *const *y, int count, const float *x,
                             int n) {
@@ -192,6 +196,7 @@ gm_status gm_backend_cpu_new(const gm_model *m, const gm_kv_layout *lay, const g
     if (!c) return gm_fail(err, GM_ERR_NOMEM, "cpu backend: out of memory");
     c->base.ops = &cpu_ops;
     c->m = m, c->lay = lay, c->max_batch = opt->max_batch;
+    c->kern = gm_cpu_kernels_for(opt->isa); /* once: no op asks for the level again */
     c->pool = gm_pool_new(opt->n_threads);
     if (!c->pool) {
         free(c);

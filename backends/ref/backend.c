@@ -90,7 +90,7 @@ static void ref_rope(gm_backend *be, float *x, int n, int n_heads, int hd, int d
 
 static void ref_kv_store(gm_backend *be, const float *k, const float *v, const gm_fwd_row *rows, int n, int il,
                          int kv_dim) {
-    gm_host_kv_store(ref(be)->lay, k, v, rows, n, il, kv_dim);
+    gm_host_kv_store(ref(be)->lay, gm_kv_store, k, v, rows, n, il, kv_dim);
 }
 
 /* hd elements of a cached row as f32 */

@@ -309,15 +309,15 @@ gm_status gm_3n_load(gm_model *m, gm_error *err) {
     for (int il = 0; il < c->n_layers; il++)
         if ((st = load_layer(m, il, &store, err))) return st;
     for (int k = 0; k < NS - 1; k++) {
-        gm_matrix_bind(&w->altup_proj[k]);
-        gm_matrix_bind(&w->altup_unembd[k]);
+        gm_matrix_bind(&w->altup_proj[k], m->isa);
+        gm_matrix_bind(&w->altup_unembd[k], m->isa);
     }
-    gm_matrix_bind(&w->ple_tok);
-    gm_matrix_bind(&w->ple_proj);
+    gm_matrix_bind(&w->ple_tok, m->isa);
+    gm_matrix_bind(&w->ple_proj, m->isa);
     for (int il = 0; il < c->n_layers; il++) {
         gm_3n_layer *L = &w->layers[il];
         gm_matrix *mats[] = {&L->laurel_l, &L->laurel_r, &L->inp_gate, &L->proj};
-        for (int i = 0; i < 4; i++) gm_matrix_bind(mats[i]);
+        for (int i = 0; i < 4; i++) gm_matrix_bind(mats[i], m->isa);
     }
     return GM_OK;
 }
@@ -346,6 +346,7 @@ struct gm_3n_state {
     float *t;    /* per row: max(256 L, d) scratch */
     float *t2;   /* per row: d scratch */
     float *ones; /* d ones: weightless RMSNorm */
+    float (*dot)(const float *a, const float *b, int n); /* the router's: the model's ISA level's */
 };
 
 static float *stream(float *base, const gm_3n_state *s, int k, int i) {
@@ -359,6 +360,7 @@ static gm_status gm_3n_state_new(const gm_model *m, int max_batch, gm_backend *b
     if (!s) return gm_fail(err, GM_ERR_NOMEM, "forward: out of memory");
     const size_t B = (size_t)max_batch, d = (size_t)m->cfg.d_model, P = (size_t)GM_3N_PLE * (size_t)m->cfg.n_layers;
     s->m = m, s->be = be, s->max_batch = max_batch, s->d = (int)d;
+    s->dot = gm_cpu_kernels_for(m->isa)->dot;
     s->s = malloc(NS * B * d * sizeof(float));
     s->p = malloc(NS * B * d * sizeof(float));
     s->ple = malloc(B * P * sizeof(float));
@@ -422,7 +424,7 @@ static void router(const gm_3n_state *s, const gm_3n_layer *L, const float *x, f
     const int d = s->d;
     gm_rmsnorm(tmp, x, L->router_norm, d, s->m->cfg.norm_eps);
     gm_scale(tmp, d, 1.0f / (float)d);
-    for (int j = 0; j < NS; j++) r[j] = tanhf(gm_dot_f32(L->router + (size_t)j * d, tmp, d));
+    for (int j = 0; j < NS; j++) r[j] = tanhf(s->dot(L->router + (size_t)j * d, tmp, d));
 }
 
 /* Layer start: predictions from the streams; x = the active prediction p0. */
