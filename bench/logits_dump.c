@@ -5,9 +5,10 @@
  * Per model: the logits of every position of a fixed token sequence scored in one pass (gm_generator_score),
  * then three sequences of different lengths evaluated together in one engine (batched prompt chunks, then
  * four decode steps of all three at once: the multi-row paths), and for embedding models the pooled vector
- * of the same tokens. Prints "<hash> <model>" per model and the hash of the first position's logits. Not a
- * test (the bits differ between ISA levels): a tool for before/after comparisons. $GEMMA_ISA caps the level
- * as for the CLI (gm_model_options.isa). */
+ * of the same tokens. Prints "<hash> <ISA level used> <model>" per model. The bits differ between ISA levels,
+ * so tests/cli_bits.sh compares against one committed fixture per level (tests/data/bits/<level>.txt;
+ * scripts/update-bit-fixtures.sh writes them). $GEMMA_ISA caps the level as for the CLI
+ * (gm_model_options.isa). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +24,7 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
 
 static int32_t token_at(int i, int vocab) { return (int32_t)(((int64_t)i * 7919 + 3) % (vocab - 4)) + 2; }
 
-static int dump(const char *path, int threads, int n, uint64_t *out) {
+static int dump(const char *path, int threads, int n, uint64_t *out, gm_isa *isa) {
     gm_error err = {0};
     gm_model *m = NULL;
     gm_model_options mo = {0};
@@ -32,6 +33,7 @@ static int dump(const char *path, int threads, int n, uint64_t *out) {
         fprintf(stderr, "%s: %s\n", path, err.msg);
         return 1;
     }
+    *isa = gm_model_isa(m);
     const gm_config *c = gm_model_config(m);
     const int V = c->n_vocab;
     int32_t *ids = malloc((size_t)n * sizeof *ids);
@@ -65,7 +67,6 @@ static int dump(const char *path, int threads, int n, uint64_t *out) {
             goto done;
         }
         h = fnv(h, lg, (size_t)n * (size_t)V * sizeof *lg);
-        printf("  first position %016" PRIx64 "\n", fnv(1469598103934665603ull, lg, (size_t)V * sizeof *lg));
         free(lg);
         gm_generator_free(g);
     }
@@ -115,8 +116,9 @@ int main(int argc, char **argv) {
     }
     for (; i < argc; i++) {
         uint64_t h = 0;
-        int r = dump(argv[i], threads, n, &h);
-        printf("%016" PRIx64 " %s%s\n", h, argv[i], r ? " FAILED" : "");
+        gm_isa isa = GM_ISA_AUTO;
+        int r = dump(argv[i], threads, n, &h, &isa);
+        printf("%016" PRIx64 " %s %s%s\n", h, gm_isa_name(isa), argv[i], r ? " FAILED" : "");
         rc |= r;
     }
     return rc;
