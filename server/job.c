@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/random.h"
 #include "server/server.h"
 
 double srv_now(void) {
@@ -15,14 +16,9 @@ double srv_now(void) {
 }
 
 uint64_t srv_fresh_u64(void) {
-    static uint64_t counter; /* only makes two calls in one nanosecond differ */
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
-                 (__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) * 0x9E3779B97F4A7C15ull);
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ull;
-    return x ^ (x >> 29);
+    uint64_t x; /* the OS's random source (core/random.c): no counter shared between threads */
+    gm_random_words(&x, 1);
+    return x;
 }
 
 job *job_new(void) {
