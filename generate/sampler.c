@@ -30,6 +30,14 @@ gm_status gm_sampling_validate(const gm_sampling *s, gm_error *err) {
         return gm_fail(err, GM_ERR_ARG, "sampling: repeat_last_n %d must be >= -1 (-1 = whole history)", s->repeat_last_n);
     if (!isfinite(s->frequency_penalty) || !isfinite(s->presence_penalty))
         return gm_fail(err, GM_ERR_ARG, "sampling: frequency/presence penalties must be finite");
+    if (s->n_logit_bias < 0 || (s->n_logit_bias > 0 && !s->logit_bias))
+        return gm_fail(err, GM_ERR_ARG, "sampling: %d logit_bias entries without a list", s->n_logit_bias);
+    for (int i = 0; i < s->n_logit_bias; i++) {
+        const gm_logit_bias *b = &s->logit_bias[i];
+        if (b->token < 0) return gm_fail(err, GM_ERR_ARG, "sampling: logit_bias token id %d < 0", (int)b->token);
+        if (!isfinite(b->bias) && b->bias != -INFINITY)
+            return gm_fail(err, GM_ERR_ARG, "sampling: logit_bias of token %d must be finite or -inf", (int)b->token);
+    }
     return GM_OK;
 }
 
@@ -104,6 +112,18 @@ static void sort_i32(int32_t *a, int n) {
             a[child] = t;
         }
     }
+}
+
+/* logit_bias: added to the copy of the logits before the penalties (llama.cpp's order) */
+static gm_status apply_bias(gm_sampler *s, const gm_sampling *o, gm_error *err) {
+    for (int i = 0; i < o->n_logit_bias; i++) {
+        const gm_logit_bias *b = &o->logit_bias[i];
+        if (b->token >= s->n_vocab)
+            return gm_fail(err, GM_ERR_ARG, "sampling: logit_bias token id %d is outside the vocabulary [0, %d)",
+                           (int)b->token, s->n_vocab);
+        s->work[b->token] += b->bias;
+    }
+    return GM_OK;
 }
 
 static gm_status apply_penalties(gm_sampler *s, const gm_sampling *o, const int32_t *hist, int n_hist,
@@ -315,14 +335,15 @@ static gm_status candidates(gm_sampler *s, const gm_sampling *o, const float *lo
     *out = -1;
     const int V = s->n_vocab;
     const bool penalties = o->repeat_penalty != 1.0f || o->frequency_penalty != 0.0f || o->presence_penalty != 0.0f;
-    if (o->temperature == 0.0f && !penalties) { /* plain greedy: no copy of the logits */
+    if (o->temperature == 0.0f && !penalties && o->n_logit_bias == 0) { /* plain greedy: no copy of the logits */
         *out = argmax(logits, V);
         return GM_OK;
     }
     memcpy(s->work, logits, (size_t)V * sizeof *s->work);
-    if ((st = apply_penalties(s, o, hist, n_hist, err))) return st;
+    if ((st = apply_bias(s, o, err)) || (st = apply_penalties(s, o, hist, n_hist, err))) return st;
     if (o->temperature == 0.0f) {
         *out = argmax(s->work, V);
+        if (s->work[*out] == -INFINITY) return gm_fail(err, GM_ERR_ARG, "sampling: every token is banned (-inf)");
         return GM_OK;
     }
     /* A temperature so small that 1/T or some logit/T overflows float (T ~ 1e-38 and logits of a few

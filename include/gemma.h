@@ -288,6 +288,12 @@ const gm_tokenizer *gm_model_tokenizer(const gm_model *m);
 /* Sampling. Start from gm_sampling_default() (greedy, every filter and penalty off). Invalid values
  * (temperature < 0, top_p outside (0,1], min_p outside [0,1], top_k < 0, repeat_penalty <= 0,
  * repeat_last_n < -1) -> GM_ERR_ARG with a message. */
+/* One logit_bias entry: bias added to token's logit before everything else (-INFINITY bans the token). */
+typedef struct gm_logit_bias {
+    int32_t token;
+    float bias;
+} gm_logit_bias;
+
 typedef struct gm_sampling {
     float temperature;       /* 0 = greedy (argmax) */
     int top_k;               /* 0 = off */
@@ -298,6 +304,9 @@ typedef struct gm_sampling {
     float frequency_penalty; /* logit -= f * count */
     float presence_penalty;  /* logit -= p if count > 0 */
     uint64_t seed;           /* same seed + options + history -> same tokens */
+    const gm_logit_bias *logit_bias; /* n_logit_bias entries (caller-owned), applied first, greedy included;
+                                        a token outside the vocabulary is an error when sampling */
+    int n_logit_bias;
 } gm_sampling;
 
 gm_sampling gm_sampling_default(void);

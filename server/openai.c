@@ -264,6 +264,69 @@ static bool completion_prompt(parse *ps, const cJSON *root, const gm_tokenizer *
 
 /* ---------------------------------------------------------------- the request */
 
+/* One logit_bias entry: OpenAI's {"<token id>": bias in [-100, 100]}, or llama-server's [[id, bias], ...] where
+ * bias false bans the token. Ids are checked against the vocabulary here: a 400, not a sampling error later. */
+static bool bias_entry(parse *ps, const char *key, long id, const cJSON *v, int V, gm_logit_bias *out) {
+    if (id < 0 || id >= V) {
+        srv_error_set(ps->e, 400, "invalid_request_error", "logit_bias",
+                      "logit_bias: token id %.20s is outside the vocabulary [0, %d)", key, V);
+        return false;
+    }
+    if (cJSON_IsFalse(v)) {
+        *out = (gm_logit_bias){(int32_t)id, -INFINITY};
+        return true;
+    }
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= -100 && v->valuedouble <= 100)) {
+        srv_error_set(ps->e, 400, "invalid_request_error", "logit_bias",
+                      "logit_bias: the bias of token %.20s must be a number in [-100, 100]", key);
+        return false;
+    }
+    *out = (gm_logit_bias){(int32_t)id, (float)v->valuedouble};
+    return true;
+}
+
+/* a whole decimal token id, as OpenAI's keys are */
+static bool token_id_of(const char *s, long *out) {
+    char *end = NULL;
+    if (!*s || strlen(s) > 10 || !(*s >= '0' && *s <= '9')) return false;
+    *out = strtol(s, &end, 10);
+    return *end == 0;
+}
+
+static bool logit_bias_field(parse *ps, const cJSON *root, const gm_tokenizer *tok) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, "logit_bias");
+    if (!f || cJSON_IsNull(f)) return true;
+    if (!cJSON_IsObject(f) && !cJSON_IsArray(f))
+        return bad(ps, "'%s' must be an object of token id -> bias (or a list of [id, bias] pairs)", "logit_bias");
+    const int V = gm_tokenizer_n_vocab(tok), n = cJSON_GetArraySize(f);
+    if (n > V) return bad(ps, "'%s' has more entries than the vocabulary has tokens", "logit_bias");
+    if (n == 0) return true;
+    gen_request *rq = ps->rq;
+    if (!(rq->bias = malloc((size_t)n * sizeof *rq->bias))) return bad(ps, "out of memory reading '%s'", "logit_bias");
+    const cJSON *e;
+    int k = 0;
+    cJSON_ArrayForEach(e, f) {
+        long id = -1;
+        char key[24];
+        const cJSON *v = e;
+        if (cJSON_IsObject(f)) {
+            snprintf(key, sizeof key, "%.20s", e->string);
+            if (!token_id_of(e->string, &id)) return bad(ps, "logit_bias keys must be token ids, got '%.40s'", e->string);
+        } else {
+            const cJSON *a = cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 ? e->child : NULL;
+            if (!a || !cJSON_IsNumber(a) || a->valuedouble != (double)(long)a->valuedouble)
+                return bad(ps, "'%s' list entries must be [token id, bias]", "logit_bias");
+            id = (long)a->valuedouble;
+            snprintf(key, sizeof key, "%ld", id);
+            v = a->next;
+        }
+        if (!bias_entry(ps, key, id, v, V, &rq->bias[k++])) return false;
+    }
+    rq->smp.logit_bias = rq->bias;
+    rq->smp.n_logit_bias = k;
+    return true;
+}
+
 static bool sampling_fields(parse *ps, const cJSON *root) {
     gm_sampling *s = &ps->rq->smp;
     s->temperature = 1.0f; /* OpenAI's default */
@@ -355,7 +418,7 @@ static bool output_fields(parse *ps, const cJSON *root, call_kind kind, const sr
 static const char *const read_fields[] = {
     "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
     "frequency_penalty", "repeat_penalty", "repeat_last_n", "seed", "stop", "n", "stream", "stream_options",
-    "logprobs", "ignore_eos", "speculative", "n_predict", "repetition_penalty",
+    "logprobs", "ignore_eos", "speculative", "n_predict", "repetition_penalty", "logit_bias",
     /* ignored: bookkeeping of OpenAI's and llama-server's that does not change tokens */
     "user", "metadata", "store", "service_tier", "cache_prompt", "id_slot", "timings_per_token"};
 
@@ -368,7 +431,7 @@ static bool str_is(const cJSON *v, const char *a, const char *b) {
 /* A field this server does not implement, given a value that asks for nothing. */
 static bool neutral(const cJSON *f) {
     const char *k = f->string;
-    if (!strcmp(k, "logit_bias") || !strcmp(k, "tools") || !strcmp(k, "functions")) return is_empty_list_or_object(f);
+    if (!strcmp(k, "tools") || !strcmp(k, "functions")) return is_empty_list_or_object(f);
     if (!strcmp(k, "tool_choice") || !strcmp(k, "function_call")) return str_is(f, "none", "auto");
     if (!strcmp(k, "parallel_tool_calls")) return cJSON_IsBool(f);
     if (!strcmp(k, "response_format"))
@@ -401,7 +464,8 @@ static bool parse_body(parse *ps, call_kind kind, const char *body, size_t len, 
     if (!root) return bad(ps, "the body is not valid JSON (%s)", "parse error");
     const int limit = n_ctx - 1 < o->max_prompt ? n_ctx - 1 : o->max_prompt;
     bool ok = cJSON_IsObject(root) ? true : bad(ps, "the body must be a JSON %s", "object");
-    ok = ok && request_fields(ps, root, kind) && sampling_fields(ps, root) && output_fields(ps, root, kind, o);
+    ok = ok && request_fields(ps, root, kind) && sampling_fields(ps, root) && logit_bias_field(ps, root, tok) &&
+         output_fields(ps, root, kind, o);
     ok = ok && (kind == CALL_CHAT ? chat_prompt(ps, root, tok, limit) : completion_prompt(ps, root, tok, limit));
     ok = ok && limits(ps, root, o, n_ctx);
     cJSON_Delete(root);

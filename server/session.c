@@ -16,7 +16,11 @@ void gen_request_init(gen_request *rq) {
 void gen_request_clear(gen_request *rq) {
     for (int i = 0; i < rq->n_stop; i++) free(rq->stop[i]);
     free(rq->prompt);
+    free(rq->bias);
     rq->prompt = NULL;
+    rq->bias = NULL;
+    rq->smp.logit_bias = NULL;
+    rq->smp.n_logit_bias = 0;
     rq->n_prompt = rq->n_stop = 0;
 }
 

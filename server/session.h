@@ -20,7 +20,8 @@ typedef struct gen_request {
     int32_t *prompt;        /* malloc'd */
     int n_prompt;
     int n;                  /* choices, generated from one computed prompt */
-    gm_sampling smp;        /* choice i samples with seed + i */
+    gm_sampling smp;        /* choice i samples with seed + i; smp.logit_bias points at bias */
+    gm_logit_bias *bias;    /* malloc'd: logit_bias */
     int max_tokens;         /* 0: up to the context */
     char *stop[SRV_MAX_STOP]; /* malloc'd, non-empty */
     int n_stop;

@@ -317,6 +317,46 @@ TEST(extreme_temperatures) {
     }
 }
 
+/* logit_bias: added before everything, greedy included; -inf bans; bad entries refused. */
+TEST(logit_bias) {
+    const float l[4] = {1.0f, 3.0f, 2.0f, 0.5f};
+    gm_sampling o = gm_sampling_default();
+    CHECK_EQ_INT(sample(&o, l, NULL, 0), 1);
+    const gm_logit_bias ban1[1] = {{1, -INFINITY}}, up3[2] = {{1, -INFINITY}, {3, 2.0f}};
+    o.logit_bias = ban1, o.n_logit_bias = 1;
+    CHECK_EQ_INT(sample(&o, l, NULL, 0), 2);
+    o.logit_bias = up3, o.n_logit_bias = 2;
+    CHECK_EQ_INT(sample(&o, l, NULL, 0), 3); /* 0.5 + 2 > 2 */
+    /* sampled: a banned token never comes */
+    o.temperature = 1.0f;
+    for (int i = 0; i < 200; i++) CHECK(sample(&o, l, NULL, 0) != 1);
+    /* every token banned: an error, not a banned token */
+    gm_logit_bias all[16];
+    for (int i = 0; i < 16; i++) all[i] = (gm_logit_bias){i, -INFINITY};
+    o.logit_bias = all, o.n_logit_bias = 16;
+    float full[16];
+    for (int i = 0; i < 16; i++) full[i] = (float)i;
+    int32_t t = -1;
+    gm_error err = {0};
+    for (int greedy = 0; greedy < 2; greedy++) {
+        o.temperature = greedy ? 0.0f : 1.0f;
+        CHECK_EQ_INT(gm_sampler_sample(&S, &o, full, NULL, 0, &t, &err), GM_ERR_ARG);
+    }
+    /* outside the vocabulary, NaN, +inf, a count without a list */
+    const gm_logit_bias far[1] = {{16, 1.0f}}, nan_b[1] = {{2, NAN}}, inf_b[1] = {{2, INFINITY}}, neg[1] = {{-1, 1}};
+    o = gm_sampling_default();
+    o.logit_bias = far, o.n_logit_bias = 1;
+    CHECK(gm_sampler_sample(&S, &o, full, NULL, 0, &t, &err) == GM_ERR_ARG && strstr(err.msg, "vocabulary"));
+    o.logit_bias = nan_b;
+    CHECK_EQ_INT(gm_sampling_validate(&o, &err), GM_ERR_ARG);
+    o.logit_bias = inf_b;
+    CHECK_EQ_INT(gm_sampling_validate(&o, &err), GM_ERR_ARG);
+    o.logit_bias = neg;
+    CHECK_EQ_INT(gm_sampling_validate(&o, &err), GM_ERR_ARG);
+    o.logit_bias = NULL;
+    CHECK_EQ_INT(gm_sampling_validate(&o, &err), GM_ERR_ARG);
+}
+
 int main(void) {
     gm_error err = {0};
     if (gm_sampler_init(&S, 16, gm_cpu_kernels_for(GM_ISA_AUTO)->exp_sum, &err) != GM_OK) {
@@ -331,6 +371,7 @@ int main(void) {
     RUN(partial_top_k_matches_full_sort);
     RUN(large_vocab_matches_full_sort);
     RUN(extreme_temperatures);
+    RUN(logit_bias);
     gm_sampler_free(&S);
     return test_summary();
 }

@@ -226,6 +226,30 @@ def test_logprobs(env):
     assert all(len(t) <= 2 for t in lp.top_logprobs)
 
 
+def test_logit_bias(env):
+    """logit_bias is honoured (OpenAI's {"id": bias} and llama-server's [[id, bias]] / false), greedy included:
+    banning each token the unbiased answer starts with moves the answer off it; +100 on a token forces it;
+    bad entries are 400s naming the field."""
+    c = client(env)
+    kw = dict(model="m", prompt=PROMPTS[0], max_tokens=6, temperature=0, logprobs=1)
+    plain = c.completions.create(**kw).choices[0]
+    tok = env["srv"].post("/tokenize", {"content": plain.logprobs.tokens[0], "parse_special": False})[1]["tokens"]
+    first = tok[0]
+    banned = c.completions.create(logit_bias={str(first): -100}, **kw).choices[0]
+    assert banned.logprobs.tokens[0] != plain.logprobs.tokens[0], (plain.text, banned.text)
+    again = c.completions.create(extra_body={"logit_bias": [[first, False]]}, **kw).choices[0]
+    assert again.text == banned.text, "llama-server's form bans the same token"
+    forced = c.completions.create(logit_bias={"1000": 100}, model="m", prompt=PROMPTS[0], max_tokens=3, temperature=0)
+    detok = env["srv"].post("/detokenize", {"tokens": [1000, 1000, 1000]})[1]["content"]
+    assert forced.choices[0].text == detok, (forced.choices[0].text, detok)
+    for bad in ({"262144": 1}, {"-1": 1}, {"abc": 1}, {"5": 101}, {"5": "x"}, [[5]], "x"):
+        try:
+            c.completions.create(model="m", prompt="hi", max_tokens=2, extra_body={"logit_bias": bad})
+            raise AssertionError("accepted logit_bias %r" % (bad,))
+        except openai.BadRequestError as e:
+            assert "logit_bias" in e.body["message"], e.body
+
+
 # ---------------------------------------------------------------- errors
 
 def test_errors_openai_client(env):
@@ -263,7 +287,7 @@ def test_errors_openai_client(env):
         assert e.body["code"] == "context_length_exceeded", e.body
     # a field the server does not read is a 400 naming it (as OpenAI answers unknown arguments): a
     # request for logit_bias or a schema must never get unconstrained output silently
-    for extra in ({"frobnicate": {"x": [1]}}, {"logit_bias": {"50": 100}}, {"response_format": {"type": "json_object"}},
+    for extra in ({"frobnicate": {"x": [1]}}, {"response_format": {"type": "json_object"}},
                   {"tools": [{"type": "function", "function": {"name": "f"}}]}):
         try:
             c.chat.completions.create(model="m", messages=msgs, max_tokens=2, extra_body=extra)
@@ -594,6 +618,7 @@ def main():
         rc = run_tests([
             test_health_models, test_completion_equals_cli, test_chat_equals_cli, test_openai_streaming_client,
             test_stream_format, test_stop_across_tokens, test_seed_reproducible, test_n_choices, test_logprobs,
+            test_logit_bias,
             test_errors_openai_client, test_malformed_requests, test_chat_injection, test_tokenize_roundtrip,
             test_parallel_equals_sequential, test_cached_prefix, test_disconnect_frees_sequence, test_metrics,
             test_api_key, test_queue_zero, test_speculative, test_cors, test_queue_full_and_sigterm,
