@@ -149,7 +149,7 @@ typedef struct gr_tclass {
     uint32_t *bits;   /* allowed whatever the stack below (a bitmask), or NULL when listed */
     int32_t *list;    /* ... or as a list of ids when few */
     size_t n_list;
-    int32_t *unsure;  /* leave the frame: to check against the whole stack */
+    uint32_t *unsure; /* trie nodes whose subtrees leave the frame: walked from the whole state */
     size_t n_unsure;
 } gr_tclass;
 

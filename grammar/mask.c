@@ -191,7 +191,6 @@ int32_t gr_walk_token(gm_grammar_ctx *c, int32_t x, int32_t id) {
 
 /* ------------------------------------------------------------------ token classes */
 static inline void set_bit(uint32_t *m, int32_t i) { m[i >> 5] |= 1u << (i & 31); }
-static inline bool get_bit(const uint32_t *m, int32_t i) { return m[i >> 5] >> (i & 31) & 1; }
 
 void gr_tclass_free(gr_tclass *t) {
     if (!t) return;
@@ -204,16 +203,9 @@ typedef struct walk {
     uint8_t popped[GR_MAX_PIECE + 1]; /* the frame could end somewhere in the first d bytes (d >= 1) */
 } walk;
 
-static bool push_ids(int32_t **a, size_t *n, size_t *cap, const int32_t *ids, size_t k) {
-    if (!gr_grow((void **)a, cap, *n + k, sizeof(int32_t), (size_t)1 << 28)) return false;
-    memcpy(*a + *n, ids, k * sizeof(int32_t));
-    *n += k;
-    return true;
-}
-
 /* One walk of the trie from state `start` over an empty stack, sorting tokens into allowed (bits)
- * and unsure (appended to *unsure). */
-static bool classify_walk(gm_grammar_ctx *c, int32_t start, uint32_t *bits, int32_t **unsure, size_t *n_unsure,
+ * and unsure (the roots of their subtrees appended to *unsure). */
+static bool classify_walk(gm_grammar_ctx *c, int32_t start, uint32_t *bits, uint32_t **unsure, size_t *n_unsure,
                           size_t *n_allowed, walk *w) {
     const gm_gvocab *v = c->v;
     size_t cap = 0;
@@ -226,8 +218,8 @@ static bool classify_walk(gm_grammar_ctx *c, int32_t start, uint32_t *bits, int3
         const int32_t *t = v->tok + v->ntok[i];
         if (!gr_live(c, y)) {
             if (w->popped[d - 1]) { /* the rest depends on the callers: the whole subtree is unsure */
-                size_t k = v->ntok[v->nend[i]] - v->ntok[i];
-                if (k && !push_ids(unsure, n_unsure, &cap, t, k)) return false;
+                if (!gr_grow((void **)unsure, &cap, *n_unsure + 1, sizeof(uint32_t), (size_t)1 << 28)) return false;
+                (*unsure)[(*n_unsure)++] = (uint32_t)i;
             }
             i = v->nend[i];
             continue;
@@ -282,11 +274,11 @@ gm_status gm_grammar_ctx_precompute(gm_grammar_ctx *c, gm_error *err) {
 }
 
 /* ------------------------------------------------------------------ masks */
-/* The full walk: every token whose bytes lead to a live state from x. */
-static bool full_walk(gm_grammar_ctx *c, int32_t x, uint32_t *mask, walk *w) {
+/* Walks trie nodes [from, to) (whole subtrees) whose parent state is w->st[depth(from) - 1], setting
+ * the bits of every token whose bytes lead to a live state. */
+static bool walk_nodes(gm_grammar_ctx *c, size_t from, size_t to, uint32_t *mask, walk *w) {
     const gm_gvocab *v = c->v;
-    w->st[0] = x;
-    for (size_t i = 0; i < v->n_nodes;) {
+    for (size_t i = from; i < to;) {
         int d = v->ndepth[i];
         int32_t y = gr_step(c, w->st[d - 1], v->nbyte[i]);
         if (y == GR_UNKNOWN) return false;
@@ -297,6 +289,37 @@ static bool full_walk(gm_grammar_ctx *c, int32_t x, uint32_t *mask, walk *w) {
         w->st[d] = y;
         for (uint32_t k = v->ntok[i]; k < v->ntok[i + 1]; k++) set_bit(mask, v->tok[k]);
         i++;
+    }
+    return true;
+}
+
+static bool full_walk(gm_grammar_ctx *c, int32_t x, uint32_t *mask, walk *w) {
+    w->st[0] = x;
+    return walk_nodes(c, 0, c->v->n_nodes, mask, w);
+}
+
+/* The unsure subtrees of a class, from the whole state x: the prefix above each root is walked
+ * from x (shared with the previous root when they are siblings), then the subtree, pruned. */
+static bool walk_unsure(gm_grammar_ctx *c, int32_t x, const gr_tclass *t, uint32_t *mask, walk *w) {
+    const gm_gvocab *v = c->v;
+    w->st[0] = x;
+    size_t prev = SIZE_MAX;
+    for (size_t j = 0; j < t->n_unsure; j++) {
+        uint32_t i = t->unsure[j];
+        int d = v->ndepth[i];
+        const uint8_t *p = (const uint8_t *)v->bytes + v->off[v->tok[v->ntok[i]]]; /* a token of the subtree */
+        bool sibling = prev != SIZE_MAX && v->ndepth[prev] == d &&
+                       memcmp(p, v->bytes + v->off[v->tok[v->ntok[prev]]], (size_t)d - 1) == 0;
+        if (!sibling) {
+            int32_t y = x;
+            for (int k = 0; k < d - 1; k++) { /* a dead prefix leaves GR_DEAD for the siblings too */
+                y = y > 0 ? gr_step(c, y, p[k]) : GR_DEAD;
+                if (y == GR_UNKNOWN) return false;
+                w->st[k + 1] = y;
+            }
+        }
+        prev = i;
+        if (gr_live(c, w->st[d - 1]) && !walk_nodes(c, i, v->nend[i], mask, w)) return false;
     }
     return true;
 }
@@ -312,16 +335,17 @@ static gm_status from_classes(gm_grammar_ctx *c, int32_t x, uint32_t *mask, gm_e
         if (t->bits) for (size_t j = 0; j < words; j++) mask[j] |= t->bits[j];
         for (size_t j = 0; j < t->n_list; j++) set_bit(mask, t->list[j]);
     }
+    walk *w = NULL;
     for (uint32_t k = 0; k < n_cfg; k++) {
         const gr_tclass *t = c->cls[c->nodes[c->cfgs[c->ds[x].cfg_off + k]].state];
-        for (size_t j = 0; j < t->n_unsure; j++) {
-            int32_t id = t->unsure[j];
-            if (get_bit(mask, id)) continue;
-            int32_t y = gr_walk_token(c, x, id);
-            if (y == GR_UNKNOWN) return gr_ctx_error(c, err);
-            if (gr_live(c, y)) set_bit(mask, id);
+        if (!t->n_unsure) continue;
+        if (!w && !(w = malloc(sizeof *w))) return gm_fail(err, GM_ERR_NOMEM, "grammar masks: out of memory");
+        if (!walk_unsure(c, x, t, mask, w)) {
+            free(w);
+            return gr_ctx_error(c, err);
         }
     }
+    free(w);
     return GM_OK;
 }
 
