@@ -9,6 +9,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <cjson/cJSON.h>
+
 #include "grammar/grammar.h"
 #include "support/test.h"
 
@@ -257,6 +259,119 @@ TEST(clone_rollback) {
     gm_grammar_free(g);
 }
 
+
+/* ------------------------------------------------------------------ JSON schemas */
+static cJSON *load_cases(void) {
+    size_t n;
+    unsigned char *t = test_read_file(test_data_path("grammar/schemas.json"), &n);
+    CHECK(t != NULL);
+    cJSON *cases = t ? cJSON_ParseWithLength((const char *)t, n) : NULL;
+    free(t);
+    CHECK(cJSON_IsArray(cases));
+    return cases;
+}
+
+static gm_grammar *schema_grammar(const cJSON *schema, const char *name) {
+    char *text = cJSON_PrintUnformatted(schema);
+    gm_grammar *g = NULL;
+    gm_error err = {0};
+    gm_status st = gm_grammar_from_json_schema(text, strlen(text), NULL, &g, &err);
+    CHECK_MSG(st == GM_OK, "schema %s: %s", name, err.msg);
+    cJSON_free(text);
+    return g;
+}
+
+/* Every case of tests/data/grammar/schemas.json (checked against Python's jsonschema by
+ * tests/grammar_check.py): valid instances accepted, invalid ones and those outside the generated
+ * subset refused. */
+TEST(schema_cases) {
+    cJSON *cases = load_cases();
+    const cJSON *c;
+    int n = 0;
+    cJSON_ArrayForEach(c, cases) {
+        const char *name = cJSON_GetObjectItem(c, "name")->valuestring;
+        gm_grammar *g = schema_grammar(cJSON_GetObjectItem(c, "schema"), name);
+        if (!g) continue;
+        n++;
+        const cJSON *t;
+        cJSON_ArrayForEach(t, cJSON_GetObjectItem(c, "valid"))
+            CHECK_MSG(match(g, t->valuestring) == 1, "%s: should accept %s", name, t->valuestring);
+        cJSON_ArrayForEach(t, cJSON_GetObjectItem(c, "invalid"))
+            CHECK_MSG(match(g, t->valuestring) != 1, "%s: should refuse %s", name, t->valuestring);
+        cJSON_ArrayForEach(t, cJSON_GetObjectItem(c, "outside"))
+            CHECK_MSG(match(g, t->valuestring) != 1, "%s: should refuse %s", name, t->valuestring);
+        gm_grammar_free(g);
+    }
+    CHECK(n >= 30);
+    cJSON_Delete(cases);
+}
+
+/* Keywords that cannot be honoured are errors naming the keyword; bad schemas are format errors. */
+TEST(schema_refusals) {
+    struct { const char *schema, *what; gm_status st; } cases[] = {
+        {"{\"type\":\"string\",\"not\":{\"const\":\"a\"}}", "'not'", GM_ERR_UNSUPPORTED},
+        {"{\"if\":{},\"then\":{}}", "'if'", GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"object\",\"patternProperties\":{}}", "'patternProperties'", GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"object\",\"minProperties\":1}", "'minProperties'", GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"number\",\"multipleOf\":2}", "'multipleOf'", GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'", GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"array\",\"contains\":{}}", "'contains'", GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"number\",\"maximum\":5}", "'maximum'", GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"string\",\"format\":\"uri\"}", "format 'uri'", GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"string\",\"pattern\":\"(?=a)b\"}", "lookaround", GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", "backreferences", GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"string\",\"pattern\":\"a^b\"}", "anchors", GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"string\",\"pattern\":\"^a$\",\"maxLength\":3}", "minLength / maxLength", GM_ERR_UNSUPPORTED},
+        {"{\"$ref\":\"http://example.com/s.json\"}", "$ref", GM_ERR_UNSUPPORTED},
+        {"{\"$ref\":\"#/$defs/missing\"}", "$ref", GM_ERR_UNSUPPORTED},
+        {"{\"allOf\":[{\"type\":\"string\"},{\"maxLength\":3}]}", "allOf", GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"nullable\":true}}}", "'nullable'", GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"unevaluatedProperties\":false}", "'unevaluatedProperties'", GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"strng\"}", "type 'strng'", GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"string\",\"maxLength\":100000}", "'maxLength'", GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "no integer", GM_ERR_FORMAT},
+        {"{\"type\":\"object\",\"required\":[\"x\"]}", "required property 'x'", GM_ERR_UNSUPPORTED},
+        {"{\"type\":", "not valid JSON", GM_ERR_FORMAT},
+        {"false", "matches nothing", GM_ERR_FORMAT},
+        {"{\"$ref\":\"#\"}", "left-recursive", GM_ERR_FORMAT},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        gm_grammar *g = NULL;
+        gm_error err = {0};
+        gm_status st = gm_grammar_from_json_schema(cases[i].schema, strlen(cases[i].schema), NULL, &g, &err);
+        CHECK_MSG(st == cases[i].st, "case %zu (%s): status %d, %s", i, cases[i].schema, st, err.msg);
+        CHECK_MSG(strstr(err.msg, cases[i].what) != NULL, "case %zu: '%s' lacks '%s'", i, err.msg, cases[i].what);
+        gm_grammar_free(g);
+    }
+    /* the error names where: a JSON pointer */
+    const char *deep = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":{\"not\":{}}}}}";
+    gm_grammar *g = NULL;
+    gm_error err = {0};
+    CHECK_EQ_INT(gm_grammar_from_json_schema(deep, strlen(deep), NULL, &g, &err), GM_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(err.msg, "/properties/a/items") != NULL, "%s", err.msg);
+}
+
+/* Whitespace is bounded: no run of blanks longer than a newline and max_indent. */
+TEST(schema_whitespace) {
+    const char *sch = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}";
+    gm_schema_options o = gm_schema_options_default();
+    o.max_indent = 4;
+    gm_grammar *g = NULL;
+    gm_error err = {0};
+    CHECK_OK(gm_grammar_from_json_schema(sch, strlen(sch), &o, &g, &err), &err);
+    ACCEPT(g, "{\n    \"a\": 1\n}");
+    REJECT(g, "{\n     \"a\": 1}");
+    REJECT(g, "{  \"a\": 1}");
+    REJECT(g, "{\n\n\"a\": 1}");
+    REJECT(g, "{\"a\": 1} ");
+    gm_grammar_free(g);
+    o.max_indent = 0;
+    CHECK_OK(gm_grammar_from_json_schema(sch, strlen(sch), &o, &g, &err), &err);
+    ACCEPT(g, "{\"a\":1}");
+    REJECT(g, "{\"a\": 1}");
+    gm_grammar_free(g);
+}
+
 int main(void) {
     RUN(parse_valid);
     RUN(parse_errors);
@@ -266,5 +381,8 @@ int main(void) {
     RUN(match_json_gbnf);
     RUN(match_arithmetic_list);
     RUN(clone_rollback);
+    RUN(schema_cases);
+    RUN(schema_refusals);
+    RUN(schema_whitespace);
     return test_summary();
 }
