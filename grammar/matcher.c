@@ -232,7 +232,7 @@ static int32_t close_into_state(gm_grammar_ctx *c) {
     bool bottom;
     if (!closure(c, &bottom)) return GR_UNKNOWN;
     if (c->n_out > GR_MAX_CONFIGS) return fail(c, GM_ERR_NOMEM, "too many parse stacks alive at once (ambiguous grammar)");
-    qsort(c->out, c->n_out, sizeof(uint32_t), cmp_u32);
+    if (c->n_out > 1) qsort(c->out, c->n_out, sizeof(uint32_t), cmp_u32); /* out may be NULL when empty */
     return ds_intern(c, c->out, c->n_out, 0, 0, 0, bottom);
 }
 

@@ -129,9 +129,31 @@ static void new_name(sx *s, const char *hint, char out[64]) {
 static void begin_rule(sx *s, const char *name) { gr_buf_printf(&s->rules, "%s ::= ", name); }
 
 /* The JSON text of v as a GBNF literal. */
+static bool valid_utf8(const unsigned char *p) {
+    while (*p) {
+        int len = *p < 0x80 ? 1 : (*p & 0xE0) == 0xC0 ? 2 : (*p & 0xF0) == 0xE0 ? 3 : (*p & 0xF8) == 0xF0 ? 4 : 0;
+        if (!len) return false;
+        uint32_t v = len == 1 ? *p : *p & (0x7Fu >> len);
+        for (int k = 1; k < len; k++) {
+            if ((p[k] & 0xC0) != 0x80) return false;
+            v = (v << 6) | (p[k] & 0x3F);
+        }
+        static const uint32_t min_of[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (v < min_of[len] || v > GR_MAX_CP || (v >= 0xD800 && v <= 0xDFFF)) return false;
+        p += len;
+    }
+    return true;
+}
+
+/* cJSON passes invalid UTF-8 in strings through: refused here, before it reaches a literal. */
 static void literal(sx *s, gr_buf *b, const cJSON *v) {
     char *t = cJSON_PrintUnformatted(v);
     if (!t) { b->oom = true; return; }
+    if (!valid_utf8((const unsigned char *)t)) {
+        cJSON_free(t);
+        sx_fail(s, GM_ERR_FORMAT, "invalid UTF-8 in a string%s", NULL);
+        return;
+    }
     gr_buf_puts(b, "\"");
     for (const unsigned char *p = (const unsigned char *)t; *p; p++) {
         if (*p == '"' || *p == '\\') { char e[2] = {'\\', (char)*p}; gr_buf_put(b, e, 2); }
@@ -140,7 +162,6 @@ static void literal(sx *s, gr_buf *b, const cJSON *v) {
     }
     gr_buf_puts(b, "\"");
     cJSON_free(t);
-    (void)s;
 }
 
 /* ------------------------------------------------------------------ paths */
