@@ -97,7 +97,7 @@ static int cmp_pair(const void *x, const void *y) {
 
 /* Adds the ranges in r[0 .. 2k) as a new set: sorted, merged, complemented when negated. */
 static int32_t add_set(gr_ast *t, uint32_t *r, size_t k, bool negate) {
-    qsort(r, k, 2 * sizeof(uint32_t), cmp_pair);
+    if (k > 1) qsort(r, k, 2 * sizeof(uint32_t), cmp_pair); /* r is NULL for [] and [^] */
     size_t m = 0;
     for (size_t j = 0; j < k; j++) {
         if (m && r[2 * j] <= r[2 * (m - 1) + 1] + 1) {
@@ -118,7 +118,7 @@ static int32_t add_set(gr_ast *t, uint32_t *r, size_t k, bool negate) {
     uint32_t *out = t->ranges + t->n_ranges;
     size_t o = 0;
     if (!negate) {
-        memcpy(out, r, 2 * m * sizeof(uint32_t));
+        if (m) memcpy(out, r, 2 * m * sizeof(uint32_t));
         o = m;
     } else {
         uint32_t lo = 0;

@@ -188,6 +188,8 @@ static int64_t utf8(rx *p, gm_status *st) {
         if ((s[k] & 0xC0) != 0x80) { *st = rx_err(p, "invalid UTF-8"); return -1; }
         v = (v << 6) | (s[k] & 0x3F);
     }
+    static const uint32_t min_of[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (v < min_of[len] || v > GR_MAX_CP || (v >= 0xD800 && v <= 0xDFFF)) { *st = rx_err(p, "invalid UTF-8"); return -1; }
     p->i += (size_t)len;
     return v;
 }

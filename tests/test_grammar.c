@@ -237,6 +237,11 @@ TEST(match_empty_language) {
     ACCEPT(g, "");
     REJECT(g, "a");
     gm_grammar_free(g);
+    /* and by the same fuzzer: [^] sorted a NULL range list (it is every character) */
+    g = gbnf("root ::= [^]");
+    ACCEPT(g, "x");
+    ACCEPT(g, "\n");
+    gm_grammar_free(g);
 }
 
 TEST(clone_rollback) {
@@ -345,6 +350,7 @@ TEST(schema_refusals) {
         {"{\"$ref\":\"#\"}", "left-recursive", GM_ERR_FORMAT},
         /* found by fuzz_json_schema: cJSON lets invalid UTF-8 through, which became invalid GBNF */
         {"{\"const\":\"\xff\"}", "invalid UTF-8", GM_ERR_FORMAT},
+        {"{\"type\":\"string\",\"pattern\":\"[^\xf4\x91\x81\x92]\"}", "invalid UTF-8", GM_ERR_UNSUPPORTED}, /* > U+10FFFF */
         {"{\"type\":\"object\",\"properties\":{\"\xc3\":{}}}", "invalid UTF-8", GM_ERR_FORMAT},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
