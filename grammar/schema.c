@@ -377,6 +377,10 @@ static bool get_bound(sx *s, const cJSON *sch, const char *k, double *v) {
     return true;
 }
 
+/* Clamped into +-2e15 before the conversion (a double past long long's range is undefined
+ * behaviour; fuzz_json_schema found minimum: 9.2e137): bounds past 1e15 are refused below. */
+static long long clamp_ll(double x) { return (long long)fmax(fmin(x, 2e15), -2e15); }
+
 /* The bounds of an integer schema, draft 4 (boolean exclusive*) and 6+ (numeric) alike. */
 static bool int_bounds(sx *s, const cJSON *sch, long long *lo, long long *hi, bool *has_lo, bool *has_hi) {
     double v;
@@ -386,10 +390,10 @@ static bool int_bounds(sx *s, const cJSON *sch, long long *lo, long long *hi, bo
         const cJSON *ex = cJSON_GetObjectItemCaseSensitive(sch, "exclusiveMinimum");
         double c = ceil(v);
         if (cJSON_IsTrue(ex) && c == v) c += 1;
-        *lo = (long long)fmax(c, -big); *has_lo = true;
+        *lo = clamp_ll(c); *has_lo = true;
     }
     if (get_bound(s, sch, "exclusiveMinimum", &v)) {
-        long long c = (long long)fmax(floor(v) + 1, -big);
+        long long c = clamp_ll(floor(v) + 1);
         if (!*has_lo || c > *lo) *lo = c;
         *has_lo = true;
     }
@@ -397,10 +401,10 @@ static bool int_bounds(sx *s, const cJSON *sch, long long *lo, long long *hi, bo
         const cJSON *ex = cJSON_GetObjectItemCaseSensitive(sch, "exclusiveMaximum");
         double f = floor(v);
         if (cJSON_IsTrue(ex) && f == v) f -= 1;
-        *hi = (long long)fmin(f, big); *has_hi = true;
+        *hi = clamp_ll(f); *has_hi = true;
     }
     if (get_bound(s, sch, "exclusiveMaximum", &v)) {
-        long long f = (long long)fmin(ceil(v) - 1, big);
+        long long f = clamp_ll(ceil(v) - 1);
         if (!*has_hi || f < *hi) *hi = f;
         *has_hi = true;
     }
