@@ -93,6 +93,10 @@ static bool is_special_type(int type) {
     return type == GM_TOKEN_CONTROL || type == GM_TOKEN_USER_DEFINED || type == GM_TOKEN_UNKNOWN;
 }
 
+bool gm_token_is_marker(const gm_tokenizer *t, int32_t id) {
+    return t && id >= 0 && id < t->n_vocab && t->marker[id];
+}
+
 /* Cut out of the text by the special partition (with parse_special, or always: see matchable). */
 static bool in_trie(const gm_tokenizer *t, int32_t id) {
     return is_special_type(t->types[id]) || t->marker[id];

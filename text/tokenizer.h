@@ -69,6 +69,10 @@ void gm_spm_free(gm_spm_model *m);
 /* The chat template text the tokenizer was built with ("" when none). */
 const char *gm_tokenizer_chat_template(const gm_tokenizer *tok);
 
+/* A chat-format marker (turn, channel, tool-call tokens, BOS / EOS / PAD, control tokens: see the
+ * top of tokenizer.c): plain text never yields it, so a grammar over text must never allow it. */
+bool gm_token_is_marker(const gm_tokenizer *t, int32_t id);
+
 /* UTF-8 helpers (text/utf8.c). */
 /* Bytes in the UTF-8 sequence whose lead byte is b, by llama.cpp's rule (high nibble table:
  * continuation and invalid bytes count 1, 0xF8..0xFF count 4). */
