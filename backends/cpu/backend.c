@@ -2,8 +2,8 @@
  * kernels of kernels/, activations and KV blocks in host memory.
  *
  * Row-wise ops spread rows over the pool when a chunk has several rows; each row is computed by the same
- * code whatever the thread, so results do not depend on the split (batch invariance). One row runs
- * inline: a pool round trip costs more than the op. */
+ * code whatever the thread, so results do not depend on the split (batch invariance). Small ops run on the
+ * calling thread (INLINE_FLOATS): a pool round trip costs more than they do. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +34,10 @@ typedef struct cpu_backend {
 
 static cpu_backend *cpu(gm_backend *be) { return (cpu_backend *)be; }
 
+/* Row-wise ops over at most this many floats run on the calling thread: a pool round trip (~5-10 us on two
+ * threads) costs more than the op itself (8 decode rows of q/k norms and RoPE are a few microseconds). */
+enum { INLINE_FLOATS = 16384 };
+
 /* ---------------------------------------------------------------- row-wise ops */
 
 typedef struct rows_job {
@@ -57,7 +61,7 @@ static void norm_task(void *ctx, int64_t begin, int64_t end, int thread) {
 static void cpu_rmsnorm(gm_backend *be, float *y, const float *x, const float *w, int n, int dim, float eps,
                         const int *idx) {
     rows_job j = {cpu(be)->kern, y, x, w ? w : cpu(be)->ones, dim, eps, idx};
-    if (n == 1) norm_task(&j, 0, 1, 0);
+    if ((size_t)n * dim <= INLINE_FLOATS) norm_task(&j, 0, n, 0);
     else gm_pool_parallel_for(cpu(be)->pool, n, 1, norm_task, &j);
 }
 
@@ -69,7 +73,7 @@ static void geglu_task(void *ctx, int64_t begin, int64_t end, int thread) {
 
 static void cpu_geglu(gm_backend *be, float *gate, const float *up, int n, int ff) {
     rows_job j = {cpu(be)->kern, gate, up, NULL, 0, 0.0f, NULL};
-    if (n == 1) j.kern->geglu(gate, up, ff); /* ~1 us: cheaper than a pool round trip */
+    if ((size_t)n * ff <= INLINE_FLOATS) j.kern->geglu(gate, up, n * ff); /* same bits per element whatever n */
     else gm_pool_parallel_for(cpu(be)->pool, (int64_t)n * ff, 1024, geglu_task, &j);
 }
 
@@ -104,7 +108,7 @@ static void rope_task(void *ctx, int64_t begin, int64_t end, int thread) {
 
 static void cpu_rope(gm_backend *be, float *x, int n, int n_heads, int hd, int dims, int kind) {
     rope_job j = {x, &cpu(be)->rope[kind], n_heads, hd, dims};
-    if (n == 1) rope_task(&j, 0, 1, 0);
+    if ((size_t)n * n_heads * hd <= INLINE_FLOATS) rope_task(&j, 0, n, 0);
     else gm_pool_parallel_for(cpu(be)->pool, n, 1, rope_task, &j);
 }
 
