@@ -114,6 +114,13 @@ static void sort_i32(int32_t *a, int n) {
     }
 }
 
+/* a grammar's mask: what it does not allow can never be drawn (before every other adjustment, so top-k,
+ * top-p and min-p work on the allowed tokens: the draw is from the model's distribution given the grammar) */
+static void apply_mask(gm_sampler *s) {
+    for (int i = 0; i < s->n_vocab; i++)
+        if (!(s->mask[i >> 5] >> (i & 31) & 1u)) s->work[i] = -INFINITY;
+}
+
 /* logit_bias: added to the copy of the logits before the penalties (llama.cpp's order) */
 static gm_status apply_bias(gm_sampler *s, const gm_sampling *o, gm_error *err) {
     for (int i = 0; i < o->n_logit_bias; i++) {
@@ -335,15 +342,18 @@ static gm_status candidates(gm_sampler *s, const gm_sampling *o, const float *lo
     *out = -1;
     const int V = s->n_vocab;
     const bool penalties = o->repeat_penalty != 1.0f || o->frequency_penalty != 0.0f || o->presence_penalty != 0.0f;
-    if (o->temperature == 0.0f && !penalties && o->n_logit_bias == 0) { /* plain greedy: no copy of the logits */
+    if (o->temperature == 0.0f && !penalties && o->n_logit_bias == 0 && !s->mask) { /* plain greedy: no copy */
         *out = argmax(logits, V);
         return GM_OK;
     }
     memcpy(s->work, logits, (size_t)V * sizeof *s->work);
+    if (s->mask) apply_mask(s);
     if ((st = apply_bias(s, o, err)) || (st = apply_penalties(s, o, hist, n_hist, err))) return st;
     if (o->temperature == 0.0f) {
         *out = argmax(s->work, V);
-        if (s->work[*out] == -INFINITY) return gm_fail(err, GM_ERR_ARG, "sampling: every token is banned (-inf)");
+        if (s->work[*out] == -INFINITY)
+            return gm_fail(err, GM_ERR_ARG, "sampling: every token is banned (-inf)%s",
+                           s->mask ? " or outside the grammar" : "");
         return GM_OK;
     }
     /* A temperature so small that 1/T or some logit/T overflows float (T ~ 1e-38 and logits of a few

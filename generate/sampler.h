@@ -28,6 +28,7 @@ typedef struct gm_sampler {
     int32_t *win;    /* penalty window (sorted copy) */
     int win_cap;
     gm_exp_sum_fn exp_sum; /* the weights' exp: an ISA level's (kernels/ops.h), chosen at init */
+    const uint32_t *mask;  /* NULL, or the tokens allowed (bit i of word i / 32) for the next draw: a grammar's */
 } gm_sampler;
 
 /* exp_sum: the level's vector exp of the weights (gm_cpu_kernels.exp_sum; NULL: gm_exp_sum, the scalar

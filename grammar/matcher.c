@@ -518,3 +518,5 @@ gm_status gm_matcher_fill_mask(gm_matcher *m, uint32_t *mask, gm_error *err) {
     if (!m->c->v) return gm_fail(err, GM_ERR_STATE, "grammar matcher: no vocabulary bound to the context");
     return gr_fill_mask(m->c, cur(m), mask, err);
 }
+
+int32_t gm_matcher_vocab_size(const gm_matcher *m) { return m && m->c->v ? gm_gvocab_size(m->c->v) : 0; }

@@ -157,6 +157,7 @@ void gm_seq_free(gm_seq *s) {
     if (!s) return;
     gm_kv_table_free(s->e->pool, &s->kv);
     gm_sampler_free(&s->smp);
+    free(s->mask);
     free(s->tok);
     free(s->logits);
     s->e->n_seqs--;
@@ -277,6 +278,25 @@ gm_sampler *gm_seq_sampler(gm_seq *s, const gm_sampling *opt) {
     return &s->smp;
 }
 
+gm_status gm_seq_set_grammar(gm_seq *s, gm_matcher *m, gm_error *err) {
+    if (!s) return gm_fail(err, GM_ERR_ARG, "gm_seq_set_grammar: sequence is NULL");
+    const int V = s->e->c->n_vocab;
+    if (m && (gm_matcher_vocab_size(m) <= 0 || gm_matcher_vocab_size(m) > V))
+        return gm_fail(err, GM_ERR_ARG, "gm_seq_set_grammar: the grammar's vocabulary (%d tokens) is not the model's (%d)",
+                       (int)gm_matcher_vocab_size(m), V);
+    if (m && !s->mask && !(s->mask = malloc(((size_t)V + 31) / 32 * sizeof *s->mask)))
+        return gm_fail(err, GM_ERR_NOMEM, "gm_seq_set_grammar: out of memory");
+    s->grammar = m;
+    return GM_OK;
+}
+
+/* The grammar's mask for the next token (tokens past the grammar's vocabulary: never). */
+static gm_status grammar_mask(gm_seq *s, gm_error *err) {
+    const int V = s->e->c->n_vocab, words = (V + 31) / 32;
+    memset(s->mask, 0, (size_t)words * sizeof *s->mask);
+    return gm_matcher_fill_mask(s->grammar, s->mask, err);
+}
+
 gm_status gm_seq_sample(gm_seq *s, const gm_sampling *opt, int32_t *tok, gm_error *err) {
     if (!s || !opt) return gm_fail(err, GM_ERR_ARG, "gm_seq_sample: sequence or options are NULL");
     gm_status st = gm_sampling_validate(opt, err);
@@ -285,7 +305,17 @@ gm_status gm_seq_sample(gm_seq *s, const gm_sampling *opt, int32_t *tok, gm_erro
     if (s->n_tok >= s->e->n_ctx)
         return gm_fail(err, GM_ERR_CONTEXT, "gm_seq_sample: the context is full (%d tokens)", s->e->n_ctx);
     int32_t t;
-    if ((st = gm_sampler_sample(gm_seq_sampler(s, opt), opt, s->logits, s->tok, s->n_tok, &t, err))) return st;
+    gm_sampler *smp = gm_seq_sampler(s, opt);
+    if (s->grammar && (st = grammar_mask(s, err))) return st;
+    smp->mask = s->grammar ? s->mask : NULL;
+    st = gm_sampler_sample(smp, opt, s->logits, s->tok, s->n_tok, &t, err);
+    smp->mask = NULL;
+    if (st) return st;
+    if (s->grammar) { /* the mask allowed it: the matcher takes it */
+        bool ok = false;
+        if ((st = gm_matcher_accept_token(s->grammar, t, &ok, err))) return st;
+        if (!ok) return gm_fail(err, GM_ERR_STATE, "gm_seq_sample: the grammar refused token %d it allowed", (int)t);
+    }
     s->tok[s->n_tok++] = t;
     s->logits_valid = false;
     if (tok) *tok = t;

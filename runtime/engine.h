@@ -42,6 +42,8 @@ struct gm_seq {
     float *logits;         /* n_vocab, allocated on first use */
     bool logits_valid;     /* logits are those after tok[n_tok - 1] */
     gm_sampler smp;
+    gm_matcher *grammar;   /* borrowed: gm_seq_set_grammar */
+    uint32_t *mask;        /* (n_vocab + 31) / 32 words for the grammar's mask, allocated with it */
     uint64_t seed;
     bool seeded;
 };

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Python environment of the server tests: .venv-test/ (git-ignored) with the official `openai`
-# client and `selenium` (drives Debian's chromium for the chat-page test). Made once; later runs
+# client, `selenium` (drives Debian's chromium for the chat-page test) and `jsonschema` (the oracle of the
+# structured-output tests). Made once; later runs
 # only check it. Prints the venv's python on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,9 +10,9 @@ PY=$VENV/bin/python
 # the server tests run in parallel under CTest: one of them makes the venv, the others wait for it
 exec 9>"/tmp/gemma-test-venv.$(id -u).lock"
 flock 9
-if ! "$PY" -c "import openai, selenium" >/dev/null 2>&1; then
-  echo "making $VENV (openai, selenium from PyPI)" >&2
-  python3 -m venv "$VENV" >&2
-  "$PY" -m pip install -q --disable-pip-version-check "openai==2.8.1" "selenium==4.38.0" >&2
+if ! "$PY" -c "import openai, selenium, jsonschema" >/dev/null 2>&1; then
+  echo "making $VENV (openai, selenium, jsonschema from PyPI)" >&2
+  [ -x "$PY" ] || python3 -m venv "$VENV" >&2
+  "$PY" -m pip install -q --disable-pip-version-check "openai==2.8.1" "selenium==4.38.0" "jsonschema==4.26.0" >&2
 fi
 echo "$PWD/$PY"

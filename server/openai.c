@@ -293,6 +293,62 @@ static bool token_id_of(const char *s, long *out) {
     return *end == 0;
 }
 
+/* A schema or grammar that cannot be honoured is a 400 naming why (never unconstrained output). */
+static bool compile_failed(parse *ps, const char *field, const gm_error *err) {
+    srv_error_set(ps->e, 400, "invalid_request_error", err->code == GM_ERR_UNSUPPORTED ? "unsupported_schema" : field,
+                  "%s: %s", field, err->msg);
+    return false;
+}
+
+static bool schema_grammar(parse *ps, const char *field, const cJSON *schema) {
+    char *text = cJSON_PrintUnformatted(schema);
+    if (!text) return bad(ps, "out of memory reading '%s'", field);
+    gm_error err = {0};
+    const gm_status st = gm_grammar_from_json_schema(text, strlen(text), NULL, &ps->rq->grammar, &err);
+    free(text);
+    return st ? compile_failed(ps, field, &err) : true;
+}
+
+/* Structured output: OpenAI's response_format (json_object, json_schema), llama-server's json_schema (a
+ * schema) and grammar (GBNF text). At most one; the request's choices then sample only what it allows. */
+static bool grammar_fields(parse *ps, const cJSON *root) {
+    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(root, "response_format");
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(root, "json_schema");
+    const cJSON *gb = cJSON_GetObjectItemCaseSensitive(root, "grammar");
+    if (rf && cJSON_IsNull(rf)) rf = NULL;
+    if (js && cJSON_IsNull(js)) js = NULL;
+    if (gb && cJSON_IsNull(gb)) gb = NULL;
+    const cJSON *type = rf ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
+    if (rf && (!cJSON_IsObject(rf) || !cJSON_IsString(type)))
+        return bad(ps, "'%s' must be an object with a string 'type'", "response_format");
+    if (rf && !strcmp(type->valuestring, "text")) rf = NULL;
+    if (!!rf + !!js + !!gb > 1) return bad(ps, "give one of response_format, json_schema and grammar (%s)", "several");
+    if (gb) {
+        if (!cJSON_IsString(gb)) return bad(ps, "'%s' must be a string of GBNF rules", "grammar");
+        gm_error err = {0};
+        if (gm_grammar_from_gbnf(gb->valuestring, strlen(gb->valuestring), &ps->rq->grammar, &err))
+            return compile_failed(ps, "grammar", &err);
+    } else if (js) {
+        if (!cJSON_IsObject(js) && !cJSON_IsTrue(js)) return bad(ps, "'%s' must be a JSON schema object", "json_schema");
+        if (!schema_grammar(ps, "json_schema", js)) return false;
+    } else if (rf && !strcmp(type->valuestring, "json_object")) {
+        cJSON *any = cJSON_CreateObject();
+        const bool ok = any && cJSON_AddStringToObject(any, "type", "object") && schema_grammar(ps, "response_format", any);
+        cJSON_Delete(any);
+        if (!ok && !ps->e->status) return bad(ps, "out of memory reading '%s'", "response_format");
+        if (!ok) return false;
+    } else if (rf && !strcmp(type->valuestring, "json_schema")) {
+        const cJSON *w = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+        const cJSON *sc = cJSON_IsObject(w) ? cJSON_GetObjectItemCaseSensitive(w, "schema") : NULL;
+        if (!cJSON_IsObject(sc)) return bad(ps, "'%s' needs json_schema.schema, a JSON schema object", "response_format");
+        if (!schema_grammar(ps, "response_format", sc)) return false;
+    } else if (rf) {
+        return bad(ps, "response_format type '%.40s' is not one of text, json_object, json_schema", type->valuestring);
+    }
+    if (ps->rq->grammar) ps->rq->speculative = false; /* drafted tokens are not checked against the grammar yet */
+    return true;
+}
+
 static bool logit_bias_field(parse *ps, const cJSON *root, const gm_tokenizer *tok) {
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, "logit_bias");
     if (!f || cJSON_IsNull(f)) return true;
@@ -418,7 +474,8 @@ static bool output_fields(parse *ps, const cJSON *root, call_kind kind, const sr
 static const char *const read_fields[] = {
     "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
     "frequency_penalty", "repeat_penalty", "repeat_last_n", "seed", "stop", "n", "stream", "stream_options",
-    "logprobs", "ignore_eos", "speculative", "n_predict", "repetition_penalty", "logit_bias",
+    "logprobs", "ignore_eos", "speculative", "n_predict", "repetition_penalty", "logit_bias", "response_format",
+    "json_schema", "grammar",
     /* ignored: bookkeeping of OpenAI's and llama-server's that does not change tokens */
     "user", "metadata", "store", "service_tier", "cache_prompt", "id_slot", "timings_per_token"};
 
@@ -434,8 +491,6 @@ static bool neutral(const cJSON *f) {
     if (!strcmp(k, "tools") || !strcmp(k, "functions")) return is_empty_list_or_object(f);
     if (!strcmp(k, "tool_choice") || !strcmp(k, "function_call")) return str_is(f, "none", "auto");
     if (!strcmp(k, "parallel_tool_calls")) return cJSON_IsBool(f);
-    if (!strcmp(k, "response_format"))
-        return cJSON_IsObject(f) && str_is(cJSON_GetObjectItemCaseSensitive(f, "type"), "text", NULL) && !f->child->next;
     if (!strcmp(k, "echo")) return cJSON_IsFalse(f);
     if (!strcmp(k, "suffix")) return str_is(f, "", NULL);
     if (!strcmp(k, "best_of")) return cJSON_IsNumber(f) && f->valuedouble == 1;
@@ -465,7 +520,7 @@ static bool parse_body(parse *ps, call_kind kind, const char *body, size_t len, 
     const int limit = n_ctx - 1 < o->max_prompt ? n_ctx - 1 : o->max_prompt;
     bool ok = cJSON_IsObject(root) ? true : bad(ps, "the body must be a JSON %s", "object");
     ok = ok && request_fields(ps, root, kind) && sampling_fields(ps, root) && logit_bias_field(ps, root, tok) &&
-         output_fields(ps, root, kind, o);
+         output_fields(ps, root, kind, o) && grammar_fields(ps, root);
     ok = ok && (kind == CALL_CHAT ? chat_prompt(ps, root, tok, limit) : completion_prompt(ps, root, tok, limit));
     ok = ok && limits(ps, root, o, n_ctx);
     cJSON_Delete(root);

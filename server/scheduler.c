@@ -38,6 +38,7 @@ struct srv_sched {
     gm_seq **seqs;
     job **seq_job;         /* whose sequence each of seqs is */
     float *logits_copy;
+    gm_gvocab *gv;         /* the vocabulary as grammars see it, built on the first constrained request */
     /* speculative decoding (--lookup / --draft-model) */
     gm_spec_options spec;
     gm_model *draft_model;
@@ -122,8 +123,23 @@ static void free_choices(srv_sched *s, job *j) {
         }
         gm_seq_free(j->seq[i]);
         j->seq[i] = NULL;
+        gm_matcher_free(j->gm[i]); /* after the sequence that borrowed it */
+        j->gm[i] = NULL;
         gen_session_close(&j->gen[i]);
     }
+    gm_grammar_ctx_free(j->gctx);
+    j->gctx = NULL;
+}
+
+/* The request's grammar on every choice: one context (its lazily learnt states and masks shared), one
+ * matcher per choice, attached to the choice's sequence so each sampled token is one the grammar allows. */
+static gm_status start_grammar(srv_sched *s, job *j, gm_error *err) {
+    if (!j->rq.grammar) return GM_OK;
+    gm_status st = s->gv ? GM_OK : gm_gvocab_from_tokenizer(s->tok, &s->gv, err);
+    if (!st) st = gm_grammar_ctx_new(j->rq.grammar, s->gv, &j->gctx, err);
+    for (int i = 0; i < j->rq.n && !st; i++)
+        if (!(st = gm_matcher_new(j->gctx, &j->gm[i], err))) st = gm_seq_set_grammar(j->seq[i], j->gm[i], err);
+    return st;
 }
 
 static void publish_state(srv_sched *s);
@@ -222,6 +238,7 @@ static bool start_choices(srv_sched *s, job *j, double now) {
     const int n_ctx = gm_engine_n_ctx(s->e);
     for (int i = 1; i < j->rq.n && !st; i++) st = gm_seq_fork(j->seq[0], &j->seq[i], &err);
     for (int i = 0; i < j->rq.n && !st; i++) st = gen_session_start(&j->gen[i], &j->rq, s->tok, s->n_vocab, n_ctx, &err);
+    if (!st) st = start_grammar(s, j, &err);
     for (int i = 0; i < j->rq.n && !st && j->rq.speculative; i++) st = gm_spec_new(j->seq[i], &s->spec, &j->spec[i], &err);
     if (st) job_fail(j, JOB_ERR_INTERNAL, "%s", err.msg);
     j->started = true;
@@ -607,6 +624,7 @@ void sched_free(srv_sched *s) {
     free(s->seqs);
     free(s->seq_job);
     free(s->logits_copy);
+    gm_gvocab_free(s->gv);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);

@@ -17,6 +17,8 @@ void gen_request_clear(gen_request *rq) {
     for (int i = 0; i < rq->n_stop; i++) free(rq->stop[i]);
     free(rq->prompt);
     free(rq->bias);
+    gm_grammar_free(rq->grammar);
+    rq->grammar = NULL;
     rq->prompt = NULL;
     rq->bias = NULL;
     rq->smp.logit_bias = NULL;

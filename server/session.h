@@ -22,6 +22,7 @@ typedef struct gen_request {
     int n;                  /* choices, generated from one computed prompt */
     gm_sampling smp;        /* choice i samples with seed + i; smp.logit_bias points at bias */
     gm_logit_bias *bias;    /* malloc'd: logit_bias */
+    gm_grammar *grammar;    /* owned: response_format / json_schema / grammar (NULL: unconstrained) */
     int max_tokens;         /* 0: up to the context */
     char *stop[SRV_MAX_STOP]; /* malloc'd, non-empty */
     int n_stop;

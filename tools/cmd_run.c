@@ -23,6 +23,8 @@ typedef struct run_args {
     gm_backend_kind backend;
     gm_sampling s;
     bool naive, no_bos, chat, truncate, ignore_eos, verbose, lookup;
+    const char *grammar_file, *schema_file; /* --grammar-file, --json-schema */
+    bool json;                              /* --json: any JSON object */
 } run_args;
 
 static bool parse_int(const char *flag, const char *v, long lo, long hi, int *out) {
@@ -86,6 +88,9 @@ static void usage(FILE *out, bool chat) {
                  "                     one thread, very slow: for checking numbers)\n"
                  "  --temp T --top-k K --top-p P --min-p M --repeat-penalty R --repeat-last-n N\n"
                  "  --frequency-penalty F --presence-penalty P --seed S   (default: greedy, temperature 0)\n"
+                 "  --grammar-file F   (run) constrain the output to a GBNF grammar (llama.cpp's syntax; start rule root)\n"
+                 "  --json-schema F    (run) constrain the output to JSON valid under the JSON schema in F\n"
+                 "  --json             (run) constrain the output to a JSON object\n"
                  "  --lookup           speculative decoding by prompt lookup: an n-gram that ends the text and\n"
                  "                     occurred earlier in it proposes what followed; the model checks the\n"
                  "                     proposals in one pass (greedy output unchanged, sampling distribution kept)\n"
@@ -117,6 +122,12 @@ static int parse_args(int argc, char **argv, bool chat, run_args *a) {
         else if (IS("--kv-type")) {
             ok = cli_parse_kv_type(v, &a->kv_type);
             if (!ok && v) fprintf(stderr, "gemma: --kv-type expects f32 or f16, got '%s'\n", v);
+        } else if (!chat && IS("--grammar-file")) {
+            a->grammar_file = v;
+            ok = v != NULL;
+        } else if (!chat && IS("--json-schema")) {
+            a->schema_file = v;
+            ok = v != NULL;
         } else if (IS("--backend")) {
             ok = gm_backend_kind_parse(v, &a->backend);
             if (!ok && v) fprintf(stderr, "gemma: --backend expects cpu or reference, got '%s'\n", v);
@@ -143,6 +154,7 @@ static int parse_args(int argc, char **argv, bool chat, run_args *a) {
             else if (!chat && IS("--truncate")) a->truncate = true;
             else if (IS("--ignore-eos")) a->ignore_eos = true;
             else if (IS("--lookup")) a->lookup = true;
+            else if (!chat && IS("--json")) a->json = true;
             else if (IS("-v") || IS("--verbose")) a->verbose = true;
             else {
                 fprintf(stderr, "gemma %s: unknown option '%s' (see --help)\n", chat ? "chat" : "run", o);
@@ -162,6 +174,14 @@ static int parse_args(int argc, char **argv, bool chat, run_args *a) {
         return 2;
     }
     const char *cmd = chat ? "chat" : "run";
+    if (!!a->grammar_file + !!a->schema_file + a->json > 1) {
+        fprintf(stderr, "gemma %s: --grammar-file, --json-schema and --json are three constraints: give one\n", cmd);
+        return 2;
+    }
+    if ((a->grammar_file || a->schema_file || a->json) && (a->lookup || a->draft_model)) {
+        fprintf(stderr, "gemma %s: a grammar with speculative decoding is not supported yet\n", cmd);
+        return 2;
+    }
     if (a->lookup && a->draft_model) {
         fprintf(stderr, "gemma %s: --lookup and --draft-model are two ways to propose tokens: give one\n", cmd);
         return 2;
@@ -190,6 +210,10 @@ typedef struct session {
     gm_generator *g;
     const gm_tokenizer *tok;
     double load_s;
+    gm_gvocab *gv;         /* --grammar-file / --json-schema / --json */
+    gm_grammar *gr;
+    gm_grammar_ctx *gc;
+    gm_matcher *gm;
 } session;
 
 static void close_session(session *s);
@@ -210,6 +234,29 @@ static gm_status open_speculation(const run_args *a, session *s, gm_error *err) 
         so.draft = s->de;
     }
     return gm_generator_set_speculative(s->g, &so, err);
+}
+
+/* The constraint of --grammar-file / --json-schema / --json on the generated tokens (grammar/, include/gemma.h). */
+static gm_status open_grammar(const run_args *a, session *s, gm_error *err) {
+    const char *path = a->grammar_file ? a->grammar_file : a->schema_file;
+    if (!path && !a->json) return GM_OK;
+    size_t len = 0;
+    char *text = path ? cli_read_file(path, &len) : NULL;
+    if (path && !text) {
+        err->code = GM_ERR_IO;
+        snprintf(err->msg, sizeof err->msg, "cannot read %s: %s", path, strerror(errno));
+        return GM_ERR_IO;
+    }
+    static const char any_object[] = "{\"type\": \"object\"}";
+    gm_status st = a->grammar_file ? gm_grammar_from_gbnf(text, len, &s->gr, err)
+                   : gm_grammar_from_json_schema(text ? text : any_object, text ? len : sizeof any_object - 1, NULL,
+                                                 &s->gr, err);
+    free(text);
+    if (!st) st = gm_gvocab_from_tokenizer(gm_model_tokenizer(s->m), &s->gv, err);
+    if (!st) st = gm_grammar_ctx_new(s->gr, s->gv, &s->gc, err);
+    if (!st) st = gm_matcher_new(s->gc, &s->gm, err);
+    if (!st) st = gm_seq_set_grammar(gm_generator_seq(s->g), s->gm, err);
+    return st;
 }
 
 static int open_session(const run_args *a, const char *cmd, session *s) {
@@ -233,6 +280,11 @@ static int open_session(const run_args *a, const char *cmd, session *s) {
         close_session(s);
         return 1;
     }
+    if (open_grammar(a, s, &err) != GM_OK) {
+        fprintf(stderr, "gemma %s: %s\n", cmd, err.msg);
+        close_session(s);
+        return 1;
+    }
     s->tok = gm_model_tokenizer(s->m);
     s->load_s = cli_now_s() - t0;
     if (a->verbose)
@@ -244,6 +296,10 @@ static int open_session(const run_args *a, const char *cmd, session *s) {
 
 static void close_session(session *s) {
     gm_generator_free(s->g); /* frees the speculative state, whose draft sequence lives in s->de */
+    gm_matcher_free(s->gm);  /* after the sequence that borrowed it */
+    gm_grammar_ctx_free(s->gc);
+    gm_grammar_free(s->gr);
+    gm_gvocab_free(s->gv);
     gm_engine_free(s->de);
     gm_model_free(s->dm);
     gm_model_free(s->m);

@@ -250,6 +250,85 @@ def test_logit_bias(env):
             assert "logit_bias" in e.body["message"], e.body
 
 
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": 24},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "email": {"type": "string", "format": "email"},
+        "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "minItems": 1, "maxItems": 3},
+        "address": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                                     "zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
+                    "required": ["city", "zip"], "additionalProperties": False},
+    },
+    "required": ["name", "age", "tags", "address"],
+    "additionalProperties": False,
+}
+
+
+def test_structured_output(env):
+    """response_format json_schema / json_object and llama-server's json_schema / grammar: every output parses
+    and validates (jsonschema), greedy and sampled, n = 2, streamed; 8 in parallel equal each one alone;
+    a keyword the server cannot honour is a 400 naming it."""
+    import jsonschema
+    c = client(env)
+    msgs = [{"role": "user", "content": "Describe a person as JSON."}]
+    rf = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    for temp in (0, 1):
+        r = c.chat.completions.create(model="m", messages=msgs, max_tokens=200, temperature=temp, seed=5, n=2,
+                                      response_format=rf)
+        for ch in r.choices:
+            assert ch.finish_reason == "stop", (ch.finish_reason, ch.message.content)
+            jsonschema.validate(json.loads(ch.message.content), PERSON)
+    obj = c.completions.create(model="m", prompt="JSON:", max_tokens=120, temperature=1, seed=9,
+                               extra_body={"response_format": {"type": "json_object"}}).choices[0]
+    if obj.finish_reason == "stop":
+        assert isinstance(json.loads(obj.text), dict), obj.text
+    llama = c.completions.create(model="m", prompt="JSON:", max_tokens=200, temperature=0,
+                                 extra_body={"json_schema": PERSON}).choices[0]
+    jsonschema.validate(json.loads(llama.text), PERSON)
+    yn = c.completions.create(model="m", prompt="Is water wet? Answer:", max_tokens=4, temperature=1, seed=2,
+                              extra_body={"grammar": 'root ::= " yes" | " no"'}).choices[0]
+    assert yn.text in (" yes", " no") and yn.finish_reason == "stop", yn
+    # streamed: the pieces make the same document as the non-streamed answer
+    whole = c.chat.completions.create(model="m", messages=msgs, max_tokens=200, temperature=0, response_format=rf)
+    pieces = [e.choices[0].delta.content or "" for e in c.chat.completions.create(
+        model="m", messages=msgs, max_tokens=200, temperature=0, response_format=rf, stream=True) if e.choices]
+    assert "".join(pieces) == whole.choices[0].message.content
+    # 8 at once, each as alone (batch invariance with grammars)
+    prompts = ["Describe a person as JSON. %s" % p for p in PROMPTS]
+    alone = [c.completions.create(model="m", prompt=p, max_tokens=200, temperature=0, extra_body={"json_schema": PERSON})
+             .choices[0].text for p in prompts]
+    got = [None] * 8
+
+    def one(i):
+        got[i] = c.completions.create(model="m", prompt=prompts[i], max_tokens=200, temperature=0,
+                                      extra_body={"json_schema": PERSON}).choices[0].text
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    assert got == alone
+    for text in got:
+        jsonschema.validate(json.loads(text), PERSON)
+    # what cannot be honoured is refused by name, never ignored
+    for bad, word in (({"type": "object", "not": {"type": "null"}}, "not"),
+                      ({"type": "array", "uniqueItems": True}, "uniqueItems"),
+                      ({"type": "string", "format": "hostname"}, "hostname")):
+        try:
+            c.completions.create(model="m", prompt="x", max_tokens=2, extra_body={"json_schema": bad})
+            raise AssertionError("accepted %r" % bad)
+        except openai.BadRequestError as e:
+            assert word in e.body["message"], e.body
+    for extra in ({"grammar": "root ::= undefined"}, {"response_format": {"type": "yaml"}},
+                  {"grammar": "root ::= \"a\"", "json_schema": {"type": "string"}},
+                  {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}):
+        try:
+            c.completions.create(model="m", prompt="x", max_tokens=2, extra_body=extra)
+            raise AssertionError("accepted %r" % extra)
+        except openai.BadRequestError as e:
+            assert e.status_code == 400, e.body
+
+
 # ---------------------------------------------------------------- errors
 
 def test_errors_openai_client(env):
@@ -287,7 +366,7 @@ def test_errors_openai_client(env):
         assert e.body["code"] == "context_length_exceeded", e.body
     # a field the server does not read is a 400 naming it (as OpenAI answers unknown arguments): a
     # request for logit_bias or a schema must never get unconstrained output silently
-    for extra in ({"frobnicate": {"x": [1]}}, {"response_format": {"type": "json_object"}},
+    for extra in ({"frobnicate": {"x": [1]}},
                   {"tools": [{"type": "function", "function": {"name": "f"}}]}):
         try:
             c.chat.completions.create(model="m", messages=msgs, max_tokens=2, extra_body=extra)
@@ -618,7 +697,7 @@ def main():
         rc = run_tests([
             test_health_models, test_completion_equals_cli, test_chat_equals_cli, test_openai_streaming_client,
             test_stream_format, test_stop_across_tokens, test_seed_reproducible, test_n_choices, test_logprobs,
-            test_logit_bias,
+            test_logit_bias, test_structured_output,
             test_errors_openai_client, test_malformed_requests, test_chat_injection, test_tokenize_roundtrip,
             test_parallel_equals_sequential, test_cached_prefix, test_disconnect_frees_sequence, test_metrics,
             test_api_key, test_queue_zero, test_speculative, test_cors, test_queue_full_and_sigterm,
