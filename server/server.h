@@ -101,7 +101,9 @@ typedef struct job {
     /* the scheduler thread's own: the engine's objects of each choice */
     gm_seq *seq[SRV_MAX_N];
     gm_spec *spec[SRV_MAX_N]; /* speculative decoding state, when the request speculates */
-    gm_grammar_ctx *gctx;     /* the request's grammar bound to the vocabulary, shared by its choices */
+    gm_grammar_ctx *gctx;     /* the request's grammar bound to the vocabulary (the scheduler's cache), shared by
+                                 its choices */
+    struct grammar_slot *gslot; /* the cache slot it holds (scheduler thread only) */
     gm_matcher *gm[SRV_MAX_N]; /* choice i's position in the grammar (borrowed by seq[i]) */
     double t_last[SRV_MAX_N]; /* when its last token came (inter-token latency) */
     struct job *next;       /* queue link */
