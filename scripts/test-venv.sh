@@ -10,9 +10,11 @@ PY=$VENV/bin/python
 # the server tests run in parallel under CTest: one of them makes the venv, the others wait for it
 exec 9>"/tmp/gemma-test-venv.$(id -u).lock"
 flock 9
-if ! "$PY" -c "import openai, selenium, jsonschema" >/dev/null 2>&1; then
-  echo "making $VENV (openai, selenium, jsonschema from PyPI)" >&2
+# rfc3339-validator: without it jsonschema does not check the date-time / time formats (tests/grammar_check.py)
+if ! "$PY" -c "import openai, selenium, jsonschema, rfc3339_validator" >/dev/null 2>&1; then
+  echo "making $VENV (openai, selenium, jsonschema, rfc3339-validator from PyPI)" >&2
   [ -x "$PY" ] || python3 -m venv "$VENV" >&2
-  "$PY" -m pip install -q --disable-pip-version-check "openai==2.8.1" "selenium==4.38.0" "jsonschema==4.26.0" >&2
+  "$PY" -m pip install -q --disable-pip-version-check "openai==2.8.1" "selenium==4.38.0" "jsonschema==4.26.0" \
+    "rfc3339-validator==0.1.4" >&2
 fi
 echo "$PWD/$PY"
