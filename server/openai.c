@@ -370,7 +370,9 @@ static bool logit_bias_field(parse *ps, const cJSON *root, const gm_tokenizer *t
             if (!token_id_of(e->string, &id)) return bad(ps, "logit_bias keys must be token ids, got '%.40s'", e->string);
         } else {
             const cJSON *a = cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 ? e->child : NULL;
-            if (!a || !cJSON_IsNumber(a) || a->valuedouble != (double)(long)a->valuedouble)
+            /* the range before the cast: a double past long's range converts to undefined behaviour */
+            if (!a || !cJSON_IsNumber(a) || !(a->valuedouble >= -1e9 && a->valuedouble <= 1e9) ||
+                a->valuedouble != floor(a->valuedouble))
                 return bad(ps, "'%s' list entries must be [token id, bias]", "logit_bias");
             id = (long)a->valuedouble;
             snprintf(key, sizeof key, "%ld", id);

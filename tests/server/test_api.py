@@ -242,7 +242,7 @@ def test_logit_bias(env):
     forced = c.completions.create(logit_bias={"1000": 100}, model="m", prompt=PROMPTS[0], max_tokens=3, temperature=0)
     detok = env["srv"].post("/detokenize", {"tokens": [1000, 1000, 1000]})[1]["content"]
     assert forced.choices[0].text == detok, (forced.choices[0].text, detok)
-    for bad in ({"262144": 1}, {"-1": 1}, {"abc": 1}, {"5": 101}, {"5": "x"}, [[5]], "x"):
+    for bad in ({"262144": 1}, {"-1": 1}, {"abc": 1}, {"5": 101}, {"5": "x"}, [[5]], "x", [[1e300, 1]], [[2.5, 1]]):
         try:
             c.completions.create(model="m", prompt="hi", max_tokens=2, extra_body={"logit_bias": bad})
             raise AssertionError("accepted logit_bias %r" % (bad,))
