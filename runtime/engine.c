@@ -306,12 +306,22 @@ gm_status gm_seq_sample(gm_seq *s, const gm_sampling *opt, int32_t *tok, gm_erro
         return gm_fail(err, GM_ERR_CONTEXT, "gm_seq_sample: the context is full (%d tokens)", s->e->n_ctx);
     int32_t t;
     gm_sampler *smp = gm_seq_sampler(s, opt);
-    if (s->grammar && (st = grammar_mask(s, err))) return st;
-    smp->mask = s->grammar ? s->mask : NULL;
-    st = gm_sampler_sample(smp, opt, s->logits, s->tok, s->n_tok, &t, err);
+    bool taken = false;
+    if (s->grammar && opt->temperature == 0.0f) {
+        /* greedy: when the grammar takes the best token, it is the best allowed one (ties go to the lower id
+         * either way), so the mask — up to milliseconds where the grammar is new — is needed only otherwise */
+        if ((st = gm_sampler_sample(smp, opt, s->logits, s->tok, s->n_tok, &t, err)) ||
+            (st = gm_matcher_accept_token(s->grammar, t, &taken, err)))
+            return st;
+    }
+    if (s->grammar && !taken) {
+        if ((st = grammar_mask(s, err))) return st;
+        smp->mask = s->mask;
+    }
+    if (!taken) st = gm_sampler_sample(smp, opt, s->logits, s->tok, s->n_tok, &t, err);
     smp->mask = NULL;
     if (st) return st;
-    if (s->grammar) { /* the mask allowed it: the matcher takes it */
+    if (s->grammar && !taken) { /* the mask allowed it: the matcher takes it */
         bool ok = false;
         if ((st = gm_matcher_accept_token(s->grammar, t, &ok, err))) return st;
         if (!ok) return gm_fail(err, GM_ERR_STATE, "gm_seq_sample: the grammar refused token %d it allowed", (int)t);
