@@ -300,13 +300,18 @@ static bool compile_failed(parse *ps, const char *field, const gm_error *err) {
     return false;
 }
 
+static bool schema_text_grammar(parse *ps, const char *field, const char *text) {
+    gm_error err = {0};
+    return gm_grammar_from_json_schema(text, strlen(text), NULL, &ps->rq->grammar, &err) ? compile_failed(ps, field, &err)
+                                                                                         : true;
+}
+
 static bool schema_grammar(parse *ps, const char *field, const cJSON *schema) {
     char *text = cJSON_PrintUnformatted(schema);
     if (!text) return bad(ps, "out of memory reading '%s'", field);
-    gm_error err = {0};
-    const gm_status st = gm_grammar_from_json_schema(text, strlen(text), NULL, &ps->rq->grammar, &err);
+    const bool ok = schema_text_grammar(ps, field, text);
     free(text);
-    return st ? compile_failed(ps, field, &err) : true;
+    return ok;
 }
 
 /* Structured output: OpenAI's response_format (json_object, json_schema), llama-server's json_schema (a
@@ -332,11 +337,7 @@ static bool grammar_fields(parse *ps, const cJSON *root) {
         if (!cJSON_IsObject(js) && !cJSON_IsTrue(js)) return bad(ps, "'%s' must be a JSON schema object", "json_schema");
         if (!schema_grammar(ps, "json_schema", js)) return false;
     } else if (rf && !strcmp(type->valuestring, "json_object")) {
-        cJSON *any = cJSON_CreateObject();
-        const bool ok = any && cJSON_AddStringToObject(any, "type", "object") && schema_grammar(ps, "response_format", any);
-        cJSON_Delete(any);
-        if (!ok && !ps->e->status) return bad(ps, "out of memory reading '%s'", "response_format");
-        if (!ok) return false;
+        if (!schema_text_grammar(ps, "response_format", "{\"type\": \"object\"}")) return false; /* any object */
     } else if (rf && !strcmp(type->valuestring, "json_schema")) {
         const cJSON *w = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
         const cJSON *sc = cJSON_IsObject(w) ? cJSON_GetObjectItemCaseSensitive(w, "schema") : NULL;
