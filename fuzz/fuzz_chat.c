@@ -43,8 +43,12 @@ static gm_status expected_status(const gm_tokenizer *tok, const gm_chat_message 
     if (gm_token_id(tok, "<start_of_turn>", 15) < 0) return GM_ERR_UNSUPPORTED;
     if (n == 0) return GM_ERR_ARG;
     size_t first = !strcmp(m[0].role, "system");
-    for (size_t i = first; i < n; i++)
+    for (size_t i = first; i < n; i++) {
         if (!strcmp(m[i].role, "user") != ((i - first) % 2 == 0)) return GM_ERR_ARG;
+        /* a system message only first; a tool result only after an assistant message with tool calls (the
+         * fuzzer writes none) */
+        if (!strcmp(m[i].role, "system") || !strcmp(m[i].role, "tool")) return GM_ERR_ARG;
+    }
     return GM_OK;
 }
 
@@ -72,7 +76,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *buf = malloc(size);
     memcpy(buf, data + 1, size - 1);
     buf[size - 1] = 0;
-    gm_chat_message msgs[MAX_MSGS];
+    gm_chat_message msgs[MAX_MSGS] = {0};
     size_t n = 0;
     bool bos_in_content = false;
     for (size_t at = 0; at < size - 1 && n < MAX_MSGS;) {

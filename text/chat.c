@@ -10,12 +10,17 @@
  *   {{ bos_token }}; a first "system" message is its own turn '<|turn>system\n' + content|trim +
  *   '<turn|>\n'; each message '<|turn>' + role + '\n' + content|trim + '<turn|>\n'; the generation
  *   prompt '<|turn>model\n<|channel>thought\n<channel|>' (an empty thought channel: no thinking).
- * The format is Gemma 4's when the vocabulary has its turn tokens and no Gemma 3 ones. */
+ * The format is Gemma 4's when the vocabulary has its turn tokens and no Gemma 3 ones.
+ * Tools (gm_chat_render_ex): the declarations, the calls of assistant messages and the tool results in
+ * the vocabulary's tool format (text/tools.c writes them): Gemma 3's prompt and pythonic calls, with the
+ * results as a user turn of <tool_response> blocks; FunctionGemma's and Gemma 4's marker formats, where
+ * calls, results and the reply share one model turn, left open while results are awaited. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "text/tokenizer.h"
+#include "text/tools.h"
 
 /* One turn format: its markers (special tokens) and where the system prompt goes. */
 typedef struct chat_format {
@@ -82,13 +87,8 @@ static void trim(const char *s, size_t *begin, size_t *end) {
     *end = e;
 }
 
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} sbuf;
 
-static void put(sbuf *b, const char *s, size_t n) {
+void sb_put(sbuf *b, const char *s, size_t n) {
     if (b->oom) return;
     if (b->n + n + 1 > b->cap) {
         size_t cap = (b->n + n + 1) * 2;
@@ -102,85 +102,15 @@ static void put(sbuf *b, const char *s, size_t n) {
     b->p[b->n] = 0;
 }
 
-static void puts_(sbuf *b, const char *s) { put(b, s, strlen(s)); }
+void sb_puts(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
 
-gm_status gm_chat_render(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n,
-                         bool add_generation_prompt, char **out, gm_error *err) {
-    if (out) *out = NULL;
-    if (!tok || !out || (!msgs && n)) return gm_fail(err, GM_ERR_ARG, "gm_chat_render: NULL argument");
-    const chat_format *f = format_of(tok);
-    if (!f)
-        return gm_fail(err, GM_ERR_UNSUPPORTED, "chat: the vocabulary has neither <start_of_turn> / <end_of_turn> "
-                       "(Gemma 1-3) nor <|turn> / <turn|> (Gemma 4) tokens; no chat format known");
-    if (n == 0) return gm_fail(err, GM_ERR_ARG, "chat: no messages");
-    for (size_t i = 0; i < n; i++)
-        if (!msgs[i].role || !msgs[i].content) return gm_fail(err, GM_ERR_ARG, "chat: message %zu has a NULL role or content", i);
-    size_t first = 0;
-    const char *system = NULL;
-    if (!strcmp(msgs[0].role, "system")) {
-        system = msgs[0].content;
-        first = 1;
-    }
-    sbuf b = {0};
-    size_t bos_len = 0;
-    const char *bos = gm_token_text(tok, gm_tokenizer_bos(tok), &bos_len);
-    put(&b, bos ? bos : "", bos ? bos_len : 0);
-    if (system && f->system_turn) {
-        size_t cb, ce;
-        trim(system, &cb, &ce);
-        puts_(&b, f->start);
-        puts_(&b, "system\n");
-        put(&b, system + cb, ce - cb);
-        puts_(&b, f->end);
-        puts_(&b, "\n");
-    }
-    for (size_t i = first; i < n; i++) {
-        const char *role = msgs[i].role;
-        bool user_turn = (i - first) % 2 == 0;
-        if (!strcmp(role, "user") != user_turn) {
-            free(b.p);
-            return gm_fail(err, GM_ERR_ARG,
-                           "chat: message %zu has role '%s'; roles must alternate user/assistant/user/... "
-                           "(an optional system message first)", i, role);
-        }
-        puts_(&b, f->start);
-        puts_(&b, !strcmp(role, "assistant") ? "model" : role);
-        puts_(&b, "\n");
-        if (i == first && system && !f->system_turn) {
-            puts_(&b, system);
-            puts_(&b, "\n\n");
-        }
-        size_t cb, ce;
-        trim(msgs[i].content, &cb, &ce);
-        put(&b, msgs[i].content + cb, ce - cb);
-        puts_(&b, f->end);
-        puts_(&b, "\n");
-    }
-    if (add_generation_prompt) {
-        puts_(&b, f->start);
-        puts_(&b, "model\n");
-        if (f->channel_open) {
-            puts_(&b, f->channel_open);
-            puts_(&b, "thought\n");
-            puts_(&b, f->channel_close);
-        }
-    }
-    if (b.oom || !b.p) {
-        free(b.p);
-        return gm_fail(err, GM_ERR_NOMEM, "chat: out of memory");
-    }
-    *out = b.p;
-    return GM_OK;
-}
-
-/* ---- the same turns as token ids, contents never parsed for control tokens.
- * The rendered text, tokenized with parse_special, splits at each marker and encodes the text between
- * two markers as one segment; here the markers are ids and each segment (role names, newlines and the
- * contents joined exactly as gm_chat_render joins them) is encoded with parse_special off. For contents
- * without marker texts the ids are those of gm_tokenize(gm_chat_render(...), parse_special=true);
- * a content holding "<end_of_turn>" (or Gemma 4's "<turn|>", or a tool-call marker) stays text and cannot
- * open or close a turn, whatever type the file gives those tokens (gm_tokenize never yields a marker
- * from plain text). */
+/* ---- the emitter: one renderer for both outputs.
+ * gm_chat_render wants text (markers spelled out); gm_chat_tokenize wants ids where every marker is its
+ * id and every run of text between two markers (role names, newlines, contents, joined exactly as the
+ * text) is encoded with parse_special off. For contents without marker texts the ids are those of
+ * gm_tokenize(text, parse_special=true); a content holding "<end_of_turn>" (or Gemma 4's "<turn|>", or a
+ * tool-call marker) stays text and cannot open or close a turn, whatever type the file gives those
+ * tokens (gm_tokenize never yields a marker from plain text). */
 
 typedef struct ibuf {
     int32_t *p;
@@ -200,80 +130,347 @@ static void put_id(ibuf *b, int32_t id) {
     b->p[b->n++] = id;
 }
 
-/* Encodes the pending segment (if any) as text and empties it. */
-static gm_status flush_segment(const gm_tokenizer *tok, sbuf *seg, ibuf *ids, gm_error *err) {
-    if (seg->oom) return gm_fail(err, GM_ERR_NOMEM, "chat: out of memory");
-    if (seg->n == 0) return GM_OK;
+typedef struct emit {
+    const gm_tokenizer *tok;
+    bool ids;
+    sbuf text;   /* text: everything; ids: the pending run of text */
+    ibuf idv;
+    gm_status st;
+    gm_error *err;
+} emit;
+
+static void em_text(void *ctx, const char *s, size_t n) { sb_put(&((emit *)ctx)->text, s, n); }
+static void em_str(emit *e, const char *s) { sb_puts(&e->text, s); }
+
+/* Encodes the pending run (if any) as text and empties it. */
+static void em_flush(emit *e) {
+    if (e->st || !e->ids) return;
+    if (e->text.oom) { e->st = gm_fail(e->err, GM_ERR_NOMEM, "chat: out of memory"); return; }
+    if (e->text.n == 0) return;
     int32_t *t = NULL;
     size_t nt = 0;
-    gm_status st = gm_tokenize(tok, seg->p, seg->n, false, false, &t, &nt, err);
-    for (size_t i = 0; !st && i < nt; i++) put_id(ids, t[i]);
+    e->st = gm_tokenize(e->tok, e->text.p, e->text.n, false, false, &t, &nt, e->err);
+    for (size_t i = 0; !e->st && i < nt; i++) put_id(&e->idv, t[i]);
     free(t);
-    seg->n = 0;
-    return st;
+    e->text.n = 0;
 }
 
-static gm_status put_marker(const gm_tokenizer *tok, sbuf *seg, ibuf *ids, int32_t id, gm_error *err) {
-    gm_status st = flush_segment(tok, seg, ids, err);
-    if (!st) put_id(ids, id);
-    return st;
+static void em_id(emit *e, int32_t id, const char *text) {
+    if (e->st) return;
+    if (!e->ids) { em_str(e, text); return; }
+    em_flush(e);
+    put_id(&e->idv, id);
 }
 
-gm_status gm_chat_tokenize(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n,
-                           bool add_generation_prompt, int32_t **out, size_t *n_out, gm_error *err) {
+static void em_marker(void *ctx, const char *m) {
+    emit *e = ctx;
+    const int32_t id = marker(e->tok, m);
+    if (id < 0 && !e->st) e->st = gm_fail(e->err, GM_ERR_UNSUPPORTED, "chat: the vocabulary has no %s token", m);
+    em_id(e, id, m);
+}
+
+static void em_content(emit *e, const char *s) {
+    size_t cb, ce;
+    trim(s, &cb, &ce);
+    sb_put(&e->text, s + cb, ce - cb);
+}
+
+static tool_out em_out(emit *e) { return (tool_out){em_text, em_marker, e}; }
+
+/* ---- conversations */
+
+static bool is_system(const char *role) { return !strcmp(role, "system") || !strcmp(role, "developer"); }
+static bool is_tool(const gm_chat_message *m) { return !strcmp(m->role, "tool"); }
+static bool is_model(const gm_chat_message *m) { return !strcmp(m->role, "assistant") || !strcmp(m->role, "model"); }
+static bool has_calls(const gm_chat_message *m) { return m->n_tool_calls > 0; }
+
+/* Roles: an optional system message first, then user and model turns alternating from a user turn. A model
+ * message with tool calls is followed by tool messages (its results) or the end; tool messages by more of
+ * them, a model message (the reply to the results) or the end. */
+static gm_status check_roles(const gm_chat_message *msgs, size_t n, size_t first, gm_error *err) {
+    enum { WANT_USER, WANT_MODEL, AFTER_CALLS, AFTER_RESULTS } at = WANT_USER;
+    for (size_t i = first; i < n; i++) {
+        const gm_chat_message *m = &msgs[i];
+        const bool user = !strcmp(m->role, "user"), tool = is_tool(m);
+        if (m->n_tool_calls && (!m->tool_calls || !is_model(m)))
+            return gm_fail(err, GM_ERR_ARG, "chat: message %zu: only assistant messages carry tool calls", i);
+        for (size_t k = 0; k < m->n_tool_calls; k++)
+            if (!m->tool_calls[k].name || !m->tool_calls[k].arguments)
+                return gm_fail(err, GM_ERR_ARG, "chat: message %zu: tool call %zu has no name or arguments", i, k);
+        if (!m->content && !(is_model(m) && m->n_tool_calls))
+            return gm_fail(err, GM_ERR_ARG, "chat: message %zu has a NULL content", i);
+        if (is_system(m->role))
+            return gm_fail(err, GM_ERR_ARG, "chat: message %zu: a system message may only come first", i);
+        bool ok;
+        switch (at) {
+        case WANT_USER: ok = user; break;
+        case WANT_MODEL: ok = !user && !tool; break;
+        case AFTER_CALLS: ok = tool; break;
+        default: ok = tool || is_model(m); break;
+        }
+        if (!ok) {
+            if (tool)
+                return gm_fail(err, GM_ERR_ARG, "chat: message %zu is a tool result without an assistant message with "
+                               "tool calls before it", i);
+            if (at == AFTER_CALLS || at == AFTER_RESULTS)
+                return gm_fail(err, GM_ERR_ARG, "chat: message %zu has role '%s'; after tool calls come their results "
+                               "(role tool), then the assistant's reply", i, m->role);
+            return gm_fail(err, GM_ERR_ARG, "chat: message %zu has role '%s'; roles must alternate user/assistant/user/... "
+                           "(an optional system message first)", i, m->role);
+        }
+        at = user ? WANT_MODEL : tool ? AFTER_RESULTS : has_calls(m) ? AFTER_CALLS : WANT_USER;
+    }
+    return GM_OK;
+}
+
+/* The function name of a tool result: the call with its id in the model message before, else its own name. */
+static const char *result_name(const gm_chat_message *msgs, size_t call_msg, const gm_chat_message *r) {
+    const gm_chat_message *c = &msgs[call_msg];
+    for (size_t k = 0; r->tool_call_id && k < c->n_tool_calls; k++)
+        if (c->tool_calls[k].id && !strcmp(c->tool_calls[k].id, r->tool_call_id)) return c->tool_calls[k].name;
+    return r->name ? r->name : "unknown";
+}
+
+static bool write_calls(emit *e, gm_tool_format tf, const gm_chat_message *m) {
+    const tool_markers *mk = tool_markers_of(tf);
+    const tool_out o = em_out(e);
+    for (size_t k = 0; k < m->n_tool_calls && !e->st; k++) {
+        if (tf == GM_TOOLS_GEMMA3) em_str(e, k ? ", " : "[");
+        else em_marker(e, mk->call_open);
+        if (!tool_write_call(&o, tf, &m->tool_calls[k], e->err)) return e->st = GM_ERR_ARG, false;
+        if (tf != GM_TOOLS_GEMMA3) em_marker(e, mk->call_close);
+    }
+    if (tf == GM_TOOLS_GEMMA3) em_str(e, "]");
+    return !e->st;
+}
+
+/* Gemma 1-3 (and FunctionGemma, pythonic calls for Gemma 3): the system prompt (and Gemma 3's tool
+ * instructions) prefixed to the first turn; FunctionGemma with tools: a developer turn of declarations. */
+static void render_gemma3(emit *e, const chat_format *f, gm_tool_format tf, const gm_chat_message *msgs, size_t n,
+                          const gm_chat_options *o) {
+    const size_t first = n && is_system(msgs[0].role) ? 1 : 0;
+    const char *system = first ? msgs[0].content : NULL;
+    const int32_t start = marker(e->tok, f->start), end = marker(e->tok, f->end);
+    const tool_out out = em_out(e);
+    if (tf == GM_TOOLS_FUNCTIONGEMMA && o->n_tools) {
+        static const char *const intro = "You are a model that can do function calling with the following functions";
+        em_id(e, start, f->start);
+        em_str(e, "developer\n");
+        if (system) em_content(e, system);
+        if (!system || !strstr(system, intro)) em_str(e, intro);
+        system = NULL;
+        const tool_markers *mk = tool_markers_of(tf);
+        for (size_t k = 0; k < o->n_tools && !e->st; k++) {
+            em_marker(e, mk->decl_open);
+            if (!tool_write_declaration(&out, tf, &o->tools[k], e->err)) e->st = GM_ERR_ARG;
+            em_marker(e, mk->decl_close);
+        }
+        em_id(e, end, f->end);
+        em_str(e, "\n");
+    }
+    const bool dict = tf == GM_TOOLS_FUNCTIONGEMMA;
+    bool open = false; /* a model turn left open for the model to go on (after calls or their results) */
+    for (size_t i = first; i < n && !e->st; i++) {
+        const gm_chat_message *m = &msgs[i];
+        if (is_tool(m) && dict) continue; /* written after the calls they answer */
+        if (is_tool(m) && i > first && is_tool(&msgs[i - 1])) continue; /* the same user turn */
+        const bool cont = open && is_model(m);
+        open = false;
+        if (!cont) {
+            em_id(e, start, f->start);
+            em_str(e, is_tool(m) ? "user" : !strcmp(m->role, "assistant") ? "model" : m->role);
+            em_str(e, "\n");
+        }
+        if (i == first && system) {
+            em_str(e, system);
+            em_str(e, "\n\n");
+        }
+        if (i == first && tf == GM_TOOLS_GEMMA3 && o->n_tools && !tool_write_gemma3_preamble(&out, o->tools, o->n_tools, e->err))
+            e->st = GM_ERR_ARG;
+        if (is_tool(m)) { /* Gemma 3: every result of the group in one user turn */
+            for (size_t k = i; k < n && is_tool(&msgs[k]) && !e->st; k++) {
+                em_str(e, k > i ? "\n<tool_response>\n" : "<tool_response>\n");
+                em_content(e, msgs[k].content);
+                em_str(e, "</tool_response>");
+            }
+        } else {
+            if (has_calls(m)) write_calls(e, tf, m);
+            bool results = false;
+            if (dict && has_calls(m)) {
+                const tool_markers *mk = tool_markers_of(tf);
+                for (size_t k = i + 1; k < n && is_tool(&msgs[k]); k++, results = true) {
+                    em_marker(e, mk->resp_open);
+                    tool_write_response(&out, tf, result_name(msgs, i, &msgs[k]), msgs[k].content);
+                    em_marker(e, mk->resp_close);
+                }
+                if (!results) { /* the calls wait for their results: the turn stays open */
+                    em_marker(e, mk->resp_open);
+                    open = true;
+                    continue;
+                }
+            }
+            if (m->content) em_content(e, m->content);
+            if (results && (!m->content || !m->content[0])) { open = true; continue; }
+        }
+        em_id(e, end, f->end);
+        em_str(e, "\n");
+    }
+    if (o->add_generation_prompt && !open) {
+        em_id(e, start, f->start);
+        em_str(e, "model\n");
+    }
+}
+
+/* Gemma 4 (llama.cpp's google-gemma-4-31B-it.jinja, thinking off): the system prompt and the tool
+ * declarations are a system turn; calls, their results and the reply share one model turn; thoughts are
+ * written only for calls after the last user message. */
+static void render_gemma4(emit *e, const chat_format *f, gm_tool_format tf, const gm_chat_message *msgs, size_t n,
+                          const gm_chat_options *o) {
+    const size_t first = n && is_system(msgs[0].role) ? 1 : 0;
+    const int32_t start = marker(e->tok, f->start), end = marker(e->tok, f->end);
+    const tool_markers *mk = tool_markers_of(tf);
+    const tool_out out = em_out(e);
+    if (first || (o->n_tools && mk)) {
+        em_id(e, start, f->start);
+        em_str(e, "system\n");
+        if (first) em_content(e, msgs[0].content);
+        for (size_t k = 0; mk && k < o->n_tools && !e->st; k++) {
+            em_marker(e, mk->decl_open);
+            if (!tool_write_declaration(&out, tf, &o->tools[k], e->err)) e->st = GM_ERR_ARG;
+            em_marker(e, mk->decl_close);
+        }
+        em_id(e, end, f->end);
+        em_str(e, "\n");
+    }
+    size_t last_user = 0;
+    for (size_t i = first; i < n; i++)
+        if (!strcmp(msgs[i].role, "user")) last_user = i;
+    bool open = false, prev_model = false;
+    for (size_t i = first; i < n && !e->st; i++) {
+        const gm_chat_message *m = &msgs[i];
+        if (is_tool(m)) continue; /* written after the calls they answer */
+        if (!(open || (prev_model && is_model(m)))) {
+            em_id(e, start, f->start);
+            em_str(e, !strcmp(m->role, "assistant") ? "model" : m->role);
+            em_str(e, "\n");
+        }
+        open = false;
+        prev_model = is_model(m);
+        if (m->reasoning && i > last_user && has_calls(m)) {
+            em_marker(e, f->channel_open);
+            em_str(e, "thought\n");
+            em_str(e, m->reasoning);
+            em_str(e, "\n");
+            em_marker(e, f->channel_close);
+        }
+        bool results = false;
+        if (has_calls(m) && mk) {
+            write_calls(e, tf, m);
+            for (size_t k = i + 1; k < n && is_tool(&msgs[k]); k++, results = true) {
+                em_marker(e, mk->resp_open);
+                tool_write_response(&out, tf, result_name(msgs, i, &msgs[k]), msgs[k].content);
+                em_marker(e, mk->resp_close);
+            }
+        }
+        if (m->content) em_content(e, m->content);
+        if (has_calls(m) && mk && !results) {
+            em_marker(e, mk->resp_open); /* the calls wait for their results */
+            open = true;
+        } else if (results && (!m->content || !m->content[0])) {
+            open = true;
+        } else {
+            em_id(e, end, f->end);
+            em_str(e, "\n");
+        }
+    }
+    if (o->add_generation_prompt && !open) {
+        em_id(e, start, f->start);
+        em_str(e, "model\n");
+        em_marker(e, f->channel_open);
+        em_str(e, "thought\n");
+        em_marker(e, f->channel_close);
+    }
+}
+
+static gm_status chat_emit(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n, const gm_chat_options *o,
+                           bool ids, emit *e, gm_error *err) {
+    *e = (emit){.tok = tok, .ids = ids, .err = err};
+    if (!tok || (!msgs && n) || !o || (!o->tools && o->n_tools)) return gm_fail(err, GM_ERR_ARG, "gm_chat_render: NULL argument");
+    const chat_format *f = format_of(tok);
+    if (!f)
+        return gm_fail(err, GM_ERR_UNSUPPORTED, "chat: the vocabulary has neither <start_of_turn> / <end_of_turn> "
+                       "(Gemma 1-3) nor <|turn> / <turn|> (Gemma 4) tokens; no chat format known");
+    if (n == 0) return gm_fail(err, GM_ERR_ARG, "chat: no messages");
+    for (size_t i = 0; i < n; i++)
+        if (!msgs[i].role) return gm_fail(err, GM_ERR_ARG, "chat: message %zu has a NULL role or content", i);
+    if (!msgs[0].content) return gm_fail(err, GM_ERR_ARG, "chat: message 0 has a NULL role or content");
+    for (size_t k = 0; k < o->n_tools; k++)
+        if (!o->tools[k].name || !o->tools[k].name[0]) return gm_fail(err, GM_ERR_ARG, "chat: tool %zu has no name", k);
+    gm_status st = check_roles(msgs, n, is_system(msgs[0].role) ? 1 : 0, err);
+    if (st) return st;
+    const gm_tool_format tf = gm_tokenizer_tool_format(tok);
+    bool tool_use = o->n_tools > 0;
+    for (size_t i = 0; i < n; i++) tool_use = tool_use || msgs[i].n_tool_calls || is_tool(&msgs[i]);
+    if (tool_use && tf == GM_TOOLS_NONE)
+        return gm_fail(err, GM_ERR_UNSUPPORTED, "chat: this vocabulary has no tool-call format (Gemma 4 turns without "
+                       "its tool tokens)");
+    const int32_t bos = gm_tokenizer_bos(tok);
+    size_t bos_len = 0;
+    const char *bos_text = gm_token_text(tok, bos, &bos_len);
+    if (ids) {
+        if (bos >= 0) put_id(&e->idv, bos);
+    } else {
+        sb_put(&e->text, bos_text ? bos_text : "", bos_text ? bos_len : 0);
+    }
+    if (f == &GEMMA4) render_gemma4(e, f, tf, msgs, n, o);
+    else render_gemma3(e, f, tf, msgs, n, o);
+    em_flush(e);
+    if (!e->st && (e->text.oom || e->idv.oom)) e->st = gm_fail(err, GM_ERR_NOMEM, "chat: out of memory");
+    if (!e->st && !ids && !e->text.p) sb_put(&e->text, "", 0);
+    if (!e->st && !ids && !e->text.p) e->st = gm_fail(err, GM_ERR_NOMEM, "chat: out of memory");
+    return e->st;
+}
+
+gm_status gm_chat_render_ex(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n, const gm_chat_options *o,
+                            char **out, gm_error *err) {
+    if (out) *out = NULL;
+    if (!out) return gm_fail(err, GM_ERR_ARG, "gm_chat_render: NULL argument");
+    emit e;
+    gm_status st = chat_emit(tok, msgs, n, o, false, &e, err);
+    free(e.idv.p);
+    if (st) {
+        free(e.text.p);
+        return st;
+    }
+    *out = e.text.p;
+    return GM_OK;
+}
+
+gm_status gm_chat_tokenize_ex(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n, const gm_chat_options *o,
+                              int32_t **out, size_t *n_out, gm_error *err) {
     if (out) *out = NULL;
     if (n_out) *n_out = 0;
     if (!out || !n_out) return gm_fail(err, GM_ERR_ARG, "gm_chat_tokenize: NULL argument");
-    /* the checks and errors of gm_chat_render: render once and drop the text */
-    char *text = NULL;
-    gm_status st = gm_chat_render(tok, msgs, n, add_generation_prompt, &text, err);
-    free(text);
-    if (st) return st;
-    const chat_format *f = format_of(tok);
-    const int32_t start = marker(tok, f->start), end = marker(tok, f->end);
-    const int32_t bos = gm_tokenizer_bos(tok);
-    const size_t first = !strcmp(msgs[0].role, "system") ? 1 : 0;
-    sbuf seg = {0};
-    ibuf ids = {0};
-    if (bos >= 0) put_id(&ids, bos);
-    if (first && f->system_turn && !(st = put_marker(tok, &seg, &ids, start, err))) {
-        size_t cb, ce;
-        trim(msgs[0].content, &cb, &ce);
-        puts_(&seg, "system\n");
-        put(&seg, msgs[0].content + cb, ce - cb);
-        if (!(st = put_marker(tok, &seg, &ids, end, err))) puts_(&seg, "\n");
-    }
-    for (size_t i = first; i < n && !st; i++) {
-        if ((st = put_marker(tok, &seg, &ids, start, err))) break;
-        puts_(&seg, !strcmp(msgs[i].role, "assistant") ? "model" : msgs[i].role);
-        puts_(&seg, "\n");
-        if (i == first && first && !f->system_turn) {
-            puts_(&seg, msgs[0].content);
-            puts_(&seg, "\n\n");
-        }
-        size_t cb, ce;
-        trim(msgs[i].content, &cb, &ce);
-        put(&seg, msgs[i].content + cb, ce - cb);
-        if ((st = put_marker(tok, &seg, &ids, end, err))) break;
-        puts_(&seg, "\n");
-    }
-    if (!st && add_generation_prompt) {
-        st = put_marker(tok, &seg, &ids, start, err);
-        puts_(&seg, "model\n");
-        if (!st && f->channel_open) {
-            st = put_marker(tok, &seg, &ids, marker(tok, f->channel_open), err);
-            puts_(&seg, "thought\n");
-            if (!st) st = put_marker(tok, &seg, &ids, marker(tok, f->channel_close), err);
-        }
-    }
-    if (!st) st = flush_segment(tok, &seg, &ids, err);
-    free(seg.p);
-    if (!st && ids.oom) st = gm_fail(err, GM_ERR_NOMEM, "chat: out of memory");
+    emit e;
+    gm_status st = chat_emit(tok, msgs, n, o, true, &e, err);
+    free(e.text.p);
     if (st) {
-        free(ids.p);
+        free(e.idv.p);
         return st;
     }
-    *out = ids.p;
-    *n_out = ids.n;
+    *out = e.idv.p;
+    *n_out = e.idv.n;
     return GM_OK;
+}
+
+gm_status gm_chat_render(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n, bool add_generation_prompt,
+                         char **out, gm_error *err) {
+    const gm_chat_options o = {.add_generation_prompt = add_generation_prompt};
+    return gm_chat_render_ex(tok, msgs, n, &o, out, err);
+}
+
+gm_status gm_chat_tokenize(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n, bool add_generation_prompt,
+                           int32_t **out, size_t *n_out, gm_error *err) {
+    const gm_chat_options o = {.add_generation_prompt = add_generation_prompt};
+    return gm_chat_tokenize_ex(tok, msgs, n, &o, out, n_out, err);
 }

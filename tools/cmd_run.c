@@ -450,7 +450,7 @@ static gm_status prompt_ids(const session *s, const run_args *a, const char *tex
     }
     char *copy = strndup(text, len);
     if (!copy) return GM_ERR_NOMEM;
-    gm_chat_message msg = {"user", copy};
+    gm_chat_message msg = {.role = "user", .content = copy};
     /* the user's text is encoded as text: "<end_of_turn>" in it cannot end the turn */
     gm_status st = gm_chat_tokenize(s->tok, &msg, 1, true, ids, n, err);
     free(copy);
@@ -563,7 +563,7 @@ static bool convo_add(convo *c, const char *role, const char *content) {
     char *copy = strdup(content);
     if (!copy) return false;
     c->owned[c->n] = copy;
-    c->msgs[c->n++] = (gm_chat_message){role, copy};
+    c->msgs[c->n++] = (gm_chat_message){.role = role, .content = copy};
     return true;
 }
 
