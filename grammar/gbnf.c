@@ -3,7 +3,10 @@
  * `::=`, after `|` and inside parentheses (llama.cpp's rule, so its grammar files parse alike).
  * Elements: "literals", [classes] with ranges and ^negation, rule names, (groups), `.` (any code
  * point); postfix * + ? {m} {m,} {m,n}; escapes \x \u \U \t \r \n \\ \" \[ \]; # comments.
- * Token elements (<[id]>, <tok>, !<tok>) are refused: they match tokens, not text.
+ * Token elements: a chat-format marker written as itself (<|tool_call>, <|"|>, <escape>: the table
+ * in markers.c) is the one private-use character that stands for that marker token (markers.c
+ * says why); other tokens (<[id]>, <tok>, !<tok>) are refused by name: they would tie a grammar to
+ * one vocabulary's ids or pieces.
  * Every error is a GM_ERR_FORMAT naming line:column. Recursion is bounded by GR_MAX_NEST, sizes by
  * GR_MAX_* (internal.h): a hostile grammar gets an error, not a blown stack or memory. */
 #include <stdio.h>
@@ -139,6 +142,21 @@ static int32_t char_node(ps *p, uint32_t lo, uint32_t hi) {
     uint32_t r[2] = {lo, hi};
     int32_t set = add_set(p->a, r, 1, false);
     return set < 0 ? -1 : new_node(p, GR_CLASS, set, 0);
+}
+
+/* At '<' or '!': a marker becomes its character; anything else is an error quoting the token. */
+static gm_status parse_token(ps *p, int32_t *out) {
+    uint32_t cp = 0;
+    size_t len = peek(p, 0) == '<' ? gr_marker_at(p->s + p->i, p->n - p->i, &cp) : 0;
+    if (len) {
+        p->i += len;
+        return (*out = char_node(p, cp, cp)) < 0 ? nomem(p) : GM_OK;
+    }
+    size_t k = 0;
+    while (k < 60 && peek(p, k) >= 0 && peek(p, k) != '\n' && peek(p, k) != '\r' && peek(p, k) != '>') k++;
+    char tok[64];
+    snprintf(tok, sizeof tok, "%.*s%s", (int)k, p->s + p->i, peek(p, k) == '>' ? ">" : "");
+    return perr(p, "token references (%s) are not supported: only the chat markers such as <|tool_call> are", tok);
 }
 
 /* ------------------------------------------------------------------ rule names */
@@ -343,7 +361,7 @@ static gm_status parse_element(ps *p, int32_t *out) {
         p->i++;
         return (*out = char_node(p, 0, GR_MAX_CP)) < 0 ? nomem(p) : GM_OK;
     }
-    if (c == '<' || c == '!') return perr(p, "token references (<...>, !<...>) are not supported", NULL);
+    if (c == '<' || c == '!') return parse_token(p, out);
     if (c == '(') {
         if (++p->depth > GR_MAX_NEST) return perr(p, "groups nested too deep (the limit is 128)", NULL);
         p->i++;

@@ -114,10 +114,29 @@ struct gm_grammar {
     char *source; /* the GBNF text it was compiled from (schemas: the generated text) */
 };
 
+/* ------------------------------------------------------------------ markers (markers.c) */
+/* Chat-format markers are the private-use code points GR_MARKER_LO + index (GM_GBNF_MARKER_FIRST);
+ * the whole block up to GR_MARKER_HI is reserved for them, so classes that must never produce a
+ * marker exclude all of it. */
+#define GR_MARKER_LO GM_GBNF_MARKER_FIRST
+#define GR_MARKER_HI GM_GBNF_MARKER_LAST
+size_t gr_n_markers(void);
+const char *gr_marker_text(size_t i); /* NULL past the end */
+/* The length of the longest marker that s[0..n) starts with (0: none) and its code point. */
+size_t gr_marker_at(const char *s, size_t n, uint32_t *cp);
+size_t gr_utf8_encode(uint32_t cp, char out[4]);
+
 /* ------------------------------------------------------------------ JSON schema / regex */
-/* Appends a GBNF expression matching the regex's language (the JSON string's content, unquoted and
- * unescaped: the caller wraps it). Refuses what it cannot honour, naming the construct. */
-gm_status gr_regex_to_gbnf(const char *re, gr_buf *out, gm_error *err);
+/* How a string's characters are written: JSON-escaped (JSON, Python) or raw (Gemma 4 and
+ * FunctionGemma, whose strings sit between marker tokens), and whether marker characters are
+ * excluded. */
+typedef struct gr_strmode {
+    bool raw;
+    bool no_markers;
+} gr_strmode;
+/* Appends a GBNF expression matching the regex's language (the string's content as the mode writes
+ * it, without delimiters: the caller wraps it). Refuses what it cannot honour, naming the construct. */
+gm_status gr_regex_to_gbnf(const char *re, gr_strmode mode, gr_buf *out, gm_error *err);
 
 
 /* ------------------------------------------------------------------ matching context */

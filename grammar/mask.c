@@ -144,7 +144,49 @@ gm_status gm_gvocab_new(int32_t n, const char *const *pieces, const size_t *lens
     return GM_OK;
 }
 
+/* Whether bytes p[0..n) could spell part of a marker character with what follows: they contain
+ * one (F3 B0 80..83 xx) or end in a proper prefix of one (F3, F3 B0, F3 B0 80..83). */
+static bool spells_marker(const uint8_t *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] != 0xF3) continue;
+        if (i + 1 == n) return true;
+        if (p[i + 1] != 0xB0) continue;
+        if (i + 2 == n || (p[i + 2] >= 0x80 && p[i + 2] <= 0x83)) return true;
+    }
+    return false;
+}
+
+/* Markers as TEXT (their private-use characters, in chars: 4 bytes each), ordinary tokens that
+ * could spell one NEVER; then the extra END ids. */
+static gm_status apply_options(const gm_tokenizer *tok, const gm_gvocab_options *o, const char **pieces,
+                               size_t *lens, uint8_t *kinds, char (*chars)[4], gm_error *err) {
+    int32_t n = gm_tokenizer_n_vocab(tok);
+    for (size_t k = 0; k < o->n_end_ids; k++)
+        if (!o->end_ids || o->end_ids[k] < 0 || o->end_ids[k] >= n)
+            return gm_fail(err, GM_ERR_ARG, "gm_gvocab_from_tokenizer_ex: end id %d out of range",
+                           o->end_ids ? (int)o->end_ids[k] : -1);
+    if (o->markers) {
+        for (int32_t i = 0; i < n; i++)
+            if (kinds[i] == GM_GTOKEN_TEXT && spells_marker((const uint8_t *)pieces[i], lens[i])) kinds[i] = GM_GTOKEN_NEVER;
+        for (size_t m = 0; gr_marker_text(m); m++) {
+            const char *t = gr_marker_text(m);
+            int32_t id = gm_token_id(tok, t, strlen(t));
+            if (id < 0 || kinds[id] == GM_GTOKEN_END) continue;
+            kinds[id] = GM_GTOKEN_TEXT;
+            pieces[id] = chars[m];
+            lens[id] = gr_utf8_encode(GR_MARKER_LO + (uint32_t)m, chars[m]);
+        }
+    }
+    for (size_t k = 0; k < o->n_end_ids; k++) kinds[o->end_ids[k]] = GM_GTOKEN_END;
+    return GM_OK;
+}
+
 gm_status gm_gvocab_from_tokenizer(const gm_tokenizer *tok, gm_gvocab **out, gm_error *err) {
+    return gm_gvocab_from_tokenizer_ex(tok, NULL, out, err);
+}
+
+gm_status gm_gvocab_from_tokenizer_ex(const gm_tokenizer *tok, const gm_gvocab_options *o, gm_gvocab **out,
+                                      gm_error *err) {
     if (!tok || !out) return gm_fail(err, GM_ERR_ARG, "gm_gvocab_from_tokenizer: NULL argument");
     int32_t n = gm_tokenizer_n_vocab(tok);
     const char **pieces = malloc((size_t)n * sizeof(char *));
@@ -162,6 +204,8 @@ gm_status gm_gvocab_from_tokenizer(const gm_tokenizer *tok, gm_gvocab **out, gm_
                      ty == GM_TOKEN_UNDEFINED || gm_token_is_marker(tok, i);
         kinds[i] = gm_token_is_eog(tok, i) ? GM_GTOKEN_END : never ? GM_GTOKEN_NEVER : GM_GTOKEN_TEXT;
     }
+    char chars[GR_MARKER_HI - GR_MARKER_LO + 1][4];
+    if (!st && o) st = apply_options(tok, o, pieces, lens, kinds, chars, err);
     if (!st) st = gm_gvocab_new(n, pieces, lens, kinds, out, err);
     free(pieces); free(lens); free(kinds);
     return st;

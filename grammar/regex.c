@@ -7,7 +7,11 @@
  * The regex describes the decoded string; the grammar matches the JSON text, so every character a
  * class or literal may produce is emitted in its JSON form: plain when it needs no escape, `\"`,
  * `\\`, `\n` ... or `\u00XX` otherwise. A pattern without ^ (or $) matches anywhere in the string,
- * as JSON Schema says: any characters may come before (after). */
+ * as JSON Schema says: any characters may come before (after).
+ *
+ * Other string syntaxes (schema dialects, grammar/schema.c) pick a gr_strmode: raw strings (Gemma 4,
+ * FunctionGemma: delimited by marker tokens) emit every character as itself, and no_markers takes
+ * the marker code points out of every class and `.` so a string can never contain (or end at) one. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +27,7 @@ typedef struct rx {
     gr_buf *out;
     gm_error *err;
     int depth;
+    gr_strmode mode;
 } rx;
 
 typedef struct cset {
@@ -78,6 +83,39 @@ static void normalise(cset *c) {
 static bool has(const cset *c, uint32_t cp) {
     for (size_t k = 0; k < c->n; k++) if (c->r[2 * k] <= cp && cp <= c->r[2 * k + 1]) return true;
     return false;
+}
+
+/* Raw strings: the set's characters as themselves, one class. */
+static void emit_raw_set(gr_buf *b, const cset *c) {
+    gr_buf_puts(b, "[");
+    for (size_t k = 0; k < c->n; k++) {
+        gr_buf_gbnf_char(b, c->r[2 * k], true);
+        if (c->r[2 * k + 1] > c->r[2 * k]) { gr_buf_puts(b, "-"); gr_buf_gbnf_char(b, c->r[2 * k + 1], true); }
+    }
+    gr_buf_puts(b, "]");
+}
+
+/* c without the marker block (c normalised: sorted, disjoint). */
+static void drop_markers(cset *c) {
+    cset o = {.n = 0};
+    for (size_t k = 0; k < c->n; k++) {
+        uint32_t lo = c->r[2 * k], hi = c->r[2 * k + 1];
+        if (hi < GR_MARKER_LO || lo > GR_MARKER_HI) { add_range(&o, lo, hi); continue; }
+        if (lo < GR_MARKER_LO) add_range(&o, lo, GR_MARKER_LO - 1);
+        if (hi > GR_MARKER_HI) add_range(&o, GR_MARKER_HI + 1, hi);
+    }
+    *c = o;
+}
+
+static void emit_set(gr_buf *b, const cset *c);
+
+/* A normalised set in the mode's string syntax; a set left empty by the markers is refused. */
+static gm_status emit(rx *p, cset *c) {
+    if (p->mode.no_markers) drop_markers(c);
+    if (!c->n) return rx_err(p, "a class or character that only matches marker characters (U+F0000..U+F00FF)");
+    if (p->mode.raw) emit_raw_set(p->out, c);
+    else emit_set(p->out, c);
+    return GM_OK;
 }
 
 /* The JSON text of a set: the characters that need no escape as one class, then each escaped one. */
@@ -262,8 +300,7 @@ static gm_status parse_atom(rx *p) {
     }
     if (ch == '[') {
         if ((st = parse_class(p, &c))) return st;
-        emit_set(p->out, &c);
-        return GM_OK;
+        return emit(p, &c);
     }
     if (ch == '.') {
         p->i++;
@@ -272,8 +309,7 @@ static gm_status parse_atom(rx *p) {
         add_range(&c, '\r', '\r');
         add_range(&c, 0x2028, 0x2029);
         normalise(&c);
-        emit_set(p->out, &c);
-        return GM_OK;
+        return emit(p, &c);
     }
     if (ch == '^' || ch == '$') return rx_err(p, "anchors are only supported at the start (^) and end ($)");
     if (ch == '*' || ch == '+' || ch == '?' || ch == '{') return rx_err(p, "quantifier without an atom");
@@ -294,8 +330,7 @@ static gm_status parse_atom(rx *p) {
         add_range(&c, (uint32_t)v, (uint32_t)v);
     }
     normalise(&c);
-    emit_set(p->out, &c);
-    return GM_OK;
+    return emit(p, &c);
 }
 
 static gm_status parse_count(rx *p, int *v) {
@@ -369,13 +404,20 @@ static gm_status parse_alt(rx *p) {
 }
 
 #define JSON_CHAR "([^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4}))"
+#define JSON_CHAR_NM "([^\"\\\\\\x00-\\x1F\\U000F0000-\\U000F00FF] | \"\\\\\" ([\"\\\\bfnrt] | \"u\" [0-9a-fA-F]{4}))"
+#define RAW_CHAR "[^\\U000F0000-\\U000F00FF]"
 
-gm_status gr_regex_to_gbnf(const char *re, gr_buf *out, gm_error *err) {
-    rx p = {.s = re, .n = strlen(re), .out = out, .err = err};
+/* Any character of the mode's strings (what an unanchored pattern allows around its match). */
+static const char *any_char(gr_strmode m) {
+    return m.raw ? RAW_CHAR : m.no_markers ? JSON_CHAR_NM : JSON_CHAR;
+}
+
+gm_status gr_regex_to_gbnf(const char *re, gr_strmode mode, gr_buf *out, gm_error *err) {
+    rx p = {.s = re, .n = strlen(re), .out = out, .err = err, .mode = mode};
     bool start = p.n && re[0] == '^';
     if (start) p.i++;
     bool end = false;
-    if (!start) gr_buf_puts(out, JSON_CHAR "* ");
+    if (!start) gr_buf_printf(out, "%s* ", any_char(mode));
     gr_buf_puts(out, "(");
     gm_status st = parse_alt(&p);
     if (st) return st;
@@ -383,6 +425,6 @@ gm_status gr_regex_to_gbnf(const char *re, gr_buf *out, gm_error *err) {
     if (rpeek(&p) == ')') return rx_err(&p, "unbalanced ')'");
     if (p.i != p.n) return rx_err(&p, "unexpected character");
     gr_buf_puts(out, ")");
-    if (!end) gr_buf_puts(out, " " JSON_CHAR "*");
+    if (!end) gr_buf_printf(out, " %s*", any_char(mode));
     return GM_OK;
 }

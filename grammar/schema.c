@@ -15,7 +15,16 @@
  * unevaluated*, dependent*, remote $refs, allOf of non-objects, bounds on non-integer numbers (other
  * than minimum 0), unknown formats, pattern combined with lengths or format. oneOf is generated as
  * anyOf: exact for the disjoint branches real schemas use (tagged unions); overlapping branches
- * would let an instance match two. */
+ * would let an instance match two.
+ *
+ * Dialects (gm_schema_options.dialect) write the same values in a tool-call syntax: Gemma 4's
+ * `{key:<|"|>text<|"|>}` (FunctionGemma: <escape> as the quote), bare keys, raw strings, no
+ * whitespace, keys in the template's order (sorted); or Python's JSON values with True / False /
+ * None. The root object schema is the call's argument list, without the brackets the caller writes
+ * around it (`call:name{` `}`, `name(` `)`): `k:v,k2:v2`, or keyword arguments `k=v, k2=v2`. The structure is the JSON generator's: what changes is
+ * the quote, the string characters, the key-value syntax, booleans and null — and keywords a
+ * dialect cannot write are refused by name. rule_prefix is applied to the finished text (every rule
+ * name outside literals, classes, tokens and counts), so no emitter has to remember it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +47,9 @@ typedef struct sx {
     gr_buf rules;
     gm_error *err;
     gm_status st;
+    gm_schema_dialect dialect;
+    gr_strmode smode;  /* string characters: raw or JSON-escaped, markers excluded or not */
+    bool root_args;    /* not JSON: the root object (depth 1) is the call's argument list, no braces */
     int depth, max_indent, counter;
     char path[512];
     sx_ref *refs;
@@ -60,6 +72,44 @@ static gm_status unsupported(sx *s, const char *kw) {
     return sx_fail(s, GM_ERR_UNSUPPORTED, "keyword '%s' is not supported", kw);
 }
 
+/* ------------------------------------------------------------------ dialects */
+static const char *dialect_name(const sx *s) {
+    static const char *const names[] = {"json", "gemma4", "functiongemma", "python"};
+    return names[s->dialect];
+}
+
+/* The string delimiter as a GBNF element. */
+static const char *quote(const sx *s) {
+    return s->dialect == GM_SCHEMA_GEMMA4 ? "<|\"|>" : s->dialect == GM_SCHEMA_FUNCTIONGEMMA ? "<escape>" : "\"\\\"\"";
+}
+
+static gm_status dialect_refuses(sx *s, const char *what) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s is not supported in the %s dialect", what, dialect_name(s));
+    return sx_fail(s, GM_ERR_UNSUPPORTED, "%s", msg);
+}
+
+static void shared(sx *s, uint32_t bit);
+
+/* The rules behind `value` (any value) in Gemma 4's syntax: bare identifier keys, no whitespace. */
+static void raw_value_rules(sx *s) {
+    shared(s, SH_STRING); shared(s, SH_NUMBER); shared(s, SH_BOOL); shared(s, SH_NULL);
+    gr_buf_puts(&s->rules, "value ::= object | array | string | number | boolean | null\n"
+                           "object ::= \"{\" (bare-key \":\" value (\",\" bare-key \":\" value)*)? \"}\"\n"
+                           "array ::= \"[\" (value (\",\" value)*)? \"]\"\n"
+                           "bare-key ::= [a-zA-Z_] [a-zA-Z0-9_]*\n");
+}
+
+/* String characters: JSON's, JSON's without the marker block (and without \/, which Python reads
+ * as two characters), or raw (anything but a marker). */
+static void char_rule(sx *s) {
+    gr_buf *b = &s->rules;
+    if (s->smode.raw) gr_buf_puts(b, "char ::= [^\\U000F0000-\\U000F00FF]\n");
+    else if (!s->smode.no_markers) gr_buf_puts(b, "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n");
+    else gr_buf_printf(b, "char ::= [^\"\\\\\\x00-\\x1F\\U000F0000-\\U000F00FF] | \"\\\\\" ([\"\\\\%sbfnrt] | \"u\" [0-9a-fA-F]{4})\n",
+                       s->dialect == GM_SCHEMA_PYTHON ? "" : "/");
+}
+
 /* ------------------------------------------------------------------ shared rules */
 static void shared(sx *s, uint32_t bit) {
     if (s->have & bit) return;
@@ -70,15 +120,14 @@ static void shared(sx *s, uint32_t bit) {
         if (s->max_indent > 0) gr_buf_printf(b, "ws ::= (\" \" | \"\\n\" [ \\t]{0,%d})?\n", s->max_indent);
         else gr_buf_puts(b, "ws ::= \"\"\n");
         break;
-    case SH_CHAR:
-        gr_buf_puts(b, "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n");
-        break;
+    case SH_CHAR: char_rule(s); break;
     case SH_KEYCHAR: /* property names of extra properties: no escapes (see the top) */
-        gr_buf_puts(b, "keychar ::= [^\"\\\\\\x00-\\x1F]\n");
+        gr_buf_puts(b, s->smode.no_markers ? "keychar ::= [^\"\\\\\\x00-\\x1F\\U000F0000-\\U000F00FF]\n"
+                                           : "keychar ::= [^\"\\\\\\x00-\\x1F]\n");
         break;
     case SH_STRING:
         shared(s, SH_CHAR);
-        gr_buf_puts(b, "string ::= \"\\\"\" char* \"\\\"\"\n");
+        gr_buf_printf(b, "string ::= %s char* %s\n", quote(s), quote(s));
         break;
     case SH_INTEGER:
         gr_buf_printf(b, "integer ::= \"-\"? (\"0\" | [1-9] [0-9]{0,%d})\n", SX_INT_DIGITS - 1);
@@ -87,9 +136,12 @@ static void shared(sx *s, uint32_t bit) {
         gr_buf_printf(b, "number ::= \"-\"? (\"0\" | [1-9] [0-9]{0,%d}) (\".\" [0-9]{1,%d})? ([eE] [-+]? [0-9]{1,3})?\n",
                       SX_INT_DIGITS - 1, SX_INT_DIGITS);
         break;
-    case SH_BOOL: gr_buf_puts(b, "boolean ::= \"true\" | \"false\"\n"); break;
-    case SH_NULL: gr_buf_puts(b, "null ::= \"null\"\n"); break;
+    case SH_BOOL:
+        gr_buf_puts(b, s->dialect == GM_SCHEMA_PYTHON ? "boolean ::= \"True\" | \"False\"\n" : "boolean ::= \"true\" | \"false\"\n");
+        break;
+    case SH_NULL: gr_buf_puts(b, s->dialect == GM_SCHEMA_PYTHON ? "null ::= \"None\"\n" : "null ::= \"null\"\n"); break;
     case SH_VALUE:
+        if (s->smode.raw) { raw_value_rules(s); break; }
         shared(s, SH_WS); shared(s, SH_STRING); shared(s, SH_NUMBER); shared(s, SH_BOOL); shared(s, SH_NULL);
         gr_buf_puts(b, "value ::= object | array | string | number | boolean | null\n"
                        "object ::= \"{\" ws (string ws \":\" ws value (ws \",\" ws string ws \":\" ws value)* ws)? \"}\"\n"
@@ -145,8 +197,126 @@ static bool valid_utf8(const unsigned char *p) {
     return true;
 }
 
+/* Whether UTF-8 text p holds a marker code point (bytes F3 B0 80..83 xx). */
+static bool has_marker_char(const char *p) {
+    for (; *p; p++)
+        if ((unsigned char)p[0] == 0xF3 && (unsigned char)p[1] == 0xB0 && (unsigned char)p[2] >= 0x80 &&
+            (unsigned char)p[2] <= 0x83)
+            return true;
+    return false;
+}
+
+/* Case-insensitive ASCII order, then bytes: Jinja's dictsort, which the Gemma templates use. */
+static int key_cmp(const char *a, const char *b) {
+    for (size_t i = 0;; i++) {
+        int x = a[i] >= 'A' && a[i] <= 'Z' ? a[i] + 32 : (unsigned char)a[i];
+        int y = b[i] >= 'A' && b[i] <= 'Z' ? b[i] + 32 : (unsigned char)b[i];
+        if (x != y) return x - y;
+        if (!a[i]) return strcmp(a, b);
+    }
+}
+
+static int cmp_members(const void *x, const void *y) {
+    return key_cmp((*(const cJSON *const *)x)->string, (*(const cJSON *const *)y)->string);
+}
+
+static void value_text(sx *s, gr_buf *t, const cJSON *v);
+
+/* A string in the dialect's syntax (checked: valid UTF-8; no marker character outside JSON). */
+static void string_text(sx *s, gr_buf *t, const char *str) {
+    if (!valid_utf8((const unsigned char *)str)) { sx_fail(s, GM_ERR_FORMAT, "invalid UTF-8 in a string%s", NULL); return; }
+    if (has_marker_char(str)) { dialect_refuses(s, "a string holding a marker character (U+F0000..U+F00FF)"); return; }
+    if (!s->smode.raw) {
+        char *j = cJSON_PrintUnformatted(&(cJSON){.type = cJSON_String, .valuestring = (char *)(uintptr_t)str});
+        if (!j) { t->oom = true; return; }
+        gr_buf_puts(t, j);
+        cJSON_free(j);
+        return;
+    }
+    char q[4];
+    size_t ql = gr_utf8_encode(GR_MARKER_LO + (s->dialect == GM_SCHEMA_GEMMA4 ? 13u : 20u), q); /* <|"|>, <escape> */
+    gr_buf_put(t, q, ql);
+    gr_buf_puts(t, str);
+    gr_buf_put(t, q, ql);
+}
+
+/* An object in the dialect's syntax: Gemma's bare sorted keys, or JSON's quoted ones in order. */
+static void object_text(sx *s, gr_buf *t, const cJSON *v) {
+    size_t n = (size_t)cJSON_GetArraySize(v), k = 0;
+    const cJSON **m = malloc((n ? n : 1) * sizeof *m);
+    if (!m) { t->oom = true; return; }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, v) m[k++] = it;
+    if (s->smode.raw) qsort(m, n, sizeof *m, cmp_members);
+    gr_buf_puts(t, "{");
+    for (k = 0; k < n && !s->st; k++) {
+        if (k) gr_buf_puts(t, ",");
+        if (!s->smode.raw) {
+            string_text(s, t, m[k]->string);
+        } else if (!valid_utf8((const unsigned char *)m[k]->string) || has_marker_char(m[k]->string)) {
+            dialect_refuses(s, "a key that is not UTF-8 or holds a marker character");
+        } else {
+            gr_buf_puts(t, m[k]->string);
+        }
+        gr_buf_puts(t, ":");
+        value_text(s, t, m[k]);
+    }
+    gr_buf_puts(t, "}");
+    free(m);
+}
+
+/* The text a dialect other than JSON writes for value v (compact, like JSON's enum literals). */
+static void value_text(sx *s, gr_buf *t, const cJSON *v) {
+    bool py = s->dialect == GM_SCHEMA_PYTHON;
+    if (cJSON_IsString(v)) { string_text(s, t, v->valuestring); return; }
+    if (cJSON_IsTrue(v)) { gr_buf_puts(t, py ? "True" : "true"); return; }
+    if (cJSON_IsFalse(v)) { gr_buf_puts(t, py ? "False" : "false"); return; }
+    if (cJSON_IsNull(v)) { gr_buf_puts(t, py ? "None" : "null"); return; }
+    if (cJSON_IsObject(v)) { object_text(s, t, v); return; }
+    if (cJSON_IsArray(v)) {
+        const cJSON *it;
+        int k = 0;
+        gr_buf_puts(t, "[");
+        cJSON_ArrayForEach(it, v) { if (k++) gr_buf_puts(t, ","); value_text(s, t, it); }
+        gr_buf_puts(t, "]");
+        return;
+    }
+    char *j = cJSON_PrintUnformatted(v); /* a number */
+    if (!j) { t->oom = true; return; }
+    gr_buf_puts(t, j);
+    cJSON_free(j);
+}
+
+/* UTF-8 text as one GBNF literal: quotes, backslashes and controls escaped, marker characters as
+ * \U escapes (readable), everything else as is. */
+static void gbnf_literal(gr_buf *b, const char *text) {
+    gr_buf_puts(b, "\"");
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        if (p[0] == 0xF3 && p[1] == 0xB0 && p[2] >= 0x80 && p[2] <= 0x83 && p[3]) {
+            gr_buf_gbnf_char(b, (uint32_t)(0xF0000 | (p[2] & 0x3F) << 6 | (p[3] & 0x3F)), false);
+            p += 3;
+        } else if (*p == '"' || *p == '\\') {
+            char e[2] = {'\\', (char)*p};
+            gr_buf_put(b, e, 2);
+        } else if (*p < 0x20 || *p == 0x7F) {
+            gr_buf_printf(b, "\\x%02X", *p);
+        } else {
+            gr_buf_put(b, (const char *)p, 1);
+        }
+    }
+    gr_buf_puts(b, "\"");
+}
+
 /* cJSON passes invalid UTF-8 in strings through: refused here, before it reaches a literal. */
 static void literal(sx *s, gr_buf *b, const cJSON *v) {
+    if (s->dialect != GM_SCHEMA_JSON) {
+        gr_buf t = {0};
+        value_text(s, &t, v);
+        if (!s->st) gbnf_literal(b, t.p ? t.p : "");
+        if (t.oom) b->oom = true;
+        gr_buf_free(&t);
+        return;
+    }
     char *t = cJSON_PrintUnformatted(v);
     if (!t) { b->oom = true; return; }
     if (!valid_utf8((const unsigned char *)t)) {
@@ -294,10 +464,10 @@ static void string_body(sx *s, const cJSON *sch, gr_buf *b) {
     if (has_mx && mx < mn) { sx_fail(s, GM_ERR_FORMAT, "maxLength < minLength%s", NULL); return; }
     if (pat) {
         if (!cJSON_IsString(pat)) { sx_fail(s, GM_ERR_FORMAT, "'pattern' must be a string%s", NULL); return; }
-        gr_buf_puts(b, "\"\\\"\" ");
-        gm_status st = gr_regex_to_gbnf(pat->valuestring, b, s->err);
+        gr_buf_printf(b, "%s ", quote(s));
+        gm_status st = gr_regex_to_gbnf(pat->valuestring, s->smode, b, s->err);
         if (st) { s->st = st; return; }
-        gr_buf_puts(b, " \"\\\"\"");
+        gr_buf_printf(b, " %s", quote(s));
         return;
     }
     if (fmt) {
@@ -309,7 +479,7 @@ static void string_body(sx *s, const cJSON *sch, gr_buf *b) {
             if (fm[i].bit & SH_DATE) shared(s, SH_DATE);
             if (fm[i].bit & SH_TIME) shared(s, SH_TIME);
             shared(s, fm[i].bit & ~(uint32_t)(SH_DATE | SH_TIME) ? fm[i].bit : 0);
-            gr_buf_printf(b, "\"\\\"\" %s \"\\\"\"", fm[i].rule);
+            gr_buf_printf(b, "%s %s %s", quote(s), fm[i].rule, quote(s));
             return;
         }
         sx_fail(s, GM_ERR_UNSUPPORTED, "format '%.100s' is not supported (date, time, date-time, uuid, email are)",
@@ -318,8 +488,8 @@ static void string_body(sx *s, const cJSON *sch, gr_buf *b) {
     }
     shared(s, SH_CHAR);
     if (!has_mn && !has_mx) { shared(s, SH_STRING); gr_buf_puts(b, "string"); return; }
-    if (mx < 0) gr_buf_printf(b, "\"\\\"\" char{%ld,} \"\\\"\"", mn);
-    else gr_buf_printf(b, "\"\\\"\" char{%ld,%ld} \"\\\"\"", mn, mx);
+    if (mx < 0) gr_buf_printf(b, "%s char{%ld,} %s", quote(s), mn, quote(s));
+    else gr_buf_printf(b, "%s char{%ld,%ld} %s", quote(s), mn, mx, quote(s));
 }
 
 /* ------------------------------------------------------------------ integers in a range */
@@ -462,7 +632,50 @@ typedef struct prop {
     const char *name;
     const cJSON *schema;
     bool required;
+    const char *kv; /* its key-value rule */
 } prop;
+
+static int cmp_props(const void *x, const void *y) {
+    return key_cmp(((const prop *)x)->name, ((const prop *)y)->name);
+}
+
+/* Python keyword arguments need identifiers that are not keywords. */
+static bool python_identifier(const char *n) {
+    static const char *const kw[] = {"False", "None", "True", "and", "as", "assert", "async", "await", "break",
+        "class", "continue", "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if",
+        "import", "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while",
+        "with", "yield", NULL};
+    if (!((*n >= 'a' && *n <= 'z') || (*n >= 'A' && *n <= 'Z') || *n == '_')) return false;
+    for (const char *p = n; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_')) return false;
+    for (int i = 0; kw[i]; i++) if (!strcmp(n, kw[i])) return false;
+    return true;
+}
+
+/* The key of a key-value rule: JSON's quoted key and `ws ":" ws`, Python's `name=` (keyword
+ * arguments) or Gemma's bare `name:`. */
+static void key_text(sx *s, gr_buf *line, const char *name, bool kwargs) {
+    if (!kwargs && !s->smode.raw) {
+        cJSON key = {.type = cJSON_String, .valuestring = (char *)(uintptr_t)name};
+        literal(s, line, &key);
+        gr_buf_puts(line, " ws \":\" ws");
+        return;
+    }
+    if (kwargs && !python_identifier(name)) {
+        sx_fail(s, GM_ERR_UNSUPPORTED, "property '%.100s' is not a Python identifier (keyword arguments need one)", name);
+        return;
+    }
+    if (!valid_utf8((const unsigned char *)name) || has_marker_char(name)) {
+        dialect_refuses(s, "a property name that is not UTF-8 or holds a marker character");
+        return;
+    }
+    gr_buf t = {0};
+    gr_buf_puts(&t, name);
+    gr_buf_puts(&t, kwargs ? "=" : ":");
+    gbnf_literal(line, t.p ? t.p : "");
+    if (t.oom) line->oom = true;
+    gr_buf_free(&t);
+}
 
 /* An extra property name: a string of keychars that is none of the declared names. The rule
  * follows a trie of the names: at each prefix, either end (if the prefix is no name), or a
@@ -501,6 +714,7 @@ static void key_not_in(sx *s, const prop *ps, size_t n, const char *prefix, size
     /* a byte that starts no name's next character: then any keychars (bytes of multi-byte
      * characters are compared per byte: a differing lead byte differs for good) */
     gr_buf_puts(&cls, "[^\"\\\\\\x00-\\x1F");
+    if (s->smode.no_markers) gr_buf_puts(&cls, "\\U000F0000-\\U000F00FF");
     for (int c = 0x20; c < 0x80; c++) if (seen[c]) gr_buf_gbnf_char(&cls, (uint32_t)c, true);
     gr_buf_puts(&cls, "]");
     shared(s, SH_KEYCHAR);
@@ -523,18 +737,18 @@ static void key_not_in(sx *s, const prop *ps, size_t n, const char *prefix, size
 
 /* members(i, first): the members from property i on, `first` when none was written yet. */
 static void members(sx *s, const char *obj, const prop *ps, size_t n, const char *const *kv, const char *extra_kv,
-                    char (*names)[2][64]) {
+                    const char *sep_text, char (*names)[2][64]) {
     for (size_t i = n + 1; i-- > 0;) {
         for (int first = 0; first < 2; first++) {
             char *nm = names[i][first];
             snprintf(nm, 64, "%.40s-m%zu%s", obj, i % 1000000u, first ? "f" : "");
             begin_rule(s, nm);
             gr_buf *b = &s->rules;
-            const char *sep = first ? "" : "ws \",\" ws ";
+            const char *sep = first ? "" : sep_text;
             if (i == n) {
                 if (!extra_kv) gr_buf_puts(b, "\"\"");
-                else if (first) gr_buf_printf(b, "(%s (ws \",\" ws %s)*)?", extra_kv, extra_kv);
-                else gr_buf_printf(b, "(ws \",\" ws %s)*", extra_kv);
+                else if (first) gr_buf_printf(b, "(%s (%s%s)*)?", extra_kv, sep_text, extra_kv);
+                else gr_buf_printf(b, "(%s%s)*", sep_text, extra_kv);
             } else if (ps[i].required) {
                 gr_buf_printf(b, "%s%s %s", sep, kv[i], names[i + 1][0]);
             } else {
@@ -559,6 +773,13 @@ static void object_body(sx *s, const cJSON *sch, const char *hint, gr_buf *b) {
     if (req && !cJSON_IsArray(req)) { sx_fail(s, GM_ERR_FORMAT, "'required' must be an array%s", NULL); return; }
     if (addl && !cJSON_IsBool(addl) && !cJSON_IsObject(addl)) { sx_fail(s, GM_ERR_FORMAT, "'additionalProperties' must be a boolean or a schema%s", NULL); return; }
     bool extra_ok = addl && !cJSON_IsFalse(addl);
+    bool args = s->root_args && s->depth == 1; /* the call's arguments: the caller writes the brackets */
+    bool kwargs = args && s->dialect == GM_SCHEMA_PYTHON;
+    if (args) s->root_args = false;
+    if (extra_ok && (kwargs || s->smode.raw)) {
+        dialect_refuses(s, kwargs ? "keyword 'additionalProperties' (other than false) at the root" : "keyword 'additionalProperties' (other than false)");
+        return;
+    }
     const cJSON *r;
     cJSON_ArrayForEach(r, req) {
         if (!cJSON_IsString(r)) { sx_fail(s, GM_ERR_FORMAT, "'required' must hold strings%s", NULL); return; }
@@ -583,18 +804,19 @@ static void object_body(sx *s, const cJSON *sch, const char *hint, gr_buf *b) {
         }
         char val[64];
         if (gen_at(s, p, p->string, p->string, val)) goto out;
-        ps[k] = (prop){p->string, p, required};
         new_name(s, p->string, kv[k]);
+        ps[k] = (prop){p->string, p, required, kv[k]};
         gr_buf line = {0};
-        cJSON key = {.type = cJSON_String, .valuestring = p->string};
-        literal(s, &line, &key);
-        gr_buf_printf(&s->rules, "%s ::= %s ws \":\" ws %s\n", kv[k], line.p ? line.p : "\"\"", val);
+        key_text(s, &line, p->string, kwargs);
+        if (s->st) { gr_buf_free(&line); goto out; }
+        gr_buf_printf(&s->rules, "%s ::= %s %s\n", kv[k], line.p ? line.p : "\"\"", val);
         if (line.oom) s->rules.oom = true;
         gr_buf_free(&line);
-        kvp[k] = kv[k];
         k++;
     }
     path_pop(s, pn);
+    if (s->smode.raw) qsort(ps, k, sizeof *ps, cmp_props); /* the Gemma templates write keys sorted */
+    for (size_t i = 0; i < k; i++) kvp[i] = ps[i].kv;
     char extra_kv[64] = {0};
     if (extra_ok) {
         char val[64], key[64];
@@ -606,9 +828,13 @@ static void object_body(sx *s, const cJSON *sch, const char *hint, gr_buf *b) {
     }
     char obj[64];
     new_name(s, hint, obj);
-    members(s, obj, ps, k, kvp, extra_ok ? extra_kv : NULL, names);
-    shared(s, SH_WS);
-    gr_buf_printf(b, "\"{\" ws %s ws \"}\"", names[0][1]);
+    members(s, obj, ps, k, kvp, extra_ok ? extra_kv : NULL, kwargs ? "\", \" " : args ? "\",\" " : "ws \",\" ws ", names);
+    if (args) {
+        gr_buf_puts(b, names[0][1]);
+    } else {
+        shared(s, SH_WS);
+        gr_buf_printf(b, "\"{\" ws %s ws \"}\"", names[0][1]);
+    }
 out:
     free(ps); free(kv); free(kvp); free(names);
 }
@@ -877,7 +1103,77 @@ static gm_status gen(sx *s, const cJSON *sch, const char *hint, char name[64]) {
 }
 
 /* ------------------------------------------------------------------ entry points */
-gm_schema_options gm_schema_options_default(void) { return (gm_schema_options){.max_indent = 20}; }
+gm_schema_options gm_schema_options_default(void) {
+    return (gm_schema_options){.max_indent = 20, .dialect = GM_SCHEMA_JSON, .rule_prefix = ""};
+}
+
+/* The root of a call's arguments (every dialect but JSON): the schema they come from ($ref chains
+ * followed), which must be an object schema; NULL (s->st set) otherwise. */
+static const cJSON *args_root(sx *s, const cJSON *sch) {
+    for (int hops = 0; hops < 32 && cJSON_IsObject(sch); hops++) {
+        const cJSON *ref = cJSON_GetObjectItemCaseSensitive(sch, "$ref");
+        if (!cJSON_IsString(ref) || !only_annotations_besides(sch, "$ref")) break;
+        if (!(sch = resolve(s, ref->valuestring))) { sx_fail(s, GM_ERR_UNSUPPORTED, "$ref '%.200s' does not resolve", ref->valuestring); return NULL; }
+    }
+    static const char *const alt[] = {"enum", "const", "anyOf", "oneOf", "type"};
+    for (int i = 0; i < 5 && cJSON_IsObject(sch); i++) {
+        const cJSON *kw = cJSON_GetObjectItemCaseSensitive(sch, alt[i]);
+        bool ok = !kw || (i == 4 && cJSON_IsString(kw) && !strcmp(kw->valuestring, "object"));
+        if (!ok) { dialect_refuses(s, i == 4 ? "a root that is not of type object" : alt[i]); return NULL; }
+    }
+    bool merged = cJSON_GetObjectItemCaseSensitive(sch, "allOf") || cJSON_GetObjectItemCaseSensitive(sch, "$ref");
+    if (!cJSON_IsObject(sch) || (!merged && schema_types(s, sch) != T_OBJECT)) {
+        if (!s->st) dialect_refuses(s, "a root that is not an object schema (the call's arguments)");
+        return NULL;
+    }
+    s->root_args = true;
+    return sch;
+}
+
+/* The root rule: in the tool-call dialects the arguments of an object schema, without brackets. */
+static void gen_root(sx *s, const cJSON *doc) {
+    char root[64];
+    if (s->dialect != GM_SCHEMA_JSON && !(doc = args_root(s, doc))) return;
+    if (!gen(s, doc, "root", root)) gr_buf_printf(&s->rules, "root ::= %s\n", root);
+    if (!s->st && s->root_args) dialect_refuses(s, "a root that is not an object schema (the call's arguments)");
+}
+
+static bool is_word_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+}
+
+/* The end of the GBNF element that starts at t[i] and is not a rule name: a literal, a class, a
+ * marker token or a count ({m,n}); i itself when it starts none of those. */
+static size_t skip_non_name(const char *t, size_t i) {
+    char open = t[i], close = open == '"' ? '"' : open == '[' ? ']' : open == '<' ? '>' : open == '{' ? '}' : 0;
+    if (!close) return i;
+    size_t j = i + 1;
+    for (; t[j] && t[j] != close; j++)
+        if (t[j] == '\\' && t[j + 1] && close != '>') j++; /* an escape; a marker has none (<|"|>) */
+    return t[j] ? j + 1 : j;
+}
+
+/* Every rule name in the generated text (words outside literals, classes, markers and counts),
+ * definitions and references alike, with prefix in front. */
+static void prefix_rules(const char *t, const char *prefix, gr_buf *out) {
+    for (size_t i = 0; t[i];) {
+        size_t j = skip_non_name(t, i);
+        if (j > i) { gr_buf_put(out, t + i, j - i); i = j; continue; }
+        if (is_word_char(t[i]) && (i == 0 || !is_word_char(t[i - 1]))) gr_buf_puts(out, prefix);
+        gr_buf_put(out, t + i, 1);
+        i++;
+    }
+}
+
+static gm_status check_options(const gm_schema_options *o, gm_error *err) {
+    if (o->max_indent < 0 || o->max_indent > 64) return gm_fail(err, GM_ERR_ARG, "json schema: max_indent %d not in [0, 64]", o->max_indent);
+    if ((unsigned)o->dialect > GM_SCHEMA_PYTHON) return gm_fail(err, GM_ERR_ARG, "json schema: unknown dialect %d", (int)o->dialect);
+    const char *p = o->rule_prefix ? o->rule_prefix : "";
+    if (strlen(p) > 32) return gm_fail(err, GM_ERR_ARG, "json schema: rule_prefix longer than 32 characters");
+    for (; *p; p++)
+        if (!is_word_char(*p)) return gm_fail(err, GM_ERR_ARG, "json schema: rule_prefix may hold only a-z A-Z 0-9 - _");
+    return GM_OK;
+}
 
 static bool is_json_object_mode(const cJSON *doc) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(doc, "type");
@@ -889,24 +1185,31 @@ gm_status gm_json_schema_to_gbnf(const char *json, size_t len, const gm_schema_o
     if (!json || !gbnf) return gm_fail(err, GM_ERR_ARG, "gm_json_schema_to_gbnf: NULL argument");
     *gbnf = NULL;
     gm_schema_options o = opt ? *opt : gm_schema_options_default();
-    if (o.max_indent < 0 || o.max_indent > 64) return gm_fail(err, GM_ERR_ARG, "json schema: max_indent %d not in [0, 64]", o.max_indent);
+    gm_status st = check_options(&o, err);
+    if (st) return st;
     cJSON *doc = cJSON_ParseWithLength(json, len);
     if (!doc) return gm_fail(err, GM_ERR_FORMAT, "json schema: not valid JSON");
-    sx s = {.doc = doc, .err = err, .max_indent = o.max_indent};
-    char root[64];
-    if (is_json_object_mode(doc)) {
+    bool raw = o.dialect == GM_SCHEMA_GEMMA4 || o.dialect == GM_SCHEMA_FUNCTIONGEMMA;
+    sx s = {.doc = doc, .err = err, .dialect = o.dialect, .max_indent = raw ? 0 : o.max_indent, /* Gemma: no blanks */
+            .smode = {.raw = raw, .no_markers = o.dialect != GM_SCHEMA_JSON || o.exclude_markers}};
+    if (is_json_object_mode(doc) && o.dialect == GM_SCHEMA_JSON) {
         shared(&s, SH_VALUE);
         gr_buf_puts(&s.rules, "root ::= object\n");
-    } else if (!gen(&s, doc, "root", root)) {
-        gr_buf_printf(&s.rules, "root ::= %s\n", root);
+    } else {
+        gen_root(&s, doc);
     }
-    gm_status st = s.st;
+    st = s.st;
     if (!st && s.rules.oom) st = gm_fail(err, GM_ERR_NOMEM, "json schema: out of memory");
     for (size_t k = 0; k < s.n_refs; k++) { free(s.refs[k].ptr); free(s.refs[k].rule); }
     free(s.refs);
     cJSON_Delete(doc);
     if (st) { gr_buf_free(&s.rules); return st; }
-    *gbnf = s.rules.p;
+    if (!o.rule_prefix || !o.rule_prefix[0]) { *gbnf = s.rules.p; return GM_OK; }
+    gr_buf out = {0};
+    prefix_rules(s.rules.p, o.rule_prefix, &out);
+    gr_buf_free(&s.rules);
+    if (out.oom) { gr_buf_free(&out); return gm_fail(err, GM_ERR_NOMEM, "json schema: out of memory"); }
+    *gbnf = out.p;
     return GM_OK;
 }
 
@@ -917,6 +1220,13 @@ gm_status gm_grammar_from_json_schema(const char *json, size_t len, const gm_sch
     char *text = NULL;
     gm_status st = gm_json_schema_to_gbnf(json, len, opt, &text, err);
     if (st) return st;
+    const char *prefix = opt && opt->rule_prefix ? opt->rule_prefix : "";
+    if (prefix[0]) { /* the prefixed root is meant for a larger grammar: alone, root calls it */
+        gr_buf b = {.p = text, .n = strlen(text), .cap = strlen(text) + 1};
+        gr_buf_printf(&b, "root ::= %.40sroot\n", prefix);
+        if (b.oom) { gr_buf_free(&b); return gm_fail(err, GM_ERR_NOMEM, "json schema: out of memory"); }
+        text = b.p;
+    }
     st = gm_grammar_from_gbnf(text, strlen(text), out, err);
     if (st) st = gm_fail_prefix(err, "json schema: the generated grammar: ");
     free(text);

@@ -817,14 +817,62 @@ typedef struct gm_matcher gm_matcher;
 
 /* Compiles GBNF text (llama.cpp's syntax; the start rule is `root`). Errors: GM_ERR_FORMAT with
  * "grammar LINE:COL: what" for bad syntax, undefined rules, left recursion, rules that can never
- * finish; GM_ERR_NOMEM for grammars over the size limits. */
+ * finish; GM_ERR_NOMEM for grammars over the size limits.
+ *
+ * Chat-format markers are written as themselves, llama.cpp's token syntax: `<|tool_call>`,
+ * `<tool_call|>`, `<|"|>`, `<escape>`, `<start_function_call>`, ... (the list is gm_token_is_marker's:
+ * <start_of_turn> <end_of_turn> <|turn> <turn|> <|channel> <channel|> <|think|> <|tool> <tool|>
+ * <|tool_call> <tool_call|> <|tool_response> <tool_response|> <|"|> <start_function_declaration>
+ * <end_function_declaration> <start_function_call> <end_function_call> <start_function_response>
+ * <end_function_response> <escape>). Each is one private-use character, GM_GBNF_MARKER_FIRST + its
+ * index in that list, which a vocabulary built with markers (gm_gvocab_from_tokenizer_ex) gives the
+ * marker token and nothing else: the grammar then matches exactly that token, never the same
+ * characters spelled with ordinary pieces. With any other vocabulary a marker matches nothing.
+ * Other token elements (<[id]>, <piece>, !<...>) are GM_ERR_FORMAT naming them. */
 gm_status gm_grammar_from_gbnf(const char *text, size_t len, gm_grammar **out, gm_error *err);
+
+/* The private-use block reserved for markers (U+F0000..U+F00FF; the markers use its start). */
+#define GM_GBNF_MARKER_FIRST 0xF0000u
+#define GM_GBNF_MARKER_LAST 0xF00FFu
+/* The code point standing for marker text[0..len) (e.g. "<|tool_call>"), or 0 if it is none. */
+uint32_t gm_gbnf_marker_cp(const char *text, size_t len);
+
+/* How a schema's values are written (gm_schema_options.dialect). In every dialect but JSON the schema
+ * is a tool's `parameters`: its root must be an object schema, and the root rule is the call's
+ * argument list WITHOUT the brackets around it, which the caller's grammar writes (Gemma 4:
+ * `call:name{` ... `}`, Python: `name(` ... `)`). */
+typedef enum gm_schema_dialect {
+    /* JSON text. */
+    GM_SCHEMA_JSON = 0,
+    /* Gemma 4's tool-call arguments, as its chat template renders them: key:value,key2:value2 at
+     * the root, objects {key:value} below, bare keys in the template's (sorted) order, strings
+     * <|"|>raw text<|"|> (no escapes; any characters but markers), JSON numbers, true / false /
+     * null, [a,b]; no whitespace anywhere. */
+    GM_SCHEMA_GEMMA4 = 1,
+    /* FunctionGemma's: the same with <escape> as the string delimiter. */
+    GM_SCHEMA_FUNCTIONGEMMA = 2,
+    /* Python call arguments (Gemma 3's [name(k=v, k2=v2)]): keyword arguments `k=v, k2=v2` at the
+     * root (", " between them; names must be identifiers), JSON text with True / False / None below. */
+    GM_SCHEMA_PYTHON = 3,
+} gm_schema_dialect;
 
 typedef struct gm_schema_options {
     /* Whitespace allowed between JSON tokens: 0 = none (compact), otherwise a newline and up to
      * this many spaces / tabs of indentation, or one space. Default (gm_schema_options_default) 20.
-     * Bounded either way: a model cannot loop on blanks. */
+     * Bounded either way: a model cannot loop on blanks. Ignored by the Gemma dialects (none). */
     int max_indent;
+    /* Default GM_SCHEMA_JSON. Keywords a dialect cannot write are GM_ERR_UNSUPPORTED naming them
+     * (additionalProperties other than false in the Gemma dialects and at Python's root; a root
+     * that is not an object schema). */
+    gm_schema_dialect dialect;
+    /* Prepended to every rule name, so the grammars of several schemas can be concatenated into one
+     * GBNF text (the start rule becomes <prefix>root). Letters, digits, '-', '_'; at most 32. NULL
+     * or "" (the default): today's names. */
+    const char *rule_prefix;
+    /* JSON dialect: string characters also exclude the marker block (GM_GBNF_MARKER_FIRST..LAST),
+     * for a grammar used with a markers vocabulary. The other dialects always exclude it. Default
+     * false (the text is then what it always was). */
+    bool exclude_markers;
 } gm_schema_options;
 gm_schema_options gm_schema_options_default(void);
 
@@ -856,6 +904,21 @@ gm_status gm_gvocab_new(int32_t n, const char *const *pieces, const size_t *lens
 /* From a tokenizer: gm_token_to_piece bytes; control / unknown / unused tokens and chat markers are
  * NEVER; <eos> and <end_of_turn> are END. */
 gm_status gm_gvocab_from_tokenizer(const gm_tokenizer *tok, gm_gvocab **out, gm_error *err);
+
+typedef struct gm_gvocab_options {
+    /* Each marker token the tokenizer has (the GBNF marker list above) is TEXT whose bytes are its
+     * private-use character's UTF-8, so grammars can require it. Ordinary tokens that could spell a
+     * marker character (containing one, or ending in a proper prefix of one: in practice the byte
+     * token <0xF3>) become NEVER, so only the marker token can. */
+    bool markers;
+    /* More END tokens (e.g. Gemma 4's <|tool_response>, FunctionGemma's <start_function_response>,
+     * where the model stops after a call); they win over markers. <eos> / <end_of_turn> stay END. */
+    const int32_t *end_ids;
+    size_t n_end_ids;
+} gm_gvocab_options;
+/* gm_gvocab_from_tokenizer with options (NULL: the same as it). An end id out of range is GM_ERR_ARG. */
+gm_status gm_gvocab_from_tokenizer_ex(const gm_tokenizer *tok, const gm_gvocab_options *o, gm_gvocab **out,
+                                      gm_error *err);
 int32_t gm_gvocab_size(const gm_gvocab *v);
 void gm_gvocab_free(gm_gvocab *v);
 

@@ -3,7 +3,8 @@
  * grammars; partial UTF-8; clone and rollback), the JSON-schema translator (valid instances
  * accepted, invalid ones rejected, unsupported keywords refused by name), token masks on a small
  * vocabulary and on the default model's (every allowed token advances, refused ones do not) and
- * random walks through the real vocabulary that always end in valid JSON. */
+ * random walks through the real vocabulary that always end in valid JSON; chat-format markers in
+ * GBNF and in a vocabulary, the tool-call schema dialects and rule prefixes. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 
 #include "grammar/grammar.h"
 #include "support/test.h"
+#include "text/tokenizer.h"
 
 /* ------------------------------------------------------------------ helpers */
 static gm_grammar *gbnf(const char *text) {
@@ -615,6 +617,429 @@ TEST(mask_real_vocab_walks) {
     gm_tokenizer_free(tok);
 }
 
+/* ------------------------------------------------------------------ markers and dialects */
+/* s with every marker text (<|"|>, <escape>, <|tool_call>, ...) replaced by its private-use
+ * character, and `delim` (when not NULL) spelled instead of <|"|> first: FunctionGemma's cases are
+ * Gemma 4's with <escape>. malloc'd. */
+static char *subst(const char *s, const char *delim) {
+    size_t n = strlen(s);
+    char *out = malloc(4 * n + 1), *o = out;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp = 0;
+        size_t best = 0;
+        for (size_t l = 2; s[i] == '<' && l <= 32 && i + l <= n; l++) {
+            uint32_t c = gm_gbnf_marker_cp(s + i, l);
+            if (c) { cp = c; best = l; }
+        }
+        if (delim && best == 5 && !memcmp(s + i, "<|\"|>", 5)) cp = gm_gbnf_marker_cp(delim, strlen(delim));
+        if (!best) { *o++ = s[i++]; continue; }
+        *o++ = (char)(0xF0 | cp >> 18);
+        *o++ = (char)(0x80 | (cp >> 12 & 0x3F));
+        *o++ = (char)(0x80 | (cp >> 6 & 0x3F));
+        *o++ = (char)(0x80 | (cp & 0x3F));
+        i += best;
+    }
+    *o = 0;
+    return out;
+}
+
+/* match() of s with its markers as their characters. */
+static int match_m(gm_grammar *g, const char *s, const char *delim) {
+    char *t = subst(s, delim);
+    int r = match(g, t);
+    free(t);
+    return r;
+}
+
+TEST(gbnf_markers) {
+    CHECK(gm_gbnf_marker_cp("<|tool_call>", 12) == GM_GBNF_MARKER_FIRST + 9);
+    CHECK(gm_gbnf_marker_cp("<|\"|>", 5) == GM_GBNF_MARKER_FIRST + 13);
+    CHECK(gm_gbnf_marker_cp("<escape>", 8) == GM_GBNF_MARKER_FIRST + 20);
+    CHECK(gm_gbnf_marker_cp("<start_of_turn>", 15) == GM_GBNF_MARKER_FIRST);
+    CHECK(gm_gbnf_marker_cp("<|tool_call", 11) == 0 && gm_gbnf_marker_cp("<|tool_call>x", 13) == 0);
+    CHECK(gm_gbnf_marker_cp("<eos>", 5) == 0 && gm_gbnf_marker_cp(NULL, 0) == 0);
+    gm_grammar *g = gbnf("root ::= <|tool_call> \"call:\" [a-z]+ \"{\" (<|\"|> [^\\U000F0000-\\U000F00FF]* <|\"|>)? \"}\" <tool_call|>");
+    CHECK(match_m(g, "<|tool_call>call:f{<|\"|>a \"b\"<|\"|>}<tool_call|>", NULL) == 1);
+    CHECK(match_m(g, "<|tool_call>call:f{}<tool_call|>", NULL) == 1);
+    CHECK(match_m(g, "<|tool_call>call:f{<|\"|>a<|tool_call>b<|\"|>}<tool_call|>", NULL) == -1);
+    REJECT(g, "<|tool_call>call:f{}<tool_call|>"); /* the characters spelled out are not the marker */
+    REJECT(g, "<");
+    gm_grammar_free(g);
+    /* the longest marker wins: <|tool> and <|tool_call> share a prefix */
+    g = gbnf("root ::= <|tool> | <|tool_call> \"x\"");
+    CHECK(match_m(g, "<|tool>", NULL) == 1 && match_m(g, "<|tool_call>x", NULL) == 1);
+    gm_grammar_free(g);
+    struct { const char *g, *what; } cases[] = {
+        {"root ::= <foo>", "(<foo>)"},
+        {"root ::= <[12]>", "(<[12]>)"},
+        {"root ::= !<|tool_call>", "(!<|tool_call>)"},
+        {"root ::= <|tool_cal", "(<|tool_cal)"},
+        {"root ::= <|tool_call", "(<|tool_call)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        gm_error err;
+        CHECK_EQ_INT(bad(cases[i].g, &err), GM_ERR_FORMAT);
+        CHECK_MSG(strstr(err.msg, cases[i].what) && strstr(err.msg, "token references"), "case %zu: %s", i, err.msg);
+        CHECK_MSG(strstr(err.msg, "grammar 1:10") != NULL, "case %zu: %s", i, err.msg);
+    }
+}
+
+typedef struct dialect_case {
+    const char *schema;
+    const char *valid[6], *invalid[11];
+} dialect_case;
+
+static gm_grammar *dialect_grammar(const char *schema, gm_schema_dialect d, const char *prefix) {
+    gm_schema_options o = gm_schema_options_default();
+    o.dialect = d;
+    o.rule_prefix = prefix;
+    gm_grammar *g = NULL;
+    gm_error err = {0};
+    CHECK_MSG(gm_grammar_from_json_schema(schema, strlen(schema), &o, &g, &err) == GM_OK, "%s: %s", schema, err.msg);
+    return g;
+}
+
+/* Every case: the grammar compiles, valid instances match (markers as their characters), invalid
+ * ones do not. */
+static void run_dialect_cases(const dialect_case *cs, size_t n, gm_schema_dialect d, const char *delim) {
+    for (size_t i = 0; i < n; i++) {
+        gm_grammar *g = dialect_grammar(cs[i].schema, d, NULL);
+        if (!g) continue;
+        for (int k = 0; k < 6 && cs[i].valid[k]; k++)
+            CHECK_MSG(match_m(g, cs[i].valid[k], delim) == 1, "dialect %d case %zu: should accept %s", d, i, cs[i].valid[k]);
+        for (int k = 0; k < 11 && cs[i].invalid[k]; k++)
+            CHECK_MSG(match_m(g, cs[i].invalid[k], delim) != 1, "dialect %d case %zu: should refuse %s", d, i, cs[i].invalid[k]);
+        gm_grammar_free(g);
+    }
+}
+
+#define WEATHER "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":5},\"unit\":{\"enum\":[\"c\",\"f\"]}," \
+                "\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":14}},\"required\":[\"city\"]}"
+#define NESTED "{\"type\":\"object\",\"properties\":{\"pos\":{\"type\":\"object\",\"properties\":{\"lat\":{\"type\":\"number\"}," \
+               "\"lon\":{\"type\":\"number\"}},\"required\":[\"lat\",\"lon\"]},\"tags\":{\"type\":\"array\",\"items\":" \
+               "{\"type\":\"string\"},\"minItems\":1,\"maxItems\":2},\"exact\":{\"type\":\"boolean\"},\"note\":{\"type\":\"null\"}}," \
+               "\"required\":[\"pos\",\"tags\"]}"
+#define FORMATS "{\"type\":\"object\",\"properties\":{\"day\":{\"type\":\"string\",\"format\":\"date\"},\"code\":{\"type\":\"string\"," \
+                "\"pattern\":\"^[A-Z]{3}$\"},\"kind\":{\"const\":\"x\"},\"v\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\"}]}," \
+                "\"o\":{\"enum\":[{\"b\":1,\"a\":[true,null]}]}},\"required\":[\"day\",\"code\",\"kind\",\"v\"]}"
+
+/* Gemma 4: the root's arguments (no braces: the caller writes call:name{ }), bare keys in sorted
+ * order, <|"|> strings with raw content, no whitespace. FunctionGemma runs the same cases with
+ * <escape>. */
+static const dialect_case GEMMA_CASES[] = {
+    {WEATHER,
+     {"city:<|\"|>Paris<|\"|>", "city:<|\"|>Oslo<|\"|>,days:14,unit:<|\"|>c<|\"|>", "city:<|\"|>a\"b\\<|\"|>,unit:<|\"|>f<|\"|>",
+      "city:<|\"|><|\"|>", "city:<|\"|>\n\t{}<|\"|>,days:1"},
+     {"city:\"Paris\"", "\"city\":<|\"|>Paris<|\"|>", "city:<|\"|>Parisx<|\"|>", "days:3,city:<|\"|>Oslo<|\"|>",
+      "city:<|\"|>Oslo<|\"|>,days:15", "city:<|\"|>Oslo<|\"|>,days:0", "city: <|\"|>Oslo<|\"|>",
+      "city:<|\"|>Oslo<|\"|>,unit:<|\"|>k<|\"|>", "", "city:<|\"|>a<|tool_call>b<|\"|>", "{city:<|\"|>Oslo<|\"|>}"}},
+    {NESTED,
+     {"pos:{lat:1.5,lon:-2},tags:[<|\"|>a<|\"|>]", "exact:true,note:null,pos:{lat:0,lon:0},tags:[<|\"|>a<|\"|>,<|\"|>b<|\"|>]"},
+     {"pos:{lat:1.5,lon:-2},tags:[]", "pos:{lat:1,lon:2},tags:[<|\"|>a<|\"|>,<|\"|>b<|\"|>,<|\"|>c<|\"|>]",
+      "pos:{lon:2,lat:1},tags:[<|\"|>a<|\"|>]", "exact:True,pos:{lat:1,lon:2},tags:[<|\"|>a<|\"|>]",
+      "pos:{lat:1,lon:2},tags:[<|\"|>a<|\"|>, <|\"|>b<|\"|>]", "pos:{lat:1,lon:2},tags:[\"a\"]",
+      "note:None,pos:{lat:1,lon:2},tags:[<|\"|>a<|\"|>]", "pos:{\"lat\":1,\"lon\":2},tags:[<|\"|>a<|\"|>]"}},
+    {FORMATS,
+     {"code:<|\"|>ABC<|\"|>,day:<|\"|>2024-01-31<|\"|>,kind:<|\"|>x<|\"|>,v:5",
+      "code:<|\"|>ABC<|\"|>,day:<|\"|>2024-01-31<|\"|>,kind:<|\"|>x<|\"|>,o:{a:[true,null],b:1},v:<|\"|>five<|\"|>"},
+     {"code:<|\"|>AB<|\"|>,day:<|\"|>2024-01-31<|\"|>,kind:<|\"|>x<|\"|>,v:5",
+      "code:<|\"|>ABC<|\"|>,day:<|\"|>2024-13-31<|\"|>,kind:<|\"|>x<|\"|>,v:5",
+      "code:<|\"|>ABC<|\"|>,day:<|\"|>2024-01-31<|\"|>,kind:<|\"|>y<|\"|>,v:5",
+      "code:<|\"|>ABC<|\"|>,day:<|\"|>2024-01-31<|\"|>,kind:<|\"|>x<|\"|>,o:{b:1,a:[true,null]},v:5",
+      "code:<|\"|>ABC<|\"|>,day:<|\"|>2024-01-31<|\"|>,kind:<|\"|>x<|\"|>,v:true"}},
+};
+
+TEST(schema_dialect_gemma4) {
+    run_dialect_cases(GEMMA_CASES, sizeof GEMMA_CASES / sizeof *GEMMA_CASES, GM_SCHEMA_GEMMA4, NULL);
+    gm_grammar *g = dialect_grammar(WEATHER, GM_SCHEMA_GEMMA4, NULL);
+    if (!g) return;
+    CHECK(strstr(gm_grammar_source(g), "<|\"|>") != NULL); /* the delimiter is written as the marker */
+    CHECK(match_m(g, "city:<escape>Oslo<escape>", NULL) == -1);
+    gm_grammar_free(g);
+    const char *empty = "{\"type\":\"object\",\"properties\":{}}"; /* a tool without arguments: call:f{} */
+    g = dialect_grammar(empty, GM_SCHEMA_GEMMA4, NULL);
+    ACCEPT(g, "");
+    REJECT(g, "{}");
+    gm_grammar_free(g);
+}
+
+TEST(schema_dialect_functiongemma) {
+    run_dialect_cases(GEMMA_CASES, sizeof GEMMA_CASES / sizeof *GEMMA_CASES, GM_SCHEMA_FUNCTIONGEMMA, "<escape>");
+    gm_grammar *g = dialect_grammar(WEATHER, GM_SCHEMA_FUNCTIONGEMMA, NULL);
+    if (!g) return;
+    CHECK(strstr(gm_grammar_source(g), "<escape>") != NULL);
+    CHECK(match_m(g, "city:<|\"|>Oslo<|\"|>", NULL) == -1);
+    CHECK(match_m(g, "city:<escape>Oslo<escape>", NULL) == 1);
+    gm_grammar_free(g);
+}
+
+/* Python: keyword arguments at the root (schema order, ", "), JSON values with True / False / None. */
+TEST(schema_dialect_python) {
+    static const dialect_case cases[] = {
+        {WEATHER,
+         {"city=\"Paris\"", "city=\"Oslo\", unit=\"c\", days=14", "city=\"a\\\"b\"", "city=\"\\u00e9t\\u00e9\", days=3"},
+         {"{\"city\": \"Paris\"}", "city='Paris'", "city=\"Paris\",unit=\"c\"", "city = \"Paris\"", "city=\"Parisxx\"",
+          "city=\"Oslo\", days=15", "unit=\"c\"", "days=3, city=\"Oslo\"", "city=\"a\\/b\"", "city=\"a\n\""}},
+        {NESTED,
+         {"pos={\"lat\": 1.5, \"lon\": -2}, tags=[\"a\"]", "pos={\"lat\":0,\"lon\":0}, tags=[\"a\", \"b\"], exact=True, note=None"},
+         {"pos={\"lat\": 1, \"lon\": 2}, tags=[\"a\"], exact=true", "pos={\"lat\": 1, \"lon\": 2}, tags=[]",
+          "pos={lat: 1, lon: 2}, tags=[\"a\"]", "pos={\"lat\": 1, \"lon\": 2}, tags=[\"a\"], note=null"}},
+        {FORMATS,
+         {"day=\"2024-01-31\", code=\"ABC\", kind=\"x\", v=5, o={\"b\":1,\"a\":[True,None]}",
+          "day=\"2024-01-31\", code=\"ABC\", kind=\"x\", v=\"s\""},
+         {"day=\"2024-01-31\", code=\"ABCD\", kind=\"x\", v=5",
+          "day=\"2024-01-31\", code=\"ABC\", kind=\"x\", v=5, o={\"b\":1,\"a\":[true,null]}"}},
+        {"{\"type\":\"object\",\"properties\":{\"o\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}},"
+         "\"required\":[\"o\"]}",
+         {"o={\"x\": 1}", "o={}"}, {"o={\"x\": \"a\"}", "o={x: 1}"}},
+        {"{\"$ref\":\"#/$defs/args\",\"$defs\":{\"args\":{\"type\":\"object\",\"properties\":{\"q\":{\"type\":\"string\"}}}}}",
+         {"q=\"x\"", ""}, {"{\"q\": \"x\"}"}},
+        {"{\"type\":\"object\",\"properties\":{}}", {""}, {"{}"}},
+    };
+    run_dialect_cases(cases, sizeof cases / sizeof *cases, GM_SCHEMA_PYTHON, NULL);
+}
+
+/* What a dialect cannot write is refused by name; bad options are argument errors. */
+TEST(schema_dialect_refusals) {
+    struct { const char *schema, *what; gm_schema_dialect d; gm_status st; } cases[] = {
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"object\",\"additionalProperties\":true}}}",
+         "'additionalProperties'", GM_SCHEMA_GEMMA4, GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"object\",\"additionalProperties\":{}}}}", "'additionalProperties'",
+         GM_SCHEMA_FUNCTIONGEMMA, GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}", "'additionalProperties'", GM_SCHEMA_PYTHON,
+         GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"string\"}", "root", GM_SCHEMA_PYTHON, GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"string\"}", "root", GM_SCHEMA_GEMMA4, GM_ERR_UNSUPPORTED},
+        {"{}", "root", GM_SCHEMA_PYTHON, GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"json_object\"}", "root", GM_SCHEMA_PYTHON, GM_ERR_UNSUPPORTED},
+        {"{\"anyOf\":[{\"type\":\"object\"}]}", "anyOf", GM_SCHEMA_PYTHON, GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"object\",\"properties\":{\"my-key\":{}}}", "'my-key' is not a Python identifier", GM_SCHEMA_PYTHON,
+         GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"object\",\"properties\":{\"class\":{}}}", "'class' is not a Python identifier", GM_SCHEMA_PYTHON,
+         GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"const\":\"\\uDB80\\uDC0D\"}}}", "marker character", GM_SCHEMA_GEMMA4,
+         GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"enum\":[\"\\uDB80\\uDC09\"]}}}", "marker character", GM_SCHEMA_PYTHON,
+         GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"object\",\"properties\":{\"\\uDB80\\uDC0D\":{}}}", "marker character", GM_SCHEMA_GEMMA4, GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"^\\uDB80\\uDC0D$\"}}}", "marker characters",
+         GM_SCHEMA_GEMMA4, GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"not\":{}}}}", "'not'", GM_SCHEMA_GEMMA4, GM_ERR_UNSUPPORTED},
+        {"{\"type\":\"object\"}", "unknown dialect", (gm_schema_dialect)7, GM_ERR_ARG},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        gm_schema_options o = gm_schema_options_default();
+        o.dialect = cases[i].d;
+        char *text = NULL;
+        gm_error err = {0};
+        gm_status st = gm_json_schema_to_gbnf(cases[i].schema, strlen(cases[i].schema), &o, &text, &err);
+        CHECK_MSG(st == cases[i].st, "case %zu (%s): status %d, %s", i, cases[i].schema, st, err.msg);
+        CHECK_MSG(strstr(err.msg, cases[i].what) != NULL, "case %zu: '%s' lacks '%s'", i, err.msg, cases[i].what);
+        CHECK(text == NULL);
+        free(text);
+    }
+    const char *prefixes[] = {"a b", "x\"", "0123456789012345678901234567890123"};
+    for (size_t i = 0; i < 3; i++) {
+        gm_schema_options o = gm_schema_options_default();
+        o.rule_prefix = prefixes[i];
+        char *text = NULL;
+        gm_error err = {0};
+        CHECK_EQ_INT(gm_json_schema_to_gbnf("{}", 2, &o, &text, &err), GM_ERR_ARG);
+        CHECK(strstr(err.msg, "rule_prefix") != NULL);
+    }
+}
+
+/* JSON: a prefix renames every rule (definitions and references) and nothing else; "" changes
+ * nothing; exclude_markers keeps marker characters out of strings. */
+TEST(schema_rule_prefix) {
+    gm_schema_options o = gm_schema_options_default();
+    char *plain = NULL, *pre = NULL;
+    gm_error err = {0};
+    CHECK_OK(gm_json_schema_to_gbnf(NESTED, strlen(NESTED), &o, &plain, &err), &err);
+    o.rule_prefix = "p_";
+    CHECK_OK(gm_json_schema_to_gbnf(NESTED, strlen(NESTED), &o, &pre, &err), &err);
+    if (!plain || !pre) return;
+    /* removing every "p_" at a word start gives the plain text back */
+    char *back = malloc(strlen(pre) + 1), *o2 = back;
+    for (const char *q = pre; *q;) {
+        if (!strncmp(q, "p_", 2) && (q == pre || q[-1] == ' ' || q[-1] == '\n' || q[-1] == '(' || q[-1] == '|')) q += 2;
+        else *o2++ = *q++;
+    }
+    *o2 = 0;
+    CHECK_MSG(!strcmp(back, plain), "%s", pre);
+    CHECK(strstr(pre, "\np_root ::= ") != NULL && strstr(pre, "\nroot ::=") == NULL && !strncmp(pre, "p_", 2));
+    free(back);
+    free(plain);
+    free(pre);
+    gm_grammar *g = dialect_grammar(NESTED, GM_SCHEMA_JSON, "p_"); /* alone, root calls p_root */
+    ACCEPT(g, "{\"pos\": {\"lat\": 1, \"lon\": 2}, \"tags\": [\"a\"]}");
+    gm_grammar_free(g);
+    o = gm_schema_options_default();
+    const char *str = "{\"type\":\"string\"}";
+    CHECK_OK(gm_grammar_from_json_schema(str, strlen(str), &o, &g, &err), &err);
+    CHECK(match_m(g, "\"a<|tool_call>\"", NULL) == 1); /* plain JSON: any character */
+    gm_grammar_free(g);
+    o.exclude_markers = true;
+    CHECK_OK(gm_grammar_from_json_schema(str, strlen(str), &o, &g, &err), &err);
+    CHECK(match_m(g, "\"a<|tool_call>\"", NULL) == -1);
+    ACCEPT(g, "\"a\\/b\"");
+    gm_grammar_free(g);
+}
+
+/* Two tools' argument grammars (Gemma 4, prefixes w- and s-) under one hand-written root: every
+ * shared rule (ws, char, string, ...) exists once per prefix and they do not clash. */
+#define SEARCH "{\"type\":\"object\",\"properties\":{\"query\":{\"type\":\"string\"},\"limit\":{\"type\":\"integer\",\"minimum\":1," \
+               "\"maximum\":50},\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}}},\"required\":[\"query\"]}"
+static gm_grammar *tool_call_grammar(void) {
+    gm_schema_options o = gm_schema_options_default();
+    o.dialect = GM_SCHEMA_GEMMA4;
+    char *w = NULL, *sx = NULL;
+    gm_error err = {0};
+    o.rule_prefix = "w-";
+    CHECK_OK(gm_json_schema_to_gbnf(WEATHER, strlen(WEATHER), &o, &w, &err), &err);
+    o.rule_prefix = "s-";
+    CHECK_OK(gm_json_schema_to_gbnf(SEARCH, strlen(SEARCH), &o, &sx, &err), &err);
+    if (!w || !sx) return NULL;
+    CHECK(strstr(w, "w-char ::= ") && strstr(sx, "s-char ::= ") && strstr(sx, "s-ws ::= "));
+    CHECK(strstr(sx, "s-string ::= ") && strstr(w, "\nw-root ::= ") && strstr(sx, "\ns-root ::= "));
+    for (const char *q = w; *q; q = strchr(q, '\n') + 1) CHECK(!strncmp(q, "w-", 2)); /* every rule is prefixed */
+    for (const char *q = sx; *q; q = strchr(q, '\n') + 1) CHECK(!strncmp(q, "s-", 2));
+    const char *root = "root ::= <|tool_call> \"call:\" ( \"get_weather\" \"{\" w-root \"}\" | \"search\" \"{\" s-root \"}\" ) <tool_call|>\n";
+    size_t n = strlen(w) + strlen(sx) + strlen(root) + 1;
+    char *text = malloc(n);
+    snprintf(text, n, "%s%s%s", w, sx, root);
+    gm_grammar *g = NULL;
+    CHECK_OK(gm_grammar_from_gbnf(text, strlen(text), &g, &err), &err);
+    free(text);
+    free(w);
+    free(sx);
+    return g;
+}
+
+TEST(tool_call_two_tools) {
+    gm_grammar *g = tool_call_grammar();
+    if (!g) return;
+    /* the root writes call:name{ and }, each tool's grammar the arguments between */
+    CHECK(match_m(g, "<|tool_call>call:get_weather{city:<|\"|>Oslo<|\"|>,days:3}<tool_call|>", NULL) == 1);
+    CHECK(match_m(g, "<|tool_call>call:search{limit:50,query:<|\"|>gemma \"4\"<|\"|>,tags:[<|\"|>a<|\"|>]}<tool_call|>", NULL) == 1);
+    CHECK(match_m(g, "<|tool_call>call:search{query:<|\"|>x<|\"|>}<tool_call|>", NULL) == 1);
+    CHECK(match_m(g, "<|tool_call>call:search{city:<|\"|>Oslo<|\"|>}<tool_call|>", NULL) == -1); /* another tool's argument */
+    CHECK(match_m(g, "<|tool_call>call:get_weather{query:<|\"|>x<|\"|>}<tool_call|>", NULL) == -1);
+    CHECK(match_m(g, "<|tool_call>call:search{query:<|\"|>x<|\"|>,limit:51}<tool_call|>", NULL) == -1);
+    CHECK(match_m(g, "<|tool_call>call:search{{query:<|\"|>x<|\"|>}}<tool_call|>", NULL) == -1);
+    CHECK(match_m(g, "<|tool_call>call:search{query:<|\"|>x<|\"|>}", NULL) == 0); /* not closed yet */
+    CHECK(match_m(g, "<|tool_call>call:other{}<tool_call|>", NULL) == -1);
+    REJECT(g, "<|tool_call>call:search{query:<|\"|>x<|\"|>}<tool_call|>"); /* markers spelled out */
+    gm_grammar_free(g);
+}
+
+/* A tiny tokenizer with Gemma 4's tool markers: with markers = true the marker token is the
+ * delimiter and its ordinary-text spelling is not; <0xF3> cannot start a marker character; extra
+ * END ids end generation. Without markers the marker tokens are never allowed. */
+TEST(vocab_markers) {
+    static char chars[95][2];
+    const char *pieces[128];
+    uint32_t lens[128];
+    int32_t types[128];
+    const char *special[] = {"<pad>", "<eos>", "<bos>", "<unk>", "<|tool_call>", "<tool_call|>", "<|\"|>", "<|tool_response>", "<0xF3>"};
+    int n = 0;
+    for (int i = 0; i < 9; i++) pieces[n] = special[i], types[n++] = i == 3 ? 2 : i == 8 ? 6 : 3;
+    for (int c = 32; c < 127; c++) {
+        chars[c - 32][0] = (char)c;
+        pieces[n] = chars[c - 32], types[n++] = 1;
+    }
+    pieces[n] = "call:", types[n++] = 1;
+    for (int i = 0; i < n; i++) lens[i] = (uint32_t)strlen(pieces[i]);
+    gm_vocab_spec spec = {.n = n, .pieces = pieces, .piece_lens = lens, .types = types, .bos_id = 2, .eos_id = 1,
+                          .unk_id = 3, .pad_id = 0, .eot_id = -1};
+    gm_tokenizer *tok = NULL;
+    gm_error err = {0};
+    CHECK_OK(gm_tokenizer_build(&spec, "tool vocab", &tok, &err), &err);
+    if (!tok) return;
+    const int32_t TC = 4, TC_END = 5, QUOTE = 6, RESP = 7, F3 = 8, CALL = n - 1;
+#define CH(c) ((int32_t)(9 + (c) - 32))
+    gm_gvocab *plain = NULL, *mk = NULL, *bad = NULL;
+    int32_t ends[] = {RESP}, wrong[] = {n};
+    gm_gvocab_options opt = {.markers = true, .end_ids = ends, .n_end_ids = 1};
+    CHECK_OK(gm_gvocab_from_tokenizer(tok, &plain, &err), &err);
+    CHECK_OK(gm_gvocab_from_tokenizer_ex(tok, &opt, &mk, &err), &err);
+    opt.end_ids = wrong;
+    CHECK_EQ_INT(gm_gvocab_from_tokenizer_ex(tok, &opt, &bad, &err), GM_ERR_ARG);
+    CHECK(bad == NULL);
+    gm_grammar *g = gbnf("root ::= <|tool_call> \"call:f{a:\" <|\"|> [^\\U000F0000-\\U000F00FF]* <|\"|> \"}\" <tool_call|>");
+    gm_grammar_ctx *c = NULL, *cp = NULL;
+    gm_matcher *m = NULL, *mp = NULL;
+    CHECK_OK(gm_grammar_ctx_new(g, mk, &c, &err), &err);
+    CHECK_OK(gm_grammar_ctx_new(g, plain, &cp, &err), &err);
+    CHECK_OK(gm_matcher_new(c, &m, &err), &err);
+    CHECK_OK(gm_matcher_new(cp, &mp, &err), &err);
+    bool ok = true;
+    CHECK_OK(gm_matcher_check_token(mp, TC, &ok, &err), &err);
+    CHECK(!ok); /* without markers: never */
+    CHECK_OK(gm_matcher_check_token(m, CH('<'), &ok, &err), &err);
+    CHECK(!ok); /* the spelling is not the marker */
+    int32_t path[] = {TC, CALL, CH('f'), CH('{'), CH('a'), CH(':'), QUOTE, CH('<'), CH('|'), CH('"'), CH('|'), CH('>'), QUOTE, CH('}'), TC_END};
+    char where[32];
+    for (size_t k = 0; k < sizeof path / sizeof *path; k++) {
+        snprintf(where, sizeof where, "marker step %zu", k);
+        check_mask_exact(m, n, where);
+        if (k == 7) { /* inside the string: the byte token could only start a marker character */
+            CHECK_OK(gm_matcher_check_token(m, F3, &ok, &err), &err);
+            CHECK(!ok);
+            CHECK_OK(gm_matcher_check_token(m, QUOTE, &ok, &err), &err);
+            CHECK(ok);
+        }
+        CHECK_OK(gm_matcher_accept_token(m, path[k], &ok, &err), &err);
+        CHECK_MSG(ok, "step %zu: token %d refused", k, path[k]);
+    }
+    CHECK(gm_matcher_accepts_end(m));
+    CHECK_OK(gm_matcher_check_token(m, RESP, &ok, &err), &err);
+    CHECK(ok); /* an extra END id */
+    CHECK_OK(gm_matcher_check_token(m, 1, &ok, &err), &err);
+    CHECK(ok); /* <eos> stays END */
+    gm_matcher_free(m);
+    gm_matcher_free(mp);
+    gm_grammar_ctx_free(c);
+    gm_grammar_ctx_free(cp);
+    gm_grammar_free(g);
+    /* the plain vocabulary lets <0xF3> start a plane-15 character; the markers one does not */
+    g = gbnf("root ::= [^a]*");
+    CHECK_OK(gm_grammar_ctx_new(g, plain, &cp, &err), &err);
+    CHECK_OK(gm_grammar_ctx_new(g, mk, &c, &err), &err);
+    CHECK_OK(gm_matcher_new(cp, &mp, &err), &err);
+    CHECK_OK(gm_matcher_new(c, &m, &err), &err);
+    CHECK_OK(gm_matcher_check_token(mp, F3, &ok, &err), &err);
+    CHECK(ok);
+    CHECK_OK(gm_matcher_check_token(m, F3, &ok, &err), &err);
+    CHECK(!ok);
+    gm_matcher_free(m);
+    gm_matcher_free(mp);
+    gm_grammar_ctx_free(c);
+    gm_grammar_ctx_free(cp);
+    gm_grammar_free(g);
+    /* the two-tool grammar token by token: <|tool_call>call:search{query:<|"|>x<|"|>}<tool_call|> */
+    g = tool_call_grammar();
+    if (g) {
+        CHECK_OK(gm_grammar_ctx_new(g, mk, &c, &err), &err);
+        CHECK_OK(gm_matcher_new(c, &m, &err), &err);
+        CHECK_OK(gm_matcher_accept_token(m, TC, &ok, &err), &err);
+        CHECK(ok);
+        CHECK_OK(gm_matcher_accept_token(m, CALL, &ok, &err), &err);
+        for (const char *q = "search{query:"; *q && ok; q++) CHECK_OK(gm_matcher_accept_token(m, CH(*q), &ok, &err), &err);
+        check_mask_exact(m, n, "tool call string");
+        int32_t rest[] = {QUOTE, CH('x'), QUOTE, CH('}'), TC_END};
+        for (size_t k = 0; k < 5 && ok; k++) CHECK_OK(gm_matcher_accept_token(m, rest[k], &ok, &err), &err);
+        CHECK(ok && gm_matcher_accepts_end(m));
+        gm_matcher_free(m);
+        gm_grammar_ctx_free(c);
+        gm_grammar_free(g);
+    }
+#undef CH
+    gm_gvocab_free(plain);
+    gm_gvocab_free(mk);
+    gm_tokenizer_free(tok);
+}
+
 int main(void) {
     if (getenv("GM_GRAMMAR_ONLY_WALKS")) { /* tests/cli_grammar.sh: just the walks, for jsonschema */
         RUN(mask_real_vocab_walks);
@@ -633,6 +1058,14 @@ int main(void) {
     RUN(schema_refusals);
     RUN(schema_whitespace);
     RUN(mask_small_vocab);
+    RUN(gbnf_markers);
+    RUN(schema_dialect_gemma4);
+    RUN(schema_dialect_functiongemma);
+    RUN(schema_dialect_python);
+    RUN(schema_dialect_refusals);
+    RUN(schema_rule_prefix);
+    RUN(tool_call_two_tools);
+    RUN(vocab_markers);
     RUN(mask_real_vocab_walks);
     return test_summary();
 }
