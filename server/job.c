@@ -125,20 +125,33 @@ static void take_choice(const job *j, int i, job_reader *rd, stream_view *v) {
     const gen_session *g = &j->gen[i];
     reader_mark *m = &rd->ch[i];
     if (!m->opened) {
-        v->piece[v->n_pieces++] = (stream_piece){.choice = i, .open = true};
+        v->piece[v->n_pieces++] = (stream_piece){.choice = i, .open = true, .call = -1};
         m->opened = true;
     }
     if (g->visible > m->sent) {
         stream_piece *pc = &v->piece[v->n_pieces++];
-        *pc = (stream_piece){.choice = i, .has_text = true, .text_n = g->visible - m->sent};
+        *pc = (stream_piece){.choice = i, .has_text = true, .text_n = g->visible - m->sent, .call = -1};
         view_text(v, g->text + m->sent, g->visible - m->sent, &pc->text_off);
         const int k = gen_session_lp_shown(g, g->visible);
         if (j->rq.logprobs && k > m->lp_sent && view_lp(v, g, m->lp_sent, k, pc)) m->lp_sent = k;
         m->sent = g->visible;
     }
-    if (g->finish && !m->finished && m->sent == g->len) {
+    /* the calls read since, each once complete (a call is sent whole: it was checked before it is shown);
+     * a few per take, the rest the next time (the view has room for every choice's other pieces) */
+    const int calls = g->n_call_ids < gen_session_n_calls(g) ? g->n_call_ids : gen_session_n_calls(g);
+    while (m->calls_sent < calls && v->n_pieces < (int)(sizeof v->piece / sizeof *v->piece) - 3 * SRV_MAX_N) {
+        const char *name = NULL, *args = NULL;
+        gm_tool_parser_call(g->tp, (size_t)m->calls_sent, &name, &args);
+        const char *id = g->call_id[m->calls_sent];
         stream_piece *pc = &v->piece[v->n_pieces++];
-        *pc = (stream_piece){.choice = i, .finish = g->finish};
+        *pc = (stream_piece){.choice = i, .call = m->calls_sent++};
+        size_t off = 0;
+        if (view_text(v, id, strlen(id) + 1, &pc->call_off)) view_text(v, name, strlen(name) + 1, &off);
+        if (!v->oom) view_text(v, args, strlen(args) + 1, &off);
+    }
+    if (g->finish && !m->finished && m->sent == g->len && m->calls_sent == calls) {
+        stream_piece *pc = &v->piece[v->n_pieces++];
+        *pc = (stream_piece){.choice = i, .finish = g->finish, .call = -1, .n_calls = calls};
         const int k = gen_session_lp_shown(g, g->len);
         if (j->rq.logprobs && k > m->lp_sent && view_lp(v, g, m->lp_sent, k, pc)) m->lp_sent = k;
         m->finished = true;

@@ -152,8 +152,9 @@ static bool bytes_fit(parse *ps, const gm_tokenizer *tok, size_t bytes, int limi
     return false;
 }
 
-/* A message's fields: role and content are read; name is documented as ignored (Gemma's template has no
- * speaker names); anything else (tool_calls, tool_call_id, ...) would change the turn and is refused. */
+/* A message's fields: role and content; the tool fields (tool_calls, tool_call_id, reasoning_content); name
+ * (a tool result's function; a speaker's name is documented as ignored: Gemma's template has none); anything
+ * else would change the turn and is refused. */
 static bool message_fields(parse *ps, const cJSON *e, int idx) {
     if (!cJSON_IsObject(e)) {
         srv_error_set(ps->e, 400, "invalid_request_error", NULL, "messages[%d] must be an object", idx);
@@ -161,8 +162,11 @@ static bool message_fields(parse *ps, const cJSON *e, int idx) {
     }
     const cJSON *f;
     cJSON_ArrayForEach(f, e) {
-        if (!strcmp(f->string, "role") || !strcmp(f->string, "content") || !strcmp(f->string, "name") || cJSON_IsNull(f))
-            continue;
+        static const char *const known[] = {"role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content",
+                                            "reasoning"};
+        bool ok = cJSON_IsNull(f);
+        for (size_t k = 0; !ok && k < sizeof known / sizeof *known; k++) ok = !strcmp(f->string, known[k]);
+        if (ok) continue;
         srv_error_set(ps->e, 400, "invalid_request_error", "unsupported_field", "messages[%d].%.60s is not supported by this server",
                  idx, f->string);
         return false;
@@ -175,9 +179,9 @@ static const char *message_role(parse *ps, const cJSON *e, int i) {
     if (!cJSON_IsString(role)) return bad(ps, "every message needs a string '%s'", "role"), NULL;
     const char *r = role->valuestring;
     if (!strcmp(r, "developer")) r = "system"; /* OpenAI's newer name for the system role */
-    if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
+    if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool")) {
         srv_error_set(ps->e, 400, "invalid_request_error", NULL,
-                 "messages[%d].role '%.40s' is not supported (system, developer, user, assistant)", i, r);
+                 "messages[%d].role '%.40s' is not supported (system, developer, user, assistant, tool)", i, r);
         return NULL;
     }
     if (!strcmp(r, "system") && i > 0) {
@@ -196,7 +200,8 @@ static bool chat_prompt(parse *ps, const cJSON *root, const gm_tokenizer *tok, i
     if (n > 4096 || n > limit) return bad(ps, "'%s' has more entries than this server's context can hold", "messages");
     gm_chat_message *m = calloc((size_t)n, sizeof *m);
     char **owned = calloc((size_t)n, sizeof *owned);
-    bool ok = m && owned;
+    openai_msg *tools = calloc((size_t)n, sizeof *tools);
+    bool ok = m && owned && tools;
     if (!ok) srv_error_set(ps->e, 500, "server_error", NULL, "out of memory");
     int i = 0;
     size_t bytes = 0;
@@ -205,7 +210,7 @@ static bool chat_prompt(parse *ps, const cJSON *root, const gm_tokenizer *tok, i
         if (!ok || !(ok = message_fields(ps, e, i)) || !(ok = (m[i].role = message_role(ps, e, i)) != NULL)) break;
         ok = (m[i].content = owned[i] = message_text(ps, cJSON_GetObjectItemCaseSensitive(e, "content"), i)) != NULL;
         if (!ok && !ps->e->status) srv_error_set(ps->e, 500, "server_error", NULL, "out of memory");
-        if (!ok) break;
+        if (!ok || !(ok = openai_message_tools(e, i, m[i].role, &m[i], &tools[i], ps->e))) break;
         bytes += strlen(m[i].content);
         i++;
     }
@@ -213,14 +218,20 @@ static bool chat_prompt(parse *ps, const cJSON *root, const gm_tokenizer *tok, i
     if (ok) {
         gm_error err = {0};
         size_t nid = 0;
-        if (gm_chat_tokenize(tok, m, (size_t)n, true, &ps->rq->prompt, &nid, &err)) {
+        const gen_request *rq = ps->rq;
+        const bool offer = rq->tool_mode != TOOLS_NONE; /* tool_choice none: the tools are not offered */
+        const gm_chat_options co = {.add_generation_prompt = true, .tools = offer ? rq->tools : NULL,
+                                    .n_tools = offer ? (size_t)rq->n_tools : 0};
+        if (gm_chat_tokenize_ex(tok, m, (size_t)n, &co, &ps->rq->prompt, &nid, &err)) {
             srv_error_set(ps->e, err.code == GM_ERR_NOMEM ? 500 : 400, "invalid_request_error", NULL, "messages: %s", err.msg);
             ok = false;
         }
         ps->rq->n_prompt = (int)nid;
     }
     for (int k = 0; owned && k < n; k++) free(owned[k]);
+    for (int k = 0; tools && k < n; k++) openai_msg_free(&tools[k]);
     free(owned);
+    free(tools);
     free(m);
     return ok;
 }
@@ -505,7 +516,8 @@ static bool request_fields(parse *ps, const cJSON *root, call_kind kind) {
     cJSON_ArrayForEach(f, root) {
         const char *k = f->string;
         bool known = cJSON_IsNull(f) || neutral(f) || !strcmp(k, kind == CALL_CHAT ? "messages" : "prompt") ||
-                     (kind == CALL_CHAT && !strcmp(k, "top_logprobs"));
+                     (kind == CALL_CHAT && (!strcmp(k, "top_logprobs") || !strcmp(k, "tools") || !strcmp(k, "tool_choice") ||
+                                            !strcmp(k, "parallel_tool_calls")));
         for (size_t i = 0; !known && i < sizeof read_fields / sizeof *read_fields; i++) known = !strcmp(k, read_fields[i]);
         if (!known) {
             srv_error_set(ps->e, 400, "invalid_request_error", "unsupported_field",
@@ -524,6 +536,7 @@ static bool parse_body(parse *ps, call_kind kind, const char *body, size_t len, 
     bool ok = cJSON_IsObject(root) ? true : bad(ps, "the body must be a JSON %s", "object");
     ok = ok && request_fields(ps, root, kind) && sampling_fields(ps, root) && logit_bias_field(ps, root, tok) &&
          output_fields(ps, root, kind, o) && grammar_fields(ps, root);
+    ok = ok && (kind != CALL_CHAT || openai_tools_parse(root, tok, ps->rq, ps->e));
     ok = ok && (kind == CALL_CHAT ? chat_prompt(ps, root, tok, limit) : completion_prompt(ps, root, tok, limit));
     ok = ok && limits(ps, root, o, n_ctx);
     cJSON_Delete(root);
@@ -578,9 +591,9 @@ static cJSON *text_item(const char *s, size_t n) {
     return item;
 }
 
-/* OpenAI has two reasons: the text ended (end of turn, a stop string) or ran out of room. */
-static const char *finish_reason(gen_finish f) {
-    return f == GEN_END_OF_TURN || f == GEN_STOP_STRING ? "stop" : "length";
+/* The text ended (end of turn, a stop string), with tool calls, or ran out of room. */
+static const char *finish_reason(gen_finish f, int n_calls) {
+    return gen_finish_is_length(f) ? "length" : n_calls ? "tool_calls" : "stop";
 }
 
 static cJSON *usage_json(int n_prompt, int gen, int cached) {
@@ -668,14 +681,19 @@ static cJSON *choice_json(const openai_call *q, const job *j, int i, const gm_to
     if (q->kind == CALL_CHAT) {
         cJSON *msg = cJSON_AddObjectToObject(ch, "message");
         cJSON_AddStringToObject(msg, "role", "assistant");
-        cJSON_AddItemToObject(msg, "content", text_item(g->text ? g->text : "", g->len));
+        if (!g->len && gen_session_n_calls(g)) cJSON_AddNullToObject(msg, "content");
+        else cJSON_AddItemToObject(msg, "content", text_item(g->text ? g->text : "", g->len));
         cJSON_AddNullToObject(msg, "refusal");
+        openai_add_tool_calls(msg, g);
+        size_t rl = 0;
+        const char *r = g->tp ? gm_tool_parser_reasoning(g->tp, &rl) : "";
+        if (rl) cJSON_AddItemToObject(msg, "reasoning_content", text_item(r, rl));
     } else {
         cJSON_AddItemToObject(ch, "text", text_item(g->text ? g->text : "", g->len));
     }
     if (j->rq.logprobs) cJSON_AddItemToObject(ch, "logprobs", logprobs_json(q->kind, g->lp, gen_session_lp_shown(g, g->len), 0, tok));
     else cJSON_AddNullToObject(ch, "logprobs");
-    cJSON_AddStringToObject(ch, "finish_reason", finish_reason(g->finish));
+    cJSON_AddStringToObject(ch, "finish_reason", finish_reason(g->finish, gen_session_n_calls(g)));
     return ch;
 }
 
@@ -715,6 +733,20 @@ static bool put_event(srv_buf *out, cJSON *o) {
 static void put_piece(const openai_call *q, const stream_view *v, const stream_piece *pc, const gm_tokenizer *tok,
                       srv_buf *out) {
     if (pc->open && q->kind != CALL_CHAT) return; /* completions announce nothing */
+    if (pc->call >= 0) { /* a tool call: its announcement (id, name), then its arguments */
+        const char *id = v->text + pc->call_off, *name = id + strlen(id) + 1, *args = name + strlen(name) + 1;
+        for (int part = 0; part < 2; part++) {
+            cJSON *o = envelope(q, true), *choices = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
+            cJSON_AddNumberToObject(ch, "index", pc->choice);
+            openai_add_call_delta(cJSON_AddObjectToObject(ch, "delta"), pc->call, part ? NULL : id, name, args);
+            cJSON_AddNullToObject(ch, "logprobs");
+            cJSON_AddNullToObject(ch, "finish_reason");
+            cJSON_AddItemToArray(choices, ch);
+            if (q->include_usage) cJSON_AddNullToObject(o, "usage");
+            put_event(out, o);
+        }
+        return;
+    }
     cJSON *o = envelope(q, true), *choices = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
     const char *text = pc->has_text && v->text ? v->text + pc->text_off : NULL;
     const size_t n = text ? pc->text_n : 0;
@@ -729,7 +761,7 @@ static void put_piece(const openai_call *q, const stream_view *v, const stream_p
     if (pc->lp_n > 0 && v->lp)
         cJSON_AddItemToObject(ch, "logprobs", logprobs_json(q->kind, v->lp + pc->lp_off, pc->lp_n, pc->lp_first_offset, tok));
     else cJSON_AddNullToObject(ch, "logprobs");
-    if (pc->finish) cJSON_AddStringToObject(ch, "finish_reason", finish_reason(pc->finish));
+    if (pc->finish) cJSON_AddStringToObject(ch, "finish_reason", finish_reason(pc->finish, pc->n_calls));
     else cJSON_AddNullToObject(ch, "finish_reason");
     cJSON_AddItemToArray(choices, ch);
     if (q->include_usage) cJSON_AddNullToObject(o, "usage");

@@ -23,6 +23,7 @@ enum { GRAMMAR_CACHE = 8 };
 typedef struct grammar_slot {
     gm_grammar *g;       /* owned (taken from the first request that brought it) */
     gm_grammar_ctx *c;
+    bool markers;        /* matched with the markers vocabulary (a tool-call grammar) */
     int users;           /* active jobs matching under it: not evictable while > 0 */
     uint64_t last_used;
 } grammar_slot;
@@ -50,6 +51,7 @@ struct srv_sched {
     job **seq_job;         /* whose sequence each of seqs is */
     float *logits_copy;
     gm_gvocab *gv;         /* the vocabulary as grammars see it, built on the first constrained request */
+    gm_gvocab *gv_markers; /* ... with the chat-format markers as text and a calling turn's end as END (tool calls) */
     grammar_slot gcache[GRAMMAR_CACHE]; /* warm grammar contexts by source text */
     uint64_t gclock;
     /* speculative decoding (--lookup / --draft-model) */
@@ -148,27 +150,29 @@ static void free_choices(srv_sched *s, job *j) {
 
 /* The cached context of the request's grammar, or a new one in an empty slot or the least recently used one
  * no active job holds. */
-static grammar_slot *grammar_slot_for(srv_sched *s, const char *src) {
+static grammar_slot *grammar_slot_for(srv_sched *s, const char *src, bool markers) {
     grammar_slot *empty = NULL, *lru = NULL;
     for (int k = 0; k < GRAMMAR_CACHE; k++) {
         grammar_slot *g = &s->gcache[k];
-        if (g->g && !strcmp(gm_grammar_source(g->g), src)) return g;
+        if (g->g && g->markers == markers && !strcmp(gm_grammar_source(g->g), src)) return g;
         if (!g->g) empty = empty ? empty : g;
         else if (!g->users && (!lru || g->last_used < lru->last_used)) lru = g;
     }
     return empty ? empty : lru;
 }
 
-static gm_status grammar_context(srv_sched *s, job *j, gm_error *err) {
+static gm_status grammar_context(srv_sched *s, job *j, const gm_gvocab *gv, gm_error *err) {
     const char *src = gm_grammar_source(j->rq.grammar);
-    grammar_slot *g = grammar_slot_for(s, src);
-    if (!g) return gm_grammar_ctx_new(j->rq.grammar, s->gv, &j->gctx, err); /* all slots busy: a private one */
-    if (!g->g || strcmp(gm_grammar_source(g->g), src)) { /* a miss: evict what was there, adopt this grammar */
+    const bool markers = j->rq.grammar_markers;
+    grammar_slot *g = grammar_slot_for(s, src, markers);
+    if (!g) return gm_grammar_ctx_new(j->rq.grammar, gv, &j->gctx, err); /* all slots busy: a private one */
+    if (!g->g || g->markers != markers || strcmp(gm_grammar_source(g->g), src)) { /* a miss: evict, adopt this one */
         gm_grammar_ctx_free(g->c);
         gm_grammar_free(g->g);
         *g = (grammar_slot){0};
-        gm_status st = gm_grammar_ctx_new(j->rq.grammar, s->gv, &g->c, err);
+        gm_status st = gm_grammar_ctx_new(j->rq.grammar, gv, &g->c, err);
         if (st) return st;
+        g->markers = markers;
         g->g = j->rq.grammar;
         j->rq.grammar = NULL; /* the slot owns it now */
     }
@@ -181,10 +185,26 @@ static gm_status grammar_context(srv_sched *s, job *j, gm_error *err) {
 
 /* The request's grammar on every choice: one context (its lazily learnt states and masks shared), one
  * matcher per choice, attached to the choice's sequence so each sampled token is one the grammar allows. */
+/* The vocabulary of tool-call grammars: markers as text, a calling turn's end token (Gemma 4's
+ * <|tool_response>, FunctionGemma's <start_function_response>) as END. */
+static gm_status markers_vocab(srv_sched *s, gm_error *err) {
+    static const char *const ends[] = {"<|tool_response>", "<start_function_response>"};
+    int32_t ids[2];
+    size_t n = 0;
+    for (int k = 0; k < 2; k++) {
+        const int32_t id = gm_token_id(s->tok, ends[k], strlen(ends[k]));
+        if (id >= 0) ids[n++] = id;
+    }
+    const gm_gvocab_options o = {.markers = true, .end_ids = ids, .n_end_ids = n};
+    return gm_gvocab_from_tokenizer_ex(s->tok, &o, &s->gv_markers, err);
+}
+
 static gm_status start_grammar(srv_sched *s, job *j, gm_error *err) {
     if (!j->rq.grammar) return GM_OK;
-    gm_status st = s->gv ? GM_OK : gm_gvocab_from_tokenizer(s->tok, &s->gv, err);
-    if (!st) st = grammar_context(s, j, err);
+    const bool markers = j->rq.grammar_markers;
+    gm_status st = markers ? (s->gv_markers ? GM_OK : markers_vocab(s, err))
+                           : (s->gv ? GM_OK : gm_gvocab_from_tokenizer(s->tok, &s->gv, err));
+    if (!st) st = grammar_context(s, j, markers ? s->gv_markers : s->gv, err);
     for (int i = 0; i < j->rq.n && !st; i++)
         if (!(st = gm_matcher_new(j->gctx, &j->gm[i], err))) st = gm_seq_set_grammar(j->seq[i], j->gm[i], err);
     return st;
@@ -677,6 +697,7 @@ void sched_free(srv_sched *s) {
         gm_grammar_free(s->gcache[k].g);
     }
     gm_gvocab_free(s->gv);
+    gm_gvocab_free(s->gv_markers);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);

@@ -121,6 +121,7 @@ int job_generated(const job *j); /* tokens taken by all its choices */
 typedef struct reader_mark {
     size_t sent;            /* bytes of text taken */
     int lp_sent;            /* log-probability entries taken */
+    int calls_sent;         /* tool calls taken */
     bool opened, finished;
 } reader_mark;
 typedef struct job_reader {
@@ -135,9 +136,13 @@ typedef struct stream_piece {
     int lp_off, lp_n;       /* log-probabilities: view.lp[lp_off, +lp_n) */
     size_t lp_first_offset; /* text offset of the first of them */
     gen_finish finish;      /* the finishing piece: why the choice ended */
+    int n_calls;            /* the finishing piece: the tool calls the choice made */
+    int call;               /* a tool call piece: its index in the choice (-1: none), with its id, name and
+                             * arguments at view.text[call_off]: three NUL-terminated strings */
+    size_t call_off;
 } stream_piece;
 typedef struct stream_view {
-    stream_piece piece[SRV_MAX_N * 3];
+    stream_piece piece[SRV_MAX_N * 8];
     int n_pieces;
     char *text;
     size_t text_len;
@@ -236,6 +241,26 @@ bool srv_token_id(const struct cJSON *e, int V, int32_t *out);
 char *srv_clean_utf8(const char *s, size_t n);
 /* {"error": {...}}; malloc'd. */
 char *openai_error_json(const char *type, const char *code, const char *msg);
+
+/* ---------------------------------------------------------------- OpenAI tools (openai_tools.c) */
+
+/* tools / tool_choice / parallel_tool_calls into rq (its grammar for required / named calls); a 400 in e. */
+bool openai_tools_parse(const struct cJSON *root, const gm_tokenizer *tok, gen_request *rq, srv_error *e);
+/* What a history message's tool fields own. */
+typedef struct openai_msg {
+    gm_tool_call *calls;
+    size_t n_calls;
+    char *tool_call_id, *name, *reasoning;
+} openai_msg;
+/* A message's tool_calls / tool_call_id / name / reasoning_content into m (strings owned by own). */
+bool openai_message_tools(const struct cJSON *msg, int idx, const char *role, gm_chat_message *m, openai_msg *own,
+                          srv_error *e);
+void openai_msg_free(openai_msg *m);
+/* message.tool_calls of a choice (nothing when it made no call). */
+void openai_add_tool_calls(struct cJSON *msg, const gen_session *g);
+/* A stream delta's tool_calls: with an id, the call's announcement (id, type, name, empty arguments);
+ * without, its arguments. */
+void openai_add_call_delta(struct cJSON *delta, int index, const char *id, const char *name, const char *args);
 
 /* ---------------------------------------------------------------- embeddings (embeddings.c) */
 

@@ -3,8 +3,10 @@
  * limits, log-probabilities. Protocol-neutral: the endpoint decides how the result is written. */
 #include <math.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "core/random.h"
 #include "server/session.h"
 
 void gen_request_init(gen_request *rq) {
@@ -19,6 +21,14 @@ void gen_request_clear(gen_request *rq) {
     free(rq->bias);
     gm_grammar_free(rq->grammar);
     rq->grammar = NULL;
+    for (int i = 0; i < rq->n_tools; i++) {
+        free((char *)rq->tools[i].name);
+        free((char *)rq->tools[i].description);
+        free((char *)rq->tools[i].parameters);
+    }
+    free(rq->tools);
+    rq->tools = NULL;
+    rq->n_tools = 0;
     rq->prompt = NULL;
     rq->bias = NULL;
     rq->smp.logit_bias = NULL;
@@ -32,8 +42,12 @@ gm_status gen_session_start(gen_session *g, const gen_request *rq, const gm_toke
     g->tok = tok;
     g->n_vocab = n_vocab;
     g->n_ctx = n_ctx;
-    return gm_detok_stream_new(tok, false, &g->ds, err);
+    gm_status st = gm_detok_stream_new(tok, false, &g->ds, err);
+    if (!st && rq->tool_mode != TOOLS_NONE) st = gm_tool_parser_new(tok, rq->tools, (size_t)rq->n_tools, &g->tp, err);
+    return st;
 }
+
+int gen_session_n_calls(const gen_session *g) { return g->tp ? (int)gm_tool_parser_n_calls(g->tp) : 0; }
 
 void gen_session_close(gen_session *g) {
     gm_detok_stream_free(g->ds);
@@ -42,6 +56,10 @@ void gen_session_close(gen_session *g) {
 
 void gen_session_free(gen_session *g) {
     gen_session_close(g);
+    gm_tool_parser_free(g->tp);
+    free(g->call_id);
+    g->tp = NULL;
+    g->call_id = NULL;
     free(g->text);
     free(g->lp);
     g->text = NULL;
@@ -67,11 +85,27 @@ static void append_text(gen_session *g, const char *t, size_t n) {
     g->text[g->len] = 0;
 }
 
+/* Ids for the calls read since the last look: OpenAI's call_ prefix and 16 random hex digits. */
+static void name_calls(gen_session *g) {
+    const int n = gen_session_n_calls(g);
+    if (n <= g->n_call_ids) return;
+    char (*p)[40] = realloc(g->call_id, (size_t)n * sizeof *p);
+    if (!p) return;
+    g->call_id = p;
+    for (; g->n_call_ids < n; g->n_call_ids++) {
+        uint64_t r;
+        gm_random_words(&r, 1);
+        snprintf(g->call_id[g->n_call_ids], sizeof *g->call_id, "call_%016llx", (unsigned long long)r);
+    }
+}
+
 static void append_flushed(gen_session *g) {
     const char *t;
     size_t n;
-    gm_detok_stream_flush(g->ds, &t, &n);
+    if (g->tp) gm_tool_parser_finish(g->tp, &t, &n);
+    else gm_detok_stream_flush(g->ds, &t, &n);
     append_text(g, t, n);
+    name_calls(g);
 }
 
 /* After new text from byte old_len on: cut at the earliest stop string (it and what follows are never
@@ -162,6 +196,16 @@ void gen_session_take(gen_session *g, int32_t token, const float *logits, int le
     if (gm_token_is_eog(g->tok, token) && !rq->ignore_eos) {
         append_flushed(g);
         g->finish = GEN_END_OF_TURN;
+    } else if (g->tp) { /* content, thoughts and calls apart; a calling turn's end token ends the choice */
+        const char *t = NULL;
+        size_t n = 0;
+        const bool stop = gm_tool_parser_push(g->tp, token, &t, &n);
+        append_text(g, t, n);
+        name_calls(g);
+        if (stop && !rq->ignore_eos) {
+            append_flushed(g);
+            g->finish = GEN_END_OF_TURN;
+        }
     } else {
         const char *t = NULL;
         size_t n = 0;

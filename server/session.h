@@ -15,6 +15,9 @@
 
 enum { SRV_MAX_N = 8, SRV_MAX_STOP = 16, SRV_MAX_STOP_LEN = 256, SRV_MAX_TOP_LOGPROBS = 20, SRV_MAX_EMBED_INPUTS = 2048 };
 
+/* What a request's tools may do: not offered, offered, or a call required (any, or the named one). */
+typedef enum { TOOLS_NONE = 0, TOOLS_AUTO, TOOLS_REQUIRED, TOOLS_NAMED } tool_mode;
+
 /* A request, fixed before it is submitted. */
 typedef struct gen_request {
     int32_t *prompt;        /* malloc'd */
@@ -22,7 +25,12 @@ typedef struct gen_request {
     int n;                  /* choices, generated from one computed prompt */
     gm_sampling smp;        /* choice i samples with seed + i; smp.logit_bias points at bias */
     gm_logit_bias *bias;    /* malloc'd: logit_bias */
-    gm_grammar *grammar;    /* owned: response_format / json_schema / grammar (NULL: unconstrained) */
+    gm_grammar *grammar;    /* owned: response_format / json_schema / grammar / a tool-call grammar (NULL: unconstrained) */
+    bool grammar_markers;   /* the grammar writes chat-format markers (a tool-call grammar): matched with them as text */
+    gm_tool *tools;         /* malloc'd with their strings: the declared tools */
+    int n_tools;
+    tool_mode tool_mode;    /* NONE: replies are not read for calls (n_tools may still be > 0) */
+    bool parallel_tool_calls;
     int max_tokens;         /* 0: up to the context */
     char *stop[SRV_MAX_STOP]; /* malloc'd, non-empty */
     int n_stop;
@@ -72,7 +80,13 @@ typedef struct gen_session {
     gen_finish finish;
     gen_logprob *lp;        /* one entry per token taken, when the request wants them */
     int n_lp, cap_lp;
+    gm_tool_parser *tp;     /* the request declares tools: replies are read for calls (text holds the rest) */
+    char (*call_id)[40];    /* an id for each call read ("call_" + 16 hex digits) */
+    int n_call_ids;
 } gen_session;
+
+/* The tool calls read from the choice so far (0 without tools). */
+int gen_session_n_calls(const gen_session *g);
 
 /* Ready to take the tokens of a choice of rq (which must outlive it). */
 gm_status gen_session_start(gen_session *g, const gen_request *rq, const gm_tokenizer *tok, int n_vocab, int n_ctx,
