@@ -190,7 +190,8 @@ static gm_status generate_loop(gm_generator *g, step_fn step, int n, const gm_sa
 }
 
 /* Speculative generation: each step appends up to k + 1 tokens; they are handed out one by one, and
- * those after a stop (stop token, callback, n) are rolled back so the history is what was emitted. */
+ * those after a stop (stop token, callback, n) are rolled back so the history is what was emitted (and
+ * the grammar's matcher, which took them, with it). */
 static gm_status spec_loop(gm_generator *g, int n, const gm_sampling *s, int32_t *out, gm_token_fn cb, void *user,
                            int *n_out, gm_error *err) {
     for (int done = 0; done < n;) {
@@ -205,6 +206,8 @@ static gm_status spec_loop(gm_generator *g, int n, const gm_sampling *s, int32_t
             const bool stop = (cb && !cb(t[i], user)) || (!g->opt.ignore_stop && gm_generator_is_stop(g, t[i]));
             if (stop || done == n) {
                 gm_seq_truncate(g->s, g->s->n_tok - (k - 1 - i), NULL);
+                /* the grammar took the step's tokens: it forgets those rolled back with them */
+                if (g->s->grammar && k - 1 - i > 0) return gm_matcher_rollback(g->s->grammar, (size_t)(k - 1 - i), err);
                 return GM_OK;
             }
         }

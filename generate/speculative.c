@@ -6,7 +6,13 @@
  * + a accepted proposals + the target's token, and the cache holds every position but that last
  * token (the generator's invariant), so the next step's pass starts with it. Logits row i of a
  * step is the target's distribution for history position base + i: row 0 is the sequence's own
- * logits when its last token was already computed (have_base), else the pass's first row. */
+ * logits when its last token was already computed (have_base), else the pass's first row.
+ *
+ * Under a grammar (the target sequence's matcher, gm_seq_set_grammar) each position's token is chosen
+ * from the target's row with the grammar's mask, by gm_pick_token, the function gm_seq_sample uses, so
+ * greedy output is the one without speculation; the matcher advances over the kept tokens only.
+ * Proposals are screened first: lookup's are cut at the first token the grammar refuses (no verify row
+ * is spent past it), a draft model drafts under the grammar (its q is then the masked distribution). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +57,7 @@ struct gm_spec {
     bool have_base;
     int32_t out[GM_SPEC_MAX_K + 1];
     int n_out;
+    int g_steps;           /* grammar steps taken this step and not kept yet: undone if the step fails */
     gm_spec_stats st;
 };
 
@@ -91,6 +98,35 @@ gm_status gm_spec_check_vocab(const gm_model *target, const gm_model *draft, gm_
     return GM_OK;
 }
 
+/* ---------------------------------------------------------------- the grammar */
+
+/* An END token was taken: nothing can follow, so neither a draft nor the step goes past it. */
+static bool ended(gm_matcher *m) { return gm_matcher_is_finished(m) && !gm_matcher_accepts_end(m); }
+
+/* Undoes the grammar steps this step took and did not keep (drafting, or a step that failed). */
+static gm_status rewind_grammar(gm_spec *sp, gm_error *err) {
+    const int n = sp->g_steps;
+    sp->g_steps = 0;
+    return n ? gm_matcher_rollback(sp->s->grammar, (size_t)n, err) : GM_OK;
+}
+
+/* Lookup under a grammar: the proposal stops before its first token the grammar refuses. The target could
+ * never pick that token, so rows past it would be verified in vain. Exact in both modes: lookup's q is a
+ * point mass on a token whose p is 0, so the rejection scheme would draw from max(0, p - q) = p, which is
+ * what the step's own token is drawn from where the proposal ends. The matcher is left as it was. */
+static gm_status screen_lookup(gm_spec *sp, gm_error *err) {
+    gm_matcher *m = sp->s->grammar;
+    if (!m || !sp->n_draft) return GM_OK;
+    int j = 0;
+    gm_status st = GM_OK;
+    for (bool ok = true; j < sp->n_draft && ok && !st; j += ok)
+        st = gm_matcher_accept_token(m, sp->draft[j], &ok, err);
+    const gm_status rb = j ? gm_matcher_rollback(m, (size_t)j, err) : GM_OK;
+    sp->st.refused += sp->n_draft - j;
+    sp->n_draft = j;
+    return st ? st : rb;
+}
+
 /* Draws a token from the weights max(0, p(x) - q(x)) over the candidates c[0..n) (.logit = p), where q
  * is the row qrow or, without one, a point mass at `point` (-1: none, a plain draw from p). A residual
  * that rounding left empty falls back to p. */
@@ -124,7 +160,7 @@ static int32_t draw(gm_sampler *sm, const gm_cand *c, int n, const float *qrow, 
 static gm_status draft_begin(gm_spec *sp, const gm_sampling *o, int k, gm_error *err) {
     gm_seq *q = sp->s, *d = sp->ds;
     if (k > d->e->n_ctx - q->n_tok) k = d->e->n_ctx - q->n_tok;
-    if (k <= 0) return GM_OK;
+    if (k <= 0 || (q->grammar && ended(q->grammar))) return GM_OK;
     int common = 0;
     while (common < q->n_tok && common < d->n_tok && q->tok[common] == d->tok[common]) common++;
     gm_status st = gm_seq_truncate(d, common, err);
@@ -137,27 +173,40 @@ static gm_status draft_begin(gm_spec *sp, const gm_sampling *o, int k, gm_error 
 }
 
 /* The next draft token from the draft sequence's logits: greedy, or drawn from q (kept) with the draft's
- * own RNG. */
+ * own RNG. Under a grammar the draft is constrained as the target will be (the target's matcher advances
+ * over the drafts and is rewound before the verify pass): a refused draft would only end the proposal,
+ * and q is the masked distribution actually drawn from, so the rejection test stays exact. */
 static gm_status draft_pick(gm_spec *sp, const gm_sampling *o, gm_error *err) {
     gm_seq *d = sp->ds;
+    gm_matcher *m = sp->s->grammar;
     gm_sampling dopt = *o;
     dopt.seed ^= DRAFT_SEED_MIX;
     gm_sampler *sm = gm_seq_sampler(d, &dopt);
     int32_t t;
     gm_status st;
     if (!sp->q_dense) {
-        st = gm_sampler_sample(sm, &dopt, d->logits, d->tok, d->n_tok, &t, err);
+        st = gm_pick_token(sm, m, sp->s->mask, &dopt, d->logits, d->tok, d->n_tok, &t, err);
     } else {
         int nc;
-        if ((st = gm_sampler_dist(sm, &dopt, d->logits, d->tok, d->n_tok, &nc, err))) return st;
+        st = m ? gm_grammar_mask(m, sp->s->mask, sp->V, err) : GM_OK;
+        sm->mask = m ? sp->s->mask : NULL;
+        if (!st) st = gm_sampler_dist(sm, &dopt, d->logits, d->tok, d->n_tok, &nc, err);
+        sm->mask = NULL;
+        if (st) return st;
         float *qrow = sp->q + (size_t)sp->n_draft * sp->V;
         memset(qrow, 0, (size_t)sp->V * sizeof *qrow);
         for (int i = 0; i < nc; i++) qrow[sm->cand[i].id] = sm->cand[i].logit;
         t = draw(sm, sm->cand, nc, NULL, -1);
+        bool ok = true;
+        if (m && !(st = gm_matcher_accept_token(m, t, &ok, err)) && !ok)
+            st = gm_fail(err, GM_ERR_STATE, "the grammar refused draft token %d its mask allowed", (int)t);
     }
-    if (!st) st = gm_seq_append(d, &t, 1, err);
-    if (!st) sp->draft[sp->n_draft++] = t;
-    return st;
+    if (st) return st;
+    sp->g_steps += m != NULL;
+    if ((st = gm_seq_append(d, &t, 1, err))) return st;
+    sp->draft[sp->n_draft++] = t;
+    if (m && ended(m)) sp->k_want = sp->n_draft; /* an END drafted: nothing can follow it */
+    return GM_OK;
 }
 
 /* Draft-model proposals of every sequence, one token per round: the draft sequences that share a draft
@@ -205,7 +254,7 @@ static gm_status propose(gm_spec *sp, const gm_sampling *o, int max_new, gm_erro
     if (sp->o.kind == GM_SPEC_LOOKUP) {
         sp->n_draft = gm_lookup_propose(q->tok, q->n_tok, sp->o.ngram_min, sp->o.ngram_max, k, sp->draft);
         if (!open && sp->n_draft) sp->shadow = sp->draft[0], sp->n_draft = 0;
-        return GM_OK;
+        return screen_lookup(sp, err);
     }
     if (!open && !probe) return GM_OK;
     sp->shut_steps = 0;
@@ -356,33 +405,54 @@ static gm_status verify(gm_spec *const *sps, int n, gm_error *err) {
     return st;
 }
 
+/* The grammar takes token id (one it allowed: p(id) > 0 under its mask). */
+static gm_status grammar_take(gm_spec *sp, int32_t id, gm_error *err) {
+    gm_matcher *m = sp->s->grammar;
+    bool ok = true;
+    gm_status st = m ? gm_matcher_accept_token(m, id, &ok, err) : GM_OK;
+    if (!st && !ok) st = gm_fail(err, GM_ERR_STATE, "the grammar refused token %d its mask allowed", (int)id);
+    sp->g_steps += m && !st;
+    return st;
+}
+
 /* Walks the proposals against the target's rows; *t gets the target's own token, returns the
- * number accepted (or -1 with *st set). */
+ * number accepted (or -1 with *st set). Under a grammar the matcher follows: it has taken the returned
+ * tokens (the accepted proposals and *t) on return; an accepted END ends the walk as the step's token. */
 static int judge(gm_spec *sp, const gm_sampling *o, int32_t *t, gm_status *st, gm_error *err) {
     gm_seq *q = sp->s;
+    gm_matcher *m = q->grammar;
     gm_sampler *sm = gm_seq_sampler(q, o);
     for (int i = 0;; i++) {
         const float *L = sp->logits + (size_t)i * sp->V;
         const int nh = sp->base + i; /* the history before position base + i: accepted proposals included */
-        if (o->temperature == 0.0f) { /* greedy: the token decoding without speculation would pick */
-            if ((*st = gm_sampler_sample(sm, o, L, q->tok, nh, t, err))) return -1;
-            if (i < sp->n_draft && *t == sp->draft[i]) continue;
+        if (o->temperature == 0.0f || i == sp->n_draft) {
+            /* greedy: the token decoding without speculation would pick; past the proposals: an ordinary
+             * draw (one pass over the vocabulary). Both as gm_seq_sample makes them, grammar included. */
+            if ((*st = gm_pick_token(sm, m, q->mask, o, L, q->tok, nh, t, err))) return -1;
+            sp->g_steps += m != NULL;
+            if (i < sp->n_draft && *t == sp->draft[i] && !(m && ended(m))) continue;
             return i;
         }
-        if (i == sp->n_draft) { /* past the proposals: an ordinary draw (one pass over the vocabulary) */
-            *st = gm_sampler_sample(sm, o, L, q->tok, nh, t, err);
-            return *st ? -1 : i;
-        }
         int nc;
-        if ((*st = gm_sampler_dist(sm, o, L, q->tok, nh, &nc, err))) return -1;
+        *st = m ? gm_grammar_mask(m, q->mask, sp->V, err) : GM_OK; /* p is the distribution given the grammar */
+        sm->mask = m ? q->mask : NULL;
+        if (!*st) *st = gm_sampler_dist(sm, o, L, q->tok, nh, &nc, err);
+        sm->mask = NULL;
+        if (*st) return -1;
         const int32_t d = sp->draft[i];
         const float *qrow = sp->q_dense ? sp->q + (size_t)i * sp->V : NULL;
         double pd = 0.0;
         for (int c = 0; c < nc; c++)
             if (sm->cand[c].id == d) pd = sm->cand[c].logit;
         const double qd = qrow ? (double)qrow[d] : 1.0;
-        if (gm_sampler_uniform(sm) * qd < pd) continue; /* accepted with probability min(1, p/q) */
+        if (gm_sampler_uniform(sm) * qd < pd) { /* accepted with probability min(1, p/q) */
+            if ((*st = grammar_take(sp, d, err))) return -1;
+            if (!m || !ended(m)) continue;
+            *t = d;
+            return i;
+        }
         *t = draw(sm, sm->cand, nc, qrow, qrow ? -1 : d);
+        if ((*st = grammar_take(sp, *t, err))) return -1;
         return i;
     }
 }
@@ -393,6 +463,7 @@ static gm_status accept(gm_spec *sp, const gm_sampling *o, gm_error *err) {
     const int a = judge(sp, o, &t, &st, err);
     if (a < 0) return st;
     if ((st = gm_seq_truncate(sp->s, sp->base + a, err)) || (st = gm_seq_append(sp->s, &t, 1, err))) return st;
+    sp->g_steps = 0; /* the matcher has taken exactly the step's tokens: kept */
     memcpy(sp->out, sp->draft, (size_t)a * sizeof *sp->out);
     sp->out[a] = t;
     sp->n_out = a + 1;
@@ -419,11 +490,15 @@ gm_status gm_spec_step_many(gm_spec *const *sps, int n, const gm_sampling *s, co
     if ((st = prepare(sps, n, err))) return st;
     for (int i = 0; i < n && !st; i++) st = propose(sps[i], &s[i], max_new ? max_new[i] : 0, err);
     if (!st) st = draft_rounds(sps, n, s, err);
+    for (int i = 0; i < n && !st; i++) st = rewind_grammar(sps[i], err); /* drafting's steps: judge retakes them */
     if (!st) st = verify(sps, n, err);
     for (int i = 0; i < n && !st; i++) st = accept(sps[i], &s[i], err);
-    if (st) /* no half step: proposals a failed pass appended go */
-        for (int i = 0; i < n; i++)
-            if (sps[i]->s->n_tok > sps[i]->base && sps[i]->n_out == 0) gm_seq_truncate(sps[i]->s, sps[i]->base, NULL);
+    if (st) /* no half step: proposals a failed pass appended go, and so do the grammar steps not kept */
+        for (int i = 0; i < n; i++) {
+            if (sps[i]->n_out) continue;
+            if (sps[i]->s->n_tok > sps[i]->base) gm_seq_truncate(sps[i]->s, sps[i]->base, NULL);
+            rewind_grammar(sps[i], NULL);
+        }
     return st;
 }
 

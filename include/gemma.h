@@ -571,6 +571,13 @@ gm_status gm_seq_sample(gm_seq *s, const gm_sampling *opt, int32_t *tok, gm_erro
  * turns to copying, a draft model probes with one token every 8 steps. With nothing proposed the
  * step is a plain decode. fixed_k turns adaptation and the gate off.
  *
+ * Grammars. Under a grammar (gm_seq_set_grammar on the target sequence) each position's token is chosen
+ * from the target's logits with the grammar's mask, as gm_seq_sample chooses it, so greedy output is
+ * byte-identical with and without speculation, and sampling keeps the target's distribution given the
+ * grammar. Lookup proposals are cut before their first token the grammar refuses; a draft model drafts
+ * under the grammar. The matcher advances over the tokens a step appends and nothing else; a caller that
+ * truncates them rolls it back (gm_matcher_rollback), as the generator does after a stop.
+ *
  * Batching. A gm_spec holds one sequence's proposer state. gm_spec_step_many runs one step for
  * several sequences of one engine with all their verify rows in a single gm_engine_forward call
  * (and the drafts of sequences sharing a draft engine in shared calls of that engine). */
@@ -602,6 +609,8 @@ typedef struct gm_spec_stats {
     int64_t accepted;    /* proposed tokens accepted */
     int64_t tokens;      /* tokens appended (accepted + one of the target's per step) */
     int64_t draft_evals; /* draft-model forward calls */
+    int64_t refused;     /* lookup tokens cut before verification because the grammar refused them (in
+                            neither drafted nor accepted) */
 } gm_spec_stats;
 
 /* Speculation over the target sequence s (which must outlive it). Bad options (k_max outside

@@ -290,11 +290,33 @@ gm_status gm_seq_set_grammar(gm_seq *s, gm_matcher *m, gm_error *err) {
     return GM_OK;
 }
 
-/* The grammar's mask for the next token (tokens past the grammar's vocabulary: never). */
-static gm_status grammar_mask(gm_seq *s, gm_error *err) {
-    const int V = s->e->c->n_vocab, words = (V + 31) / 32;
-    memset(s->mask, 0, (size_t)words * sizeof *s->mask);
-    return gm_matcher_fill_mask(s->grammar, s->mask, err);
+gm_status gm_grammar_mask(gm_matcher *m, uint32_t *mask, int n_vocab, gm_error *err) {
+    memset(mask, 0, ((size_t)n_vocab + 31) / 32 * sizeof *mask); /* tokens past the grammar's vocabulary: never */
+    return gm_matcher_fill_mask(m, mask, err);
+}
+
+gm_status gm_pick_token(gm_sampler *smp, gm_matcher *m, uint32_t *mask, const gm_sampling *opt, const float *logits,
+                        const int32_t *hist, int n_hist, int32_t *tok, gm_error *err) {
+    if (!m) return gm_sampler_sample(smp, opt, logits, hist, n_hist, tok, err);
+    gm_status st;
+    bool taken = false;
+    if (opt->temperature == 0.0f) {
+        /* greedy: when the grammar takes the best token, it is the best allowed one (ties go to the lower id
+         * either way), so the mask — up to milliseconds where the grammar is new — is needed only otherwise */
+        if ((st = gm_sampler_sample(smp, opt, logits, hist, n_hist, tok, err)) ||
+            (st = gm_matcher_accept_token(m, *tok, &taken, err)))
+            return st;
+        if (taken) return GM_OK;
+    }
+    if ((st = gm_grammar_mask(m, mask, smp->n_vocab, err))) return st;
+    smp->mask = mask;
+    st = gm_sampler_sample(smp, opt, logits, hist, n_hist, tok, err);
+    smp->mask = NULL;
+    if (st) return st;
+    bool ok = false; /* the mask allowed it: the matcher takes it */
+    if ((st = gm_matcher_accept_token(m, *tok, &ok, err))) return st;
+    if (!ok) return gm_fail(err, GM_ERR_STATE, "sampling: the grammar refused token %d it allowed", (int)*tok);
+    return GM_OK;
 }
 
 gm_status gm_seq_sample(gm_seq *s, const gm_sampling *opt, int32_t *tok, gm_error *err) {
@@ -306,26 +328,7 @@ gm_status gm_seq_sample(gm_seq *s, const gm_sampling *opt, int32_t *tok, gm_erro
         return gm_fail(err, GM_ERR_CONTEXT, "gm_seq_sample: the context is full (%d tokens)", s->e->n_ctx);
     int32_t t;
     gm_sampler *smp = gm_seq_sampler(s, opt);
-    bool taken = false;
-    if (s->grammar && opt->temperature == 0.0f) {
-        /* greedy: when the grammar takes the best token, it is the best allowed one (ties go to the lower id
-         * either way), so the mask — up to milliseconds where the grammar is new — is needed only otherwise */
-        if ((st = gm_sampler_sample(smp, opt, s->logits, s->tok, s->n_tok, &t, err)) ||
-            (st = gm_matcher_accept_token(s->grammar, t, &taken, err)))
-            return st;
-    }
-    if (s->grammar && !taken) {
-        if ((st = grammar_mask(s, err))) return st;
-        smp->mask = s->mask;
-    }
-    if (!taken) st = gm_sampler_sample(smp, opt, s->logits, s->tok, s->n_tok, &t, err);
-    smp->mask = NULL;
-    if (st) return st;
-    if (s->grammar && !taken) { /* the mask allowed it: the matcher takes it */
-        bool ok = false;
-        if ((st = gm_matcher_accept_token(s->grammar, t, &ok, err))) return st;
-        if (!ok) return gm_fail(err, GM_ERR_STATE, "gm_seq_sample: the grammar refused token %d it allowed", (int)t);
-    }
+    if ((st = gm_pick_token(smp, s->grammar, s->mask, opt, s->logits, s->tok, s->n_tok, &t, err))) return st;
     s->tok[s->n_tok++] = t;
     s->logits_valid = false;
     if (tok) *tok = t;

@@ -73,6 +73,14 @@ gm_status gm_engine_eval_ex(gm_engine *e, gm_seq *s, const gm_eval_extras *x, gm
 gm_status gm_engine_create(const gm_model *m, const gm_engine_options *opt, gm_engine **out, gm_error *err);
 /* s's sampler, seeded from opt->seed on first use or when the seed changed (as gm_seq_sample does). */
 gm_sampler *gm_seq_sampler(gm_seq *s, const gm_sampling *opt);
+/* One token from logits with smp, constrained by the grammar m (NULL: none), which advances by it: what
+ * gm_seq_sample picks (greedy: the best token when m accepts it, else the best of the mask; sampled: a draw
+ * from the masked distribution). Speculative decoding picks the target's tokens with it, so a grammar's
+ * output with speculation is the one without. mask: (n_vocab + 31) / 32 words of scratch. */
+gm_status gm_pick_token(gm_sampler *smp, gm_matcher *m, uint32_t *mask, const gm_sampling *opt, const float *logits,
+                        const int32_t *hist, int n_hist, int32_t *tok, gm_error *err);
+/* m's mask of the next token into mask ((n_vocab + 31) / 32 words; tokens past m's vocabulary: 0). */
+gm_status gm_grammar_mask(gm_matcher *m, uint32_t *mask, int n_vocab, gm_error *err);
 /* Drops every block of s: the next evaluation computes (or adopts) from position 0. */
 void gm_seq_forget(gm_seq *s);
 

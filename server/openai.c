@@ -357,7 +357,6 @@ static bool grammar_fields(parse *ps, const cJSON *root) {
     } else if (rf) {
         return bad(ps, "response_format type '%.40s' is not one of text, json_object, json_schema", type->valuestring);
     }
-    if (ps->rq->grammar) ps->rq->speculative = false; /* drafted tokens are not checked against the grammar yet */
     return true;
 }
 

@@ -380,7 +380,10 @@ static void take_spec_tokens(srv_sched *s, int t, double now) {
         /* no log-probabilities: a request that wants them does not speculate */
         while (taken < nt && !j->gen[i].finish) take_token(s, j, i, toks[taken], NULL, now, base + taken + 1), taken++;
         /* a choice that ended inside the step keeps only what its client was sent */
-        if (taken < nt) gm_seq_truncate(j->seq[i], base + taken, NULL);
+        if (taken < nt) {
+            gm_seq_truncate(j->seq[i], base + taken, NULL);
+            if (j->gm[i]) gm_matcher_rollback(j->gm[i], (size_t)(nt - taken), NULL); /* it took them too */
+        }
     }
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/cli_speculative.sh — `gemma run` / `gemma chat` with --lookup, --draft-model, --draft-max: the
 # help documents them, greedy output is byte-identical to the output without them (the reference),
-# -v reports the counters, and the bad combinations are refused. Tiny committed GGUF; the default
+# -v reports the counters, and the bad combinations are refused; under --grammar-file / --json-schema /
+# --json the text is the same with speculation as without. Tiny committed GGUF; the default
 # model, when present, for a copy-heavy prompt (acceptances asserted) and the vocabulary check.
 # usage: cli_speculative.sh <gemma binary> <source dir>
 set -u
@@ -41,6 +42,17 @@ expect "tiny --draft-model" 0 "speculative (draft model)" -- \
 cmp -s "$TMP/out" "$TMP/plain" && ok "--draft-model: same text" || bad "--draft-model changed the greedy text"
 grep -q "accepted (100.0%)" "$TMP/err" && ok "the model as its own draft: every proposal accepted" \
   || bad "own draft: $(grep speculative "$TMP/err")"
+# under a grammar: the tokens are chosen under it with speculation too, so the text is the same
+printf 'root ::= [a-z ]+ "."\n' >"$TMP/g.gbnf"
+expect "tiny grammar plain" 0 "" -- "$GEMMA" run -m "$TINY" -p "$P" -n 40 -t 2 --grammar-file "$TMP/g.gbnf"
+cp "$TMP/out" "$TMP/gplain"
+expect "tiny grammar --lookup" 0 "speculative (lookup)" -- \
+  "$GEMMA" run -m "$TINY" -p "$P" -n 40 -t 2 --grammar-file "$TMP/g.gbnf" --lookup -v
+cmp -s "$TMP/out" "$TMP/gplain" && ok "--grammar-file --lookup: same text" || bad "--lookup changed the text under a grammar"
+expect "tiny grammar --draft-model" 0 "speculative (draft model)" -- \
+  "$GEMMA" run -m "$TINY" -p "$P" -n 40 -t 2 --grammar-file "$TMP/g.gbnf" --draft-model "$TINY" --draft-max 3 -v
+cmp -s "$TMP/out" "$TMP/gplain" && ok "--grammar-file --draft-model: same text" \
+  || bad "--draft-model changed the text under a grammar"
 printf 'hello there\n/exit\n' | "$GEMMA" chat -m "$TINY" -n 8 -t 1 --lookup -v >"$TMP/out" 2>"$TMP/err" \
   && grep -q "speculative (lookup)" "$TMP/err" && ok "chat --lookup" || bad "chat --lookup: $(head -c 300 "$TMP/err")"
 
@@ -54,6 +66,16 @@ if [ -r "$MODEL" ]; then
   cmp -s "$TMP/out" "$TMP/plain" && ok "real --lookup: same text" || bad "real --lookup changed the greedy text"
   acc=$(sed -n 's/.* \([0-9]*\) accepted .*/\1/p' "$TMP/err")
   [ "${acc:-0}" -gt 5 ] && ok "real --lookup accepted $acc proposals" || bad "real --lookup accepted ${acc:-0}"
+  # a JSON schema and --json: the same text with --lookup (the hobbies array loops: proposals accepted)
+  printf '%s' '{"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+    "hobbies": {"type": "array", "items": {"type": "string"}}}, "required": ["name", "age", "hobbies"]}' >"$TMP/s.json"
+  J="Extract the person as JSON. Text: Alice Smith is 34; she likes chess, hiking and painting. JSON:"
+  for c in "--json-schema $TMP/s.json" "--json"; do
+    expect "real $c" 0 "" -- "$GEMMA" run -m "$MODEL" -p "$J" -n 40 -t 2 $c
+    cp "$TMP/out" "$TMP/jplain"
+    expect "real $c --lookup" 0 "speculative (lookup)" -- "$GEMMA" run -m "$MODEL" -p "$J" -n 40 -t 2 $c --lookup -v
+    cmp -s "$TMP/out" "$TMP/jplain" && ok "real $c --lookup: same text" || bad "real $c --lookup changed the text"
+  done
 else
   echo "skip real model (missing $MODEL)"
 fi

@@ -13,7 +13,14 @@
  * variant that resampled from p instead of the residual max(0, p - q) fails all three (chi-square
  * 1800-4700 against critical values 58-410), and one that accepted with probability p instead of
  * min(1, p/q) fails the draft case (1353 against 58). Bad input: vocabulary mismatch, k and n-gram
- * ranges, misuse. */
+ * ranges, misuse.
+ *
+ * Grammars (gm_seq_set_grammar on the target): greedy output under a GBNF grammar (tiny models) and JSON
+ * schemas (the default model) equals the output without speculation token for token, stop included, with
+ * proposals accepted, rejected and cut by the grammar (asserted), and the matcher has taken exactly the
+ * emitted tokens; sampled, the first token follows the target's distribution given the grammar (the same
+ * chi-square test) for lookup proposing an allowed token, lookup proposing a refused one (cut), and a
+ * draft model drafting under the grammar. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -463,11 +470,44 @@ TEST(greedy_to_context_end) {
     gm_model_free(other);
 }
 
+/* ---------------------------------------------------------------- grammars */
+
+/* A grammar (GBNF, or a JSON schema) bound to a model's vocabulary, with one matcher on it. */
+typedef struct constraint {
+    gm_gvocab *v;
+    gm_grammar *g;
+    gm_grammar_ctx *c;
+    gm_matcher *m;
+} constraint;
+
+static bool constraint_open(const gm_model *model, const char *text, bool schema, constraint *k) {
+    gm_error err = {0};
+    memset(k, 0, sizeof *k);
+    CHECK_OK(gm_gvocab_from_tokenizer(gm_model_tokenizer(model), &k->v, &err), &err);
+    CHECK_OK(schema ? gm_grammar_from_json_schema(text, strlen(text), NULL, &k->g, &err)
+                    : gm_grammar_from_gbnf(text, strlen(text), &k->g, &err), &err);
+    if (k->v && k->g) CHECK_OK(gm_grammar_ctx_new(k->g, k->v, &k->c, &err), &err);
+    if (k->c) CHECK_OK(gm_matcher_new(k->c, &k->m, &err), &err);
+    return k->m != NULL;
+}
+
+static void constraint_close(constraint *k) {
+    gm_matcher_free(k->m);
+    gm_grammar_ctx_free(k->c);
+    gm_grammar_free(k->g);
+    gm_gvocab_free(k->v);
+}
+
+/* Lower-case words, commas and spaces, then a full stop (after which only the end is allowed). */
+static const char *TINY_GRAMMAR = "root ::= [a-z ,]+ \".\"";
+
 /* ---------------------------------------------------------------- sampling: the target's distribution */
 
-/* The exact distribution the target samples from, computed here: repeat penalty over the last
- * `last_n` tokens (llama.cpp: logit / r if > 0 else logit * r), temperature, top-k, softmax. */
-static void exact_dist(const float *logits, const int32_t *hist, int nh, const gm_sampling *s, double *p) {
+/* The exact distribution the target samples from, computed here: a grammar's mask (NULL: none; what it
+ * refuses is out before anything else), repeat penalty over the last `last_n` tokens (llama.cpp: logit / r
+ * if > 0 else logit * r), temperature, top-k, softmax. */
+static void exact_dist(const float *logits, const int32_t *hist, int nh, const gm_sampling *s, const uint32_t *mask,
+                       double *p) {
     double *l = malloc((size_t)V * sizeof *l);
     char *seen = calloc((size_t)V, 1);
     for (int i = nh - s->repeat_last_n; i < nh; i++)
@@ -476,6 +516,7 @@ static void exact_dist(const float *logits, const int32_t *hist, int nh, const g
         double x = logits[v];
         if (seen[v]) x = x > 0 ? x / s->repeat_penalty : x * s->repeat_penalty;
         l[v] = x / s->temperature;
+        if (mask && !(mask[v / 32] >> (v % 32) & 1u)) l[v] = -INFINITY;
     }
     double kth = -INFINITY; /* the top_k-th largest */
     for (int r = 0; r < s->top_k; r++) {
@@ -515,7 +556,8 @@ static bool chi_square_ok(const int *count, const double *p, int n, const char *
 enum { TRIALS = 20000 };
 
 /* The first token of TRIALS steps, each from the same prefilled sequence rolled back after it, seed t. */
-static void first_token_counts(gm_spec *sp, gm_seq *s, gm_sampling smp, int *count, gm_spec_stats *st) {
+static void first_token_counts(gm_spec *sp, gm_seq *s, gm_matcher *gm, gm_sampling smp, int *count,
+                               gm_spec_stats *st) {
     gm_error err = {0};
     const int base = gm_seq_length(s);
     for (int t = 0; t < TRIALS; t++) {
@@ -528,53 +570,73 @@ static void first_token_counts(gm_spec *sp, gm_seq *s, gm_sampling smp, int *cou
         }
         count[tok[0]]++;
         CHECK_OK(gm_seq_truncate(s, base, &err), &err);
+        if (gm) CHECK_OK(gm_matcher_rollback(gm, (size_t)n, &err), &err); /* the grammar took the step's tokens */
     }
     gm_spec_get_stats(sp, st);
 }
 
+/* Under a grammar (gbnf, NULL: none) the step's first token must follow the target's distribution given
+ * the grammar; cut: lookup's proposal is one the grammar refuses, so every step cuts it and draws its
+ * own token (no proposal verified). */
 static void sampling_case(gm_model *m, gm_engine *de, const int32_t *ids, int np, const gm_sampling *smp,
-                          const char *what) {
+                          const char *what, const char *gbnf, bool cut) {
     gm_engine *e = new_engine(m, 1024);
     gm_error err = {0};
     gm_seq *s = NULL;
     CHECK_OK(gm_seq_new(e, &s, &err), &err);
     CHECK_OK(gm_seq_append(s, ids, np, &err), &err);
     CHECK_OK(gm_engine_eval(e, &s, 1, &err), &err);
+    constraint k = {0};
+    uint32_t *mask = NULL;
+    if (gbnf && constraint_open(m, gbnf, false, &k)) {
+        CHECK_OK(gm_seq_set_grammar(s, k.m, &err), &err);
+        mask = calloc(((size_t)V + 31) / 32, sizeof *mask);
+        CHECK_OK(gm_matcher_fill_mask(k.m, mask, &err), &err);
+    }
     double *p = malloc((size_t)V * sizeof *p);
-    exact_dist(gm_seq_logits(s), ids, np, smp, p);
+    exact_dist(gm_seq_logits(s), ids, np, smp, mask, p);
     gm_spec_options so = {.kind = de ? GM_SPEC_DRAFT : GM_SPEC_LOOKUP, .k_max = 3, .fixed_k = true, .draft = de};
     gm_spec *sp = NULL;
     CHECK_OK(gm_spec_new(s, &so, &sp, &err), &err);
     int *count = calloc((size_t)V, sizeof *count);
     gm_spec_stats st = {0};
-    if (sp) first_token_counts(sp, s, *smp, count, &st);
+    if (sp) first_token_counts(sp, s, k.m, *smp, count, &st);
     CHECK_MSG(chi_square_ok(count, p, TRIALS, what), "%s: the first token's distribution is not the target's", what);
-    CHECK_MSG(st.accepted > TRIALS / 10 && st.drafted - st.accepted > TRIALS / 10,
-              "%s: %lld of %lld proposals accepted in %d steps: the test needs many of both outcomes", what,
-              (long long)st.accepted, (long long)st.drafted, TRIALS);
+    if (cut)
+        CHECK_MSG(st.drafted == 0 && st.refused >= TRIALS, "%s: %lld proposed, %lld refused by the grammar in %d steps",
+                  what, (long long)st.drafted, (long long)st.refused, TRIALS);
+    else
+        CHECK_MSG(st.accepted > TRIALS / 10 && st.drafted - st.accepted > TRIALS / 10,
+                  "%s: %lld of %lld proposals accepted in %d steps: the test needs many of both outcomes", what,
+                  (long long)st.accepted, (long long)st.drafted, TRIALS);
+    if (k.m) CHECK_MSG(gm_matcher_n_steps(k.m) == 0, "%s: the matcher kept %zu steps", what, gm_matcher_n_steps(k.m));
     free(count);
     free(p);
+    free(mask);
     gm_spec_free(sp);
     gm_seq_free(s);
     gm_engine_free(e);
+    constraint_close(&k);
 }
 
-/* The target's exact distribution after ids[0..n). */
-static void dist_after(gm_model *m, const int32_t *ids, int n, const gm_sampling *smp, double *p) {
+/* The target's exact distribution after ids[0..n) (mask: a grammar's, or NULL). */
+static void dist_after(gm_model *m, const int32_t *ids, int n, const gm_sampling *smp, const uint32_t *mask,
+                       double *p) {
     gm_engine *e = new_engine(m, 1024);
     gm_error err = {0};
     gm_seq *s = NULL;
     CHECK_OK(gm_seq_new(e, &s, &err), &err);
     CHECK_OK(gm_seq_append(s, ids, n, &err), &err);
     CHECK_OK(gm_engine_eval(e, &s, 1, &err), &err);
-    if (gm_seq_logits(s)) exact_dist(gm_seq_logits(s), ids, n, smp, p);
+    if (gm_seq_logits(s)) exact_dist(gm_seq_logits(s), ids, n, smp, mask, p);
     gm_seq_free(s);
     gm_engine_free(e);
 }
 
 /* A lookup prompt [bos R1 K1 K2 d R2 K1 K2] (lookup proposes d) with d chosen among the target's
- * likeliest tokens so that p(d) is nearest 0.4: both acceptance and the residual then matter. */
-static int lookup_prompt(gm_model *m, const gm_sampling *smp, int32_t *ids) {
+ * likeliest tokens (given the grammar's mask, when not NULL) so that p(d) is nearest 0.4: both acceptance
+ * and the residual then matter. */
+static int lookup_prompt(gm_model *m, const gm_sampling *smp, const uint32_t *mask, int32_t *ids) {
     int n = copy_prompt(ids, 77, 4); /* bos, 12 random, then 6 copied: fresh randomness to cut from */
     const int32_t k1 = ids[2], k2 = ids[3];
     int32_t pr[24];
@@ -587,7 +649,7 @@ static int lookup_prompt(gm_model *m, const gm_sampling *smp, int32_t *ids) {
     pr[np++] = k1, pr[np++] = k2;
     double *p = malloc((size_t)V * sizeof *p);
     pr[dpos] = k2;
-    dist_after(m, pr, np, smp, p);
+    dist_after(m, pr, np, smp, mask, p);
     int cand[10];
     for (int c = 0; c < 10; c++) { /* the ten likeliest under a placeholder d */
         cand[c] = 0;
@@ -601,7 +663,7 @@ static int lookup_prompt(gm_model *m, const gm_sampling *smp, int32_t *ids) {
     double best_gap = 2;
     for (int c = 0; c < 10; c++) {
         pr[dpos] = cand[c];
-        dist_after(m, pr, np, smp, p);
+        dist_after(m, pr, np, smp, mask, p);
         if (fabs(p[cand[c]] - 0.4) < best_gap) best_gap = fabs(p[cand[c]] - 0.4), best = cand[c];
     }
     pr[dpos] = best;
@@ -617,11 +679,11 @@ TEST(sampling_lookup_distribution) {
     gm_sampling smp = gm_sampling_default();
     smp.temperature = 1.5f, smp.top_k = 40, smp.repeat_penalty = 1.2f, smp.repeat_last_n = 16;
     int32_t ids[64];
-    int np = lookup_prompt(m, &smp, ids);
-    sampling_case(m, NULL, ids, np, &smp, "lookup, T 1.5, top-k 40, repeat penalty 1.2");
+    int np = lookup_prompt(m, &smp, NULL, ids);
+    sampling_case(m, NULL, ids, np, &smp, "lookup, T 1.5, top-k 40, repeat penalty 1.2", NULL, false);
     smp.temperature = 2.5f, smp.top_k = 0, smp.repeat_penalty = 1.0f;
-    np = lookup_prompt(m, &smp, ids);
-    sampling_case(m, NULL, ids, np, &smp, "lookup, T 2.5");
+    np = lookup_prompt(m, &smp, NULL, ids);
+    sampling_case(m, NULL, ids, np, &smp, "lookup, T 2.5", NULL, false);
     gm_model_free(m);
 }
 
@@ -634,7 +696,191 @@ TEST(sampling_draft_distribution) {
     smp.temperature = 1.5f, smp.top_k = 30;
     int32_t ids[64];
     const int np = copy_prompt(ids, 78, 4);
-    sampling_case(m, de, ids, np, &smp, "draft model, T 1.5, top-k 30");
+    sampling_case(m, de, ids, np, &smp, "draft model, T 1.5, top-k 30", NULL, false);
+    gm_engine_free(de);
+    gm_model_free(m);
+    gm_model_free(dm);
+}
+
+/* Sampling under a grammar (TINY_GRAMMAR): the first token follows the target's distribution given the
+ * grammar (masked before penalties, temperature and top-k, as gm_seq_sample draws). Lookup proposing an
+ * allowed token (the rejection test against the masked p, the residual from it), lookup proposing a token
+ * the grammar refuses (cut: each step draws its own token), a sampled draft model drafting under the
+ * grammar (its q masked too). */
+TEST(sampling_grammar_distribution) {
+    gm_model *m = open_model(PATH[2]), *dm = open_model(DRAFT_PATH);
+    if (!m || !dm) return;
+    constraint k;
+    uint32_t *mask = calloc(((size_t)V + 31) / 32, sizeof *mask);
+    gm_error err = {0};
+    if (constraint_open(m, TINY_GRAMMAR, false, &k)) CHECK_OK(gm_matcher_fill_mask(k.m, mask, &err), &err);
+    gm_sampling smp = gm_sampling_default();
+    smp.temperature = 1.5f, smp.top_k = 12;
+    int32_t ids[64];
+    int np = lookup_prompt(m, &smp, mask, ids);
+    const int d = ids[np - 9]; /* [.. K1 K2 d R2(6) K1 K2]: the proposed token */
+    CHECK_MSG(mask[d / 32] >> (d % 32) & 1u, "the proposed token %d is not one the grammar allows", d);
+    sampling_case(m, NULL, ids, np, &smp, "grammar, lookup, T 1.5, top-k 12", TINY_GRAMMAR, false);
+    int32_t refused = -1; /* a digit: never allowed */
+    for (int v = 0; v < V && refused < 0; v++) {
+        size_t len = 0;
+        const char *t = gm_token_text(gm_model_tokenizer(m), v, &len);
+        if (len == 6 && !memcmp(t, "<0x31>", 6)) refused = v;
+    }
+    CHECK(refused >= 0 && !(mask[refused / 32] >> (refused % 32) & 1u));
+    if (refused >= 0) {
+        ids[np - 9] = refused;
+        sampling_case(m, NULL, ids, np, &smp, "grammar, lookup proposing a refused token", TINY_GRAMMAR, true);
+    }
+    gm_engine *de = new_engine(dm, 1024);
+    np = copy_prompt(ids, 78, 4);
+    sampling_case(m, de, ids, np, &smp, "grammar, draft model, T 1.5, top-k 12", TINY_GRAMMAR, false);
+    gm_engine_free(de);
+    constraint_close(&k);
+    free(mask);
+    gm_model_free(m);
+    gm_model_free(dm);
+}
+
+/* ---------------------------------------------------------------- grammars: greedy */
+
+/* Up to n tokens after prompt under the grammar, stopping at a stop token (the grammar's END), without
+ * speculation (so == NULL) or with it. The matcher must have taken exactly the emitted tokens. */
+static int generate_under(const gm_model *m, const gm_spec_options *so, const char *grammar, bool schema,
+                          const int32_t *prompt, int np, int n, const gm_sampling *s, int32_t *out,
+                          gm_spec_stats *st) {
+    constraint k;
+    if (!constraint_open(m, grammar, schema, &k)) {
+        constraint_close(&k);
+        return 0;
+    }
+    gm_error err = {0};
+    gm_generator *g = NULL;
+    gm_generator_options go = {.n_threads = 2, .n_ctx = 1024};
+    CHECK_OK(gm_generator_new(m, &go, &g, &err), &err);
+    int got = 0;
+    if (g) {
+        if (so) CHECK_OK(gm_generator_set_speculative(g, so, &err), &err);
+        CHECK_OK(gm_seq_set_grammar(gm_generator_seq(g), k.m, &err), &err);
+        CHECK_OK(gm_generator_prefill(g, prompt, np, &err), &err);
+        CHECK_OK(gm_generator_generate_cached(g, n, s, out, &got, &err), &err);
+        int len = 0;
+        gm_generator_tokens(g, &len);
+        CHECK_MSG(len == np + got, "history %d after %d + %d tokens: a rolled-back tail is left", len, np, got);
+        CHECK_MSG((int)gm_matcher_n_steps(k.m) == got, "the matcher took %zu steps for %d tokens",
+                  gm_matcher_n_steps(k.m), got);
+        if (st) gm_spec_get_stats(gm_generator_speculative(g), st);
+        gm_generator_free(g);
+    }
+    constraint_close(&k);
+    return got;
+}
+
+/* Greedy under a grammar: the same tokens (and the same stop) with speculation as without, for each
+ * option in so[0..n_so); the counters summed into *sum. */
+static void grammar_case(const gm_model *m, const gm_spec_options *so, int n_so, const char *grammar, bool schema,
+                         const int32_t *ids, int np, int n, const char *what, gm_spec_stats *sum) {
+    const gm_sampling s = gm_sampling_default();
+    int32_t *ref = malloc((size_t)n * sizeof *ref), *got = malloc((size_t)n * sizeof *got);
+    const int nr = generate_under(m, NULL, grammar, schema, ids, np, n, &s, ref, NULL);
+    CHECK_MSG(nr > 0, "%s: nothing generated", what);
+    for (int i = 0; i < n_so; i++) {
+        gm_spec_stats st = {0};
+        const int ng = generate_under(m, &so[i], grammar, schema, ids, np, n, &s, got, &st);
+        CHECK_MSG(ng == nr && !memcmp(ref, got, (size_t)nr * sizeof *ref),
+                  "%s, options %d: greedy output under the grammar with speculation (%d tokens) differs from "
+                  "without (%d)", what, i, ng, nr);
+        sum->drafted += st.drafted, sum->accepted += st.accepted, sum->refused += st.refused;
+        sum->verify_passes += st.verify_passes;
+    }
+    free(ref);
+    free(got);
+}
+
+/* The tiny models: random byte prompts (lookup proposes tokens the grammar refuses: cut) and a text
+ * prompt (the grammar's output loops: proposals accepted); lookup at k 1..8, adaptive and fixed; on
+ * gemma3 a draft model too, the model itself (every draft accepted) and another (rejections). */
+TEST(grammar_greedy_tiny) {
+    gm_spec_stats sum = {0};
+    for (int a = 0; a < 3; a++) {
+        gm_model *m = open_model(PATH[a]), *same = a == 2 ? open_model(PATH[a]) : NULL;
+        gm_model *other = a == 2 ? open_model(DRAFT_PATH) : NULL;
+        if (!m) return;
+        gm_engine *e_same = same ? new_engine(same, 1024) : NULL, *e_other = other ? new_engine(other, 1024) : NULL;
+        gm_spec_options so[10];
+        int n_so = 0;
+        for (int k = 1; k <= 8; k *= 2) {
+            so[n_so++] = (gm_spec_options){.kind = GM_SPEC_LOOKUP, .k_max = k};
+            so[n_so++] = (gm_spec_options){.kind = GM_SPEC_LOOKUP, .k_max = k, .fixed_k = true, .ngram_min = 1};
+        }
+        if (e_same) so[n_so++] = (gm_spec_options){.kind = GM_SPEC_DRAFT, .k_max = 5, .draft = e_same};
+        if (e_other) so[n_so++] = (gm_spec_options){.kind = GM_SPEC_DRAFT, .k_max = 4, .fixed_k = true, .draft = e_other};
+        int32_t ids[256];
+        for (int p = 0; p < 3; p++) {
+            const int np = copy_prompt(ids, 21 + (uint64_t)p, 6 + 4 * p);
+            grammar_case(m, so, n_so, TINY_GRAMMAR, false, ids, np, 96, ARCHS[a], &sum);
+        }
+        static const char *TEXT = "the cat sat on the mat, the cat sat on the mat, the cat sat on the";
+        int32_t *t = NULL;
+        size_t nt = 0;
+        gm_error err = {0};
+        CHECK_OK(gm_tokenize(gm_model_tokenizer(m), TEXT, strlen(TEXT), true, false, &t, &nt, &err), &err);
+        if (t) grammar_case(m, so, n_so, TINY_GRAMMAR, false, t, (int)nt, 96, ARCHS[a], &sum);
+        free(t);
+        gm_engine_free(e_same);
+        gm_engine_free(e_other);
+        gm_model_free(m);
+        gm_model_free(same);
+        gm_model_free(other);
+    }
+    fprintf(stderr, "  %lld proposed, %lld accepted, %lld refused by the grammar, %lld verify passes\n",
+            (long long)sum.drafted, (long long)sum.accepted, (long long)sum.refused, (long long)sum.verify_passes);
+    CHECK_MSG(sum.accepted > 100, "only %lld proposals accepted: acceptance under the grammar is not exercised",
+              (long long)sum.accepted);
+    CHECK_MSG(sum.drafted > sum.accepted, "no proposal rejected by the target: rejection is not exercised");
+    CHECK_MSG(sum.refused > 20, "only %lld proposed tokens refused by the grammar: the cut is not exercised",
+              (long long)sum.refused);
+}
+
+/* The default model under JSON schemas: lookup and the model as its own draft, greedy, byte-identical;
+ * an array that loops (proposals accepted), and objects that close (the END token: drafted by the draft
+ * model, the step's own token otherwise). */
+TEST(grammar_greedy_default_model) {
+    if (access(GM_DEFAULT_MODEL, R_OK) != 0) {
+        fprintf(stderr, "  (default model missing: skipped)\n");
+        return;
+    }
+    gm_model *m = open_model(GM_DEFAULT_MODEL), *dm = open_model(GM_DEFAULT_MODEL);
+    if (!m || !dm) return;
+    gm_engine *de = new_engine(dm, 1024);
+    static const struct { const char *schema, *prompt; int n; } CASES[] = {
+        {"{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, \"age\": {\"type\": \"integer\"}, "
+         "\"city\": {\"type\": \"string\"}, \"hobbies\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}}}, "
+         "\"required\": [\"name\", \"age\", \"city\", \"hobbies\"]}",
+         "Extract the person as JSON. Text: Alice Smith is 34 and lives in Paris; she likes chess, hiking and "
+         "painting. JSON:", 64},
+        {"{\"type\": \"object\", \"properties\": {\"colors\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}, "
+         "\"maxItems\": 8}}, \"required\": [\"colors\"]}",
+         "Copy the list as JSON. List: red, green, blue, cyan, magenta, yellow, black, white. JSON:", 64},
+        {"{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, \"age\": {\"type\": \"integer\"}, "
+         "\"city\": {\"type\": \"string\"}}, \"required\": [\"name\", \"age\", \"city\"]}",
+         "Bob Jones, 51, Oslo. The same as JSON:", 48},
+    };
+    const gm_spec_options so[] = {{.kind = GM_SPEC_LOOKUP}, {.kind = GM_SPEC_LOOKUP, .k_max = 4, .fixed_k = true},
+                                  {.kind = GM_SPEC_DRAFT, .k_max = 4, .draft = de}};
+    gm_spec_stats sum = {0};
+    for (size_t c = 0; c < sizeof CASES / sizeof CASES[0]; c++) {
+        int32_t *ids = NULL;
+        size_t np = 0;
+        gm_error err = {0};
+        CHECK_OK(gm_tokenize(gm_model_tokenizer(m), CASES[c].prompt, strlen(CASES[c].prompt), true, false, &ids, &np,
+                             &err), &err);
+        if (ids) grammar_case(m, so, de ? 3 : 2, CASES[c].schema, true, ids, (int)np, CASES[c].n, "schema", &sum);
+        free(ids);
+    }
+    fprintf(stderr, "  %lld proposed, %lld accepted, %lld refused by the grammar\n", (long long)sum.drafted,
+            (long long)sum.accepted, (long long)sum.refused);
+    CHECK_MSG(sum.accepted > 20, "default model: only %lld proposals accepted under the schemas", (long long)sum.accepted);
     gm_engine_free(de);
     gm_model_free(m);
     gm_model_free(dm);
@@ -796,8 +1042,11 @@ int main(int argc, char **argv) {
     MAYBE(greedy_to_context_end);
     MAYBE(sampling_lookup_distribution);
     MAYBE(sampling_draft_distribution);
+    MAYBE(sampling_grammar_distribution);
     MAYBE(bad_input);
     MAYBE(greedy_default_model);
+    MAYBE(grammar_greedy_tiny);
+    MAYBE(grammar_greedy_default_model);
     for (int a = 0; a < 3; a++) unlink(PATH[a]);
     unlink(DRAFT_PATH);
     return test_summary();

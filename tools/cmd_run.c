@@ -94,6 +94,7 @@ static void usage(FILE *out, bool chat) {
                  "  --lookup           speculative decoding by prompt lookup: an n-gram that ends the text and\n"
                  "                     occurred earlier in it proposes what followed; the model checks the\n"
                  "                     proposals in one pass (greedy output unchanged, sampling distribution kept)\n"
+                 "                     (with a grammar too: the model's tokens are chosen under the grammar)\n"
                  "  --draft-model PATH speculative decoding with a smaller model of the same vocabulary drafting\n"
                  "  --draft-max K      most tokens proposed per pass, 1..%d (default 8; k adapts below it)\n"
                  "  -v        verbose (with speculation: passes, acceptance rate, tokens per pass)\n",
@@ -176,10 +177,6 @@ static int parse_args(int argc, char **argv, bool chat, run_args *a) {
     const char *cmd = chat ? "chat" : "run";
     if (!!a->grammar_file + !!a->schema_file + a->json > 1) {
         fprintf(stderr, "gemma %s: --grammar-file, --json-schema and --json are three constraints: give one\n", cmd);
-        return 2;
-    }
-    if ((a->grammar_file || a->schema_file || a->json) && (a->lookup || a->draft_model)) {
-        fprintf(stderr, "gemma %s: a grammar with speculative decoding is not supported yet\n", cmd);
         return 2;
     }
     if (a->lookup && a->draft_model) {
@@ -315,6 +312,9 @@ static void print_spec_stats(const session *s, const run_args *a, const char *cm
             (long long)ss.verify_passes, (long long)ss.drafted, (long long)ss.accepted,
             ss.drafted ? 100.0 * (double)ss.accepted / (double)ss.drafted : 0.0,
             ss.passes ? (double)ss.tokens / (double)ss.passes : 0.0);
+    if (ss.refused) /* under a grammar: lookup tokens the grammar refused, cut before the verify pass */
+        fprintf(stderr, "gemma %s: grammar: %lld proposed tokens refused before verification\n", cmd,
+                (long long)ss.refused);
     if (a->draft_model) fprintf(stderr, "gemma %s: draft model: %lld forward calls\n", cmd, (long long)ss.draft_evals);
 }
 
