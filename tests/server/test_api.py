@@ -365,9 +365,10 @@ def test_errors_openai_client(env):
     except openai.BadRequestError as e:
         assert e.body["code"] == "context_length_exceeded", e.body
     # a field the server does not read is a 400 naming it (as OpenAI answers unknown arguments): a
-    # request for logit_bias or a schema must never get unconstrained output silently
+    # request for logit_bias or a schema must never get unconstrained output silently (legacy `functions`:
+    # tools are read, test_tools.py)
     for extra in ({"frobnicate": {"x": [1]}},
-                  {"tools": [{"type": "function", "function": {"name": "f"}}]}):
+                  {"functions": [{"name": "f"}]}):
         try:
             c.chat.completions.create(model="m", messages=msgs, max_tokens=2, extra_body=extra)
             raise AssertionError("%r was accepted" % extra)
