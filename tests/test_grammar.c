@@ -395,6 +395,9 @@ TEST(schema_refusals) {
         {"{\"type\":\"strng\"}", "type 'strng'", GM_ERR_UNSUPPORTED},
         {"{\"type\":\"string\",\"maxLength\":100000}", "'maxLength'", GM_ERR_UNSUPPORTED},
         {"{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "no integer", GM_ERR_FORMAT},
+        /* a part closed by additionalProperties false cannot take another part's required property */
+        {"{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{}},\"additionalProperties\":false},"
+         "{\"type\":\"object\",\"properties\":{\"b\":{}},\"required\":[\"b\"]}]}", "no object satisfies", GM_ERR_FORMAT},
         /* found by fuzz_json_schema: a huge bound was converted to long long (undefined) */
         {"{\"type\":\"integer\",\"exclusiveMinimum\":9e137}", "beyond 1e15", GM_ERR_UNSUPPORTED},
         {"{\"type\":\"integer\",\"maximum\":-9e137}", "beyond 1e15", GM_ERR_UNSUPPORTED},
