@@ -33,17 +33,21 @@ void gr_buf_put(gr_buf *b, const char *s, size_t n) {
 
 void gr_buf_puts(gr_buf *b, const char *s) { gr_buf_put(b, s, strlen(s)); }
 
+/* Any length: the translator formats whole rule bodies (an integer range, a long enum) through here. */
 void gr_buf_printf(gr_buf *b, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
+    if (b->oom) return;
+    va_list ap, again;
     va_start(ap, fmt);
-    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_copy(again, ap);
+    int k = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    if (k < 0 || (size_t)k >= sizeof tmp) {
-        b->oom = true; /* callers format short pieces only; a long one is a bug, reported as OOM */
-        return;
+    if (k < 0 || !gr_grow((void **)&b->p, &b->cap, b->n + (size_t)k + 1, 1, (size_t)1 << 30)) {
+        b->oom = true;
+    } else {
+        vsnprintf(b->p + b->n, (size_t)k + 1, fmt, again);
+        b->n += (size_t)k;
     }
-    gr_buf_put(b, tmp, (size_t)k);
+    va_end(again);
 }
 
 /* Printable ASCII goes as itself except the characters that mean something in a literal or a

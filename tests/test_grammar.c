@@ -322,6 +322,57 @@ TEST(schema_cases) {
     cJSON_Delete(cases);
 }
 
+/* Found by tests/server/test_structured.py: a rule body over 512 bytes (an integer range with 4+ digit
+ * bounds such as [1, 9999], a long enum) was "json schema: out of memory" (the text buffer's printf had a
+ * fixed 512-byte scratch). And the range text doubled per digit (1.1 MB for [1, 1e15 - 1]). Every integer
+ * near the bounds and on a stride through the range matches exactly when it is inside. */
+TEST(schema_integer_ranges_wide) {
+    const long long ranges[][2] = {{1, 9999}, {0, 9999}, {1000, 99999}, {-99999, -1000}, {-12345, 678901},
+                                   {1000000, -1}, {-1, 0}, {7, 7}, {1, 999999999999999LL},
+                                   {123456789012345LL, 987654321098765LL}, {-999999999999999LL, -1}};
+    for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++) {
+        const long long lo = ranges[i][0], hi = ranges[i][1]; /* hi -1 with lo > 0: no maximum */
+        const bool has_hi = !(hi == -1 && lo > 0);
+        char schema[160];
+        if (has_hi)
+            snprintf(schema, sizeof schema, "{\"type\":\"integer\",\"minimum\":%lld,\"maximum\":%lld}", lo, hi);
+        else
+            snprintf(schema, sizeof schema, "{\"type\":\"integer\",\"minimum\":%lld}", lo);
+        gm_grammar *g = NULL;
+        gm_error err = {0};
+        CHECK_OK(gm_grammar_from_json_schema(schema, strlen(schema), NULL, &g, &err), &err);
+        if (!g) continue;
+        CHECK_MSG(strlen(gm_grammar_source(g)) < 8192, "%s: %zu bytes of GBNF", schema, strlen(gm_grammar_source(g)));
+        const long long top = has_hi ? hi : lo + 1000000000LL;
+        long long probes[64];
+        int n = 0;
+        for (long long d = -3; d <= 3; d++) { probes[n++] = lo + d; probes[n++] = hi + d; }
+        for (int k = 0; k < 40; k++) probes[n++] = lo + (top - lo) / 40 * k + k;
+        probes[n++] = -lo; probes[n++] = 10 * hi + 3; probes[n++] = 0;
+        for (int k = 0; k < n; k++) {
+            char num[32];
+            snprintf(num, sizeof num, "%lld", probes[k]);
+            const bool in = probes[k] >= lo && (!has_hi || probes[k] <= hi) && strlen(num) <= 16;
+            CHECK_MSG((match(g, num) == 1) == in, "%s: %s should be %s", schema, num, in ? "accepted" : "refused");
+        }
+        gm_grammar_free(g);
+    }
+    /* a long enum: one rule body of ~1.5 KB */
+    char schema[4096] = "{\"enum\":[";
+    for (int k = 0; k < 100; k++)
+        snprintf(schema + strlen(schema), sizeof schema - strlen(schema), "%s\"value-%03d\"", k ? "," : "", k);
+    strcat(schema, "]}");
+    gm_grammar *g = NULL;
+    gm_error err = {0};
+    CHECK_OK(gm_grammar_from_json_schema(schema, strlen(schema), NULL, &g, &err), &err);
+    if (g) {
+        ACCEPT(g, "\"value-000\"");
+        ACCEPT(g, "\"value-099\"");
+        REJECT(g, "\"value-100\"");
+        gm_grammar_free(g);
+    }
+}
+
 /* Keywords that cannot be honoured are errors naming the keyword; bad schemas are format errors. */
 TEST(schema_refusals) {
     struct { const char *schema, *what; gm_status st; } cases[] = {
@@ -346,6 +397,9 @@ TEST(schema_refusals) {
         {"{\"type\":\"strng\"}", "type 'strng'", GM_ERR_UNSUPPORTED},
         {"{\"type\":\"string\",\"maxLength\":100000}", "'maxLength'", GM_ERR_UNSUPPORTED},
         {"{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "no integer", GM_ERR_FORMAT},
+        /* a part closed by additionalProperties false cannot take another part's required property */
+        {"{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{}},\"additionalProperties\":false},"
+         "{\"type\":\"object\",\"properties\":{\"b\":{}},\"required\":[\"b\"]}]}", "no object satisfies", GM_ERR_FORMAT},
         /* found by fuzz_json_schema: a huge bound was converted to long long (undefined) */
         {"{\"type\":\"integer\",\"exclusiveMinimum\":9e137}", "beyond 1e15", GM_ERR_UNSUPPORTED},
         {"{\"type\":\"integer\",\"maximum\":-9e137}", "beyond 1e15", GM_ERR_UNSUPPORTED},
@@ -1055,6 +1109,7 @@ int main(void) {
     RUN(match_empty_language);
     RUN(clone_rollback);
     RUN(schema_cases);
+    RUN(schema_integer_ranges_wide);
     RUN(schema_refusals);
     RUN(schema_whitespace);
     RUN(mask_small_vocab);
