@@ -7,30 +7,32 @@
  * vocabulary built with markers (gm_gvocab_from_tokenizer_ex) gives the marker token that
  * character's UTF-8 as its bytes. A fixed table keeps grammars independent of any vocabulary: the
  * same GBNF text works with every tokenizer that has the marker. The list is text/tokenizer.c's
- * MARKER_PIECES, in its order; new markers go at the end (the code points are an interface). */
+ * MARKER_PIECES (gm_marker_pieces), in its order; new markers go at the end (the code points are an interface). */
 #include <string.h>
 
 #include "grammar/internal.h"
+#include "text/tokenizer.h"
 
-static const char *const MARKERS[] = {
-    "<start_of_turn>", "<end_of_turn>",
-    "<|turn>", "<turn|>", "<|channel>", "<channel|>", "<|think|>",
-    "<|tool>", "<tool|>", "<|tool_call>", "<tool_call|>", "<|tool_response>", "<tool_response|>", "<|\"|>",
-    "<start_function_declaration>", "<end_function_declaration>", "<start_function_call>",
-    "<end_function_call>", "<start_function_response>", "<end_function_response>", "<escape>",
-};
+/* text/tokenizer.c's MARKER_PIECES: one list of markers for the tokenizer and the grammars */
+static const char *const *markers(void) {
+    const char *const *m;
+    gm_marker_pieces(&m);
+    return m;
+}
 
-_Static_assert(sizeof MARKERS / sizeof *MARKERS <= GR_MARKER_HI - GR_MARKER_LO + 1, "marker range too small");
+size_t gr_n_markers(void) {
+    const char *const *m;
+    return gm_marker_pieces(&m);
+}
 
-size_t gr_n_markers(void) { return sizeof MARKERS / sizeof *MARKERS; }
-
-const char *gr_marker_text(size_t i) { return i < gr_n_markers() ? MARKERS[i] : NULL; }
+const char *gr_marker_text(size_t i) { return i < gr_n_markers() ? markers()[i] : NULL; }
 
 size_t gr_marker_at(const char *s, size_t n, uint32_t *cp) {
     size_t best = 0;
     for (size_t i = 0; i < gr_n_markers(); i++) {
-        size_t l = strlen(MARKERS[i]);
-        if (l > best && l <= n && memcmp(s, MARKERS[i], l) == 0) {
+        const char *m = markers()[i];
+        size_t l = strlen(m);
+        if (l > best && l <= n && memcmp(s, m, l) == 0) {
             best = l;
             *cp = GR_MARKER_LO + (uint32_t)i;
         }

@@ -336,6 +336,11 @@ static const char *const MARKER_PIECES[] = {
     "<end_function_call>", "<start_function_response>", "<end_function_response>", "<escape>",
 };
 
+size_t gm_marker_pieces(const char *const **out) {
+    *out = MARKER_PIECES;
+    return sizeof MARKER_PIECES / sizeof *MARKER_PIECES;
+}
+
 static void mark(gm_tokenizer *t, int32_t id) {
     if (id >= 0) t->marker[id] = 1;
 }

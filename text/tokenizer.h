@@ -72,6 +72,9 @@ const char *gm_tokenizer_chat_template(const gm_tokenizer *tok);
 /* A chat-format marker (turn, channel, tool-call tokens, BOS / EOS / PAD, control tokens: see the
  * top of tokenizer.c): plain text never yields it, so a grammar over text must never allow it. */
 bool gm_token_is_marker(const gm_tokenizer *t, int32_t id);
+/* The chat formats' marker pieces by name (turns, channels, tool tokens), in a fixed order: grammars number
+ * their marker characters by it (grammar/markers.c), so new markers go at the end. Returns how many. */
+size_t gm_marker_pieces(const char *const **out);
 
 /* UTF-8 helpers (text/utf8.c). */
 /* Bytes in the UTF-8 sequence whose lead byte is b, by llama.cpp's rule (high nibble table:
