@@ -124,7 +124,6 @@ size_t gr_n_markers(void);
 const char *gr_marker_text(size_t i); /* NULL past the end */
 /* The length of the longest marker that s[0..n) starts with (0: none) and its code point. */
 size_t gr_marker_at(const char *s, size_t n, uint32_t *cp);
-size_t gr_utf8_encode(uint32_t cp, char out[4]);
 
 /* ------------------------------------------------------------------ JSON schema / regex */
 /* How a string's characters are written: JSON-escaped (JSON, Python) or raw (Gemma 4 and

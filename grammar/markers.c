@@ -44,15 +44,3 @@ uint32_t gm_gbnf_marker_cp(const char *text, size_t len) {
     uint32_t cp = 0;
     return text && gr_marker_at(text, len, &cp) == len && len ? cp : 0;
 }
-
-size_t gr_utf8_encode(uint32_t cp, char out[4]) {
-    if (cp < 0x80) { out[0] = (char)cp; return 1; }
-    if (cp < 0x800) { out[0] = (char)(0xC0 | cp >> 6); out[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | cp >> 12); out[1] = (char)(0x80 | (cp >> 6 & 0x3F)); out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | cp >> 18); out[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-    out[2] = (char)(0x80 | (cp >> 6 & 0x3F)); out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}

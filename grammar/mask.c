@@ -174,7 +174,7 @@ static gm_status apply_options(const gm_tokenizer *tok, const gm_gvocab_options 
             if (id < 0 || kinds[id] == GM_GTOKEN_END) continue;
             kinds[id] = GM_GTOKEN_TEXT;
             pieces[id] = chars[m];
-            lens[id] = gr_utf8_encode(GR_MARKER_LO + (uint32_t)m, chars[m]);
+            lens[id] = gm_utf8_encode(GR_MARKER_LO + (uint32_t)m, chars[m]);
         }
     }
     for (size_t k = 0; k < o->n_end_ids; k++) kinds[o->end_ids[k]] = GM_GTOKEN_END;

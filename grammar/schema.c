@@ -33,6 +33,7 @@
 #include <cjson/cJSON.h>
 
 #include "grammar/internal.h"
+#include "text/tokenizer.h"
 
 #define SX_MAX_DEPTH 64
 #define SX_MAX_TEXT (16u << 20)
@@ -234,7 +235,8 @@ static void string_text(sx *s, gr_buf *t, const char *str) {
         return;
     }
     char q[4];
-    size_t ql = gr_utf8_encode(GR_MARKER_LO + (s->dialect == GM_SCHEMA_GEMMA4 ? 13u : 20u), q); /* <|"|>, <escape> */
+    const char *qm = s->dialect == GM_SCHEMA_GEMMA4 ? "<|\"|>" : "<escape>";
+    size_t ql = gm_utf8_encode(gm_gbnf_marker_cp(qm, strlen(qm)), q);
     gr_buf_put(t, q, ql);
     gr_buf_puts(t, str);
     gr_buf_put(t, q, ql);

@@ -138,7 +138,7 @@ static void take_choice(const job *j, int i, job_reader *rd, stream_view *v) {
     }
     /* the calls read since, each once complete (a call is sent whole: it was checked before it is shown);
      * a few per take, the rest the next time (the view has room for every choice's other pieces) */
-    const int calls = g->n_call_ids < gen_session_n_calls(g) ? g->n_call_ids : gen_session_n_calls(g);
+    const int calls = gen_session_n_calls(g);
     while (m->calls_sent < calls && v->n_pieces < (int)(sizeof v->piece / sizeof *v->piece) - 3 * SRV_MAX_N) {
         const char *name = NULL, *args = NULL;
         gm_tool_parser_call(g->tp, (size_t)m->calls_sent, &name, &args);

@@ -238,7 +238,7 @@ static cJSON *call_json(int index, const char *id, const char *name, const char 
 }
 
 void openai_add_tool_calls(cJSON *msg, const gen_session *g) {
-    const int n = g->n_call_ids < gen_session_n_calls(g) ? g->n_call_ids : gen_session_n_calls(g);
+    const int n = gen_session_n_calls(g);
     if (!n) return;
     cJSON *list = cJSON_AddArrayToObject(msg, "tool_calls");
     for (int i = 0; i < n; i++) {

@@ -42,12 +42,16 @@ gm_status gen_session_start(gen_session *g, const gen_request *rq, const gm_toke
     g->tok = tok;
     g->n_vocab = n_vocab;
     g->n_ctx = n_ctx;
-    gm_status st = gm_detok_stream_new(tok, false, &g->ds, err);
-    if (!st && rq->tool_mode != TOOLS_NONE) st = gm_tool_parser_new(tok, rq->tools, (size_t)rq->n_tools, &g->tp, err);
-    return st;
+    /* with tools the parser decodes the reply (it holds its own detokenizer) */
+    if (rq->tool_mode != TOOLS_NONE) return gm_tool_parser_new(tok, rq->tools, (size_t)rq->n_tools, &g->tp, err);
+    return gm_detok_stream_new(tok, false, &g->ds, err);
 }
 
-int gen_session_n_calls(const gen_session *g) { return g->tp ? (int)gm_tool_parser_n_calls(g->tp) : 0; }
+/* The calls read that have an id (all of them, unless an id's allocation failed). */
+int gen_session_n_calls(const gen_session *g) {
+    const int n = g->tp ? (int)gm_tool_parser_n_calls(g->tp) : 0;
+    return n < g->n_call_ids ? n : g->n_call_ids;
+}
 
 void gen_session_close(gen_session *g) {
     gm_detok_stream_free(g->ds);
@@ -87,7 +91,7 @@ static void append_text(gen_session *g, const char *t, size_t n) {
 
 /* Ids for the calls read since the last look: OpenAI's call_ prefix and 16 random hex digits. */
 static void name_calls(gen_session *g) {
-    const int n = gen_session_n_calls(g);
+    const int n = g->tp ? (int)gm_tool_parser_n_calls(g->tp) : 0;
     if (n <= g->n_call_ids) return;
     char (*p)[40] = realloc(g->call_id, (size_t)n * sizeof *p);
     if (!p) return;

@@ -85,7 +85,7 @@ typedef struct gen_session {
     int n_call_ids;
 } gen_session;
 
-/* The tool calls read from the choice so far (0 without tools). */
+/* The tool calls read from the choice so far, each with its id in call_id (0 without tools). */
 int gen_session_n_calls(const gen_session *g);
 
 /* Ready to take the tokens of a choice of rq (which must outlive it). */

@@ -244,6 +244,44 @@ static bool write_calls(emit *e, gm_tool_format tf, const gm_chat_message *m) {
     return !e->st;
 }
 
+/* The marker formats' declarations of every tool. */
+static void write_declarations(emit *e, gm_tool_format tf, const gm_chat_options *o) {
+    const tool_markers *mk = tool_markers_of(tf);
+    const tool_out out = em_out(e);
+    for (size_t k = 0; k < o->n_tools && !e->st; k++) {
+        em_marker(e, mk->decl_open);
+        if (!tool_write_declaration(&out, tf, &o->tools[k], e->err)) e->st = GM_ERR_ARG;
+        em_marker(e, mk->decl_close);
+    }
+}
+
+/* What follows a turn's opening for a message other than a tool result: its calls, the results of the
+ * tool messages after it (marker formats: in the same turn), its content, and the turn's end — unless the
+ * turn stays open for the model to go on: its calls wait for their results, or the results came without a
+ * reply yet. Returns whether it stays open. */
+static bool model_turn(emit *e, const chat_format *f, gm_tool_format tf, const gm_chat_message *msgs, size_t i,
+                       size_t n) {
+    const gm_chat_message *m = &msgs[i];
+    const tool_markers *mk = tool_markers_of(tf);
+    const tool_out out = em_out(e);
+    bool results = false;
+    if (has_calls(m)) write_calls(e, tf, m);
+    for (size_t k = i + 1; mk && has_calls(m) && k < n && is_tool(&msgs[k]); k++, results = true) {
+        em_marker(e, mk->resp_open);
+        tool_write_response(&out, tf, result_name(msgs, i, &msgs[k]), msgs[k].content);
+        em_marker(e, mk->resp_close);
+    }
+    if (m->content) em_content(e, m->content);
+    if (mk && has_calls(m) && !results) {
+        em_marker(e, mk->resp_open);
+        return true;
+    }
+    if (results && (!m->content || !m->content[0])) return true;
+    em_id(e, marker(e->tok, f->end), f->end);
+    em_str(e, "\n");
+    return false;
+}
+
 /* Gemma 1-3 (and FunctionGemma, pythonic calls for Gemma 3): the system prompt (and Gemma 3's tool
  * instructions) prefixed to the first turn; FunctionGemma with tools: a developer turn of declarations. */
 static void render_gemma3(emit *e, const chat_format *f, gm_tool_format tf, const gm_chat_message *msgs, size_t n,
@@ -259,12 +297,7 @@ static void render_gemma3(emit *e, const chat_format *f, gm_tool_format tf, cons
         if (system) em_content(e, system);
         if (!system || !strstr(system, intro)) em_str(e, intro);
         system = NULL;
-        const tool_markers *mk = tool_markers_of(tf);
-        for (size_t k = 0; k < o->n_tools && !e->st; k++) {
-            em_marker(e, mk->decl_open);
-            if (!tool_write_declaration(&out, tf, &o->tools[k], e->err)) e->st = GM_ERR_ARG;
-            em_marker(e, mk->decl_close);
-        }
+        write_declarations(e, tf, o);
         em_id(e, end, f->end);
         em_str(e, "\n");
     }
@@ -293,27 +326,11 @@ static void render_gemma3(emit *e, const chat_format *f, gm_tool_format tf, cons
                 em_content(e, msgs[k].content);
                 em_str(e, "</tool_response>");
             }
+            em_id(e, end, f->end);
+            em_str(e, "\n");
         } else {
-            if (has_calls(m)) write_calls(e, tf, m);
-            bool results = false;
-            if (dict && has_calls(m)) {
-                const tool_markers *mk = tool_markers_of(tf);
-                for (size_t k = i + 1; k < n && is_tool(&msgs[k]); k++, results = true) {
-                    em_marker(e, mk->resp_open);
-                    tool_write_response(&out, tf, result_name(msgs, i, &msgs[k]), msgs[k].content);
-                    em_marker(e, mk->resp_close);
-                }
-                if (!results) { /* the calls wait for their results: the turn stays open */
-                    em_marker(e, mk->resp_open);
-                    open = true;
-                    continue;
-                }
-            }
-            if (m->content) em_content(e, m->content);
-            if (results && (!m->content || !m->content[0])) { open = true; continue; }
+            open = model_turn(e, f, tf, msgs, i, n);
         }
-        em_id(e, end, f->end);
-        em_str(e, "\n");
     }
     if (o->add_generation_prompt && !open) {
         em_id(e, start, f->start);
@@ -329,16 +346,11 @@ static void render_gemma4(emit *e, const chat_format *f, gm_tool_format tf, cons
     const size_t first = n && is_system(msgs[0].role) ? 1 : 0;
     const int32_t start = marker(e->tok, f->start), end = marker(e->tok, f->end);
     const tool_markers *mk = tool_markers_of(tf);
-    const tool_out out = em_out(e);
     if (first || (o->n_tools && mk)) {
         em_id(e, start, f->start);
         em_str(e, "system\n");
         if (first) em_content(e, msgs[0].content);
-        for (size_t k = 0; mk && k < o->n_tools && !e->st; k++) {
-            em_marker(e, mk->decl_open);
-            if (!tool_write_declaration(&out, tf, &o->tools[k], e->err)) e->st = GM_ERR_ARG;
-            em_marker(e, mk->decl_close);
-        }
+        if (mk) write_declarations(e, tf, o);
         em_id(e, end, f->end);
         em_str(e, "\n");
     }
@@ -363,25 +375,7 @@ static void render_gemma4(emit *e, const chat_format *f, gm_tool_format tf, cons
             em_str(e, "\n");
             em_marker(e, f->channel_close);
         }
-        bool results = false;
-        if (has_calls(m) && mk) {
-            write_calls(e, tf, m);
-            for (size_t k = i + 1; k < n && is_tool(&msgs[k]); k++, results = true) {
-                em_marker(e, mk->resp_open);
-                tool_write_response(&out, tf, result_name(msgs, i, &msgs[k]), msgs[k].content);
-                em_marker(e, mk->resp_close);
-            }
-        }
-        if (m->content) em_content(e, m->content);
-        if (has_calls(m) && mk && !results) {
-            em_marker(e, mk->resp_open); /* the calls wait for their results */
-            open = true;
-        } else if (results && (!m->content || !m->content[0])) {
-            open = true;
-        } else {
-            em_id(e, end, f->end);
-            em_str(e, "\n");
-        }
+        open = model_turn(e, f, tf, msgs, i, n);
     }
     if (o->add_generation_prompt && !open) {
         em_id(e, start, f->start);

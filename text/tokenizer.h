@@ -88,5 +88,7 @@ bool gm_utf8_valid(const uint8_t *s, size_t n);
 /* Decodes one code point at s (n > 0 bytes available); returns its length (>= 1) and the code
  * point, or -1 in *cp for an invalid sequence (length 1 then). */
 size_t gm_utf8_decode(const uint8_t *s, size_t n, int32_t *cp);
+/* cp (at most U+10FFFF) as UTF-8 into out; returns its length (1-4). */
+size_t gm_utf8_encode(uint32_t cp, char out[4]);
 
 #endif

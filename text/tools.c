@@ -603,10 +603,8 @@ static cJSON *py_string(cur *c) {
                 for (; k < 4 && c->s < c->end && isxdigit((unsigned char)*c->s); k++, c->s++)
                     v = v * 16 + (unsigned)(isdigit((unsigned char)*c->s) ? *c->s - '0' : (tolower((unsigned char)*c->s) - 'a' + 10));
                 if (k < 4 || (v >= 0xD800 && v <= 0xDFFF)) { free(b.p); return NULL; }
-                char u[3];
-                if (v < 0x80) { u[0] = (char)v; sb_put(&b, u, 1); }
-                else if (v < 0x800) { u[0] = (char)(0xC0 | v >> 6); u[1] = (char)(0x80 | (v & 63)); sb_put(&b, u, 2); }
-                else { u[0] = (char)(0xE0 | v >> 12); u[1] = (char)(0x80 | ((v >> 6) & 63)); u[2] = (char)(0x80 | (v & 63)); sb_put(&b, u, 3); }
+                char u[4];
+                sb_put(&b, u, gm_utf8_encode(v, u));
                 continue;
             }
             default: break; /* \\ \" \' and anything else: the character itself */

@@ -71,3 +71,16 @@ size_t gm_utf8_complete_prefix(const uint8_t *s, size_t n) {
 }
 
 bool gm_text_is_utf8(const char *s, size_t n) { return s ? gm_utf8_valid((const uint8_t *)s, n) : n == 0; }
+
+/* cp (at most U+10FFFF) as UTF-8 into out; returns its length. */
+size_t gm_utf8_encode(uint32_t cp, char out[4]) {
+    if (cp < 0x80) { out[0] = (char)cp; return 1; }
+    if (cp < 0x800) { out[0] = (char)(0xC0 | cp >> 6); out[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | cp >> 12); out[1] = (char)(0x80 | (cp >> 6 & 0x3F)); out[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (char)(0xF0 | cp >> 18); out[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+    out[2] = (char)(0x80 | (cp >> 6 & 0x3F)); out[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
