@@ -21,7 +21,16 @@ typedef struct openai_call {
     char id[48];
     long created;
     const char *model;
+    bool echo;              /* completions: each choice's text starts with its prompt's */
+    char *echo_text[SRV_MAX_N]; /* by prompt group */
+    int per_group;          /* choices per prompt group */
 } openai_call;
+
+static void free_call(void *call) {
+    openai_call *q = call;
+    for (int g = 0; q && g < SRV_MAX_N; g++) free(q->echo_text[g]);
+    free(q);
+}
 
 /* A body being read into a request. */
 typedef struct parse {
@@ -236,40 +245,82 @@ static bool chat_prompt(parse *ps, const cJSON *root, const gm_tokenizer *tok, i
     return ok;
 }
 
-/* "prompt": a string (control-token texts parsed: a raw completion writes its own template), a list of
- * one string, or a list of token ids. */
-static bool completion_prompt(parse *ps, const cJSON *root, const gm_tokenizer *tok, int limit) {
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
-    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(p->child)) p = p->child;
+/* One prompt of a request (group g): a string (control-token texts parsed: a raw completion writes its own
+ * template) or a list of token ids, appended to the request's prompt; with echo, its text is kept. */
+static bool one_prompt(parse *ps, const cJSON *p, const gm_tokenizer *tok, int limit, int g) {
+    gen_request *rq = ps->rq;
+    int32_t *ids = NULL;
+    size_t nid = 0;
+    gm_error err = {0};
     if (cJSON_IsString(p)) {
-        gm_error err = {0};
-        size_t nid = 0;
         const size_t len = strlen(p->valuestring);
         if (!bytes_fit(ps, tok, len, limit)) return false;
-        if (gm_tokenize(tok, p->valuestring, len, gm_tokenizer_add_bos(tok), true, &ps->rq->prompt, &nid, &err)) {
+        if (gm_tokenize(tok, p->valuestring, len, gm_tokenizer_add_bos(tok), true, &ids, &nid, &err)) {
             srv_error_set(ps->e, 400, "invalid_request_error", NULL, "prompt: %s", err.msg);
             return false;
         }
-        ps->rq->n_prompt = (int)nid;
-        return true;
-    }
-    const int n = cJSON_IsArray(p) ? cJSON_GetArraySize(p) : 0, V = gm_tokenizer_n_vocab(tok);
-    if (n == 0) return bad(ps, "'%s' must be a string, a list of one string, or a non-empty list of token ids", "prompt");
-    if (n > limit) {
-        srv_error_set(ps->e, 400, "invalid_request_error", "context_length_exceeded",
-                 "the prompt has %d tokens; this server takes at most %d", n, limit);
-        return false;
-    }
-    if (!(ps->rq->prompt = malloc((size_t)n * sizeof *ps->rq->prompt))) return bad(ps, "out of memory reading '%s'", "prompt");
-    const cJSON *e;
-    cJSON_ArrayForEach(e, p) {
-        if (!srv_token_id(e, V, &ps->rq->prompt[ps->rq->n_prompt])) {
-            srv_error_set(ps->e, 400, "invalid_request_error", NULL,
-                     "'prompt': a list must hold only token ids in [0, %d) (batches of prompts are not supported)", V);
+    } else {
+        const int n = cJSON_IsArray(p) ? cJSON_GetArraySize(p) : 0, V = gm_tokenizer_n_vocab(tok);
+        if (n == 0) return bad(ps, "'%s' must be a string, a list of token ids, or a list of those (a batch)", "prompt");
+        if (n > limit) {
+            srv_error_set(ps->e, 400, "invalid_request_error", "context_length_exceeded",
+                          "the prompt has %d tokens; this server takes at most %d", n, limit);
             return false;
         }
-        ps->rq->n_prompt++;
+        if (!(ids = malloc((size_t)n * sizeof *ids))) return bad(ps, "out of memory reading '%s'", "prompt");
+        const cJSON *e;
+        cJSON_ArrayForEach(e, p) {
+            if (!srv_token_id(e, V, &ids[nid])) {
+                free(ids);
+                srv_error_set(ps->e, 400, "invalid_request_error", NULL,
+                              "'prompt': a list of token ids must hold only ids in [0, %d)", V);
+                return false;
+            }
+            nid++;
+        }
     }
+    int32_t *all = realloc(rq->prompt, ((size_t)rq->n_prompt + nid + 1) * sizeof *all);
+    if (!all) {
+        free(ids);
+        return bad(ps, "out of memory reading '%s'", "prompt");
+    }
+    rq->prompt = all;
+    if (nid) memcpy(all + rq->n_prompt, ids, nid * sizeof *ids);
+    rq->n_prompt += (int)nid;
+    rq->group_end[g] = rq->n_prompt;
+    bool ok = true;
+    if (ps->q->echo) {
+        size_t len = 0;
+        if (cJSON_IsString(p)) ps->q->echo_text[g] = strdup(p->valuestring);
+        else gm_detokenize(tok, ids, nid, true, &ps->q->echo_text[g], &len, NULL);
+        ok = ps->q->echo_text[g] != NULL || bad(ps, "out of memory reading '%s'", "prompt");
+    }
+    free(ids);
+    return ok;
+}
+
+/* "prompt": one prompt (a string, a list of token ids, a list of one string) or a batch: a list of up to 8
+ * strings or lists of token ids, each its own group of n choices (choice index = prompt * n + i). */
+static bool completion_prompt(parse *ps, const cJSON *root, const gm_tokenizer *tok, int limit) {
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    if (!get_bool(ps, root, "echo", &ps->q->echo)) return false;
+    if (ps->q->echo && ps->rq->logprobs)
+        return bad(ps, "'%s' with logprobs is not supported (the prompt's log-probabilities are not computed)", "echo");
+    const bool batch = cJSON_IsArray(p) && p->child && (cJSON_IsString(p->child) || cJSON_IsArray(p->child));
+    if (!batch) return one_prompt(ps, p, tok, limit, 0);
+    const int n = cJSON_GetArraySize(p);
+    if (n > SRV_MAX_N) {
+        srv_error_set(ps->e, 400, "invalid_request_error", NULL, "'prompt' is a batch of %d prompts; at most %d", n, SRV_MAX_N);
+        return false;
+    }
+    const cJSON *e;
+    int g = 0;
+    cJSON_ArrayForEach(e, p) {
+        if (!cJSON_IsString(e) && !cJSON_IsArray(e))
+            return bad(ps, "'%s': a batch is a list of strings or of lists of token ids", "prompt");
+        if (!one_prompt(ps, e, tok, limit, g++)) return false;
+    }
+    ps->rq->n_groups = n;
     return true;
 }
 
@@ -429,19 +480,34 @@ static bool limits(parse *ps, const cJSON *root, const srv_options *o, int n_ctx
         !get_int(ps, root, "max_completion_tokens", 1, o->max_tokens, &max_tokens))
         return false;
     ps->rq->max_tokens = max_tokens;
-    if (ps->rq->n_prompt == 0) return bad(ps, "the %s is empty", "prompt");
-    if (ps->rq->n_prompt > o->max_prompt || ps->rq->n_prompt >= n_ctx) {
-        srv_error_set(ps->e, 400, "invalid_request_error", "context_length_exceeded",
-                 "the prompt has %d tokens; this server takes at most %d (context %d, --max-prompt %d)", ps->rq->n_prompt,
-                 n_ctx - 1 < o->max_prompt ? n_ctx - 1 : o->max_prompt, n_ctx, o->max_prompt);
+    const int groups = gen_request_groups(ps->rq);
+    for (int g = 0; g < groups; g++) { /* each prompt of a batch fits on its own */
+        const int32_t *p;
+        int np;
+        gen_request_group(ps->rq, g, &p, &np);
+        if (np == 0) return bad(ps, "the %s is empty", "prompt");
+        if (np > o->max_prompt || np >= n_ctx) {
+            srv_error_set(ps->e, 400, "invalid_request_error", "context_length_exceeded",
+                     "the prompt has %d tokens; this server takes at most %d (context %d, --max-prompt %d)", np,
+                     n_ctx - 1 < o->max_prompt ? n_ctx - 1 : o->max_prompt, n_ctx, o->max_prompt);
+            return false;
+        }
+        if (max_tokens && np + max_tokens > n_ctx) {
+            srv_error_set(ps->e, 400, "invalid_request_error", "context_length_exceeded",
+                     "this model's context is %d tokens; the prompt (%d) plus max_tokens (%d) would exceed it", n_ctx,
+                     np, max_tokens);
+            return false;
+        }
+    }
+    const int n = ps->rq->n * groups;
+    if (n > SRV_MAX_N || n > o->parallel) {
+        srv_error_set(ps->e, 400, "invalid_request_error", NULL,
+                      "%d prompts of n = %d are %d choices; this server runs at most %d at once", groups, ps->rq->n, n,
+                      SRV_MAX_N < o->parallel ? SRV_MAX_N : o->parallel);
         return false;
     }
-    if (max_tokens && ps->rq->n_prompt + max_tokens > n_ctx) {
-        srv_error_set(ps->e, 400, "invalid_request_error", "context_length_exceeded",
-                 "this model's context is %d tokens; the prompt (%d) plus max_tokens (%d) would exceed it", n_ctx,
-                 ps->rq->n_prompt, max_tokens);
-        return false;
-    }
+    ps->q->per_group = ps->rq->n;
+    ps->rq->n = n;
     return true;
 }
 
@@ -515,6 +581,7 @@ static bool request_fields(parse *ps, const cJSON *root, call_kind kind) {
     cJSON_ArrayForEach(f, root) {
         const char *k = f->string;
         bool known = cJSON_IsNull(f) || neutral(f) || !strcmp(k, kind == CALL_CHAT ? "messages" : "prompt") ||
+                     (kind == CALL_COMPLETION && !strcmp(k, "echo")) ||
                      (kind == CALL_CHAT && (!strcmp(k, "top_logprobs") || !strcmp(k, "tools") || !strcmp(k, "tool_choice") ||
                                             !strcmp(k, "parallel_tool_calls")));
         for (size_t i = 0; !known && i < sizeof read_fields / sizeof *read_fields; i++) known = !strcmp(k, read_fields[i]);
@@ -554,7 +621,7 @@ static void *parse_call(const gen_call_in *in, gen_request *rq, srv_error *e, ca
     snprintf(q->id, sizeof q->id, "%s%016llx", kind == CALL_CHAT ? "chatcmpl-" : "cmpl-", (unsigned long long)srv_fresh_u64());
     parse ps = {rq, q, e};
     if (!parse_body(&ps, kind, in->body ? in->body : "", in->len, in->tok, in->o, in->n_ctx)) {
-        free(q);
+        free_call(q);
         return NULL;
     }
     return q;
@@ -688,7 +755,16 @@ static cJSON *choice_json(const openai_call *q, const job *j, int i, const gm_to
         const char *r = g->tp ? gm_tool_parser_reasoning(g->tp, &rl) : "";
         if (rl) cJSON_AddItemToObject(msg, "reasoning_content", text_item(r, rl));
     } else {
-        cJSON_AddItemToObject(ch, "text", text_item(g->text ? g->text : "", g->len));
+        const char *echo = q->echo ? q->echo_text[i / q->per_group] : NULL;
+        if (echo) { /* the prompt's text, then the choice's */
+            const size_t el = strlen(echo);
+            char *t = malloc(el + g->len + 1);
+            if (t) memcpy(t, echo, el), memcpy(t + el, g->text ? g->text : "", g->len), t[el + g->len] = 0;
+            cJSON_AddItemToObject(ch, "text", text_item(t ? t : "", t ? el + g->len : 0));
+            free(t);
+        } else {
+            cJSON_AddItemToObject(ch, "text", text_item(g->text ? g->text : "", g->len));
+        }
     }
     if (j->rq.logprobs) cJSON_AddItemToObject(ch, "logprobs", logprobs_json(q->kind, g->lp, gen_session_lp_shown(g, g->len), 0, tok));
     else cJSON_AddNullToObject(ch, "logprobs");
@@ -731,7 +807,7 @@ static bool put_event(srv_buf *out, cJSON *o) {
 /* One chunk: delta text (or the role, when a chat choice opens), log-probabilities, finish reason. */
 static void put_piece(const openai_call *q, const stream_view *v, const stream_piece *pc, const gm_tokenizer *tok,
                       srv_buf *out) {
-    if (pc->open && q->kind != CALL_CHAT) return; /* completions announce nothing */
+    if (pc->open && q->kind != CALL_CHAT && !q->echo) return; /* completions announce nothing but an echo */
     if (pc->call >= 0) { /* a tool call: its announcement (id, name), then its arguments */
         const char *id = v->text + pc->call_off, *name = id + strlen(id) + 1, *args = name + strlen(name) + 1;
         for (int part = 0; part < 2; part++) {
@@ -754,6 +830,9 @@ static void put_piece(const openai_call *q, const stream_view *v, const stream_p
         cJSON *d = cJSON_AddObjectToObject(ch, "delta");
         if (pc->open) cJSON_AddStringToObject(d, "role", "assistant");
         if (pc->open || text) cJSON_AddItemToObject(d, "content", text_item(text ? text : "", n));
+    } else if (pc->open) { /* echo: the prompt's text first */
+        const char *echo = q->echo_text[pc->choice / q->per_group];
+        cJSON_AddItemToObject(ch, "text", text_item(echo, strlen(echo)));
     } else {
         cJSON_AddItemToObject(ch, "text", text_item(text ? text : "", n));
     }
@@ -796,5 +875,5 @@ static void *parse_completion(const gen_call_in *in, gen_request *rq, srv_error 
     return parse_call(in, rq, e, CALL_COMPLETION);
 }
 
-const gen_endpoint openai_chat = {parse_chat, response, render, "text/event-stream", ":\n\n", free};
-const gen_endpoint openai_completions = {parse_completion, response, render, "text/event-stream", ":\n\n", free};
+const gen_endpoint openai_chat = {parse_chat, response, render, "text/event-stream", ":\n\n", free_call};
+const gen_endpoint openai_completions = {parse_completion, response, render, "text/event-stream", ":\n\n", free_call};

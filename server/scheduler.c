@@ -246,17 +246,35 @@ static void fail_job(job *j, job_error e, const char *msg) {
 
 /* ---------------------------------------------------------------- admission */
 
+/* Choice i of a group: the group's first is its head (it computes the prompt, the others are its forks). */
+static int group_head(const job *j, int g) { return g * (j->rq.n / gen_request_groups(&j->rq)); }
+
 static void admit(srv_sched *s, job *j) {
     gm_error err = {0};
     s->active[s->n_active++] = j; /* its slots were counted when it left the queue */
-    gm_seq *seq = NULL;
-    gm_status st = gm_seq_new(s->e, &seq, &err);
-    if (!st && j->rq.prefix_scope) st = gm_seq_set_prefix_scope(seq, j->rq.prefix_scope, &err); /* forks inherit it */
-    if (!st) st = gm_seq_append(seq, j->rq.prompt, j->rq.n_prompt, &err);
+    gm_status st = GM_OK;
+    for (int g = 0; g < gen_request_groups(&j->rq) && !st; g++) {
+        gm_seq *seq = NULL;
+        const int32_t *p;
+        int np;
+        gen_request_group(&j->rq, g, &p, &np);
+        st = gm_seq_new(s->e, &seq, &err);
+        if (!st && j->rq.prefix_scope) st = gm_seq_set_prefix_scope(seq, j->rq.prefix_scope, &err); /* forks inherit it */
+        if (!st) st = gm_seq_append(seq, p, np, &err);
+        pthread_mutex_lock(&j->mu);
+        j->seq[group_head(j, g)] = seq;
+        pthread_mutex_unlock(&j->mu);
+    }
     pthread_mutex_lock(&j->mu);
-    j->seq[0] = seq;
     if (st) job_fail(j, st == GM_ERR_CONTEXT ? JOB_ERR_REQUEST : JOB_ERR_INTERNAL, "%s", err.msg);
     pthread_mutex_unlock(&j->mu);
+}
+
+/* Every group's prompt is computed (its head has logits). */
+static bool prompts_done(const job *j) {
+    for (int g = 0; g < gen_request_groups(&j->rq); g++)
+        if (!gm_seq_logits(j->seq[group_head(j, g)])) return false;
+    return true;
 }
 
 /* ---------------------------------------------------------------- one token */
@@ -296,15 +314,21 @@ static bool sample_choice(srv_sched *s, job *j, int i, double now) {
     return !st;
 }
 
-/* The prompt is computed: fork it into the n choices and start each one's session. */
+/* The prompts are computed: fork each into its group's choices and start each one's session. */
 static bool start_choices(srv_sched *s, job *j, double now) {
     gm_error err = {0};
     gm_status st = GM_OK;
     pthread_mutex_lock(&j->mu);
-    j->cached = gm_seq_n_reused(j->seq[0]);
-    if (j->cached > j->rq.n_prompt) j->cached = j->rq.n_prompt;
+    j->cached = 0;
+    for (int g = 0; g < gen_request_groups(&j->rq); g++) {
+        const int32_t *p;
+        int np;
+        gen_request_group(&j->rq, g, &p, &np);
+        const int head = group_head(j, g), reused = gm_seq_n_reused(j->seq[head]);
+        j->cached += reused < np ? reused : np;
+        for (int i = head + 1; i < group_head(j, g + 1) && !st; i++) st = gm_seq_fork(j->seq[head], &j->seq[i], &err);
+    }
     const int n_ctx = gm_engine_n_ctx(s->e);
-    for (int i = 1; i < j->rq.n && !st; i++) st = gm_seq_fork(j->seq[0], &j->seq[i], &err);
     for (int i = 0; i < j->rq.n && !st; i++) st = gen_session_start(&j->gen[i], &j->rq, s->tok, s->n_vocab, n_ctx, &err);
     if (!st) st = start_grammar(s, j, &err);
     for (int i = 0; i < j->rq.n && !st && j->rq.speculative; i++) st = gm_spec_new(j->seq[i], &s->spec, &j->spec[i], &err);
@@ -333,9 +357,11 @@ static int gather(srv_sched *s, int *n_decode) {
     for (int k = 0; k < s->n_active; k++) {
         job *j = s->active[k];
         if (j->err) continue;
-        if (!j->started) {
-            s->seq_job[n] = j;
-            s->seqs[n++] = j->seq[0];
+        if (!j->started) { /* the group heads still in their prompts */
+            for (int g = 0; g < gen_request_groups(&j->rq); g++) {
+                gm_seq *head = j->seq[group_head(j, g)];
+                if (!gm_seq_logits(head)) s->seq_job[n] = j, s->seqs[n++] = head;
+            }
             continue;
         }
         for (int i = 0; i < j->rq.n; i++)
@@ -524,7 +550,7 @@ static void step(srv_sched *s) {
         job *j = s->active[k];
         if (j->err) continue;
         if (!j->started) {
-            if (!gm_seq_logits(j->seq[0]) || !start_choices(s, j, now)) continue;
+            if (!prompts_done(j) || !start_choices(s, j, now)) continue;
         }
         for (int i = 0; i < j->rq.n; i++) /* speculating choices take their tokens in speculative_step */
             if (is_generating(j, i) && !j->spec[i] && gm_seq_logits(j->seq[i]) && !sample_choice(s, j, i, now))

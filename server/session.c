@@ -15,6 +15,14 @@ void gen_request_init(gen_request *rq) {
     rq->smp = gm_sampling_default();
 }
 
+int gen_request_groups(const gen_request *rq) { return rq->n_groups > 1 ? rq->n_groups : 1; }
+
+void gen_request_group(const gen_request *rq, int g, const int32_t **prompt, int *n) {
+    const int begin = g > 0 ? rq->group_end[g - 1] : 0, end = rq->n_groups > 1 ? rq->group_end[g] : rq->n_prompt;
+    *prompt = rq->prompt + begin;
+    *n = end - begin;
+}
+
 void gen_request_clear(gen_request *rq) {
     for (int i = 0; i < rq->n_stop; i++) free(rq->stop[i]);
     free(rq->prompt);

@@ -20,9 +20,11 @@ typedef enum { TOOLS_NONE = 0, TOOLS_AUTO, TOOLS_REQUIRED, TOOLS_NAMED } tool_mo
 
 /* A request, fixed before it is submitted. */
 typedef struct gen_request {
-    int32_t *prompt;        /* malloc'd */
+    int32_t *prompt;        /* malloc'd: the prompts of every group, one after the other */
     int n_prompt;
-    int n;                  /* choices, generated from one computed prompt */
+    int n_groups;           /* prompts (a /v1/completions batch); 0 or 1: one */
+    int group_end[SRV_MAX_N]; /* group g's prompt ends at prompt[group_end[g]] (n_groups > 1) */
+    int n;                  /* choices: n / groups of them from each group's computed prompt (choice i of group i / (n / groups)) */
     gm_sampling smp;        /* choice i samples with seed + i; smp.logit_bias points at bias */
     gm_logit_bias *bias;    /* malloc'd: logit_bias */
     gm_grammar *grammar;    /* owned: response_format / json_schema / grammar / a tool-call grammar (NULL: unconstrained) */
@@ -43,6 +45,9 @@ typedef struct gen_request {
 } gen_request;
 
 void gen_request_init(gen_request *rq);
+/* The prompt groups (>= 1), and where group g's prompt is. */
+int gen_request_groups(const gen_request *rq);
+void gen_request_group(const gen_request *rq, int g, const int32_t **prompt, int *n);
 void gen_request_clear(gen_request *rq); /* frees the prompt and the stop strings */
 
 /* Why a choice ended. */

@@ -741,6 +741,43 @@ def test_queue_full_and_sigterm(env):
             s.proc.kill()
 
 
+def test_completions_batch_and_echo(env):
+    """/v1/completions with a batch of prompts: choice prompt * n + i equals choice i of that prompt alone (greedy,
+    and seeded sampling: choice seeds follow the overall index, so compare within a batch of one); echo puts the
+    prompt's text first, streamed the same; misuse is a 400."""
+    srv = env["srv"]
+    prompts = ["Hello, my name is", "The capital of France is", [2, 818, 5279, 529]]
+    st, batch = srv.post("/v1/completions", {"prompt": prompts, "n": 2, "max_tokens": 6, "temperature": 0})
+    assert st == 200 and [c["index"] for c in batch["choices"]] == list(range(6)), batch
+    total = 0
+    for k, p in enumerate(prompts):
+        st, one = srv.post("/v1/completions", {"prompt": p, "max_tokens": 6, "temperature": 0})
+        assert st == 200, one
+        total += one["usage"]["prompt_tokens"]
+        for i in range(2):
+            assert batch["choices"][k * 2 + i]["text"] == one["choices"][0]["text"], (k, i, batch, one)
+    assert batch["usage"]["prompt_tokens"] == total, batch["usage"]
+    # echo: the prompt's text, then the completion; streamed, the same text in pieces
+    body = {"prompt": ["Hello, my name is", "Once upon"], "max_tokens": 5, "temperature": 0, "echo": True}
+    st, r = srv.post("/v1/completions", body)
+    assert st == 200, r
+    st, plain = srv.post("/v1/completions", dict(body, echo=False))
+    for k, p in enumerate(body["prompt"]):
+        assert r["choices"][k]["text"] == p + plain["choices"][k]["text"], (r, plain)
+    st, _, raw = srv.request("POST", "/v1/completions", dict(body, stream=True))
+    texts = ["", ""]
+    for e in sse_events(raw)[:-1]:
+        for c in json.loads(e)["choices"]:
+            texts[c["index"]] += c["text"]
+    assert texts == [c["text"] for c in r["choices"]], (texts, r)
+    st, r = srv.post("/v1/completions", {"prompt": [2, 818], "max_tokens": 2, "temperature": 0, "echo": True})
+    assert st == 200 and r["choices"][0]["text"].startswith("<bos>"), r  # token prompts echo their pieces
+    for bad in ({"prompt": ["a"] * 9}, {"prompt": ["a", "b", "c"], "n": 3}, {"prompt": "a", "echo": True, "logprobs": 1},
+                {"prompt": ["a", 5]}, {"prompt": [[2, 5], []]}, {"prompt": ["a", {"x": 1}]}):
+        st, r = srv.post("/v1/completions", dict(bad, max_tokens=2))
+        assert st == 400 and r["error"]["message"], (bad, st, r)
+
+
 def main():
     binary, model = binary_and_model()
     env = {"bin": binary, "model": model}
@@ -749,7 +786,7 @@ def main():
         rc = run_tests([
             test_health_models, test_completion_equals_cli, test_chat_equals_cli, test_openai_streaming_client,
             test_stream_format, test_stop_across_tokens, test_seed_reproducible, test_n_choices, test_logprobs,
-            test_logit_bias, test_structured_output,
+            test_logit_bias, test_structured_output, test_completions_batch_and_echo,
             test_errors_openai_client, test_malformed_requests, test_chat_injection, test_tokenize_roundtrip,
             test_parallel_equals_sequential, test_cached_prefix, test_disconnect_frees_sequence, test_metrics,
             test_api_key, test_queue_zero, test_speculative, test_speculative_structured, test_cors,
