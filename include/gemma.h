@@ -779,6 +779,35 @@ gm_status gm_embed_tokenize(const gm_model *m, const char *text, size_t len, int
 /* Scales v[0..n) to unit L2 norm (a zero vector stays zero). */
 void gm_embedding_normalize(float *v, int n);
 
+/* ------------------------------------------------------------------ vision encoder (vision/) */
+
+/* The Gemma 3 image encoder: SigLIP ViT + the Gemma 3 projector, read from a llama.cpp mmproj GGUF
+ * (general.architecture "clip", clip.projector_type "gemma3"). It turns one image, already resized to
+ * gm_vision_image_size squared and normalised ((u8 / 255 - mean) / std per channel, planar CHW), into
+ * gm_vision_n_tokens rows of gm_vision_embd_dim floats: the rows that take the place of the image's soft
+ * tokens in the text model's input (not scaled by sqrt(width): the text model's embedding scale is for
+ * token lookups only). Weights F32, F16, BF16 or Q8_0 (the matrices; vectors are read as floats). The
+ * encoder owns a thread pool and all its scratch: encoding allocates nothing after the first call. One
+ * thread at a time per gm_vision. */
+typedef struct gm_vision gm_vision;
+
+typedef struct gm_vision_options {
+    int n_threads; /* <= 0: physical cores */
+    gm_isa isa;    /* the matmul kernels' level (GM_ISA_AUTO: the CPU's best) */
+} gm_vision_options;
+
+/* o may be NULL (defaults). A file that is not a Gemma 3 mmproj, or one with a missing or misshapen
+ * key or tensor, is refused with GM_ERR_FORMAT / GM_ERR_UNSUPPORTED / GM_ERR_NOT_FOUND naming it. */
+gm_status gm_vision_open(const char *path, const gm_vision_options *o, gm_vision **out, gm_error *err);
+void gm_vision_free(gm_vision *v);
+int gm_vision_image_size(const gm_vision *v); /* pixels per side of the input (896 for Gemma 3) */
+int gm_vision_n_tokens(const gm_vision *v);   /* rows per image (256 for Gemma 3) */
+int gm_vision_embd_dim(const gm_vision *v);   /* floats per row: the text model's width */
+/* The per-channel normalisation the encoder expects (clip.vision.image_mean / image_std), RGB. */
+void gm_vision_mean_std(const gm_vision *v, float mean[3], float std[3]);
+/* chw: 3 x S x S floats (S = gm_vision_image_size), normalised; out: n_tokens x embd_dim floats. */
+gm_status gm_vision_encode(gm_vision *v, const float *chw, float *out, gm_error *err);
+
 /* @end generator */
 
 #ifdef __cplusplus

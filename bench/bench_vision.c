@@ -1,0 +1,126 @@
+/* bench/bench_vision.c — image encode time of the Gemma 3 vision encoder at its real shapes (image 896,
+ * patch 14, width 1152, ffn 4304, 16 heads, 27 blocks, 4x4 pooling -> 256 tokens of 2560) with random
+ * weights: writes such an mmproj (F16 matrices and projection, as llama.cpp's converter does; F32 rest)
+ * to a temporary file, opens it and times gm_vision_encode. Not a test: nothing is asserted.
+ *
+ *   cmake --build build --target bench_vision && build/bench_vision [blocks=27] [threads=0] [reps=2] [f16|f32]
+ *
+ * Fewer blocks measure the per-block cost faster (the encode is ~all blocks: patch embedding and projector
+ * are < 1%). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gemma.h"
+#include "support/gguf_writer.h"
+
+enum { S = 896, P = 14, D = 1152, FF = 4304, H = 16, PD = 2560, G = S / P };
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* uniform in [-a, a]: small enough that 27 random blocks keep the activations finite */
+static void fill(float *x, size_t n, float a, uint64_t *state) {
+    for (size_t i = 0; i < n; i++) {
+        *state ^= *state << 13, *state ^= *state >> 7, *state ^= *state << 17;
+        x[i] = a * (2.0f * (float)(*state >> 40) / (float)(1 << 24) - 1.0f);
+    }
+}
+
+static bool add(gw_writer *w, const char *name, int type, int64_t n0, int64_t n1, int64_t n2, int64_t n3, const float *v) {
+    const int64_t ne[4] = {n0, n1, n2, n3};
+    const int n_dims = n3 > 1 ? 4 : n1 > 1 ? 2 : 1;
+    return gw_add_tensor_f32(w, name, type, n_dims, ne, v);
+}
+
+static bool write_keys(gw_writer *w, int blocks) {
+    const float half[3] = {0.5f, 0.5f, 0.5f};
+    return gw_add_str(w, "general.architecture", "clip") && gw_add_bool(w, "clip.has_vision_encoder", true) &&
+           gw_add_str(w, "clip.projector_type", "gemma3") && gw_add_bool(w, "clip.use_gelu", true) &&
+           gw_add_u32(w, "clip.vision.image_size", S) && gw_add_u32(w, "clip.vision.patch_size", P) &&
+           gw_add_u32(w, "clip.vision.embedding_length", D) && gw_add_u32(w, "clip.vision.feed_forward_length", FF) &&
+           gw_add_u32(w, "clip.vision.block_count", (uint32_t)blocks) &&
+           gw_add_u32(w, "clip.vision.attention.head_count", H) &&
+           gw_add_f32(w, "clip.vision.attention.layer_norm_epsilon", 1e-6f) &&
+           gw_add_u32(w, "clip.vision.projection_dim", PD) &&
+           gw_add_arr(w, "clip.vision.image_mean", GGUF_VT_F32, 3, half) &&
+           gw_add_arr(w, "clip.vision.image_std", GGUF_VT_F32, 3, half);
+}
+
+/* One random buffer serves every tensor: timing does not need distinct weights. */
+static bool write_file(const char *path, int blocks, int mtype) {
+    const size_t big = (size_t)FF * D > (size_t)G * G * D ? (size_t)FF * D : (size_t)G * G * D;
+    float *r = malloc(big * sizeof(float)), *ones = malloc(FF * sizeof(float)), *zeros = calloc(FF, sizeof(float));
+    uint64_t st = 0x9E3779B97F4A7C15ull;
+    gw_writer *w = gw_new();
+    bool ok = r && ones && zeros && w && write_keys(w, blocks);
+    if (ok) fill(r, big, 0.03f, &st);
+    for (int i = 0; ok && i < FF; i++) ones[i] = 1.0f;
+    ok = ok && add(w, "v.patch_embd.weight", GM_TYPE_F32, P, P, 3, D, r) && add(w, "v.patch_embd.bias", GM_TYPE_F32, D, 1, 1, 1, zeros) &&
+         add(w, "v.position_embd.weight", GM_TYPE_F32, D, G * G, 1, 1, r);
+    char name[64];
+    static const char *const mats[] = {"attn_q", "attn_k", "attn_v", "attn_out", "ffn_up", "ffn_down"};
+    for (int l = 0; ok && l < blocks; l++) {
+        for (int m = 0; ok && m < 6; m++) {
+            const int64_t cols = m == 5 ? FF : D, rows = m == 4 ? FF : D;
+            snprintf(name, sizeof name, "v.blk.%d.%s.weight", l, mats[m]);
+            ok = add(w, name, mtype, cols, rows, 1, 1, r);
+            snprintf(name, sizeof name, "v.blk.%d.%s.bias", l, mats[m]);
+            ok = ok && add(w, name, GM_TYPE_F32, rows, 1, 1, 1, zeros);
+        }
+        static const char *const norms[] = {"ln1", "ln2"};
+        for (int n = 0; ok && n < 2; n++) {
+            snprintf(name, sizeof name, "v.blk.%d.%s.weight", l, norms[n]);
+            ok = add(w, name, GM_TYPE_F32, D, 1, 1, 1, ones);
+            snprintf(name, sizeof name, "v.blk.%d.%s.bias", l, norms[n]);
+            ok = ok && add(w, name, GM_TYPE_F32, D, 1, 1, 1, zeros);
+        }
+    }
+    ok = ok && add(w, "v.post_ln.weight", GM_TYPE_F32, D, 1, 1, 1, ones) && add(w, "v.post_ln.bias", GM_TYPE_F32, D, 1, 1, 1, zeros) &&
+         add(w, "mm.soft_emb_norm.weight", GM_TYPE_F32, D, 1, 1, 1, ones) &&
+         add(w, "mm.input_projection.weight", GM_TYPE_F16, PD, D, 1, 1, r) && gw_write_file(w, path);
+    if (!ok) fprintf(stderr, "bench_vision: writing %s failed: %s\n", path, w ? gw_error(w) : "out of memory");
+    gw_free(w);
+    free(r), free(ones), free(zeros);
+    return ok;
+}
+
+int main(int argc, char **argv) {
+    const int blocks = argc > 1 ? atoi(argv[1]) : 27, threads = argc > 2 ? atoi(argv[2]) : 0;
+    const int reps = argc > 3 ? atoi(argv[3]) : 2;
+    const int mtype = argc > 4 && !strcmp(argv[4], "f32") ? GM_TYPE_F32 : GM_TYPE_F16;
+    char path[] = "/tmp/bench_vision_XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd < 0 || blocks < 1 || reps < 1) return fprintf(stderr, "bench_vision: bad arguments or no temp file\n"), 2;
+    close(fd);
+    double t0 = now();
+    if (!write_file(path, blocks, mtype)) return unlink(path), 1;
+    fprintf(stderr, "wrote %s (%d blocks, %s matrices) in %.1f s\n", path, blocks, gm_type_name(mtype), now() - t0);
+    gm_error err = {0};
+    gm_vision *v = NULL;
+    const gm_vision_options o = {.n_threads = threads};
+    t0 = now();
+    gm_status st = gm_vision_open(path, &o, &v, &err);
+    unlink(path); /* the map keeps it alive */
+    if (st) return fprintf(stderr, "bench_vision: %s\n", err.msg), 1;
+    printf("open: %.2f s\n", now() - t0);
+    float *img = malloc(sizeof(float) * 3 * S * S), *out = malloc(sizeof(float) * 256 * PD);
+    uint64_t s = 42;
+    fill(img, (size_t)3 * S * S, 1.0f, &s);
+    for (int r = 0; r < reps && img && out; r++) {
+        t0 = now();
+        if ((st = gm_vision_encode(v, img, out, &err))) return fprintf(stderr, "bench_vision: %s\n", err.msg), 1;
+        const double dt = now() - t0;
+        printf("encode %d: %.2f s (%d blocks: %.3f s per block; 27 blocks ~ %.1f s), out[0] = %g\n", r, dt, blocks,
+               dt / blocks, dt / blocks * 27, out[0]);
+    }
+    free(img), free(out);
+    gm_vision_free(v);
+    return 0;
+}

@@ -1,0 +1,49 @@
+/* vision/mmproj.h — a Gemma 3 mmproj GGUF (llama.cpp's `clip` files, projector "gemma3") as validated
+ * config and weight views: the matrices stay in the mapped file as gm_matrix (any type gm_matmul runs),
+ * the vectors and the projection are copied out as f32 once. Internal to vision/. */
+#ifndef GM_VISION_MMPROJ_H
+#define GM_VISION_MMPROJ_H
+
+#include "formats/gguf.h"
+#include "gemma.h"
+#include "kernels/matmul.h"
+
+/* The MLP's activation, as llama.cpp's clip loader picks it: clip.use_gelu -> GELU (tanh form),
+ * clip.use_silu -> SiLU, neither -> gelu_quick. */
+typedef enum vit_act { VIT_GELU_TANH, VIT_GELU_QUICK, VIT_SILU } vit_act;
+
+typedef struct vit_config {
+    int image_size, patch_size; /* pixels */
+    int n_embd, n_ff, n_layers, n_head, head_dim;
+    int proj_dim; /* the text model's width */
+    int scale;    /* average-pooling kernel and stride, in patches (clip.vision.projector.scale_factor) */
+    float eps;    /* LayerNorm and the soft-embedding RMSNorm */
+    float mean[3], std[3];
+    vit_act act;
+    int grid;      /* patches per side */
+    int n_patches; /* grid^2 */
+    int n_tokens;  /* (grid / scale)^2 */
+} vit_config;
+
+typedef struct vit_layer {
+    gm_matrix q, k, v, o, up, down;
+    const float *bq, *bk, *bv, *bo, *bup, *bdown;
+    const float *ln1_w, *ln1_b, *ln2_w, *ln2_b;
+} vit_layer;
+
+typedef struct vit_weights {
+    vit_config cfg;
+    gguf_file *file;     /* the matrices point into its map */
+    gm_matrix patch;     /* n_embd x (3 * patch^2), columns in (channel, y, x) order */
+    const float *patch_b, *pos, *post_w, *post_b;
+    const float *soft_norm; /* already 1 + w in the file */
+    gm_matrix proj;      /* proj_dim x n_embd f32: the file's {proj_dim, n_embd} transposed (it is applied as x W) */
+    vit_layer *layers;
+    float *arena;        /* every f32 copy above */
+} vit_weights;
+
+/* Opens path and fills w; the matrices' kernels are bound for isa. On failure w holds nothing to free. */
+gm_status vit_load(const char *path, gm_isa isa, vit_weights *w, gm_error *err);
+void vit_weights_free(vit_weights *w);
+
+#endif

@@ -1,0 +1,321 @@
+/* vision/siglip.c — the Gemma 3 image encoder's forward pass (llama.cpp tools/mtmd/models/siglip.cpp and
+ * clip.cpp build_vit; HF SiglipVisionModel + Gemma3MultiModalProjector):
+ *
+ *   patches (im2col, p = py * grid + px) -> patch matmul + bias + learned position row (no CLS token)
+ *   n_layers x pre-LN block: h += out(MHA(LN1 h)), bidirectional, 1/sqrt(hd); h += down(act(up(LN2 h)))
+ *   post LayerNorm -> scale x scale average pooling (row-major tokens) -> RMSNorm * (1 + w) -> x W_proj
+ *
+ * Every linear runs on gm_matmul over all patches at once (the text model's kernels, threaded by the pool);
+ * attention is two more gm_matmuls per head and chunk of queries (Q K^T over a head's keys laid out as an f32
+ * matrix, then P V over the transposed values). The row-wise ops run on the pool. All scratch is allocated
+ * at open, sized by the file's shapes. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kernels/cpu.h"
+#include "kernels/ops.h"
+#include "kernels/threadpool.h"
+#include "vision/mmproj.h"
+
+/* Query rows per attention chunk: bounds the score matrix (chunk x n_patches floats; 8 MiB at 4096 patches). */
+enum { ATTN_CHUNK = 512 };
+
+typedef struct vit_scratch {
+    float *patches;          /* n_patches x 3 patch^2 */
+    float *h, *a, *q, *k, *v, *o; /* n_patches x n_embd each: residual, normed input, projections, attention */
+    float *f;                /* n_patches x n_ff */
+    float *kh, *vt;          /* one head: keys n_patches x hd, values transposed hd x n_patches */
+    float *qh, *scores, *oh; /* one chunk of one head: chunk x hd, chunk x n_patches, chunk x hd */
+    float *pooled;           /* n_tokens x n_embd */
+    float *ones;             /* n_ff ones: the vector GeGLU kernel times 1 is the vector GELU */
+} vit_scratch;
+
+struct gm_vision {
+    vit_weights w;
+    gm_pool *pool;
+    const gm_cpu_kernels *kern;
+    gm_isa isa; /* resolved: the level of every matmul and row kernel */
+    gm_matmul_scratch mm;
+    vit_scratch s;
+    float *buf; /* every scratch array above */
+    int chunk;  /* attention query rows per chunk */
+};
+
+/* ---- scratch */
+
+static gm_status alloc_scratch(gm_vision *v, gm_error *err) {
+    const vit_config *c = &v->w.cfg;
+    const size_t N = (size_t)c->n_patches, D = (size_t)c->n_embd, hd = (size_t)c->head_dim;
+    const size_t C = (size_t)(v->chunk = c->n_patches < ATTN_CHUNK ? c->n_patches : ATTN_CHUNK);
+    struct { float **p; size_t n; } parts[] = {
+        {&v->s.patches, N * 3 * (size_t)c->patch_size * (size_t)c->patch_size},
+        {&v->s.h, N * D}, {&v->s.a, N * D}, {&v->s.q, N * D}, {&v->s.k, N * D}, {&v->s.v, N * D}, {&v->s.o, N * D},
+        {&v->s.f, N * (size_t)c->n_ff}, {&v->s.kh, N * hd}, {&v->s.vt, N * hd},
+        {&v->s.qh, C * hd}, {&v->s.scores, C * N}, {&v->s.oh, C * hd},
+        {&v->s.pooled, (size_t)c->n_tokens * D}, {&v->s.ones, (size_t)c->n_ff},
+    };
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) total += (parts[i].n + 15) / 16 * 16; /* 64-byte rows */
+    v->buf = aligned_alloc(64, total * sizeof(float));
+    if (!v->buf) return gm_fail(err, GM_ERR_NOMEM, "vision encoder scratch: %zu MiB", total * sizeof(float) >> 20);
+    float *p = v->buf;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        *parts[i].p = p;
+        p += (parts[i].n + 15) / 16 * 16;
+    }
+    for (int i = 0; i < c->n_ff; i++) v->s.ones[i] = 1.0f;
+    return GM_OK;
+}
+
+/* ---- row-wise ops on the pool */
+
+typedef struct row_job {
+    const gm_vision *v;
+    float *y;
+    const float *x, *w, *b, *add; /* op-specific, see each task */
+    int n;                        /* floats per row */
+    float eps, scale;
+} row_job;
+
+/* LayerNorm with weight and bias, sums in double: y = (x - mean) / sqrt(var + eps) * w + b */
+static void layernorm_task(void *ctx, int64_t r0, int64_t r1, int thread) {
+    const row_job *j = ctx;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = j->x + r * j->n;
+        float *y = j->y + r * j->n;
+        double sum = 0, sq = 0;
+        for (int i = 0; i < j->n; i++) sum += x[i];
+        const double mean = sum / j->n;
+        for (int i = 0; i < j->n; i++) sq += (x[i] - mean) * (x[i] - mean);
+        const float rstd = (float)(1.0 / sqrt(sq / j->n + j->eps)), m = (float)mean;
+        for (int i = 0; i < j->n; i++) y[i] = (x[i] - m) * rstd * j->w[i] + j->b[i];
+    }
+}
+
+/* y += b (+ add[r] when add: the position embedding) */
+static void bias_task(void *ctx, int64_t r0, int64_t r1, int thread) {
+    const row_job *j = ctx;
+    for (int64_t r = r0; r < r1; r++) {
+        float *y = j->y + r * j->n;
+        for (int i = 0; i < j->n; i++) y[i] += j->b[i];
+        if (j->add) gm_add(y, j->add + r * j->n, j->n);
+    }
+}
+
+/* residual: y += x + b */
+static void residual_task(void *ctx, int64_t r0, int64_t r1, int thread) {
+    const row_job *j = ctx;
+    for (int64_t r = r0; r < r1; r++) {
+        float *y = j->y + r * j->n;
+        const float *x = j->x + r * j->n;
+        for (int i = 0; i < j->n; i++) y[i] += x[i] + j->b[i];
+    }
+}
+
+/* y = act(y + b) */
+static void act_task(void *ctx, int64_t r0, int64_t r1, int thread) {
+    const row_job *j = ctx;
+    const vit_act act = j->v->w.cfg.act;
+    for (int64_t r = r0; r < r1; r++) {
+        float *y = j->y + r * j->n;
+        for (int i = 0; i < j->n; i++) y[i] += j->b[i];
+        if (act == VIT_GELU_TANH) {
+            j->v->kern->geglu(y, j->v->s.ones, j->n);
+        } else {
+            const float k = act == VIT_GELU_QUICK ? 1.702f : 1.0f; /* x sigmoid(k x): gelu_quick, SiLU */
+            for (int i = 0; i < j->n; i++) y[i] = y[i] / (1.0f + expf(-k * y[i]));
+        }
+    }
+}
+
+/* softmax of each score row (the 1/sqrt(hd) is in q already) */
+static void softmax_task(void *ctx, int64_t r0, int64_t r1, int thread) {
+    const row_job *j = ctx;
+    for (int64_t r = r0; r < r1; r++) {
+        float *y = j->y + r * j->n, mx = -INFINITY;
+        for (int i = 0; i < j->n; i++) mx = y[i] > mx ? y[i] : mx;
+        const float inv = (float)(1.0 / j->v->kern->exp_sum(y, j->n, mx));
+        for (int i = 0; i < j->n; i++) y[i] *= inv;
+    }
+}
+
+static void run_rows(const gm_vision *v, gm_task_fn fn, row_job j, int64_t n_rows) {
+    j.v = v;
+    /* a few thousand floats per chunk at least: below that the pool's wake-up costs more than the work */
+    const int64_t grain = j.n >= 4096 ? 1 : 4096 / j.n;
+    gm_pool_parallel_for(v->pool, n_rows, grain, fn, &j);
+}
+
+/* ---- the forward pass */
+
+static gm_status matmul(gm_vision *v, const gm_matrix *W, const float *x, int64_t n, float *y) {
+    return gm_matmul(W, x, n, y, v->pool, &v->mm);
+}
+
+/* im2col: patch p's values in the patch matrix's column order (channel, y, x) */
+static void extract_patches(const vit_config *c, const float *chw, float *out) {
+    const int S = c->image_size, P = c->patch_size, G = c->grid;
+    for (int py = 0; py < G; py++)
+        for (int px = 0; px < G; px++) {
+            float *dst = out + ((size_t)py * G + px) * 3 * P * P;
+            for (int ch = 0; ch < 3; ch++)
+                for (int ky = 0; ky < P; ky++, dst += P)
+                    memcpy(dst, chw + ((size_t)ch * S + (size_t)py * P + ky) * S + (size_t)px * P, P * sizeof(float));
+        }
+}
+
+/* Head hh's keys as a matrix (n_patches rows of hd) and its values transposed (hd rows of n_patches). */
+static void gather_head(const vit_config *c, const vit_scratch *s, int hh) {
+    const int N = c->n_patches, D = c->n_embd, hd = c->head_dim;
+    for (int p = 0; p < N; p++) {
+        memcpy(s->kh + (size_t)p * hd, s->k + (size_t)p * D + hh * hd, hd * sizeof(float));
+        for (int d = 0; d < hd; d++) s->vt[(size_t)d * N + p] = s->v[(size_t)p * D + hh * hd + d];
+    }
+}
+
+/* One head over query rows [q0, q0 + n): o's columns of the head = softmax(q k^T / sqrt(hd)) v. */
+static gm_status attend_chunk(gm_vision *v, int hh, int q0, int n) {
+    const vit_config *c = &v->w.cfg;
+    const vit_scratch *s = &v->s;
+    const int N = c->n_patches, D = c->n_embd, hd = c->head_dim;
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int r = 0; r < n; r++)
+        for (int d = 0; d < hd; d++) s->qh[(size_t)r * hd + d] = s->q[(size_t)(q0 + r) * D + hh * hd + d] * scale;
+    gm_matrix K = {.type = GM_TYPE_F32, .rows = N, .cols = hd, .data = s->kh};
+    gm_matrix Vt = {.type = GM_TYPE_F32, .rows = hd, .cols = N, .data = s->vt};
+    gm_matrix_bind(&K, v->isa);
+    gm_matrix_bind(&Vt, v->isa);
+    gm_status st = matmul(v, &K, s->qh, n, s->scores);
+    if (st) return st;
+    run_rows(v, softmax_task, (row_job){.y = s->scores, .n = N}, n);
+    if ((st = matmul(v, &Vt, s->scores, n, s->oh))) return st;
+    for (int r = 0; r < n; r++) memcpy(s->o + (size_t)(q0 + r) * D + hh * hd, s->oh + (size_t)r * hd, hd * sizeof(float));
+    return GM_OK;
+}
+
+static gm_status attention(gm_vision *v) {
+    const vit_config *c = &v->w.cfg;
+    gm_status st = GM_OK;
+    for (int hh = 0; hh < c->n_head && !st; hh++) {
+        gather_head(c, &v->s, hh);
+        for (int q0 = 0; q0 < c->n_patches && !st; q0 += v->chunk) {
+            const int n = c->n_patches - q0 < v->chunk ? c->n_patches - q0 : v->chunk;
+            st = attend_chunk(v, hh, q0, n);
+        }
+    }
+    return st;
+}
+
+static gm_status block(gm_vision *v, const vit_layer *l) {
+    const vit_config *c = &v->w.cfg;
+    const vit_scratch *s = &v->s;
+    const int64_t N = c->n_patches;
+    const int D = c->n_embd;
+    run_rows(v, layernorm_task, (row_job){.y = s->a, .x = s->h, .w = l->ln1_w, .b = l->ln1_b, .n = D, .eps = c->eps}, N);
+    const gm_matrix *qkv[3] = {&l->q, &l->k, &l->v};
+    float *const out[3] = {s->q, s->k, s->v};
+    gm_status st = gm_matmul_multi(qkv, out, 3, s->a, N, v->pool, &v->mm);
+    if (st) return st;
+    run_rows(v, bias_task, (row_job){.y = s->q, .b = l->bq, .n = D}, N);
+    run_rows(v, bias_task, (row_job){.y = s->k, .b = l->bk, .n = D}, N);
+    run_rows(v, bias_task, (row_job){.y = s->v, .b = l->bv, .n = D}, N);
+    if ((st = attention(v)) || (st = matmul(v, &l->o, s->o, N, s->a))) return st;
+    run_rows(v, residual_task, (row_job){.y = s->h, .x = s->a, .b = l->bo, .n = D}, N);
+    run_rows(v, layernorm_task, (row_job){.y = s->a, .x = s->h, .w = l->ln2_w, .b = l->ln2_b, .n = D, .eps = c->eps}, N);
+    if ((st = matmul(v, &l->up, s->a, N, s->f))) return st;
+    run_rows(v, act_task, (row_job){.y = s->f, .b = l->bup, .n = c->n_ff}, N);
+    if ((st = matmul(v, &l->down, s->f, N, s->a))) return st;
+    run_rows(v, residual_task, (row_job){.y = s->h, .x = s->a, .b = l->bdown, .n = D}, N);
+    return GM_OK;
+}
+
+/* scale x scale average pooling of the patch grid (rows of D), tokens row-major: t = oy * (grid / scale) + ox */
+static void pool_tokens(const vit_config *c, const float *h, float *out) {
+    const int G = c->grid, k = c->scale, O = G / k, D = c->n_embd;
+    const float inv = 1.0f / (float)(k * k);
+    for (int oy = 0; oy < O; oy++)
+        for (int ox = 0; ox < O; ox++) {
+            float *dst = out + ((size_t)oy * O + ox) * D;
+            memset(dst, 0, (size_t)D * sizeof(float));
+            for (int dy = 0; dy < k; dy++)
+                for (int dx = 0; dx < k; dx++) gm_add(dst, h + ((size_t)(oy * k + dy) * G + ox * k + dx) * D, D);
+            gm_scale(dst, D, inv);
+        }
+}
+
+static gm_status encode(gm_vision *v, const float *chw, float *out) {
+    const vit_weights *w = &v->w;
+    const vit_config *c = &w->cfg;
+    const vit_scratch *s = &v->s;
+    const int64_t N = c->n_patches;
+    extract_patches(c, chw, s->patches);
+    gm_status st = matmul(v, &w->patch, s->patches, N, s->h);
+    if (st) return st;
+    run_rows(v, bias_task, (row_job){.y = s->h, .b = w->patch_b, .add = w->pos, .n = c->n_embd}, N);
+    for (int il = 0; il < c->n_layers && !st; il++) st = block(v, &w->layers[il]);
+    if (st) return st;
+    run_rows(v, layernorm_task, (row_job){.y = s->h, .x = s->h, .w = w->post_w, .b = w->post_b, .n = c->n_embd, .eps = c->eps}, N);
+    pool_tokens(c, s->h, s->pooled);
+    for (int t = 0; t < c->n_tokens; t++) {
+        float *row = s->pooled + (size_t)t * c->n_embd;
+        v->kern->rmsnorm(row, row, w->soft_norm, c->n_embd, c->eps); /* the file stores 1 + w */
+    }
+    return matmul(v, &w->proj, s->pooled, c->n_tokens, out);
+}
+
+/* ---- public API */
+
+gm_status gm_vision_open(const char *path, const gm_vision_options *o, gm_vision **out, gm_error *err) {
+    if (!path || !out) return gm_fail(err, GM_ERR_ARG, "gm_vision_open: NULL %s", path ? "out" : "path");
+    *out = NULL;
+    const gm_vision_options def = {0};
+    if (!o) o = &def;
+    if (!gm_isa_valid(o->isa)) return gm_fail(err, GM_ERR_ARG, "gm_vision_open: isa %d", (int)o->isa);
+    gm_vision *v = calloc(1, sizeof *v);
+    if (!v) return gm_fail(err, GM_ERR_NOMEM, "gm_vision_open");
+    gm_status st = vit_load(path, o->isa, &v->w, err);
+    if (st) {
+        free(v);
+        return st;
+    }
+    v->isa = gm_isa_resolve(o->isa);
+    v->kern = gm_cpu_kernels_for(v->isa);
+    v->pool = gm_pool_new(o->n_threads);
+    if (!v->pool) st = gm_fail(err, GM_ERR_NOMEM, "%s: thread pool", path);
+    if (!st) st = alloc_scratch(v, err);
+    if (st) {
+        gm_vision_free(v);
+        return st;
+    }
+    *out = v;
+    return GM_OK;
+}
+
+void gm_vision_free(gm_vision *v) {
+    if (!v) return;
+    gm_pool_free(v->pool);
+    gm_matmul_scratch_free(&v->mm);
+    free(v->buf);
+    vit_weights_free(&v->w);
+    free(v);
+}
+
+int gm_vision_image_size(const gm_vision *v) { return v ? v->w.cfg.image_size : 0; }
+int gm_vision_n_tokens(const gm_vision *v) { return v ? v->w.cfg.n_tokens : 0; }
+int gm_vision_embd_dim(const gm_vision *v) { return v ? v->w.cfg.proj_dim : 0; }
+
+void gm_vision_mean_std(const gm_vision *v, float mean[3], float std[3]) {
+    for (int i = 0; i < 3; i++) {
+        if (mean) mean[i] = v ? v->w.cfg.mean[i] : 0.0f;
+        if (std) std[i] = v ? v->w.cfg.std[i] : 1.0f;
+    }
+}
+
+gm_status gm_vision_encode(gm_vision *v, const float *chw, float *out, gm_error *err) {
+    if (!v || !chw || !out) return gm_fail(err, GM_ERR_ARG, "gm_vision_encode: NULL %s", !v ? "encoder" : !chw ? "image" : "out");
+    gm_status st = encode(v, chw, out);
+    if (st) return gm_fail_prefix(err, "%s: encode: ", v->w.file->path);
+    return GM_OK;
+}
