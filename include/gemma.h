@@ -810,6 +810,66 @@ gm_status gm_vision_encode(gm_vision *v, const float *chw, float *out, gm_error 
 
 /* @end generator */
 
+/* ------------------------------------------------------------------ images (vision/) */
+
+/* Images in: decoding (PNG, JPEG, WebP) to 8-bit RGB and the preprocessing the vision encoders'
+ * references apply before their first layer. Images come from untrusted uploads, so every decoder
+ * checks the header's dimensions against limits before it allocates pixel memory, turns truncated
+ * or corrupt data into an error (never a crash, never a leak) and prints nothing. */
+
+/* width * height pixels, row-major, 3 bytes each (R, G, B), no padding between rows. pixels is
+ * malloc'd by the function that fills the image; gm_image_free releases it. */
+typedef struct gm_image {
+    int width, height;
+    uint8_t *pixels;
+} gm_image;
+
+/* What a decoder accepts. A field <= 0 takes its default (GM_IMAGE_MAX_SIDE, GM_IMAGE_MAX_PIXELS);
+ * a NULL gm_image_limits* takes all defaults. Dimensions are those of the file's header, before
+ * EXIF orientation (which only swaps them). */
+typedef struct gm_image_limits {
+    int max_width;
+    int max_height;
+    int64_t max_pixels;
+} gm_image_limits;
+#define GM_IMAGE_MAX_SIDE 8192
+#define GM_IMAGE_MAX_PIXELS ((int64_t)40 * 1000 * 1000)
+
+/* Decodes bytes[0..len) into *out (zeroed first; freed again on failure). The format comes from
+ * the magic bytes, not a name or MIME type: PNG (libpng), JPEG (libjpeg-turbo), WebP (libwebp; an
+ * animated WebP is GM_ERR_UNSUPPORTED). Anything else is GM_ERR_FORMAT naming what it looks like
+ * (GIF, BMP, TIFF, HEIF/AVIF, ..., or the first bytes). Conversions, as the references do:
+ *  - alpha is dropped, not composited (Pillow's convert("RGB") and llama.cpp's stbi_load(..., 3)
+ *    both keep the colour channels as stored): a transparent pixel keeps its stored colour;
+ *  - grayscale is replicated to R = G = B; palettes are expanded (their transparency dropped);
+ *  - 16-bit samples keep their high byte (stb_image, and Pillow for RGB; Pillow clips 16-bit gray);
+ *  - JPEG: the EXIF orientation tag (APP1) is applied, as transformers' load_image does with
+ *    ImageOps.exif_transpose (llama.cpp ignores it); CMYK / YCCK JPEGs are converted as Pillow
+ *    does (Adobe inverted CMYK);
+ *  - a JPEG that ends early is an error (Pillow's "image file is truncated"), not a grey bottom.
+ * Over a limit: GM_ERR_UNSUPPORTED, from the header alone. */
+gm_status gm_image_decode(const void *bytes, size_t len, const gm_image_limits *lim, gm_image *out, gm_error *err);
+/* Frees img->pixels and zeroes *img (NULL-safe). */
+void gm_image_free(gm_image *img);
+
+/* src resized to width x height (each 1..65536) into *out (new pixels) with Pillow's BILINEAR:
+ * separable, a triangle filter widened by the scale when downscaling (antialiasing), 22-bit
+ * fixed-point weights, each pass rounded to 8 bits. Identical bytes to Pillow >= 13's
+ * PIL.Image.resize((width, height), Image.BILINEAR) on an RGB image, which runs the vertical pass
+ * first when the height shrinks by more than twice what the width does (older Pillow and
+ * llama.cpp's resize_pillow always run the horizontal pass first: some bytes differ by one). */
+gm_status gm_image_resize_bilinear(const gm_image *src, int width, int height, gm_image *out, gm_error *err);
+/* llama.cpp's fixed-size preprocessing (img_tool::resize, PAD_CEIL): src scaled by
+ * min(width / w, height / h) (float), each side ceil'd and capped, resized with
+ * Pillow's bilinear filter with llama.cpp's pass order (horizontal first, always), centred (offsets
+ * floored) on a black width x height canvas. An image already width x height is copied unchanged. */
+gm_status gm_image_letterbox(const gm_image *src, int width, int height, gm_image *out, gm_error *err);
+/* Planar CHW floats: out[c * h * w + y * w + x] = (pixel / 255.0f - mean[c]) / std[c], in float as
+ * llama.cpp computes it. out holds 3 * width * height floats. std[c] == 0 is GM_ERR_ARG. */
+gm_status gm_image_to_chw(const gm_image *img, const float mean[3], const float std[3], float *out, gm_error *err);
+
+/* @end images */
+
 #ifdef __cplusplus
 }
 #endif
