@@ -779,37 +779,6 @@ gm_status gm_embed_tokenize(const gm_model *m, const char *text, size_t len, int
 /* Scales v[0..n) to unit L2 norm (a zero vector stays zero). */
 void gm_embedding_normalize(float *v, int n);
 
-/* ------------------------------------------------------------------ vision encoder (vision/) */
-
-/* The Gemma 3 image encoder: SigLIP ViT + the Gemma 3 projector, read from a llama.cpp mmproj GGUF
- * (general.architecture "clip", clip.projector_type "gemma3"). It turns one image, already resized to
- * gm_vision_image_size squared and normalised ((u8 / 255 - mean) / std per channel, planar CHW), into
- * gm_vision_n_tokens rows of gm_vision_embd_dim floats: the rows that take the place of the image's soft
- * tokens in the text model's input (not scaled by sqrt(width): the text model's embedding scale is for
- * token lookups only). Weights F32, F16, BF16 or Q8_0 (the matrices; vectors are read as floats). The
- * encoder owns a thread pool and all its scratch: encoding allocates nothing after the first call. One
- * thread at a time per gm_vision. */
-typedef struct gm_vision gm_vision;
-
-typedef struct gm_vision_options {
-    int n_threads; /* <= 0: physical cores */
-    gm_isa isa;    /* the matmul kernels' level (GM_ISA_AUTO: the CPU's best) */
-} gm_vision_options;
-
-/* o may be NULL (defaults). A file that is not a Gemma 3 mmproj, or one with a missing or misshapen
- * key or tensor, is refused with GM_ERR_FORMAT / GM_ERR_UNSUPPORTED / GM_ERR_NOT_FOUND naming it. */
-gm_status gm_vision_open(const char *path, const gm_vision_options *o, gm_vision **out, gm_error *err);
-void gm_vision_free(gm_vision *v);
-int gm_vision_image_size(const gm_vision *v); /* pixels per side of the input (896 for Gemma 3) */
-int gm_vision_n_tokens(const gm_vision *v);   /* rows per image (256 for Gemma 3) */
-int gm_vision_embd_dim(const gm_vision *v);   /* floats per row: the text model's width */
-/* The per-channel normalisation the encoder expects (clip.vision.image_mean / image_std), RGB. */
-void gm_vision_mean_std(const gm_vision *v, float mean[3], float std[3]);
-/* chw: 3 x S x S floats (S = gm_vision_image_size), normalised; out: n_tokens x embd_dim floats. */
-gm_status gm_vision_encode(gm_vision *v, const float *chw, float *out, gm_error *err);
-
-/* @end generator */
-
 /* ------------------------------------------------------------------ images (vision/) */
 
 /* Images in: decoding (PNG, JPEG, WebP) to 8-bit RGB and the preprocessing the vision encoders'
@@ -851,6 +820,11 @@ typedef struct gm_image_limits {
 gm_status gm_image_decode(const void *bytes, size_t len, const gm_image_limits *lim, gm_image *out, gm_error *err);
 /* Frees img->pixels and zeroes *img (NULL-safe). */
 void gm_image_free(gm_image *img);
+/* A 128-bit identity of the decoded image (its size and pixels, not its file's bytes: the same picture
+ * sent as PNG or WebP is the same image) under a 128-bit key: SipHash-2-4 twice, under key and under key
+ * with its words swapped. With a secret random key (the server's) nobody can aim a collision; it names
+ * the image in the prefix cache (gm_embed_span.key) and in an encoder cache. */
+void gm_image_digest(const gm_image *img, const uint64_t key[2], uint64_t out[2]);
 
 /* src resized to width x height (each 1..65536) into *out (new pixels) with Pillow's BILINEAR:
  * separable, a triangle filter widened by the scale when downscaling (antialiasing), 22-bit
@@ -867,6 +841,52 @@ gm_status gm_image_letterbox(const gm_image *src, int width, int height, gm_imag
 /* Planar CHW floats: out[c * h * w + y * w + x] = (pixel / 255.0f - mean[c]) / std[c], in float as
  * llama.cpp computes it. out holds 3 * width * height floats. std[c] == 0 is GM_ERR_ARG. */
 gm_status gm_image_to_chw(const gm_image *img, const float mean[3], const float std[3], float *out, gm_error *err);
+
+/* ------------------------------------------------------------------ vision encoder (vision/) */
+
+/* The Gemma 3 image encoder: SigLIP ViT + the Gemma 3 projector, read from a llama.cpp mmproj GGUF
+ * (general.architecture "clip", clip.projector_type "gemma3"). It turns one image, already resized to
+ * gm_vision_image_size squared and normalised ((u8 / 255 - mean) / std per channel, planar CHW), into
+ * gm_vision_n_tokens rows of gm_vision_embd_dim floats: the rows that take the place of the image's soft
+ * tokens in the text model's input (not scaled by sqrt(width): the text model's embedding scale is for
+ * token lookups only). Weights F32, F16, BF16 or Q8_0 (the matrices; vectors are read as floats). The
+ * encoder owns a thread pool and all its scratch: encoding allocates nothing after the first call. One
+ * thread at a time per gm_vision. */
+typedef struct gm_vision gm_vision;
+
+typedef struct gm_vision_options {
+    int n_threads; /* <= 0: physical cores */
+    gm_isa isa;    /* the matmul kernels' level (GM_ISA_AUTO: the CPU's best) */
+} gm_vision_options;
+
+/* o may be NULL (defaults). A file that is not a Gemma 3 mmproj, or one with a missing or misshapen
+ * key or tensor, is refused with GM_ERR_FORMAT / GM_ERR_UNSUPPORTED / GM_ERR_NOT_FOUND naming it. */
+gm_status gm_vision_open(const char *path, const gm_vision_options *o, gm_vision **out, gm_error *err);
+void gm_vision_free(gm_vision *v);
+int gm_vision_image_size(const gm_vision *v); /* pixels per side of the input (896 for Gemma 3) */
+int gm_vision_n_tokens(const gm_vision *v);   /* rows per image (256 for Gemma 3) */
+int gm_vision_embd_dim(const gm_vision *v);   /* floats per row: the text model's width */
+/* The per-channel normalisation the encoder expects (clip.vision.image_mean / image_std), RGB. */
+void gm_vision_mean_std(const gm_vision *v, float mean[3], float std[3]);
+/* chw: 3 x S x S floats (S = gm_vision_image_size), normalised; out: n_tokens x embd_dim floats. */
+gm_status gm_vision_encode(gm_vision *v, const float *chw, float *out, gm_error *err);
+
+/* Family-neutral calls (what the CLI and the server use). The encoder's family: 3 (Gemma 3: SigLIP at a fixed
+ * size, 256 rows in <start_of_image> ... <end_of_image>), 4 (Gemma 4: sizes chosen per image). */
+int gm_vision_family(const gm_vision *v);
+/* img as the family's reference prepares it for the first layer (Gemma 3: letterboxed to image_size
+ * squared as llama.cpp does, then normalised): *chw (malloc'd, 3 x *h x *w planar floats), the size chosen,
+ * and *n_tokens, the rows gm_vision_encode_chw makes of it. */
+gm_status gm_vision_preprocess(const gm_vision *v, const gm_image *img, float **chw, int *w, int *h, int *n_tokens,
+                               gm_error *err);
+/* Encodes a w x h input from gm_vision_preprocess into out (n_tokens x embd_dim floats). A size the
+ * family cannot take is GM_ERR_ARG. */
+gm_status gm_vision_encode_chw(gm_vision *v, const float *chw, int w, int h, float *out, gm_error *err);
+/* gm_vision_preprocess then gm_vision_encode_chw: *out malloc'd (*n_tokens x embd_dim floats). */
+gm_status gm_vision_encode_image(gm_vision *v, const gm_image *img, float **out, int *n_tokens, gm_error *err);
+
+/* @end generator */
+
 
 /* @end images */
 

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/siphash.h"
 #include "model/model.h"
 
 enum { NONE = -1 };
@@ -566,53 +567,19 @@ gm_status gm_kv_table_prepare(gm_kvpool *p, gm_kv_table *t, int p0, int p1, gm_e
  * key, SipHash's outputs are unpredictable to anyone who never sees them (nothing exposes them), so a
  * collision takes about 2^32 blocks held at once even by luck, and cannot be aimed at. Cost: 70 rounds
  * per 64 tokens, nothing beside a forward pass. */
-#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
-
-typedef struct sip {
-    uint64_t v[4];
-    uint64_t n; /* words taken */
-} sip;
-
-static void sip_round(uint64_t v[4]) {
-    v[0] += v[1], v[1] = ROTL(v[1], 13), v[1] ^= v[0], v[0] = ROTL(v[0], 32);
-    v[2] += v[3], v[3] = ROTL(v[3], 16), v[3] ^= v[2];
-    v[0] += v[3], v[3] = ROTL(v[3], 21), v[3] ^= v[0];
-    v[2] += v[1], v[1] = ROTL(v[1], 17), v[1] ^= v[2], v[2] = ROTL(v[2], 32);
-}
-
-static sip sip_begin(const uint64_t key[2]) {
-    return (sip){{key[0] ^ 0x736f6d6570736575ull, key[1] ^ 0x646f72616e646f6dull, key[0] ^ 0x6c7967656e657261ull,
-                  key[1] ^ 0x7465646279746573ull}, 0};
-}
-
-static void sip_word(sip *s, uint64_t m) {
-    s->v[3] ^= m;
-    sip_round(s->v), sip_round(s->v);
-    s->v[0] ^= m;
-    s->n++;
-}
-
-/* The closing block holds the message length in bytes (its top byte), as SipHash's does. */
-static uint64_t sip_end(sip *s) {
-    sip_word(s, (s->n * 8) << 56);
-    s->v[2] ^= 0xff;
-    for (int r = 0; r < 4; r++) sip_round(s->v);
-    return s->v[0] ^ s->v[1] ^ s->v[2] ^ s->v[3];
-}
-
 uint64_t gm_kv_chain_hash(const uint64_t key[2], uint64_t prev, const int32_t *ids) {
-    sip s = sip_begin(key);
-    sip_word(&s, prev);
+    gm_sip s = gm_sip_begin(key);
+    gm_sip_word(&s, prev);
     for (int i = 0; i < GM_KV_BLOCK; i += 2)
-        sip_word(&s, (uint64_t)(uint32_t)ids[i] | (uint64_t)(uint32_t)ids[i + 1] << 32);
-    return sip_end(&s);
+        gm_sip_word(&s, (uint64_t)(uint32_t)ids[i] | (uint64_t)(uint32_t)ids[i + 1] << 32);
+    return gm_sip_end(&s);
 }
 
 /* A one-word message: never equal to a block's 33 words (the closing length word differs). */
 uint64_t gm_kv_chain_root(const uint64_t key[2], uint64_t scope) {
-    sip s = sip_begin(key);
-    sip_word(&s, scope);
-    return sip_end(&s);
+    gm_sip s = gm_sip_begin(key);
+    gm_sip_word(&s, scope);
+    return gm_sip_end(&s);
 }
 
 /* The parent hash of block i of t. */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/siphash.h"
 #include "vision/image_internal.h"
 
 gm_image_bounds gm_image_bounds_of(const gm_image_limits *lim) {
@@ -85,4 +86,28 @@ gm_status gm_image_decode(const void *bytes, size_t len, const gm_image_limits *
     if (starts(d, len, 0, "\xff\xd8\xff", 3)) return gm_jpeg_decode(d, len, &b, out, err);
     if (starts(d, len, 0, "RIFF", 4) && starts(d, len, 8, "WEBP", 4)) return gm_webp_decode(d, len, &b, out, err);
     return unknown_format(d, len, err);
+}
+
+/* Pixels go in as little-endian 64-bit words (the tail zero-padded; the size words first fix the length). */
+static uint64_t digest_half(const gm_image *img, const uint64_t key[2]) {
+    gm_sip s = gm_sip_begin(key);
+    gm_sip_word(&s, (uint64_t)(uint32_t)img->width << 32 | (uint32_t)img->height);
+    const size_t n = (size_t)img->width * (size_t)img->height * 3;
+    const uint8_t *p = img->pixels;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w = 0;
+        for (int b = 7; b >= 0; b--) w = w << 8 | p[i + (size_t)b];
+        gm_sip_word(&s, w);
+    }
+    uint64_t w = 0;
+    for (size_t b = n; b > i; b--) w = w << 8 | p[b - 1];
+    gm_sip_word(&s, w);
+    return gm_sip_end(&s);
+}
+
+void gm_image_digest(const gm_image *img, const uint64_t key[2], uint64_t out[2]) {
+    const uint64_t swapped[2] = {key[1], key[0] ^ 0x9E3779B97F4A7C15ull};
+    out[0] = img && img->pixels ? digest_half(img, key) : 0;
+    out[1] = img && img->pixels ? digest_half(img, swapped) : 0;
 }

@@ -319,3 +319,58 @@ gm_status gm_vision_encode(gm_vision *v, const float *chw, float *out, gm_error 
     if (st) return gm_fail_prefix(err, "%s: encode: ", v->w.file->path);
     return GM_OK;
 }
+
+/* ---- family-neutral calls (Gemma 3: one fixed size) */
+
+int gm_vision_family(const gm_vision *v) { return v ? 3 : 0; }
+
+gm_status gm_vision_preprocess(const gm_vision *v, const gm_image *img, float **chw, int *w, int *h, int *n_tokens,
+                               gm_error *err) {
+    if (!v || !img || !img->pixels || !chw)
+        return gm_fail(err, GM_ERR_ARG, "gm_vision_preprocess: NULL %s", !v ? "encoder" : !chw ? "out" : "image");
+    *chw = NULL;
+    const vit_config *c = &v->w.cfg;
+    const int S = c->image_size;
+    gm_image sq = {0};
+    gm_status st = gm_image_letterbox(img, S, S, &sq, err);
+    if (st) return st;
+    float *x = malloc((size_t)3 * S * S * sizeof *x);
+    if (!x) st = gm_fail(err, GM_ERR_NOMEM, "gm_vision_preprocess: %d x %d", S, S);
+    if (!st) st = gm_image_to_chw(&sq, c->mean, c->std, x, err);
+    gm_image_free(&sq);
+    if (st) {
+        free(x);
+        return st;
+    }
+    *chw = x;
+    if (w) *w = S;
+    if (h) *h = S;
+    if (n_tokens) *n_tokens = c->n_tokens;
+    return GM_OK;
+}
+
+gm_status gm_vision_encode_chw(gm_vision *v, const float *chw, int w, int h, float *out, gm_error *err) {
+    if (v && (w != v->w.cfg.image_size || h != v->w.cfg.image_size))
+        return gm_fail(err, GM_ERR_ARG, "gm_vision_encode_chw: this encoder takes %d x %d, not %d x %d",
+                       v->w.cfg.image_size, v->w.cfg.image_size, w, h);
+    return gm_vision_encode(v, chw, out, err);
+}
+
+gm_status gm_vision_encode_image(gm_vision *v, const gm_image *img, float **out, int *n_tokens, gm_error *err) {
+    if (!out) return gm_fail(err, GM_ERR_ARG, "gm_vision_encode_image: out is NULL");
+    *out = NULL;
+    float *chw;
+    int w, h, n;
+    gm_status st = gm_vision_preprocess(v, img, &chw, &w, &h, &n, err);
+    if (st) return st;
+    float *e = malloc((size_t)n * (size_t)gm_vision_embd_dim(v) * sizeof *e);
+    st = e ? gm_vision_encode_chw(v, chw, w, h, e, err) : gm_fail(err, GM_ERR_NOMEM, "gm_vision_encode_image");
+    free(chw);
+    if (st) {
+        free(e);
+        return st;
+    }
+    *out = e;
+    if (n_tokens) *n_tokens = n;
+    return GM_OK;
+}
