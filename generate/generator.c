@@ -110,12 +110,80 @@ gm_status gm_generator_prefill(gm_generator *g, const int32_t *ids, int n, gm_er
                            (int)ids[i], i, g->c->n_vocab);
     gm_seq *s = g->s;
     int common = 0;
-    while (common < n && common < s->n_tok && s->tok[common] == ids[common]) common++;
+    while (common < n && common < s->n_tok && s->tok[common] == ids[common] && !gm_seq_span_at(s, common)) common++;
     s->seeded = false;
     if (common == n && n == s->n_tok) return GM_OK; /* identical history: cache and logits stay valid */
     gm_status st = gm_seq_truncate(s, common, err);
     if (!st) st = gm_seq_append(s, ids + common, n - common, err);
     return st;
+}
+
+/* Walks the wanted history (ids with spans before ids[at]) position by position. */
+typedef struct want_walk {
+    const int32_t *ids;
+    int n;
+    const gm_prompt_span *sp;
+    int n_sp;
+    int i, k, r; /* next id, next span, row inside span k (r > 0: inside it) */
+} want_walk;
+
+/* Does position pos of s hold what the walk's current position wants? Advances the walk when it does. */
+static bool want_matches(want_walk *w, const gm_seq *s, int pos) {
+    const gm_seq_span *have = gm_seq_span_at(s, pos);
+    if (w->k < w->n_sp && w->sp[w->k].at == (size_t)w->i) { /* a span row is wanted */
+        const gm_embed_span *x = &w->sp[w->k].span;
+        if (!have || !(x->key[0] | x->key[1]) || have->key[0] != x->key[0] || have->key[1] != x->key[1] ||
+            have->n != x->n || have->bidirectional != x->bidirectional || pos - have->pos != w->r ||
+            s->tok[pos] != x->placeholder)
+            return false;
+        if (++w->r == x->n) w->r = 0, w->k++;
+        return true;
+    }
+    if (w->i >= w->n || have || s->tok[pos] != w->ids[w->i]) return false;
+    w->i++;
+    return true;
+}
+
+gm_status gm_generator_prefill_spans(gm_generator *g, const int32_t *ids, int n, const gm_prompt_span *spans,
+                                     int n_spans, gm_error *err) {
+    const char *fn = "gm_generator_prefill_spans";
+    if (!g) return gm_fail(err, GM_ERR_ARG, "%s: generator is NULL", fn);
+    if (n < 0 || (n > 0 && !ids) || n_spans < 0 || (n_spans > 0 && !spans))
+        return gm_fail(err, GM_ERR_ARG, "%s: %d ids, %d spans", fn, n, n_spans);
+    int64_t total = n;
+    for (int k = 0; k < n_spans; k++) {
+        if (spans[k].at > (size_t)n || (k && spans[k].at < spans[k - 1].at) || spans[k].span.n < 1)
+            return gm_fail(err, GM_ERR_ARG, "%s: span %d (at %zu, %d rows) is out of order or past the %d ids", fn, k,
+                           spans[k].at, spans[k].span.n, n);
+        total += spans[k].span.n;
+    }
+    if (total > g->e->n_ctx)
+        return gm_fail(err, GM_ERR_CONTEXT, "%s: the prompt has %lld positions, the context holds %d", fn,
+                       (long long)total, g->e->n_ctx);
+    gm_seq *s = g->s;
+    want_walk w = {ids, n, spans, n_spans, 0, 0, 0};
+    int common = 0;
+    while (common < s->n_tok && want_matches(&w, s, common)) common++;
+    s->seeded = false;
+    if (common == total && total == s->n_tok) return GM_OK; /* identical history: cache and logits stay valid */
+    const gm_seq_span *cut = gm_seq_span_at(s, common);
+    if (cut && cut->pos < common) { /* never keep part of a span: restart the walk at its first row */
+        common = cut->pos;
+        w = (want_walk){ids, n, spans, n_spans, 0, 0, 0};
+        for (int p = 0; p < common; p++) want_matches(&w, s, p);
+    }
+    gm_status st = gm_seq_truncate(s, common, err);
+    while (!st && (w.i < n || w.k < n_spans)) {
+        if (w.k < n_spans && spans[w.k].at == (size_t)w.i) {
+            st = gm_seq_append_embeds(s, &spans[w.k].span, err);
+            w.k++;
+            continue;
+        }
+        const int stop = w.k < n_spans ? (int)spans[w.k].at : n;
+        st = gm_seq_append(s, ids + w.i, stop - w.i, err);
+        w.i = stop;
+    }
+    return st ? gm_fail_prefix(err, "%s: ", fn) : GM_OK;
 }
 
 gm_status gm_generator_append(gm_generator *g, const int32_t *ids, int n, gm_error *err) {

@@ -267,6 +267,10 @@ typedef struct gm_chat_message {
     const char *tool_call_id;    /* tool: the call it answers (its function's name is found from it) */
     const char *name;            /* tool: the function's name, when tool_call_id does not find one */
     const char *reasoning;       /* assistant: its thoughts (Gemma 4 renders them before calls after the last user turn) */
+    /* user: images at these byte offsets of content (ascending): each becomes the family's image markers around
+     * the place of its rows (gm_chat_options.image_pos); the text between two images is trimmed on its own. */
+    const size_t *image_at;
+    size_t n_images;
 } gm_chat_message;
 
 gm_status gm_chat_render(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n,
@@ -315,6 +319,11 @@ typedef struct gm_chat_options {
     bool add_generation_prompt;
     const gm_tool *tools;    /* declared in the prompt in the family's format */
     size_t n_tools;
+    /* tokenize, out: for each image of the conversation in order, the index in the ids where its rows go
+     * (between its begin and end markers: Gemma 3 "\n\n<start_of_image>" | "<end_of_image>\n\n" as
+     * transformers expands them, Gemma 4 "<|image>" | "<image|>"); room for n_image_pos (GM_ERR_ARG if short). */
+    size_t *image_pos;
+    size_t n_image_pos;
 } gm_chat_options;
 
 /* gm_chat_render / gm_chat_tokenize with tools and tool messages. Without tools, tool calls or tool messages
@@ -480,6 +489,23 @@ gm_status gm_seq_fork(const gm_seq *s, gm_seq **out, gm_error *err);
 gm_status gm_seq_truncate(gm_seq *s, int n, gm_error *err);
 /* Appends ids to the history (no compute). Past n_ctx: GM_ERR_CONTEXT. */
 gm_status gm_seq_append(gm_seq *s, const int32_t *ids, int n, gm_error *err);
+/* Caller embeddings inside a history: an image's rows from a vision encoder, soft prompts. */
+typedef struct gm_embed_span {
+    const float *embeds;  /* n x d_model floats (copied): each position's input to layer 0, no embedding scale */
+    int n;
+    int32_t placeholder;  /* the token the positions carry in the history (gm_seq_tokens) */
+    /* The content's identity, e.g. gm_image_digest of the image (for one encoder): positions under a key are
+     * entered in and adopted from the prefix index like tokens, so the same image after the same prefix is
+     * computed once; two keys never share a block. {0, 0}: anonymous: nothing from its first position on is
+     * indexed or adopted (as gm_row.embed). */
+    uint64_t key[2];
+    /* Every position attends to all n (an image's rows, as Gemma 3 and 4 are trained); else causal. Such a
+     * span's uncomputed rows are computed in one forward call: n <= the engine's n_batch (GM_ERR_ARG). */
+    bool bidirectional;
+} gm_embed_span;
+/* Appends span->n positions (no compute); gm_engine_eval / gm_engine_step compute them. Truncating inside a
+ * span keeps its first rows as computed with the whole span. Past n_ctx: GM_ERR_CONTEXT. */
+gm_status gm_seq_append_embeds(gm_seq *s, const gm_embed_span *span, gm_error *err);
 const int32_t *gm_seq_tokens(const gm_seq *s, int *n);
 int gm_seq_length(const gm_seq *s);
 /* Positions whose keys and values are in the cache. */
@@ -674,6 +700,15 @@ bool gm_generator_is_stop(const gm_generator *g, int32_t tok);
 gm_status gm_generator_prefill(gm_generator *g, const int32_t *ids, int n, gm_error *err);
 /* Appends ids to the history (no compute). */
 gm_status gm_generator_append(gm_generator *g, const int32_t *ids, int n, gm_error *err);
+/* A prompt with caller embeddings (images): span goes before ids[at]. */
+typedef struct gm_prompt_span {
+    size_t at;
+    gm_embed_span span;
+} gm_prompt_span;
+/* gm_generator_prefill with spans (at ascending, <= n): the kept prefix ends where the histories differ in a
+ * token or a span (spans match by key and length; anonymous ones never match). */
+gm_status gm_generator_prefill_spans(gm_generator *g, const int32_t *ids, int n, const gm_prompt_span *spans,
+                                     int n_spans, gm_error *err);
 
 /* Naive reference: recomputes the whole history from an empty cache, samples one token, appends it. */
 gm_status gm_generator_step(gm_generator *g, const gm_sampling *s, int32_t *tok, gm_error *err);

@@ -35,6 +35,9 @@ typedef struct gm_fwd_row {
     float *logits_out;
     float *hidden_out;       /* NULL, or d floats: the row's final-normed hidden state (embedding models) */
     float *taps;             /* NULL, or n_aux x d: the INPUT hidden state of each of the batch's aux_layers */
+    /* > pos + 1: the row also attends to its sequence's positions (pos, attend_end), which this call computes
+     * (the rows of an image see the whole image); its window's start stays that of a causal row. */
+    int attend_end;
 } gm_fwd_row;
 
 typedef struct gm_fwd_batch {
@@ -58,7 +61,8 @@ typedef struct gm_fwd_batch {
 
 /* One layer's attention over n rows: att[i] (n_heads x head_dim) from q[i] (RoPE and query scale applied)
  * and the cached keys / values of layer il, which already hold this call's rows. Keys of a row: its
- * window (lc->window > 0: the last `window` positions up to its own) or every earlier position; scores
+ * window (lc->window > 0: the last `window` positions up to its own) or every earlier position, and up to
+ * its attend_end when that is past it; scores
  * soft-capped (softcap > 0) then biased (bias as in gm_fwd_batch); bias_is_mask: keys [0, bias_n) under
  * the bias alone; n_keys > 0: bidirectional over keys [0, n_keys), a sliding layer's window symmetric
  * (|pos - j| <= window / 2). Grouped-query: query head h reads KV head h / (n_heads / n_kv_heads). */

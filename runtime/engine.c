@@ -156,6 +156,7 @@ gm_status gm_seq_new(gm_engine *e, gm_seq **out, gm_error *err) {
 void gm_seq_free(gm_seq *s) {
     if (!s) return;
     gm_kv_table_free(s->e->pool, &s->kv);
+    gm_seq_spans_free(s);
     gm_sampler_free(&s->smp);
     free(s->mask);
     free(s->tok);
@@ -186,6 +187,7 @@ gm_status gm_seq_fork(const gm_seq *s, gm_seq **out, gm_error *err) {
         memcpy(f->logits, s->logits, (size_t)s->e->c->n_vocab * sizeof *f->logits);
         f->logits_valid = true;
     }
+    if (!st) st = gm_seq_spans_copy(f, s, err);
     if (!st) st = gm_kv_table_fork(s->e->pool, &f->kv, &s->kv, err);
     if (st) {
         gm_seq_free(f);
@@ -222,6 +224,7 @@ gm_status gm_seq_truncate(gm_seq *s, int n, gm_error *err) {
     s->n_tok = n;
     s->logits_valid = false;
     if (n <= s->taint) s->taint = INT_MAX;
+    gm_seq_spans_truncate(s, n);
     keep_kv(s, n);
     return GM_OK;
 }
@@ -356,11 +359,13 @@ static gm_status run_rows(gm_engine *e, int n, gm_fwd_batch *b, bool tainted, gm
     for (int i = 0; i < n; i++) {
         gm_seq *s = e->row_seq[i];
         s->n_kv = e->rows[i].pos + 1;
-        if ((tainted || e->rows[i].embed) && e->rows[i].pos < s->taint) s->taint = e->rows[i].pos;
+        /* rows of a keyed span are content like tokens; other embeddings cannot be named */
+        if ((tainted || (e->rows[i].embed && !gm_seq_pos_keyed(s, e->rows[i].pos))) && e->rows[i].pos < s->taint)
+            s->taint = e->rows[i].pos;
         if (i + 1 < n && e->row_seq[i + 1] == s) continue;
         /* the last row of s in this call: index its new full blocks, drop what its window no longer needs */
         const int full = (s->n_kv < s->taint ? s->n_kv : s->taint) / GM_KV_BLOCK;
-        if (full > s->kv.n_hashed) gm_kv_table_register(e->pool, &s->kv, s->tok, full);
+        if (full > s->kv.n_hashed) gm_kv_table_register(e->pool, &s->kv, s->tok, gm_seq_salts(s, full), full);
         gm_kv_table_trim_window(e->pool, &s->kv, s->n_kv);
     }
     return GM_OK;
@@ -373,10 +378,12 @@ static void begin_eval(gm_engine *e, gm_seq *s, bool adopt) {
     if (!adopt || !e->prefix_cache || s->n_kv % GM_KV_BLOCK || s->kv.n_hashed != s->n_kv / GM_KV_BLOCK ||
         s->taint <= s->n_kv)
         return;
-    const int first = s->n_kv / GM_KV_BLOCK, max_blocks = (s->n_tok - 1) / GM_KV_BLOCK;
+    const int first = s->n_kv / GM_KV_BLOCK, limit = gm_seq_index_limit(s);
+    int max_blocks = (s->n_tok - 1) / GM_KV_BLOCK;
+    if (max_blocks > limit) max_blocks = limit;
     if (max_blocks <= first) return;
     gm_kv_table_drop_from(e->pool, &s->kv, first);
-    const int got = gm_kv_table_adopt(e->pool, &s->kv, s->tok, max_blocks);
+    const int got = gm_kv_table_adopt(e->pool, &s->kv, s->tok, gm_seq_salts(s, max_blocks), max_blocks);
     s->n_kv += got * GM_KV_BLOCK;
     s->n_reused += got * GM_KV_BLOCK;
 }
@@ -414,18 +421,19 @@ gm_status gm_engine_eval_ex(gm_engine *e, gm_seq *s, const gm_eval_extras *x, gm
     if (x->aux_taken) *x->aux_taken = false;
     s->logits_valid = false;
     while (s->n_kv < s->n_tok) {
-        const int n = s->n_tok - s->n_kv < e->n_batch ? s->n_tok - s->n_kv : e->n_batch;
+        const int n = x->embeds ? (s->n_tok - s->n_kv < e->n_batch ? s->n_tok - s->n_kv : e->n_batch)
+                                : gm_seq_chunk_rows(s, s->n_kv, e->n_batch, true);
         bool tapped = false;
         for (int i = 0; i < n; i++) {
             const int pos = s->n_kv + i;
             const bool last = pos == s->n_tok - 1 && !x->hidden_out, all = x->all_logits && pos >= x->logits_from;
             e->row_seq[i] = s;
-            e->rows[i] = (gm_fwd_row){.pos = pos, .token = s->tok[pos],
-                                      .embed = x->embeds ? x->embeds + (size_t)pos * d : NULL,
-                                      .logits = last || all,
-                                      .logits_out = all ? (x->logits_out ? x->logits_out + (size_t)(pos - x->logits_from) * V : NULL)
-                                                        : (last ? s->logits : NULL),
-                                      .hidden_out = x->hidden_out ? x->hidden_out + (size_t)pos * d : NULL};
+            e->rows[i] = gm_seq_row(s, pos);
+            if (x->embeds) e->rows[i].embed = x->embeds + (size_t)pos * d;
+            e->rows[i].logits = last || all;
+            e->rows[i].logits_out = all ? (x->logits_out ? x->logits_out + (size_t)(pos - x->logits_from) * V : NULL)
+                                        : (last ? s->logits : NULL);
+            e->rows[i].hidden_out = x->hidden_out ? x->hidden_out + (size_t)pos * d : NULL;
             if (last && x->n_aux) e->rows[i].taps = x->aux_out, tapped = true;
         }
         if ((st = run_rows(e, n, &b, x->embeds || x->bias || x->bidirectional, err))) return st;
@@ -459,12 +467,14 @@ static gm_status eval_call(gm_engine *e, gm_seq *const *seqs, int n, int max_row
             gm_seq *s = seqs[i];
             const int pending = s->n_tok - s->n_kv;
             if (pending <= 0 || (pass == 0) != (pending == 1)) continue;
-            const int take = pending < max_rows - k ? pending : max_rows - k;
+            /* an image's uncomputed rows go in one call: maybe fewer rows, or (alone) past max_rows */
+            const int take = gm_seq_chunk_rows(s, s->n_kv, max_rows - k, k == 0);
             for (int r = 0; r < take; r++, k++) {
                 const int pos = s->n_kv + r;
                 e->row_seq[k] = s;
-                e->rows[k] = (gm_fwd_row){.pos = pos, .token = s->tok[pos], .logits = pos == s->n_tok - 1,
-                                          .logits_out = pos == s->n_tok - 1 ? s->logits : NULL};
+                e->rows[k] = gm_seq_row(s, pos);
+                e->rows[k].logits = pos == s->n_tok - 1;
+                e->rows[k].logits_out = pos == s->n_tok - 1 ? s->logits : NULL;
             }
         }
     *n_rows = k;
@@ -504,6 +514,9 @@ gm_status gm_engine_forward(gm_engine *e, const gm_row *rows, int n, float *logi
     for (int i = 0; i < n; i++) { /* every row checked before anything changes */
         const gm_row *r = &rows[i];
         if (!r->seq || r->seq->e != e) return gm_fail(err, GM_ERR_ARG, "gm_engine_forward: row %d: sequence not of this engine", i);
+        if (gm_seq_span_at(r->seq, r->pos))
+            return gm_fail(err, GM_ERR_ARG, "gm_engine_forward: row %d: position %d holds appended embeddings "
+                           "(gm_seq_append_embeds): gm_engine_eval / gm_engine_step compute them", i, r->pos);
         int expect = r->seq->n_kv;
         for (int j = i - 1; j >= 0; j--)
             if (rows[j].seq == r->seq) {

@@ -31,8 +31,19 @@ struct gm_engine {
     int n_taps;
 };
 
+/* Positions [pos, pos + n) of a history whose inputs are caller embeddings (gm_seq_append_embeds). */
+typedef struct gm_seq_span {
+    int pos, n;
+    float *embeds;     /* n x d_model, owned */
+    uint64_t key[2];   /* {0, 0}: anonymous */
+    bool bidirectional;
+} gm_seq_span;
+
 struct gm_seq {
     gm_engine *e;
+    gm_seq_span *spans;    /* by position, disjoint */
+    int n_spans, cap_spans;
+    uint64_t *salt;        /* per block: the prefix index's salts, refreshed before each use (NULL: no keyed span) */
     int32_t *tok;          /* n_ctx slots */
     int n_tok;
     int n_kv;              /* positions whose keys/values are in the blocks */
@@ -67,6 +78,24 @@ typedef struct gm_eval_extras {
     bool bidirectional;         /* encoder attention over the whole history (one pass from position 0) */
     float *hidden_out;          /* every position's final-normed hidden state (n x d) instead of logits */
 } gm_eval_extras;
+
+/* runtime/spans.c: a sequence's embedding spans. */
+const gm_seq_span *gm_seq_span_at(const gm_seq *s, int pos);
+/* Rows to compute from position `from`, at most `want` (`first`: nothing else is in the call yet): fewer
+ * when a bidirectional span would be cut (its uncomputed rows go in one call), more (up to n_batch) when
+ * `first` and such a span starts the chunk; 0: wait for a call of its own. */
+int gm_seq_chunk_rows(const gm_seq *s, int from, int want, bool first);
+/* The row for position pos of s: token, embedding and attention span (logits left to the caller). */
+gm_fwd_row gm_seq_row(const gm_seq *s, int pos);
+/* Salts of blocks [0, n_blocks) for the prefix index (NULL when no keyed span: all 0). */
+const uint64_t *gm_seq_salts(gm_seq *s, int n_blocks);
+/* The first block the index must not serve (an anonymous span's), or INT_MAX. */
+int gm_seq_index_limit(const gm_seq *s);
+/* True when pos lies in a span with a content key (its rows are indexed like tokens). */
+bool gm_seq_pos_keyed(const gm_seq *s, int pos);
+void gm_seq_spans_truncate(gm_seq *s, int n);
+gm_status gm_seq_spans_copy(gm_seq *dst, const gm_seq *src, gm_error *err);
+void gm_seq_spans_free(gm_seq *s);
 
 gm_status gm_engine_eval_ex(gm_engine *e, gm_seq *s, const gm_eval_extras *x, gm_error *err);
 /* gm_engine_new without its refusal of embedding models: the embedder (generate/embed.c) runs them. */

@@ -30,6 +30,7 @@ typedef struct entry {
     uint64_t hash, parent;
     uint64_t scope;  /* compared exactly: scopes stay apart even if their hashes met */
     int32_t ids[GM_KV_BLOCK];
+    uint64_t salt;   /* 0 for text (gm_kv_chain_hash) */
     int blk[GM_KV_GROUPS];
     bool used;
 } entry;
@@ -178,13 +179,14 @@ static void lru_push(gm_kvpool *p, int id) { /* most recently used at the tail *
 
 static size_t slot_of(const gm_kvpool *p, uint64_t h) { return (size_t)(h ^ (h >> 29)) & (p->map_cap - 1); }
 
-static int map_find(const gm_kvpool *p, uint64_t scope, uint64_t h, uint64_t parent, const int32_t *ids) {
+static int map_find(const gm_kvpool *p, uint64_t scope, uint64_t h, uint64_t parent, const int32_t *ids, uint64_t salt) {
     if (!p->map_cap) return NONE;
     for (size_t s = slot_of(p, h);; s = (s + 1) & (p->map_cap - 1)) {
         const int e = p->map[s];
         if (e == NONE) return NONE;
         const entry *x = &p->e[e];
-        if (x->hash == h && x->parent == parent && x->scope == scope && memcmp(x->ids, ids, sizeof x->ids) == 0)
+        if (x->hash == h && x->parent == parent && x->scope == scope && x->salt == salt &&
+            memcmp(x->ids, ids, sizeof x->ids) == 0)
             return e;
     }
 }
@@ -226,7 +228,7 @@ static void map_remove(gm_kvpool *p, int e) {
     p->map[hole] = NONE;
 }
 
-static int entry_new(gm_kvpool *p, uint64_t scope, uint64_t h, uint64_t parent, const int32_t *ids) {
+static int entry_new(gm_kvpool *p, uint64_t scope, uint64_t h, uint64_t parent, const int32_t *ids, uint64_t salt) {
     if ((size_t)(p->ne - p->free_ent.n + 1) * 2 > p->map_cap && !map_grow(p)) return NONE;
     int e;
     if (p->free_ent.n) {
@@ -246,6 +248,7 @@ static int entry_new(gm_kvpool *p, uint64_t scope, uint64_t h, uint64_t parent, 
     x->parent = parent;
     x->scope = scope;
     memcpy(x->ids, ids, sizeof x->ids);
+    x->salt = salt;
     for (int g = 0; g < GM_KV_GROUPS; g++) x->blk[g] = NONE;
     x->used = true;
     size_t s = slot_of(p, h);
@@ -567,11 +570,12 @@ gm_status gm_kv_table_prepare(gm_kvpool *p, gm_kv_table *t, int p0, int p1, gm_e
  * key, SipHash's outputs are unpredictable to anyone who never sees them (nothing exposes them), so a
  * collision takes about 2^32 blocks held at once even by luck, and cannot be aimed at. Cost: 70 rounds
  * per 64 tokens, nothing beside a forward pass. */
-uint64_t gm_kv_chain_hash(const uint64_t key[2], uint64_t prev, const int32_t *ids) {
+uint64_t gm_kv_chain_hash(const uint64_t key[2], uint64_t prev, const int32_t *ids, uint64_t salt) {
     gm_sip s = gm_sip_begin(key);
     gm_sip_word(&s, prev);
     for (int i = 0; i < GM_KV_BLOCK; i += 2)
         gm_sip_word(&s, (uint64_t)(uint32_t)ids[i] | (uint64_t)(uint32_t)ids[i + 1] << 32);
+    if (salt) gm_sip_word(&s, salt); /* text blocks hash as before */
     return gm_sip_end(&s);
 }
 
@@ -587,22 +591,24 @@ static uint64_t parent_of(const gm_kvpool *p, const gm_kv_table *t, int i) {
     return i ? t->hash[i - 1] : gm_kv_chain_root(p->key, t->scope);
 }
 
-void gm_kv_table_hash(const gm_kvpool *p, gm_kv_table *t, const int32_t *ids, int n_blocks) {
+#define SALT(salt, i) ((salt) ? (salt)[i] : 0)
+
+void gm_kv_table_hash(const gm_kvpool *p, gm_kv_table *t, const int32_t *ids, const uint64_t *salt, int n_blocks) {
     if (!gm_kv_table_reserve(t, n_blocks)) return;
     for (int i = t->n_hashed; i < n_blocks; i++)
-        t->hash[i] = gm_kv_chain_hash(p->key, parent_of(p, t, i), ids + (size_t)i * GM_KV_BLOCK);
+        t->hash[i] = gm_kv_chain_hash(p->key, parent_of(p, t, i), ids + (size_t)i * GM_KV_BLOCK, SALT(salt, i));
     if (n_blocks > t->n_hashed) t->n_hashed = n_blocks;
 }
 
-void gm_kv_table_register(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, int n_blocks) {
+void gm_kv_table_register(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, const uint64_t *salt, int n_blocks) {
     const int first = t->n_hashed;
-    gm_kv_table_hash(p, t, ids, n_blocks);
+    gm_kv_table_hash(p, t, ids, salt, n_blocks);
     if (!p->indexed) return;
     for (int i = first; i < t->n_hashed; i++) {
         const uint64_t parent = parent_of(p, t, i);
         const int32_t *bid = ids + (size_t)i * GM_KV_BLOCK;
-        int e = map_find(p, t->scope, t->hash[i], parent, bid);
-        if (e == NONE) e = entry_new(p, t->scope, t->hash[i], parent, bid);
+        int e = map_find(p, t->scope, t->hash[i], parent, bid, SALT(salt, i));
+        if (e == NONE) e = entry_new(p, t->scope, t->hash[i], parent, bid, SALT(salt, i));
         if (e == NONE) return; /* no memory: just not indexed */
         for (int g = 0; g < GM_KV_GROUPS; g++) {
             const int id = t->id[g][i];
@@ -618,7 +624,7 @@ void gm_kv_table_register(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, int 
     }
 }
 
-int gm_kv_table_adopt(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, int max_blocks) {
+int gm_kv_table_adopt(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, const uint64_t *salt, int max_blocks) {
     const int first = t->n_hashed;
     if (!p->indexed || max_blocks <= first || !gm_kv_table_reserve(t, max_blocks)) return 0;
     const bool has_full = p->lay.block_bytes[GM_KV_FULL] != 0, has_sl = p->lay.block_bytes[GM_KV_SLIDING] != 0;
@@ -628,8 +634,8 @@ int gm_kv_table_adopt(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, int max_
     int top = first;
     for (; top < max_blocks; top++) { /* the run of blocks whose content is indexed */
         const int32_t *bid = ids + (size_t)top * GM_KV_BLOCK;
-        const uint64_t h = gm_kv_chain_hash(p->key, prev, bid);
-        const int e = map_find(p, t->scope, h, prev, bid);
+        const uint64_t h = gm_kv_chain_hash(p->key, prev, bid, SALT(salt, top));
+        const int e = map_find(p, t->scope, h, prev, bid, SALT(salt, top));
         if (e == NONE || (has_full && p->e[e].blk[GM_KV_FULL] == NONE)) break;
         cand[top - first] = e;
         t->hash[top] = h;

@@ -94,19 +94,24 @@ bool gm_kv_table_window_held(const gm_kvpool *p, const gm_kv_table *t, int pos);
  * sequence or the index. GM_ERR_NOMEM with a message when the budget cannot hold them. */
 gm_status gm_kv_table_prepare(gm_kvpool *p, gm_kv_table *t, int p0, int p1, gm_error *err);
 
-/* Chain hash of block i's token ids given the hash of block i-1 (for i = 0: gm_kv_chain_root of the
- * table's scope), keyed (SipHash-2-4). */
-uint64_t gm_kv_chain_hash(const uint64_t key[2], uint64_t prev, const int32_t *ids);
+/* Chain hash of block i's token ids and salt given the hash of block i-1 (for i = 0: gm_kv_chain_root of the
+ * table's scope), keyed (SipHash-2-4).
+ *
+ * Salts. A block's content is its ids plus one 64-bit salt: 0 for text; for a block holding rows of a
+ * caller's embeddings named by a content key (an image), a word derived from those keys and the rows'
+ * offsets, so two images behind the same placeholder ids never share blocks. Entries verify the salt as
+ * they verify the ids. salt arrays below are per block (NULL: every salt 0). */
+uint64_t gm_kv_chain_hash(const uint64_t key[2], uint64_t prev, const int32_t *ids, uint64_t salt);
 uint64_t gm_kv_chain_root(const uint64_t key[2], uint64_t scope);
 /* Enters full blocks [t->n_hashed, n_blocks) of tokens ids into the index (their hashes are computed
  * and kept in t). Blocks already in the index under another block id stay private. */
-void gm_kv_table_register(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, int n_blocks);
+void gm_kv_table_register(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, const uint64_t *salt, int n_blocks);
 /* Computes the chain hashes of full blocks [t->n_hashed, n_blocks) without entering them. */
-void gm_kv_table_hash(const gm_kvpool *p, gm_kv_table *t, const int32_t *ids, int n_blocks);
+void gm_kv_table_hash(const gm_kvpool *p, gm_kv_table *t, const int32_t *ids, const uint64_t *salt, int n_blocks);
 /* Adopts from the index the longest run of blocks [first, j) (first = t->n_hashed, which must equal the
  * sequence's computed positions / GM_KV_BLOCK) for which ids[0 .. GM_KV_BLOCK * max_blocks) match and
  * the storage a continuation needs is present. Returns the number of blocks adopted. */
-int gm_kv_table_adopt(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, int max_blocks);
+int gm_kv_table_adopt(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, const uint64_t *salt, int max_blocks);
 
 /* Base pointer of layer il's K (or V) rows in the block holding position pos, and the row inside it. */
 static inline char *gm_kv_row_k(const gm_kv_layout *lay, const gm_kv_table *t, int il, int pos) {

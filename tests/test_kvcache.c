@@ -148,7 +148,7 @@ static gm_status compute(rig *r, gm_kv_table *t, const int32_t *ids, int from, i
         for (int pos = 0; pos < to; pos++)
             if ((h = sig_next(h, ids[pos])), pos >= from) *row(r, t, il, pos) = h;
     }
-    gm_kv_table_register(r->p, t, ids, to / B);
+    gm_kv_table_register(r->p, t, ids, NULL, to / B);
     gm_kv_table_trim_window(r->p, t, to);
     return GM_OK;
 }
@@ -267,9 +267,9 @@ TEST(writing_an_indexed_block_detaches_it) {
     a.n_hashed = 0;
     CHECK_EQ_INT(compute(&r, &a, alt, 30, 40), GM_OK);
     CHECK_EQ_INT(r.f.n_copy, 0);
-    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, 2), 0); /* block 0 of ids is no longer indexed */
+    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, NULL, 2), 0); /* block 0 of ids is no longer indexed */
     CHECK_EQ_INT(compute(&r, &a, alt, 40, B), GM_OK);    /* now block 0 of alt is */
-    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, alt, 1), 1);
+    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, alt, NULL, 1), 1);
     CHECK(rows_ok(&r, &b, alt, B));
     CHECK_EQ_INT(r.f.n_copy, 0);
     gm_kv_table_free(r.p, &a), gm_kv_table_free(r.p, &b);
@@ -298,14 +298,14 @@ TEST(prefix_index_adoption) {
     gm_kv_table b;
     gm_kv_table_init(&b);
     b.scope = 7;
-    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, 3), 3);
+    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, NULL, 3), 3);
     CHECK_EQ_INT(b.n_hashed, 3);
     for (int i = 0; i < 3; i++) CHECK(b.ptr[0][i] == orig[i]);
     CHECK(rows_ok(&r, &b, ids, 3 * B));
     CHECK_EQ_INT(r.f.n_alloc, allocs);
     CHECK_EQ_INT(stats(&r).blocks_cached, 0);
     CHECK_EQ_INT(stats(&r).reused_positions, 3 * B);
-    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, 3), 0); /* nothing left past its history */
+    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, NULL, 3), 0); /* nothing left past its history */
     gm_kv_table_free(r.p, &b);
     CHECK_EQ_INT(stats(&r).blocks_cached, 3);
 
@@ -324,7 +324,7 @@ TEST(prefix_index_adoption) {
         gm_kv_table t;
         gm_kv_table_init(&t);
         t.scope = (uint64_t)cases[c][1];
-        CHECK_MSG(gm_kv_table_adopt(r.p, &t, other, 3) == cases[c][2], "case %zu", c);
+        CHECK_MSG(gm_kv_table_adopt(r.p, &t, other, NULL, 3) == cases[c][2], "case %zu", c);
         gm_kv_table_free(r.p, &t);
     }
     /* the scope is compared, not only hashed in: a table of scope 8 that claims scope 7's chain (a hash
@@ -336,7 +336,7 @@ TEST(prefix_index_adoption) {
         t.scope = scope;
         t.hash[0] = a_hash0;
         t.n_hashed = 1;
-        CHECK_EQ_INT(gm_kv_table_adopt(r.p, &t, ids, 3), scope == 7 ? 2 : 0);
+        CHECK_EQ_INT(gm_kv_table_adopt(r.p, &t, ids, NULL, 3), scope == 7 ? 2 : 0);
         gm_kv_table_free(r.p, &t);
     }
     CHECK_EQ_INT(r.f.n_alloc, allocs);
@@ -363,7 +363,7 @@ TEST(scopes_and_duplicates) {
     for (int i = 0; i < 2; i++) {
         gm_kv_table_init(&t[i]);
         t[i].scope = i == 1 ? 2 : 1;
-        CHECK_EQ_INT(gm_kv_table_adopt(r.p, &t[i], ids, 1), 1);
+        CHECK_EQ_INT(gm_kv_table_adopt(r.p, &t[i], ids, NULL, 1), 1);
     }
     CHECK(t[0].ptr[0][0] == p1 && t[1].ptr[0][0] == p2);
     for (int i = 0; i < 2; i++) gm_kv_table_free(r.p, &t[i]);
@@ -386,7 +386,7 @@ TEST(eviction_is_lru_of_unheld_blocks) {
     CHECK_EQ_INT(stats(&r).blocks_cached, 4);
     CHECK_EQ_INT(r.f.n_alloc, 4);
     /* A adopted and let go again: now more recent than B */
-    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &t, A, 2), 2);
+    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &t, A, NULL, 2), 2);
     gm_kv_table_free(r.p, &t);
     /* C needs two blocks: B's go, A's stay */
     CHECK_EQ_INT(compute(&r, &t, C, 0, 2 * B), GM_OK);
@@ -394,8 +394,8 @@ TEST(eviction_is_lru_of_unheld_blocks) {
     CHECK_EQ_INT(r.f.n_alloc, 4); /* evicted storage is reused, not reallocated */
     CHECK(r.f.peak <= 4 * FULL_BYTES);
     gm_kv_table_free(r.p, &t);
-    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &t, Bt, 2), 0);
-    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &t, A, 2), 2);
+    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &t, Bt, NULL, 2), 0);
+    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &t, A, NULL, 2), 2);
     CHECK(rows_ok(&r, &t, A, 2 * B));
     /* t holds A (2 blocks); C is cached (2). Three more blocks: C's two go, then nothing is left */
     gm_kv_table u;
@@ -500,15 +500,15 @@ TEST(adoption_needs_the_window) {
     /* another sequence's sliding block takes the least recently used: sliding block 0 */
     CHECK_EQ_INT(compute(&r, &c, other, 0, 1), GM_OK);
     CHECK_EQ_INT(stats(&r).evictions, 1);
-    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, 4), 4);
+    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, NULL, 4), 4);
     CHECK_EQ_INT(id_at(&b, GM_KV_SLIDING, 3) >= 0, 1);
     CHECK_EQ_INT(id_at(&b, GM_KV_SLIDING, 2), -1); /* wholly before the window of 256: not taken */
     CHECK(rows_ok(&r, &b, ids, 4 * B));
     CHECK(gm_kv_table_window_held(r.p, &b, 4 * B));
     gm_kv_table_free(r.p, &b);
     gm_kv_table_init(&b);
-    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, 1), 0); /* position 64's window needs sliding block 0 */
-    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, 2), 2); /* position 128's needs block 1 only */
+    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, NULL, 1), 0); /* position 64's window needs sliding block 0 */
+    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, NULL, 2), 2); /* position 128's needs block 1 only */
     CHECK(rows_ok(&r, &b, ids, 2 * B));
     gm_kv_table_free(r.p, &b), gm_kv_table_free(r.p, &c);
     rig_close(&r);
@@ -536,7 +536,7 @@ TEST(random_traffic) {
             if (n[s] < 0) { /* a new sequence: one of three prompts, adopting what the index has */
                 make_ids(ids[s], LEN, 100 + (rng >> 4) % 3);
                 for (int i = 2 * B + (int)(rng % 7); i < LEN; i++) ids[s][i] = (int32_t)((rng >> 3) + (uint32_t)i);
-                n[s] = gm_kv_table_adopt(r.p, &t[s], ids[s], (int)((rng >> 12) % 5)) * B;
+                n[s] = gm_kv_table_adopt(r.p, &t[s], ids[s], NULL, (int)((rng >> 12) % 5)) * B;
             } else if (op < 4 && n[s] < LEN) { /* compute some more */
                 int to = n[s] + 1 + (int)((rng >> 4) % 90);
                 if (to > LEN) to = LEN;

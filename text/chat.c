@@ -137,6 +137,8 @@ typedef struct emit {
     ibuf idv;
     gm_status st;
     gm_error *err;
+    const gm_chat_options *o;
+    size_t n_images;  /* images written so far (their slots in o->image_pos) */
 } emit;
 
 static void em_text(void *ctx, const char *s, size_t n) { sb_put(&((emit *)ctx)->text, s, n); }
@@ -176,6 +178,50 @@ static void em_content(emit *e, const char *s) {
 }
 
 static tool_out em_out(emit *e) { return (tool_out){em_text, em_marker, e}; }
+
+/* An image where the vision encoder's rows go, as transformers' processors expand the templates' image
+ * item: Gemma 3 "\n\n<start_of_image>" rows "<end_of_image>\n\n", Gemma 4 "<|image>" rows "<image|>". The
+ * rows' index in the ids is recorded in o->image_pos. */
+static void em_image(emit *e) {
+    const bool g4 = marker(e->tok, "<|image>") >= 0 && marker(e->tok, "<image|>") >= 0;
+    const char *boi = g4 ? "<|image>" : "<start_of_image>", *eoi = g4 ? "<image|>" : "<end_of_image>";
+    if (e->n_images >= e->o->n_image_pos && e->ids) {
+        if (!e->st) e->st = gm_fail(e->err, GM_ERR_ARG, "chat: more images than image_pos has room for (%zu)",
+                                    e->o->n_image_pos);
+        return;
+    }
+    if (!g4) em_str(e, "\n\n");
+    em_marker(e, boi);
+    if (e->ids && !e->st) e->o->image_pos[e->n_images] = e->idv.n;
+    e->n_images++;
+    em_marker(e, eoi);
+    if (!g4) em_str(e, "\n\n");
+}
+
+/* A message's content with its images: each run of text between two images trimmed, as the templates trim
+ * each text item of a list content. */
+static void em_message_content(emit *e, const gm_chat_message *m) {
+    if (!m->n_images) {
+        em_content(e, m->content);
+        return;
+    }
+    const size_t len = strlen(m->content);
+    size_t from = 0;
+    for (size_t k = 0; k <= m->n_images && !e->st; k++) {
+        const size_t to = k < m->n_images ? m->image_at[k] : len;
+        size_t cb, ce;
+        char *part = strndup(m->content + from, to - from);
+        if (!part) {
+            e->st = gm_fail(e->err, GM_ERR_NOMEM, "chat: out of memory");
+            return;
+        }
+        trim(part, &cb, &ce);
+        sb_put(&e->text, part + cb, ce - cb);
+        free(part);
+        if (k < m->n_images) em_image(e);
+        from = to;
+    }
+}
 
 /* ---- conversations */
 
@@ -271,7 +317,7 @@ static bool model_turn(emit *e, const chat_format *f, gm_tool_format tf, const g
         tool_write_response(&out, tf, result_name(msgs, i, &msgs[k]), msgs[k].content);
         em_marker(e, mk->resp_close);
     }
-    if (m->content) em_content(e, m->content);
+    if (m->content) em_message_content(e, m);
     if (mk && has_calls(m) && !results) {
         em_marker(e, mk->resp_open);
         return true;
@@ -388,15 +434,23 @@ static void render_gemma4(emit *e, const chat_format *f, gm_tool_format tf, cons
 
 static gm_status chat_emit(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n, const gm_chat_options *o,
                            bool ids, emit *e, gm_error *err) {
-    *e = (emit){.tok = tok, .ids = ids, .err = err};
+    *e = (emit){.tok = tok, .ids = ids, .err = err, .o = o};
     if (!tok || (!msgs && n) || !o || (!o->tools && o->n_tools)) return gm_fail(err, GM_ERR_ARG, "gm_chat_render: NULL argument");
     const chat_format *f = format_of(tok);
     if (!f)
         return gm_fail(err, GM_ERR_UNSUPPORTED, "chat: the vocabulary has neither <start_of_turn> / <end_of_turn> "
                        "(Gemma 1-3) nor <|turn> / <turn|> (Gemma 4) tokens; no chat format known");
     if (n == 0) return gm_fail(err, GM_ERR_ARG, "chat: no messages");
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         if (!msgs[i].role) return gm_fail(err, GM_ERR_ARG, "chat: message %zu has a NULL role or content", i);
+        if (msgs[i].n_images && (strcmp(msgs[i].role, "user") || !msgs[i].content || !msgs[i].image_at))
+            return gm_fail(err, GM_ERR_ARG, "chat: message %zu (%s) has images: only user messages carry them", i,
+                           msgs[i].role);
+        for (size_t k = 0; k < msgs[i].n_images; k++)
+            if (msgs[i].image_at[k] > strlen(msgs[i].content) || (k && msgs[i].image_at[k] < msgs[i].image_at[k - 1]))
+                return gm_fail(err, GM_ERR_ARG, "chat: message %zu: image %zu's offset %zu is out of order or past the "
+                               "content", i, k, msgs[i].image_at[k]);
+    }
     if (!msgs[0].content) return gm_fail(err, GM_ERR_ARG, "chat: message 0 has a NULL role or content");
     for (size_t k = 0; k < o->n_tools; k++)
         if (!o->tools[k].name || !o->tools[k].name[0]) return gm_fail(err, GM_ERR_ARG, "chat: tool %zu has no name", k);

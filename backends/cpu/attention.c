@@ -54,7 +54,8 @@ void gm_attn_scratch_free(gm_attn_scratch *s) {
 
 /* ---------------------------------------------------------------- one row's keys */
 
-static keys keys_of(const gm_attn_call *c, int pos) {
+static keys keys_of(const gm_attn_call *c, const gm_fwd_row *row) {
+    const int pos = row->pos;
     keys k;
     if (c->bias && c->bias_is_mask) {
         k.start = 0, k.end = c->bias_n;
@@ -65,7 +66,7 @@ static keys keys_of(const gm_attn_call *c, int pos) {
     } else {
         const int w = c->lc->window;
         k.start = w > 0 && pos - w + 1 > 0 ? pos - w + 1 : 0;
-        k.end = pos + 1;
+        k.end = row->attend_end > pos + 1 ? row->attend_end : pos + 1;
     }
     k.c0 = k.start / GM_KV_BLOCK;
     k.nc = (k.end - 1) / GM_KV_BLOCK - k.c0 + 1;
@@ -238,7 +239,7 @@ void gm_attention(const gm_cpu_kernels *kern, gm_pool *pool, gm_attn_scratch *s,
     j.group = j.G / j.parts;
     int64_t chunks = 0;
     for (int i = 0; i < c->n; i++) {
-        kv[i] = keys_of(c, c->rows[i].pos);
+        kv[i] = keys_of(c, &c->rows[i]);
         chunks += kv[i].nc;
     }
     j.k = kv;

@@ -101,7 +101,8 @@ static const float *cached(ref_backend *r, const char *p, int hd) {
 }
 
 /* keys [*lo, *hi) of a query at pos, as the contract of gm_attn_call states */
-static void key_range(const gm_attn_call *c, int pos, int *lo, int *hi) {
+static void key_range(const gm_attn_call *c, const gm_fwd_row *row, int *lo, int *hi) {
+    const int pos = row->pos;
     const int w = c->lc->window;
     if (c->bias && c->bias_is_mask) {
         *lo = 0, *hi = c->bias_n;
@@ -110,7 +111,7 @@ static void key_range(const gm_attn_call *c, int pos, int *lo, int *hi) {
         if (*lo < 0) *lo = 0;
         if (*hi > c->n_keys) *hi = c->n_keys;
     } else {
-        *lo = w > 0 && pos - w + 1 > 0 ? pos - w + 1 : 0, *hi = pos + 1;
+        *lo = w > 0 && pos - w + 1 > 0 ? pos - w + 1 : 0, *hi = row->attend_end > pos + 1 ? row->attend_end : pos + 1;
     }
 }
 
@@ -122,7 +123,7 @@ static void ref_attention(gm_backend *be, const gm_attn_call *c) {
     for (int i = 0; i < c->n; i++) {
         const gm_fwd_row *row = &c->rows[i];
         int lo, hi;
-        key_range(c, row->pos, &lo, &hi);
+        key_range(c, row, &lo, &hi);
         for (int h = 0; h < H; h++) {
             const float *q = c->q + ((size_t)i * H + h) * hd;
             const size_t off = (size_t)(h / G) * hd * r->lay->elem;
