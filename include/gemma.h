@@ -919,6 +919,33 @@ gm_status gm_vision_preprocess(const gm_vision *v, const gm_image *img, float **
 gm_status gm_vision_encode_chw(gm_vision *v, const float *chw, int w, int h, float *out, gm_error *err);
 /* gm_vision_preprocess then gm_vision_encode_chw: *out malloc'd (*n_tokens x embd_dim floats). */
 gm_status gm_vision_encode_image(gm_vision *v, const gm_image *img, float **out, int *n_tokens, gm_error *err);
+/* What an encoder is (gemma inspect). */
+typedef struct gm_vision_info {
+    int family;              /* gm_vision_family */
+    const char *projector;   /* the file's projector type: "gemma3", "gemma4v" */
+    int image_size;          /* pixels per side (Gemma 3); 0 when chosen per image */
+    int patch_size, n_layers, n_embd, n_ff, n_head;
+    int n_tokens;            /* rows per image (Gemma 3), or the most per image */
+    int embd_dim;            /* the text model's width */
+    const char *activation;  /* "gelu-tanh", "gelu-quick", "silu" */
+    float mean[3], std[3];
+} gm_vision_info;
+void gm_vision_get_info(const gm_vision *v, gm_vision_info *out);
+
+/* One image ready for a sequence (gm_embed_span): its rows, its identity and its decoded size. */
+typedef struct gm_vision_rows {
+    float *rows;      /* n_rows x embd_dim, malloc'd */
+    int n_rows;
+    uint64_t key[2];  /* gm_image_digest of the decoded pixels under the caller's secret */
+    int width, height;
+} gm_vision_rows;
+/* An image file's bytes (PNG, JPEG, WebP; lim as gm_image_decode) decoded, named and encoded. */
+gm_status gm_vision_encode_bytes(gm_vision *v, const void *bytes, size_t len, const gm_image_limits *lim,
+                                 const uint64_t secret[2], gm_vision_rows *out, gm_error *err);
+void gm_vision_rows_free(gm_vision_rows *r);
+/* The token an image's rows carry in a history (gm_embed_span.placeholder): Gemma 4's <|image|>, Gemma 3's
+ * <image_soft_token> when the vocabulary has it, else <pad> (0). */
+int32_t gm_tokenizer_image_placeholder(const gm_tokenizer *tok);
 
 /* @end generator */
 

@@ -522,3 +522,10 @@ gm_status gm_chat_tokenize(const gm_tokenizer *tok, const gm_chat_message *msgs,
     const gm_chat_options o = {.add_generation_prompt = add_generation_prompt};
     return gm_chat_tokenize_ex(tok, msgs, n, &o, out, n_out, err);
 }
+
+int32_t gm_tokenizer_image_placeholder(const gm_tokenizer *tok) {
+    if (!tok) return 0;
+    int32_t id = marker(tok, "<|image|>");
+    if (id < 0) id = marker(tok, "<image_soft_token>");
+    return id >= 0 ? id : 0;
+}

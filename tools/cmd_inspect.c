@@ -10,6 +10,54 @@
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 
+/* ------------------------------------------------------------------ vision encoders (mmproj) */
+
+/* A file gm_vision_open takes: what the encoder is, instead of a text model's config. */
+static int describe_vision(const char *path, bool json) {
+    gm_error err = {0};
+    gm_vision *v = NULL;
+    const gm_vision_options o = {.n_threads = 1};
+    if (gm_vision_open(path, &o, &v, &err) != GM_OK) {
+        fprintf(stderr, "gemma inspect: %s\n", err.msg);
+        return 1;
+    }
+    gm_vision_info i;
+    gm_vision_get_info(v, &i);
+    gm_vision_free(v);
+    if (json) {
+        printf("{\"file\": \"%s\", \"kind\": \"vision-encoder\", \"family\": %d, \"projector\": \"%s\", "
+               "\"image_size\": %d, \"patch_size\": %d, \"n_layers\": %d, \"n_embd\": %d, \"n_ff\": %d, "
+               "\"n_head\": %d, \"n_tokens\": %d, \"embd_dim\": %d, \"activation\": \"%s\"}\n",
+               path, i.family, i.projector, i.image_size, i.patch_size, i.n_layers, i.n_embd, i.n_ff, i.n_head,
+               i.n_tokens, i.embd_dim, i.activation);
+    } else {
+        printf("file: %s\nkind: vision encoder (mmproj) for Gemma %d, projector %s\n", path, i.family, i.projector);
+        if (i.image_size) printf("  input                  %d x %d pixels, patches of %d\n", i.image_size, i.image_size, i.patch_size);
+        else printf("  input                  sized per image, patches of %d\n", i.patch_size);
+        printf("  blocks                 %d (width %d, ffn %d, %d heads, %s)\n", i.n_layers, i.n_embd, i.n_ff,
+               i.n_head, i.activation);
+        printf("  rows per image         %d%s of %d values (the text model's width)\n", i.n_tokens,
+               i.image_size ? "" : " at most", i.embd_dim);
+        printf("  normalisation          mean %.4g %.4g %.4g, std %.4g %.4g %.4g\n", i.mean[0], i.mean[1], i.mean[2],
+               i.std[0], i.std[1], i.std[2]);
+    }
+    return 0;
+}
+
+/* general.architecture "clip": llama.cpp's mmproj files. */
+static bool is_mmproj(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    char head[4096];
+    const size_t n = fread(head, 1, sizeof head, f);
+    fclose(f);
+    static const char key[] = "general.architecture";
+    if (n < 4 || memcmp(head, "GGUF", 4)) return false;
+    for (size_t i = 0; i + sizeof key + 16 <= n; i++)
+        if (!memcmp(head + i, key, sizeof key - 1)) return !memcmp(head + i + sizeof key - 1 + 4 + 8, "clip", 4);
+    return false;
+}
+
 /* ------------------------------------------------------------------ command */
 
 static void usage(FILE *out) {
@@ -40,6 +88,7 @@ int cmd_inspect(int argc, char **argv) {
         }
     }
     if (!path) path = gm_cli_default_model();
+    if (is_mmproj(path)) return describe_vision(path, json);
     gm_error err = {0};
     gm_source *s = NULL;
     if (gm_source_open(path, mtp, &s, &err) != GM_OK) {

@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include "gemma.h"
+#include "core/error.h"
 #include "kernels/threadpool.h"
+#include "tools/cli_media.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 
@@ -25,6 +27,9 @@ typedef struct run_args {
     bool naive, no_bos, chat, truncate, ignore_eos, verbose, lookup;
     const char *grammar_file, *schema_file; /* --grammar-file, --json-schema */
     bool json;                              /* --json: any JSON object */
+    const char *mmproj;                     /* --mmproj: the vision encoder */
+    const char *images[CLI_MAX_IMAGES];     /* --image (run) */
+    int n_images;
 } run_args;
 
 static bool parse_int(const char *flag, const char *v, long lo, long hi, int *out) {
@@ -63,7 +68,9 @@ static void usage(FILE *out, bool chat) {
     if (chat)
         fprintf(out, "usage: gemma chat [-m MODEL] [-s SYSTEM] [-n N] [-t THREADS] [-c CTX] [sampling options]\n"
                      "                  [--lookup | --draft-model PATH] [--draft-max K]\n"
-                     "  reads user turns from stdin, one per line; /reset clears the conversation, /exit quits\n"
+                     "                  [--mmproj MMPROJ]\n"
+                     "  reads user turns from stdin, one per line; /reset clears the conversation, /exit quits;\n"
+                     "  /image PATH attaches an image to the next turn (needs --mmproj)\n"
                      "  -s TEXT   system prompt (folded into the first user turn)\n"
                      "  -n N      at most N tokens per reply (default 512)\n");
     else
@@ -77,7 +84,9 @@ static void usage(FILE *out, bool chat) {
                      "  --naive   recompute the whole history for every token (reference path; slow)\n"
                      "  --no-bos  do not prepend <bos>\n"
                      "  --truncate keep <bos> and the last tokens of a prompt longer than the context (default: refuse)\n"
-                     "  --ignore-eos keep generating past <eos> / <end_of_turn>\n");
+                     "  --ignore-eos keep generating past <eos> / <end_of_turn>\n"
+                     "  --image PATH  an image for the prompt (PNG, JPEG, WebP; up to %d; needs --mmproj; implies --chat):\n"
+                     "            at each <__media__> in the prompt, in order, or all before the text\n", CLI_MAX_IMAGES);
     fprintf(out, "common:\n"
                  "  -m PATH   model (.gguf or HF folder; default %s)\n"
                  "  -t N      threads (default: physical cores, %d)\n"
@@ -97,6 +106,7 @@ static void usage(FILE *out, bool chat) {
                  "                     (with a grammar too: the model's tokens are chosen under the grammar)\n"
                  "  --draft-model PATH speculative decoding with a smaller model of the same vocabulary drafting\n"
                  "  --draft-max K      most tokens proposed per pass, 1..%d (default 8; k adapts below it)\n"
+                 "  --mmproj PATH      the vision encoder for images (a llama.cpp mmproj GGUF of the model)\n"
                  "  -v        verbose (with speculation: passes, acceptance rate, tokens per pass)\n",
             gm_cli_default_model(), gm_physical_cores(), GM_DEFAULT_MAX_CTX, GM_SPEC_MAX_K);
 }
@@ -146,6 +156,12 @@ static int parse_args(int argc, char **argv, bool chat, run_args *a) {
         else if (IS("--presence-penalty")) ok = parse_float(o, v, &a->s.presence_penalty);
         else if (IS("--seed")) ok = parse_u64(o, v, &a->s.seed);
         else if (IS("--draft-model")) { a->draft_model = v; ok = v != NULL; }
+        else if (IS("--mmproj")) { a->mmproj = v; ok = v != NULL; }
+        else if (!chat && IS("--image")) {
+            ok = v != NULL && a->n_images < CLI_MAX_IMAGES;
+            if (ok) a->images[a->n_images++] = v;
+            else if (v) fprintf(stderr, "gemma run: at most %d images\n", CLI_MAX_IMAGES);
+        }
         else if (IS("--draft-max")) ok = parse_int(o, v, 1, GM_SPEC_MAX_K, &a->draft_max);
         else {
             used = false;
@@ -187,6 +203,15 @@ static int parse_args(int argc, char **argv, bool chat, run_args *a) {
         fprintf(stderr, "gemma %s: --naive recomputes every token; it does not combine with speculation\n", cmd);
         return 2;
     }
+    if (a->n_images && !a->mmproj) {
+        fprintf(stderr, "gemma %s: --image needs the model's vision encoder: --mmproj PATH\n", cmd);
+        return 2;
+    }
+    if (a->n_images && (a->naive || a->truncate || a->no_bos)) {
+        fprintf(stderr, "gemma %s: --image does not combine with --naive, --truncate or --no-bos\n", cmd);
+        return 2;
+    }
+    if (a->n_images) a->chat = true; /* an image is part of a user turn */
     if (a->draft_max && !a->lookup && !a->draft_model) {
         fprintf(stderr, "gemma %s: --draft-max needs --lookup or --draft-model\n", cmd);
         return 2;
@@ -211,6 +236,7 @@ typedef struct session {
     gm_grammar *gr;
     gm_grammar_ctx *gc;
     gm_matcher *gm;
+    cli_media media;       /* --mmproj */
 } session;
 
 static void close_session(session *s);
@@ -282,6 +308,11 @@ static int open_session(const run_args *a, const char *cmd, session *s) {
         close_session(s);
         return 1;
     }
+    if (a->mmproj && cli_media_open(a->mmproj, a->n_threads, s->m, &s->media, &err) != GM_OK) {
+        fprintf(stderr, "gemma %s: %s\n", cmd, err.msg);
+        close_session(s);
+        return 1;
+    }
     s->tok = gm_model_tokenizer(s->m);
     s->load_s = cli_now_s() - t0;
     if (a->verbose)
@@ -292,6 +323,7 @@ static int open_session(const run_args *a, const char *cmd, session *s) {
 }
 
 static void close_session(session *s) {
+    cli_media_close(&s->media);
     gm_generator_free(s->g); /* frees the speculative state, whose draft sequence lives in s->de */
     gm_matcher_free(s->gm);  /* after the sequence that borrowed it */
     gm_grammar_ctx_free(s->gc);
@@ -435,9 +467,37 @@ static void print_ids(const char *what, const int32_t *ids, size_t n) {
     fputc('\n', stderr);
 }
 
-/* The prompt's token ids: raw text, or one chat turn rendered by the model's template. */
+/* The marker llama.cpp's tools use for where an image goes in a prompt. */
+static const char MEDIA_MARKER[] = "<__media__>";
+
+/* text without its <__media__> markers, each image's byte offset in it into at: every image at 0 when there
+ * are none, else one marker per image. */
+static gm_status place_images(char *text, int n_images, size_t *at, gm_error *err) {
+    const size_t mlen = sizeof MEDIA_MARKER - 1;
+    int k = 0;
+    char *w = text;
+    for (const char *r = text; *r;) {
+        if (!strncmp(r, MEDIA_MARKER, mlen)) {
+            if (k < n_images) at[k] = (size_t)(w - text);
+            k++;
+            r += mlen;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = 0;
+    if (k == 0)
+        for (int i = 0; i < n_images; i++) at[i] = 0;
+    else if (k != n_images)
+        return gm_fail(err, GM_ERR_ARG, "the prompt has %d %s markers for %d images: give one per image, or none "
+                       "(the images then come first)", k, MEDIA_MARKER, n_images);
+    return GM_OK;
+}
+
+/* The prompt's token ids: raw text, or one chat turn rendered by the model's template, with the index where
+ * each image's rows go in image_pos (a->n_images of them). */
 static gm_status prompt_ids(const session *s, const run_args *a, const char *text, size_t len, int32_t **ids,
-                            size_t *n, gm_error *err) {
+                            size_t *n, size_t *image_pos, gm_error *err) {
     if (!a->chat)
         return gm_tokenize(s->tok, text, len, !a->no_bos && gm_tokenizer_add_bos(s->tok), true, ids, n, err);
     /* the turn's text is a C string: a NUL would cut it short without a word */
@@ -450,9 +510,12 @@ static gm_status prompt_ids(const session *s, const run_args *a, const char *tex
     }
     char *copy = strndup(text, len);
     if (!copy) return GM_ERR_NOMEM;
-    gm_chat_message msg = {.role = "user", .content = copy};
+    size_t at[CLI_MAX_IMAGES];
+    gm_status st = place_images(copy, a->n_images, at, err);
+    gm_chat_message msg = {.role = "user", .content = copy, .image_at = at, .n_images = (size_t)a->n_images};
+    const gm_chat_options co = {.add_generation_prompt = true, .image_pos = image_pos, .n_image_pos = (size_t)a->n_images};
     /* the user's text is encoded as text: "<end_of_turn>" in it cannot end the turn */
-    gm_status st = gm_chat_tokenize(s->tok, &msg, 1, true, ids, n, err);
+    if (!st) st = gm_chat_tokenize_ex(s->tok, &msg, 1, &co, ids, n, err);
     free(copy);
     return st;
 }
@@ -484,8 +547,31 @@ int cmd_run(int argc, char **argv) {
     size_t n_ids = 0;
     int status = 1;
     streamer st = {0};
-    if (prompt_ids(&s, &a, ptext, plen, &ids, &n_ids, &err) != GM_OK) {
+    gm_vision_rows imgs[CLI_MAX_IMAGES] = {{0}};
+    gm_prompt_span spans[CLI_MAX_IMAGES];
+    size_t image_pos[CLI_MAX_IMAGES];
+    int64_t n_rows = 0;
+    const double t_img = cli_now_s();
+    for (int i = 0; i < a.n_images; i++) {
+        if (cli_media_load(&s.media, a.images[i], &imgs[i], &err) != GM_OK) {
+            fprintf(stderr, "gemma run: %s\n", err.msg);
+            goto done;
+        }
+        n_rows += imgs[i].n_rows;
+    }
+    if (a.n_images && a.verbose)
+        fprintf(stderr, "gemma run: %d image%s encoded in %.0f ms (%lld rows)\n", a.n_images, a.n_images > 1 ? "s" : "",
+                (cli_now_s() - t_img) * 1e3, (long long)n_rows);
+    if (prompt_ids(&s, &a, ptext, plen, &ids, &n_ids, image_pos, &err) != GM_OK) {
         fprintf(stderr, "gemma run: %s\n", err.msg);
+        goto done;
+    }
+    for (int i = 0; i < a.n_images; i++)
+        spans[i] = (gm_prompt_span){.at = image_pos[i], .span = cli_media_span(&s.media, &imgs[i])};
+    if (a.n_images && n_ids + (size_t)n_rows >= (size_t)gm_generator_n_ctx(s.g)) {
+        fprintf(stderr, "gemma run: the prompt has %zu tokens and %lld image rows but the context holds %d (with room "
+                        "for one more to generate); use -c to enlarge it\n", n_ids, (long long)n_rows,
+                gm_generator_n_ctx(s.g));
         goto done;
     }
     const int n_ctx = gm_generator_n_ctx(s.g);
@@ -514,7 +600,7 @@ int cmd_run(int argc, char **argv) {
                 keep_bos ? "<bos> and " : "", keep_bos ? n_use - 1 : n_use);
     }
     if (a.verbose) print_ids("run: prompt ids", use, n_use);
-    if (gm_generator_prefill(s.g, use, (int)n_use, &err) != GM_OK ||
+    if (gm_generator_prefill_spans(s.g, use, (int)n_use, spans, a.n_images, &err) != GM_OK ||
         gm_detok_stream_new(s.tok, false, &st.ds, &err) != GM_OK) {
         fprintf(stderr, "gemma run: %s\n", err.msg);
         goto done;
@@ -527,12 +613,14 @@ int cmd_run(int argc, char **argv) {
     }
     stream_flush(&st);
     if (st.out_failed || fputc('\n', stdout) == EOF || !cli_stdout_flush()) goto done; /* main() reports it */
+    n_use += (size_t)n_rows; /* the prompt's positions */
     fprintf(stderr, "\nload: %.0f ms | prompt: %zu tokens, %.1f tokens/s | generation: %d tokens, %.1f tokens/s%s\n",
             s.load_s * 1e3, n_use, t_pp > 0 ? (double)n_use / t_pp : 0.0, n_gen,
             (n_gen > 1 && t_tg > 0) ? (n_gen - 1) / t_tg : 0.0, a.naive ? " (naive)" : "");
     if (a.verbose) print_spec_stats(&s, &a, "run");
     status = st.failed ? 1 : 0;
 done:
+    for (int i = 0; i < a.n_images; i++) gm_vision_rows_free(&imgs[i]);
     gm_detok_stream_free(st.ds);
     free(st.reply);
     free(ids);
@@ -543,12 +631,27 @@ done:
 
 /* ---------------------------------------------------------------- gemma chat */
 
+/* A message's images: their rows stay for the whole conversation (a later turn may need them again). */
+typedef struct msg_images {
+    gm_vision_rows rows[CLI_MAX_IMAGES];
+    size_t at[CLI_MAX_IMAGES]; /* all 0: the images come before the text */
+    int n;
+} msg_images;
+
 typedef struct convo {
     gm_chat_message *msgs;
     char **owned;
+    msg_images *imgs;
     size_t n, cap;
+    msg_images pending; /* /image: for the next user turn */
 } convo;
 
+static void images_free(msg_images *m) {
+    for (int i = 0; i < m->n; i++) gm_vision_rows_free(&m->rows[i]);
+    m->n = 0;
+}
+
+/* Appends a message; a user message takes the pending images. */
 static bool convo_add(convo *c, const char *role, const char *content) {
     if (c->n == c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 8;
@@ -558,17 +661,38 @@ static bool convo_add(convo *c, const char *role, const char *content) {
         char **o = realloc(c->owned, cap * sizeof *o);
         if (!o) return false;
         c->owned = o;
+        msg_images *im = realloc(c->imgs, cap * sizeof *im);
+        if (!im) return false;
+        c->imgs = im;
         c->cap = cap;
     }
     char *copy = strdup(content);
     if (!copy) return false;
     c->owned[c->n] = copy;
-    c->msgs[c->n++] = (gm_chat_message){.role = role, .content = copy};
+    c->imgs[c->n] = (msg_images){0};
+    if (!strcmp(role, "user")) {
+        c->imgs[c->n] = c->pending;
+        c->pending = (msg_images){0};
+    }
+    c->msgs[c->n] = (gm_chat_message){.role = role, .content = copy, .image_at = c->imgs[c->n].at,
+                                      .n_images = (size_t)c->imgs[c->n].n};
+    c->n++;
     return true;
 }
 
+/* Drops the last message (a turn that failed); its images go back to pending. */
+static void convo_drop_last(convo *c) {
+    c->n--;
+    free(c->owned[c->n]);
+    if (c->imgs[c->n].n) c->pending = c->imgs[c->n];
+}
+
 static void convo_clear(convo *c, const char *system) {
-    for (size_t i = 0; i < c->n; i++) free(c->owned[i]);
+    for (size_t i = 0; i < c->n; i++) {
+        free(c->owned[i]);
+        images_free(&c->imgs[i]);
+    }
+    images_free(&c->pending);
     c->n = 0;
     if (system && *system) convo_add(c, "system", system);
 }
@@ -577,6 +701,16 @@ static void convo_free(convo *c) {
     convo_clear(c, NULL);
     free(c->msgs);
     free(c->owned);
+    free(c->imgs);
+}
+
+/* The spans of every image of the conversation, at the positions the chat tokenizer reported. */
+static int convo_spans(const session *s, const convo *c, const size_t *image_pos, gm_prompt_span *out) {
+    int k = 0;
+    for (size_t i = 0; i < c->n; i++)
+        for (int j = 0; j < c->imgs[i].n; j++, k++)
+            out[k] = (gm_prompt_span){.at = image_pos[k], .span = cli_media_span(&s->media, &c->imgs[i].rows[j])};
+    return k;
 }
 
 /* One turn: render the whole conversation, prefill it (only the part the cache lacks is computed),
@@ -585,22 +719,35 @@ static int chat_turn(session *s, const run_args *a, convo *c, const char *user) 
     gm_error err = {0};
     if (!convo_add(c, "user", user)) return 1;
     int32_t *ids = NULL;
-    size_t n = 0;
+    size_t n = 0, n_images = 0, rows = 0;
     streamer st = {0};
     int rc = 1;
-    if (gm_chat_tokenize(s->tok, c->msgs, c->n, true, &ids, &n, &err) != GM_OK) {
-        fprintf(stderr, "gemma chat: %s\n", err.msg);
-        c->n--, free(c->owned[c->n]);
+    for (size_t i = 0; i < c->n; i++) {
+        n_images += (size_t)c->imgs[i].n;
+        for (int j = 0; j < c->imgs[i].n; j++) rows += (size_t)c->imgs[i].rows[j].n_rows;
+    }
+    size_t *image_pos = malloc((n_images ? n_images : 1) * sizeof *image_pos);
+    gm_prompt_span *spans = malloc((n_images ? n_images : 1) * sizeof *spans);
+    const gm_chat_options co = {.add_generation_prompt = true, .image_pos = image_pos, .n_image_pos = n_images};
+    if (!image_pos || !spans) {
+        convo_drop_last(c);
         goto out;
     }
-    if (n >= (size_t)gm_generator_n_ctx(s->g)) {
+    if (gm_chat_tokenize_ex(s->tok, c->msgs, c->n, &co, &ids, &n, &err) != GM_OK) {
+        fprintf(stderr, "gemma chat: %s\n", err.msg);
+        convo_drop_last(c);
+        goto out;
+    }
+    if (n + rows >= (size_t)gm_generator_n_ctx(s->g)) {
         fprintf(stderr, "gemma chat: the conversation (%zu tokens) no longer fits the context (%d); /reset to start over\n",
-                n, gm_generator_n_ctx(s->g));
-        c->n--, free(c->owned[c->n]);
+                n + rows, gm_generator_n_ctx(s->g));
+        convo_drop_last(c);
         rc = 0;
         goto out;
     }
-    if (gm_generator_prefill(s->g, ids, (int)n, &err) != GM_OK ||
+    const int n_spans = convo_spans(s, c, image_pos, spans);
+    n += rows; /* positions, for the report below */
+    if (gm_generator_prefill_spans(s->g, ids, (int)(n - rows), spans, n_spans, &err) != GM_OK ||
         gm_detok_stream_new(s->tok, false, &st.ds, &err) != GM_OK) {
         fprintf(stderr, "gemma chat: %s\n", err.msg);
         goto out;
@@ -625,7 +772,37 @@ out:
     gm_detok_stream_free(st.ds);
     free(st.reply);
     free(ids);
+    free(image_pos);
+    free(spans);
     return rc;
+}
+
+/* /image PATH: encoded now (errors show at once), sent with the next user turn. */
+static void attach_image(session *s, convo *c, const char *path) {
+    while (*path == ' ') path++;
+    gm_error err = {0};
+    if (!s->media.v) {
+        fprintf(stderr, "[/image needs the model's vision encoder: start gemma chat with --mmproj PATH]\n");
+        return;
+    }
+    if (!*path) {
+        fprintf(stderr, "[/image PATH: an image file (PNG, JPEG, WebP) for the next turn]\n");
+        return;
+    }
+    if (c->pending.n == CLI_MAX_IMAGES) {
+        fprintf(stderr, "[at most %d images per turn]\n", CLI_MAX_IMAGES);
+        return;
+    }
+    gm_vision_rows r;
+    const double t0 = cli_now_s();
+    if (cli_media_load(&s->media, path, &r, &err) != GM_OK) {
+        fprintf(stderr, "[%s]\n", err.msg);
+        return;
+    }
+    c->pending.rows[c->pending.n] = r;
+    c->pending.at[c->pending.n++] = 0;
+    fprintf(stderr, "[image %dx%d attached to the next turn: %d rows, encoded in %.0f ms]\n", r.width, r.height,
+            r.n_rows, (cli_now_s() - t0) * 1e3);
 }
 
 int cmd_chat(int argc, char **argv) {
@@ -647,6 +824,10 @@ int cmd_chat(int argc, char **argv) {
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
         if (len == 0) continue;
         if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
+        if (!strncmp(line, "/image", 6) && (line[6] == ' ' || line[6] == 0)) {
+            attach_image(&s, &c, line + 6);
+            continue;
+        }
         if (!strcmp(line, "/reset")) {
             convo_clear(&c, a.system);
             gm_generator_reset(s.g);

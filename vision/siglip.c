@@ -374,3 +374,16 @@ gm_status gm_vision_encode_image(gm_vision *v, const gm_image *img, float **out,
     if (n_tokens) *n_tokens = n;
     return GM_OK;
 }
+
+void gm_vision_get_info(const gm_vision *v, gm_vision_info *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!v) return;
+    const vit_config *c = &v->w.cfg;
+    static const char *const act[] = {[VIT_GELU_TANH] = "gelu-tanh", [VIT_GELU_QUICK] = "gelu-quick", [VIT_SILU] = "silu"};
+    *out = (gm_vision_info){.family = 3, .projector = "gemma3", .image_size = c->image_size, .patch_size = c->patch_size,
+                            .n_layers = c->n_layers, .n_embd = c->n_embd, .n_ff = c->n_ff, .n_head = c->n_head,
+                            .n_tokens = c->n_tokens, .embd_dim = c->proj_dim, .activation = act[c->act]};
+    memcpy(out->mean, c->mean, sizeof out->mean);
+    memcpy(out->std, c->std, sizeof out->std);
+}
