@@ -39,6 +39,7 @@ struct srv {
     gm_embedder *emb;       /* an embedding model: no scheduler, requests take turns on this */
     srv_turns emb_turns;    /* embedding requests take the embedder input by input, in turn */
     srv_metrics *met;
+    srv_media *media;       /* --mmproj: images in chat requests */
     char model_id[128];
     int n_ctx;
     int inflight;       /* requests not yet completed (atomic): shutdown lets them finish writing */
@@ -392,7 +393,7 @@ static MHD_Result completion(struct MHD_Connection *c, server *s, req *r, const 
     j->t_submit = srv_now();
     j->rq.smp.seed = srv_fresh_u64(); /* kept unless the request gives a seed */
     j->rq.prefix_scope = s->o->prefix_scope_key ? (uint64_t)r->key : 0;
-    const gen_call_in in = {r->body, r->len, s->tok, s->o, s->n_ctx, s->model_id};
+    const gen_call_in in = {r->body, r->len, s->tok, s->o, s->n_ctx, s->model_id, s->media};
     srv_error e = {0};
     guard_parse_enter(s->guard);
     void *call = ep->parse(&in, &j->rq, &e);
@@ -575,7 +576,13 @@ static MHD_Result dispatch(struct MHD_Connection *c, server *s, req *r, route rt
             return reply(c, s, r, 503, "application/json", strdup("{\"status\":\"stopping\"}"));
         return reply(c, s, r, 200, "application/json", strdup("{\"status\":\"ok\"}"));
     case R_MODELS: return models(c, s, r);
-    case R_METRICS: return reply(c, s, r, 200, "text/plain; version=0.0.4", metrics_render(s->met, s->model_id));
+    case R_METRICS:
+        if (s->media) {
+            srv_media_stats ms;
+            media_stats(s->media, &ms);
+            metrics_images(s->met, &ms);
+        }
+        return reply(c, s, r, 200, "text/plain; version=0.0.4", metrics_render(s->met, s->model_id));
     case R_CHAT: return completion(c, s, r, &openai_chat);
     case R_COMPLETION: return completion(c, s, r, &openai_completions);
     case R_TOKENIZE: return tokenize(c, s, r);
@@ -791,6 +798,19 @@ static bool open_model(server *s, char *msg, size_t n) {
         snprintf(msg, n, "out of memory");
         return false;
     }
+    if (o->mmproj_path && mc->is_embedding) {
+        snprintf(msg, n, "--mmproj: an embedding model reads text only");
+        return false;
+    }
+    if (media_new(o, s->m, &s->media, &err)) {
+        snprintf(msg, n, "%s%s", o->mmproj_path ? "--mmproj: " : "", err.msg);
+        return false;
+    }
+    if (s->media) { /* an image's rows are computed in one forward call beside the decode rows */
+        gm_vision_info vi;
+        gm_vision_get_info(media_vision(s->media), &vi);
+        s->opt.min_batch = vi.n_tokens + o->parallel;
+    }
     if (mc->is_embedding ? gm_embedder_new(s->m, &eo, &s->emb, &err) : sched_new(s->m, o, s->met, &s->sched, &err)) {
         snprintf(msg, n, "%s", err.msg);
         return false;
@@ -805,6 +825,7 @@ static size_t default_max_body(const server *s) {
     const size_t k = gm_tokenizer_max_token_bytes(s->tok);
     size_t b = (size_t)s->n_ctx * (k ? k : 64) * 6 + (256u << 10);
     if (s->emb) b *= 4; /* embedding requests batch several inputs */
+    if (s->media && b < (size_t)32 << 20) b = (size_t)32 << 20; /* images come as base64 in the body */
     return b < (1u << 20) ? 1u << 20 : b > (1u << 30) ? 1u << 30 : b;
 }
 
@@ -878,6 +899,7 @@ void srv_stop(srv *s) {
     if (s->d) MHD_stop_daemon(s->d);
     sched_free(s->sched);
     gm_embedder_free(s->emb);
+    media_free(s->media);
     guard_free(s->guard);
     metrics_free(s->met);
     gm_model_free(s->m);

@@ -33,6 +33,8 @@ struct srv_metrics {
     int64_t preemptions;
     gm_spec_stats spec;
     gm_kv_stats kv;
+    bool has_images;         /* the server has a vision encoder */
+    srv_media_stats images;
     histogram ttft, itl;
 };
 
@@ -153,6 +155,13 @@ static void put_value(text *t, const char *name, const char *type, const char *h
     add(t, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
 }
 
+void metrics_images(srv_metrics *m, const srv_media_stats *st) {
+    pthread_mutex_lock(&m->mu);
+    m->has_images = true;
+    m->images = *st;
+    pthread_mutex_unlock(&m->mu);
+}
+
 char *metrics_render(srv_metrics *m, const char *model) {
     text t = {0};
     pthread_mutex_lock(&m->mu);
@@ -181,6 +190,14 @@ char *metrics_render(srv_metrics *m, const char *model) {
     put_value(&t, "gemma_spec_accepted_total", "counter", "Proposed tokens the target accepted.", (double)m->spec.accepted);
     put_value(&t, "gemma_spec_tokens_total", "counter", "Tokens made by speculative steps (tokens / passes: per pass).",
               (double)m->spec.tokens);
+    if (m->has_images) {
+        put_value(&t, "gemma_images_encoded_total", "counter", "Images run through the vision encoder.",
+                  (double)m->images.encoded);
+        put_value(&t, "gemma_image_cache_hits_total", "counter", "Images whose rows came from the encoder cache.",
+                  (double)m->images.cache_hits);
+        put_value(&t, "gemma_image_encode_seconds_total", "counter", "Time spent encoding images.",
+                  m->images.encode_seconds);
+    }
     put_histogram(&t, "gemma_time_to_first_token_seconds", "From request to its first token.", &m->ttft);
     put_histogram(&t, "gemma_inter_token_latency_seconds", "Between two tokens of one choice.", &m->itl);
     pthread_mutex_unlock(&m->mu);

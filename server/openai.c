@@ -37,6 +37,11 @@ typedef struct parse {
     gen_request *rq;
     openai_call *q;
     srv_error *e;
+    const gen_call_in *in;
+    /* the request's images in order, and where each sits in its message's text */
+    gm_vision_rows *img;
+    size_t *img_at;
+    int n_img, cap_img;
 } parse;
 
 /* ---------------------------------------------------------------- field readers */
@@ -119,8 +124,55 @@ static bool get_stop(parse *ps, const cJSON *o) {
 
 /* ---------------------------------------------------------------- prompts */
 
-/* A message's content: a string, null (an assistant turn without text) or a list of text parts. */
-static char *message_text(parse *ps, const cJSON *content, int idx) {
+/* An image_url part's URL: {"image_url": {"url": "...", "detail": ...}} or {"image_url": "..."}. */
+static const char *image_url_of(parse *ps, const cJSON *part, int idx) {
+    const cJSON *iu = cJSON_GetObjectItemCaseSensitive(part, "image_url");
+    const cJSON *url = cJSON_IsObject(iu) ? cJSON_GetObjectItemCaseSensitive(iu, "url") : iu;
+    if (!cJSON_IsString(url)) {
+        srv_error_set(ps->e, 400, "invalid_request_error", NULL, "messages[%d].content: an image_url part needs "
+                      "image_url.url (a string)", idx);
+        return NULL;
+    }
+    const cJSON *f;
+    const cJSON *fields = cJSON_IsObject(iu) ? iu : NULL;
+    cJSON_ArrayForEach(f, fields) {
+        if (strcmp(f->string, "url") && strcmp(f->string, "detail")) {
+            srv_error_set(ps->e, 400, "invalid_request_error", "unsupported_field",
+                          "messages[%d].content: image_url.%.40s is not supported", idx, f->string);
+            return NULL;
+        }
+    }
+    return url->valuestring;
+}
+
+/* The part's image into the request's list, at byte offset `at` of its message's text. */
+static bool add_image(parse *ps, const char *url, size_t at, const char *role, int idx) {
+    if (strcmp(role, "user")) {
+        srv_error_set(ps->e, 400, "invalid_request_error", NULL, "messages[%d]: only user messages may hold images", idx);
+        return false;
+    }
+    const srv_options *o = ps->in->o;
+    if (ps->in->media && ps->n_img >= o->max_images) {
+        srv_error_set(ps->e, 400, "invalid_request_error", "too_many_images", "the request has more than %d images "
+                      "(--max-images)", o->max_images);
+        return false;
+    }
+    if (ps->n_img == ps->cap_img) {
+        const int cap = ps->cap_img ? 2 * ps->cap_img : 4;
+        gm_vision_rows *im = realloc(ps->img, (size_t)cap * sizeof *im);
+        if (im) ps->img = im;
+        size_t *a = im ? realloc(ps->img_at, (size_t)cap * sizeof *a) : NULL;
+        if (!a) return bad(ps, "out of memory reading '%s'", "messages");
+        ps->img_at = a, ps->cap_img = cap;
+    }
+    if (!media_load(ps->in->media, url, o->max_body, &ps->img[ps->n_img], ps->e)) return false;
+    ps->img_at[ps->n_img++] = at;
+    return true;
+}
+
+/* A message's content: a string, null (an assistant turn without text) or a list of parts: text, and
+ * image_url when the server has a vision encoder (each image recorded at its place in the text). */
+static char *message_text(parse *ps, const cJSON *content, int idx, const char *role) {
     if (!content || cJSON_IsNull(content)) return strdup("");
     if (cJSON_IsString(content)) return strdup(content->valuestring);
     if (!cJSON_IsArray(content)) {
@@ -132,9 +184,10 @@ static char *message_text(parse *ps, const cJSON *content, int idx) {
     cJSON_ArrayForEach(part, content) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (cJSON_IsString(type) && !strcmp(type->valuestring, "image_url")) continue;
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(t)) {
             srv_error_set(ps->e, 400, "invalid_request_error", NULL,
-                     "messages[%d].content: only parts of type \"text\" are supported (this model reads text)", idx);
+                     "messages[%d].content: only parts of type \"text\" and \"image_url\" are supported", idx);
             return NULL;
         }
         len += strlen(t->valuestring);
@@ -142,6 +195,15 @@ static char *message_text(parse *ps, const cJSON *content, int idx) {
     char *out = malloc(len + 1), *p = out;
     if (!out) return NULL;
     cJSON_ArrayForEach(part, content) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+        if (!strcmp(type->valuestring, "image_url")) {
+            const char *url = image_url_of(ps, part, idx);
+            if (!url || !add_image(ps, url, (size_t)(p - out), role, idx)) {
+                free(out);
+                return NULL;
+            }
+            continue;
+        }
         const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
         const size_t n = strlen(t);
         memcpy(p, t, n);
@@ -149,6 +211,39 @@ static char *message_text(parse *ps, const cJSON *content, int idx) {
     }
     *p = 0;
     return out;
+}
+
+/* The ids with each image's rows in place: n_rows placeholders where the chat tokenizer put the image
+ * (image_pos), and rq->images / rq->image_pos taking the parse's images. */
+static bool place_images(parse *ps, const size_t *image_pos) {
+    gen_request *rq = ps->rq;
+    if (ps->n_img == 0) return true;
+    int64_t total = rq->n_prompt;
+    for (int i = 0; i < ps->n_img; i++) total += ps->img[i].n_rows;
+    if (total > INT32_MAX / 2) return bad(ps, "the %s is too long", "prompt");
+    int32_t *ids = malloc((size_t)total * sizeof *ids);
+    int *pos = malloc((size_t)ps->n_img * sizeof *pos);
+    if (!ids || !pos) {
+        free(ids), free(pos);
+        return bad(ps, "out of memory reading '%s'", "messages");
+    }
+    rq->image_placeholder = media_placeholder(ps->in->media);
+    size_t from = 0;
+    int w = 0;
+    for (int i = 0; i < ps->n_img; i++) {
+        memcpy(ids + w, rq->prompt + from, (image_pos[i] - from) * sizeof *ids);
+        w += (int)(image_pos[i] - from);
+        pos[i] = w;
+        for (int r = 0; r < ps->img[i].n_rows; r++) ids[w++] = rq->image_placeholder;
+        from = image_pos[i];
+    }
+    memcpy(ids + w, rq->prompt + from, ((size_t)rq->n_prompt - from) * sizeof *ids);
+    free(rq->prompt);
+    rq->prompt = ids;
+    rq->n_prompt = (int)total;
+    rq->images = ps->img, rq->image_pos = pos, rq->n_images = ps->n_img;
+    ps->img = NULL, ps->n_img = ps->cap_img = 0;
+    return true;
 }
 
 /* A prompt of B bytes has at least B / k tokens (k: the most bytes one token covers): one that cannot fit
@@ -217,26 +312,35 @@ static bool chat_prompt(parse *ps, const cJSON *root, const gm_tokenizer *tok, i
     const cJSON *e;
     cJSON_ArrayForEach(e, msgs) { /* walked once: cJSON_GetArrayItem(i) in a loop is quadratic */
         if (!ok || !(ok = message_fields(ps, e, i)) || !(ok = (m[i].role = message_role(ps, e, i)) != NULL)) break;
-        ok = (m[i].content = owned[i] = message_text(ps, cJSON_GetObjectItemCaseSensitive(e, "content"), i)) != NULL;
+        const int first_img = ps->n_img;
+        ok = (m[i].content = owned[i] = message_text(ps, cJSON_GetObjectItemCaseSensitive(e, "content"), i, m[i].role)) != NULL;
         if (!ok && !ps->e->status) srv_error_set(ps->e, 500, "server_error", NULL, "out of memory");
         if (!ok || !(ok = openai_message_tools(e, i, m[i].role, &m[i], &tools[i], ps->e))) break;
+        m[i].n_images = (size_t)(ps->n_img - first_img); /* image_at set below: ps->img_at may still move */
         bytes += strlen(m[i].content);
         i++;
     }
+    for (size_t k = 0, acc = 0; ok && k < (size_t)i; acc += m[k].n_images, k++)
+        m[k].image_at = m[k].n_images ? ps->img_at + acc : NULL;
     ok = ok && bytes_fit(ps, tok, bytes, limit);
+    size_t *image_pos = ok && ps->n_img ? malloc((size_t)ps->n_img * sizeof *image_pos) : NULL;
+    if (ok && ps->n_img && !image_pos) ok = bad(ps, "out of memory reading '%s'", "messages");
     if (ok) {
         gm_error err = {0};
         size_t nid = 0;
         const gen_request *rq = ps->rq;
         const bool offer = rq->tool_mode != TOOLS_NONE; /* tool_choice none: the tools are not offered */
         const gm_chat_options co = {.add_generation_prompt = true, .tools = offer ? rq->tools : NULL,
-                                    .n_tools = offer ? (size_t)rq->n_tools : 0};
+                                    .n_tools = offer ? (size_t)rq->n_tools : 0, .image_pos = image_pos,
+                                    .n_image_pos = (size_t)ps->n_img};
         if (gm_chat_tokenize_ex(tok, m, (size_t)n, &co, &ps->rq->prompt, &nid, &err)) {
             srv_error_set(ps->e, err.code == GM_ERR_NOMEM ? 500 : 400, "invalid_request_error", NULL, "messages: %s", err.msg);
             ok = false;
         }
         ps->rq->n_prompt = (int)nid;
     }
+    ok = ok && place_images(ps, image_pos);
+    free(image_pos);
     for (int k = 0; owned && k < n; k++) free(owned[k]);
     for (int k = 0; tools && k < n; k++) openai_msg_free(&tools[k]);
     free(owned);
@@ -619,8 +723,12 @@ static void *parse_call(const gen_call_in *in, gen_request *rq, srv_error *e, ca
     q->model = in->model;
     q->created = (long)time(NULL);
     snprintf(q->id, sizeof q->id, "%s%016llx", kind == CALL_CHAT ? "chatcmpl-" : "cmpl-", (unsigned long long)srv_fresh_u64());
-    parse ps = {rq, q, e};
-    if (!parse_body(&ps, kind, in->body ? in->body : "", in->len, in->tok, in->o, in->n_ctx)) {
+    parse ps = {rq, q, e, in, NULL, NULL, 0, 0};
+    const bool ok = parse_body(&ps, kind, in->body ? in->body : "", in->len, in->tok, in->o, in->n_ctx);
+    for (int i = 0; i < ps.n_img; i++) gm_vision_rows_free(&ps.img[i]); /* not taken by the request: a failure */
+    free(ps.img);
+    free(ps.img_at);
+    if (!ok) {
         free_call(q);
         return NULL;
     }

@@ -249,6 +249,22 @@ static void fail_job(job *j, job_error e, const char *msg) {
 /* Choice i of a group: the group's first is its head (it computes the prompt, the others are its forks). */
 static int group_head(const job *j, int g) { return g * (j->rq.n / gen_request_groups(&j->rq)); }
 
+/* The prompt into seq: its ids, each image's rows as a span (named by the image, both ways inside it). Images
+ * come with one-prompt requests only (chat), so p is the whole prompt. */
+static gm_status append_prompt(gm_seq *seq, const gen_request *rq, const int32_t *p, int np, gm_error *err) {
+    int from = 0;
+    gm_status st = GM_OK;
+    for (int i = 0; i < rq->n_images && !st; i++) {
+        const gm_vision_rows *r = &rq->images[i];
+        const gm_embed_span sp = {.embeds = r->rows, .n = r->n_rows, .placeholder = rq->image_placeholder,
+                                  .key = {r->key[0], r->key[1]}, .bidirectional = true};
+        st = gm_seq_append(seq, p + from, rq->image_pos[i] - from, err);
+        if (!st) st = gm_seq_append_embeds(seq, &sp, err);
+        from = rq->image_pos[i] + r->n_rows;
+    }
+    return st ? st : gm_seq_append(seq, p + from, np - from, err);
+}
+
 static void admit(srv_sched *s, job *j) {
     gm_error err = {0};
     s->active[s->n_active++] = j; /* its slots were counted when it left the queue */
@@ -260,7 +276,7 @@ static void admit(srv_sched *s, job *j) {
         gen_request_group(&j->rq, g, &p, &np);
         st = gm_seq_new(s->e, &seq, &err);
         if (!st && j->rq.prefix_scope) st = gm_seq_set_prefix_scope(seq, j->rq.prefix_scope, &err); /* forks inherit it */
-        if (!st) st = gm_seq_append(seq, p, np, &err);
+        if (!st) st = append_prompt(seq, &j->rq, p, np, &err);
         pthread_mutex_lock(&j->mu);
         j->seq[group_head(j, g)] = seq;
         pthread_mutex_unlock(&j->mu);
@@ -666,6 +682,7 @@ gm_status sched_new(gm_model *m, const srv_options *o, srv_metrics *metrics, srv
     gm_engine_options eo = {.n_threads = o->threads, .n_ctx = o->n_ctx, .kv_type = o->kv_type,
                             .no_prefix_cache = o->no_prefix_cache};
     eo.n_batch = o->parallel + o->chunk > 512 ? o->parallel + o->chunk : 512;
+    if (eo.n_batch < o->min_batch) eo.n_batch = o->min_batch;
     /* default budget: every parallel sequence at full context with every position of every layer; the
      * sliding layers need far less, which leaves the rest to the prefix cache */
     eo.kv_mem = o->kv_mem ? o->kv_mem : (size_t)o->parallel * (size_t)o->n_ctx * kv_bytes_per_token(m, o->kv_type);

@@ -66,9 +66,16 @@ typedef struct srv_options {
     bool lookup;            /* speculative decoding by prompt lookup, for requests that do not say */
     const char *draft_model_path; /* speculative decoding with this draft model */
     int draft_max;          /* most tokens proposed per pass (0: the library's default) */
+    const char *mmproj_path; /* the vision encoder: image_url parts are read (NULL: text only) */
+    const char *media_path; /* file:// image URLs are read under this folder only (NULL: refused) */
+    int max_images;         /* images per request */
+    int64_t image_max_pixels; /* a decoded image's pixels (0: the library's default) */
+    size_t image_cache_bytes; /* recent images' rows kept for repeats */
+    int min_batch;          /* (derived) rows a forward call must take: an image's and the decode rows */
 } srv_options;
 
 typedef struct srv_guard srv_guard;
+typedef struct srv_media srv_media;
 
 /* ---------------------------------------------------------------- jobs (job.c) */
 
@@ -188,6 +195,11 @@ void metrics_ttft(srv_metrics *m, double seconds);
 void metrics_itl(srv_metrics *m, double seconds);
 void metrics_speculative(srv_metrics *m, const gm_spec_stats *st);
 void metrics_state(srv_metrics *m, int queued, int active, int64_t preemptions, const gm_kv_stats *kv);
+typedef struct srv_media_stats {
+    uint64_t encoded, cache_hits;
+    double encode_seconds;
+} srv_media_stats;
+void metrics_images(srv_metrics *m, const srv_media_stats *st); /* the encoder's counters, as of now */
 /* Prometheus text exposition; malloc'd. */
 char *metrics_render(srv_metrics *m, const char *model);
 
@@ -217,6 +229,7 @@ typedef struct gen_call_in {
     const srv_options *o;
     int n_ctx;
     const char *model;      /* the id responses echo */
+    srv_media *media;       /* images (NULL: text only) */
 } gen_call_in;
 typedef struct gen_endpoint {
     /* Parses the body into rq (prompt tokenized, every field checked); returns the endpoint's state of
@@ -230,6 +243,18 @@ typedef struct gen_endpoint {
     const char *stream_keepalive; /* bytes its readers skip: sent after a silence, and as the half-close probe */
     void (*free_call)(void *call);
 } gen_endpoint;
+
+/* ---------------------------------------------------------------- images (media.c) */
+
+/* The encoder of o->mmproj_path for model m; *out NULL when the server has none. */
+gm_status media_new(const srv_options *o, const gm_model *m, srv_media **out, gm_error *err);
+void media_free(srv_media *x);
+/* An image_url part's URL into rows (x NULL: a 400 saying the server reads text only). max_bytes bounds a
+ * file:// image. false with a 400 (or 500) in e. */
+bool media_load(srv_media *x, const char *url, size_t max_bytes, gm_vision_rows *out, srv_error *e);
+int32_t media_placeholder(const srv_media *x);
+gm_vision *media_vision(srv_media *x);
+void media_stats(srv_media *x, srv_media_stats *out);
 
 /* ---------------------------------------------------------------- OpenAI JSON (openai.c) */
 

@@ -37,6 +37,12 @@ void gen_request_clear(gen_request *rq) {
     free(rq->tools);
     rq->tools = NULL;
     rq->n_tools = 0;
+    for (int i = 0; i < rq->n_images; i++) gm_vision_rows_free(&rq->images[i]);
+    free(rq->images);
+    free(rq->image_pos);
+    rq->images = NULL;
+    rq->image_pos = NULL;
+    rq->n_images = 0;
     rq->prompt = NULL;
     rq->bias = NULL;
     rq->smp.logit_bias = NULL;

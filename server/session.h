@@ -42,6 +42,12 @@ typedef struct gen_request {
     bool speculative;       /* propose and verify several tokens per step (--lookup / --draft-model) */
     bool stream;            /* the client reads the choices while they grow */
     uint64_t prefix_scope;  /* the engine's prefix scope of its sequences (0: shared) */
+    /* images (chat): image i's rows take positions [image_pos[i], + images[i].n_rows) of the prompt, which
+     * holds their placeholder token there */
+    gm_vision_rows *images; /* malloc'd with their rows */
+    int *image_pos;
+    int n_images;
+    int32_t image_placeholder;
 } gen_request;
 
 void gen_request_init(gen_request *rq);

@@ -58,6 +58,12 @@ static void usage(FILE *out) {
             "                        tokens; one pass verifies them; greedy output unchanged)\n"
             "  --draft-model PATH    speculative decoding with a smaller model of the same vocabulary\n"
             "  --draft-max K         most tokens proposed per pass, 1..%d (default 8; adapts below it)\n"
+            "  --mmproj PATH         the model's vision encoder (a llama.cpp mmproj GGUF): chat messages may\n"
+            "                        hold image_url parts (data:image/...;base64 URIs; remote URLs are refused)\n"
+            "  --media-path DIR      also read file:// image URLs, only from files under DIR\n"
+            "  --max-images N        images per request (default 8)\n"
+            "  --image-max-pixels N  largest decoded image, in pixels (default 40000000)\n"
+            "  --image-cache-mb N    recent images' encoder rows kept for repeats (default 256)\n"
             "                        A request may say \"speculative\": false (or true); requests with\n"
             "                        logprobs do not speculate.\n"
             "\n"
@@ -191,6 +197,20 @@ static int parse_args(int argc, char **argv, srv_options *o, key_list *kl) {
         } else if (!strcmp(a, "--cors")) {
             ok = *v != 0;
             o->cors = v;
+        } else if (!strcmp(a, "--mmproj")) {
+            o->mmproj_path = v;
+        } else if (!strcmp(a, "--media-path")) {
+            o->media_path = v;
+        } else if (!strcmp(a, "--max-images")) {
+            ok = cli_parse_int(v, 1, 64, &o->max_images);
+        } else if (!strcmp(a, "--image-max-pixels")) {
+            int px = 0;
+            ok = cli_parse_int(v, 1, 1 << 30, &px);
+            o->image_max_pixels = px;
+        } else if (!strcmp(a, "--image-cache-mb")) {
+            int mb = 0;
+            ok = cli_parse_int(v, 0, 1 << 20, &mb);
+            o->image_cache_bytes = (size_t)mb << 20;
         } else if (!strcmp(a, "--max-body")) {
             ok = cli_parse_int(v, 1024, 1 << 30, &max_body);
         } else if (!strcmp(a, "--max-prompt")) {
@@ -215,6 +235,10 @@ static int parse_args(int argc, char **argv, srv_options *o, key_list *kl) {
         fprintf(stderr, "gemma serve: --draft-max needs --lookup or --draft-model\n");
         return 2;
     }
+    if (o->media_path && !o->mmproj_path) {
+        fprintf(stderr, "gemma serve: --media-path needs --mmproj (images need the model's vision encoder)\n");
+        return 2;
+    }
     if (o->prefix_scope_key && !o->n_api_keys) {
         fprintf(stderr, "gemma serve: --prefix-cache-scope key needs API keys (--api-key, --api-key-file)\n");
         return 2;
@@ -228,7 +252,8 @@ static int parse_args(int argc, char **argv, srv_options *o, key_list *kl) {
 int cmd_serve(int argc, char **argv) {
     srv_options o = {.model_path = gm_cli_default_model(), .host = "127.0.0.1", .port = 8080, .n_ctx = 4096,
                      .parallel = 4, .queue = 64, .chunk = 256, .max_conns = 512, .max_conns_per_ip = 128,
-                     .request_timeout = 10, .idle_timeout = 60};
+                     .request_timeout = 10, .idle_timeout = 60, .max_images = 8,
+                     .image_cache_bytes = (size_t)256 << 20};
     const char *key = getenv("GEMMA_API_KEY");
     o.model_opts = gm_cli_model_options();
     key_list kl = {0};
