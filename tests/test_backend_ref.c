@@ -53,7 +53,10 @@ static int argmax(const float *x, int V) {
     return best;
 }
 
-/* Logits of every position of ids under one backend: n x V. */
+/* An image span in the prompt (NULL: none): its rows at `at`, both ways inside it. */
+static const gm_prompt_span *g_span;
+
+/* Logits of every position of ids (and g_span's rows) under one backend: n x V. */
 static float *logits_on(const gm_model *m, gm_backend_kind kind, const int32_t *ids, int n) {
     gm_error err = {0};
     gm_generator *g = NULL;
@@ -65,7 +68,8 @@ static float *logits_on(const gm_model *m, gm_backend_kind kind, const int32_t *
         free(out);
         return NULL;
     }
-    CHECK_OK(gm_generator_prefill(g, ids, n, &err), &err);
+    if (g_span) n -= g_span->span.n; /* n positions in all */
+    CHECK_OK(gm_generator_prefill_spans(g, ids, n, g_span, g_span ? 1 : 0, &err), &err);
     CHECK_OK(gm_generator_score(g, out, &err), &err);
     gm_generator_free(g);
     return out;
@@ -179,6 +183,38 @@ TEST(tiny_families) {
     }
 }
 
+/* An image's rows inside the prompt (attention both ways inside the span, sliding windows around it): the
+ * reference backend's key ranges against the CPU backend's, on the Gemma 3 and Gemma 4 tiny models. */
+TEST(image_span) {
+    static const char *files[] = {"tiny/gemma3.gguf", "gemma4/gemma4-dense.gguf"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", GM_TEST_DATA, files[i]);
+        gm_error err = {0};
+        gm_model *m = NULL;
+        CHECK_OK(gm_model_open(path, NULL, &m, &err), &err);
+        if (!m) continue;
+        const int d = gm_model_config(m)->d_model, R = 12;
+        float *rows = malloc((size_t)R * d * sizeof *rows);
+        for (int k = 0; k < R * d; k++) rows[k] = (float)((k * 7919) % 2001) / 1000.0f - 1.0f;
+        const gm_prompt_span sp = {.at = 9, .span = {.embeds = rows, .n = R, .placeholder = 0, .key = {1, 2},
+                                                     .bidirectional = true}};
+        int32_t ids[40];
+        ids_for(m, ids, 40);
+        g_span = &sp;
+        const cmp_stats st = compare(m, ids, 40);
+        g_span = NULL;
+        fprintf(stderr, "  %-48s image span: KL max %.2e, max |dlogit| %.2e (spread >= %.3f), top-1 %d/%d\n", path,
+                st.kl_max, st.dlogit_max, st.spread_min, st.top1_agree, st.n);
+        CHECK_EQ_INT(st.n, 40);
+        CHECK_MSG(st.kl_max <= tiny_bounds.kl_max && st.dlogit_max <= tiny_bounds.dlogit_rel * st.spread_min,
+                  "%s: image span: KL %.3g, max |dlogit| %.3g", path, st.kl_max, st.dlogit_max);
+        CHECK_EQ_INT(st.top1_agree, 40);
+        free(rows);
+        gm_model_free(m);
+    }
+}
+
 TEST(tiny_gemma3n) {
     char path[256], msg[256];
     snprintf(path, sizeof path, "/tmp/gm_ref_gemma3n_%d.gguf", (int)getpid());
@@ -257,6 +293,7 @@ TEST(unknown_backend) {
 
 int main(void) {
     RUN(tiny_families);
+    RUN(image_span);
     RUN(tiny_gemma3n);
     RUN(embedding);
     RUN(default_model);

@@ -214,6 +214,8 @@ static gm_tokenizer *gemma4_vocab_typed(const char *tmpl, int32_t marker_type) {
     pieces[n] = "\n", types[n++] = 1;
     pieces[n] = "\xe2\x96\x81", types[n++] = 1;
     for (size_t i = 0; i < N_TOOL_MARKERS; i++) pieces[n] = TOOL_MARKERS[i], types[n++] = marker_type;
+    static const char *const image_markers[] = {"<|image>", "<image|>", "<|image|>"};
+    for (size_t i = 0; i < 3; i++) pieces[n] = image_markers[i], types[n++] = marker_type;
     for (int i = 0; i < n; i++) lens[i] = (uint32_t)strlen(pieces[i]);
     gm_vocab_spec s = {.n = n, .pieces = pieces, .piece_lens = lens, .types = types, .bos_id = 2, .eos_id = 1,
                        .unk_id = 3, .pad_id = 0, .eot_id = -1, .add_bos = true,
@@ -395,6 +397,60 @@ TEST(gemma4_markers_typed_otherwise) {
     }
 }
 
+/* Images in user turns, as transformers' processors expand the templates' image items: Gemma 3 (the default
+ * vocabulary) "\n\n<start_of_image>" rows "<end_of_image>\n\n", each text part trimmed on its own; Gemma 4
+ * "<|image>" rows "<image|>" with no separators (google-gemma-4-31B-it.jinja emits <|image|>, the processor
+ * expands it). image_pos is where the rows go: between the two markers' ids. */
+TEST(images_in_turns) {
+    gm_error err = {0};
+    const size_t at[3] = {0, 6, 6};
+    gm_chat_message m[2] = {{.role = "system", .content = "sys"},
+                            {.role = "user", .content = "Look: and tell me ", .image_at = at, .n_images = 3}};
+    char *out = NULL;
+    CHECK_OK(gm_chat_render(g_tok, m, 2, true, &out, &err), &err);
+    CHECK_MSG(out && !strcmp(out, "<bos><start_of_turn>user\nsys\n\n\n\n<start_of_image><end_of_image>\n\nLook:\n\n"
+                                  "<start_of_image><end_of_image>\n\n\n\n<start_of_image><end_of_image>\n\nand tell me"
+                                  "<end_of_turn>\n<start_of_turn>model\n"),
+              "rendered: %s", out ? out : "(null)");
+    free(out);
+    size_t pos[3] = {0};
+    const gm_chat_options o = {.add_generation_prompt = true, .image_pos = pos, .n_image_pos = 3};
+    int32_t *ids = NULL;
+    size_t n = 0;
+    CHECK_OK(gm_chat_tokenize_ex(g_tok, m, 2, &o, &ids, &n, &err), &err);
+    const int32_t boi = gm_token_id(g_tok, "<start_of_image>", 16), eoi = gm_token_id(g_tok, "<end_of_image>", 14);
+    for (int i = 0; i < 3; i++)
+        CHECK_MSG(pos[i] > 0 && pos[i] < n && ids[pos[i] - 1] == boi && ids[pos[i]] == eoi, "image %d at %zu", i, pos[i]);
+    CHECK(pos[0] < pos[1] && pos[1] < pos[2]);
+    free(ids);
+    /* too little room for the positions, images outside a user turn, offsets out of order or past the text */
+    const gm_chat_options small = {.add_generation_prompt = true, .image_pos = pos, .n_image_pos = 2};
+    CHECK(gm_chat_tokenize_ex(g_tok, m, 2, &small, &ids, &n, &err) == GM_ERR_ARG && strstr(err.msg, "image_pos"));
+    gm_chat_message a[2] = {{.role = "user", .content = "hi"}, {.role = "assistant", .content = "x", .image_at = at, .n_images = 1}};
+    CHECK(gm_chat_render(g_tok, a, 2, false, &out, &err) == GM_ERR_ARG && strstr(err.msg, "only user messages"));
+    const size_t back[2] = {6, 0}, past[1] = {99};
+    gm_chat_message b[1] = {{.role = "user", .content = "Look: and", .image_at = back, .n_images = 2}};
+    CHECK(gm_chat_render(g_tok, b, 1, false, &out, &err) == GM_ERR_ARG && strstr(err.msg, "out of order"));
+    b[0].image_at = past, b[0].n_images = 1;
+    CHECK(gm_chat_render(g_tok, b, 1, false, &out, &err) == GM_ERR_ARG);
+    CHECK_EQ_INT(gm_tokenizer_image_placeholder(g_tok), 0); /* no <image_soft_token> in the GGUF vocabulary: <pad> */
+    /* Gemma 4 */
+    gm_tokenizer *t = gemma4_vocab(NULL);
+    if (!t) return;
+    const size_t at4[1] = {5};
+    gm_chat_message g[1] = {{.role = "user", .content = "What  is this? ", .image_at = at4, .n_images = 1}};
+    CHECK_OK(gm_chat_render(t, g, 1, true, &out, &err), &err);
+    CHECK_MSG(out && !strcmp(out, "<bos><|turn>user\nWhat<|image><image|>is this?<turn|>\n<|turn>model\n<|channel>thought\n<channel|>"),
+              "rendered: %s", out ? out : "(null)");
+    free(out);
+    const gm_chat_options o4 = {.add_generation_prompt = true, .image_pos = pos, .n_image_pos = 1};
+    CHECK_OK(gm_chat_tokenize_ex(t, g, 1, &o4, &ids, &n, &err), &err);
+    CHECK(pos[0] > 0 && ids[pos[0] - 1] == gm_token_id(t, "<|image>", 8) && ids[pos[0]] == gm_token_id(t, "<image|>", 8));
+    CHECK_EQ_INT(gm_tokenizer_image_placeholder(t), gm_token_id(t, "<|image|>", 9));
+    free(ids);
+    gm_tokenizer_free(t);
+}
+
 int main(void) {
     gm_error err = {0};
     if (gm_tokenizer_open(GM_DEFAULT_MODEL, &g_tok, &err) != GM_OK) {
@@ -409,6 +465,7 @@ int main(void) {
     RUN(gemma4_turns);
     RUN(default_vocab_markers_typed_otherwise);
     RUN(gemma4_markers_typed_otherwise);
+    RUN(images_in_turns);
     gm_tokenizer_free(g_tok);
     return test_summary();
 }
