@@ -868,6 +868,11 @@ void gm_image_digest(const gm_image *img, const uint64_t key[2], uint64_t out[2]
  * first when the height shrinks by more than twice what the width does (older Pillow and
  * llama.cpp's resize_pillow always run the horizontal pass first: some bytes differ by one). */
 gm_status gm_image_resize_bilinear(const gm_image *src, int width, int height, gm_image *out, gm_error *err);
+/* The same with Pillow's BICUBIC (Keys' cubic with a = -0.5, support 2, widened by the scale when
+ * downscaling; 8-bit clamping after each pass): identical bytes to Pillow >= 13's
+ * PIL.Image.resize((width, height), Image.BICUBIC) on an RGB image, pass order as above. What Gemma 4's
+ * llama.cpp preprocessing uses (transformers' Gemma4ImageProcessor uses torchvision's instead). */
+gm_status gm_image_resize_bicubic(const gm_image *src, int width, int height, gm_image *out, gm_error *err);
 /* llama.cpp's fixed-size preprocessing (img_tool::resize, PAD_CEIL): src scaled by
  * min(width / w, height / h) (float), each side ceil'd and capped, resized with
  * Pillow's bilinear filter with llama.cpp's pass order (horizontal first, always), centred (offsets
@@ -879,43 +884,67 @@ gm_status gm_image_to_chw(const gm_image *img, const float mean[3], const float 
 
 /* ------------------------------------------------------------------ vision encoder (vision/) */
 
-/* The Gemma 3 image encoder: SigLIP ViT + the Gemma 3 projector, read from a llama.cpp mmproj GGUF
- * (general.architecture "clip", clip.projector_type "gemma3"). It turns one image, already resized to
- * gm_vision_image_size squared and normalised ((u8 / 255 - mean) / std per channel, planar CHW), into
- * gm_vision_n_tokens rows of gm_vision_embd_dim floats: the rows that take the place of the image's soft
- * tokens in the text model's input (not scaled by sqrt(width): the text model's embedding scale is for
- * token lookups only). Weights F32, F16, BF16 or Q8_0 (the matrices; vectors are read as floats). The
- * encoder owns a thread pool and all its scratch: encoding allocates nothing after the first call. One
- * thread at a time per gm_vision. */
+/* The image encoders of Gemma 3 and Gemma 4, read from llama.cpp mmproj GGUFs (general.architecture "clip"):
+ *  - Gemma 3 (clip.projector_type "gemma3"): SigLIP ViT + the Gemma 3 projector. One fixed input size,
+ *    gm_vision_image_size squared, 256 rows.
+ *  - Gemma 4 (clip.vision.projector_type "gemma4v"): a ViT with 2D RoPE, 3 x 3 pooling and a projection. The
+ *    input size is chosen per image (llama.cpp's rule: aspect kept, sides multiples of 48, between
+ *    image_min_tokens and image_max_tokens rows of 48 x 48 pixels each), so gm_vision_image_size is 0 and
+ *    gm_vision_n_tokens the most rows one image can give.
+ * An encoder turns one image, resized and normalised ((u8 / 255 - mean) / std per channel, planar CHW), into
+ * rows of gm_vision_embd_dim floats: the rows that take the place of the image's soft tokens in the text
+ * model's input (not scaled by sqrt(width): the text model's embedding scale is for token lookups only).
+ * Weights F32, F16, BF16 or Q8_0 (the matrices; vectors are read as floats). The encoder owns a thread pool
+ * and all its scratch, sized at open for the largest input: encoding allocates nothing after the first call.
+ * One thread at a time per gm_vision. */
 typedef struct gm_vision gm_vision;
 
 typedef struct gm_vision_options {
     int n_threads; /* <= 0: physical cores */
     gm_isa isa;    /* the matmul kernels' level (GM_ISA_AUTO: the CPU's best) */
+    /* Gemma 4: the size rule's bounds in rows per image (llama.cpp's --image-min-tokens / --image-max-tokens);
+     * <= 0: 70 and 1120. The scratch is sized for image_max_tokens. Gemma 3 ignores them. */
+    int image_min_tokens;
+    int image_max_tokens;
+    /* Gemma 4 files say nothing about the FFN's activation (no clip.use_gelu). false (default): GELU, tanh
+     * form, what transformers trained the model with (gelu_pytorch_tanh); true: gelu_quick (x sigmoid(1.702 x)),
+     * what llama.cpp runs on such files, for parity with it. A file with clip.use_gelu / use_silu gets that. */
+    bool llama_cpp_act;
 } gm_vision_options;
 
-/* o may be NULL (defaults). A file that is not a Gemma 3 mmproj, or one with a missing or misshapen
+/* o may be NULL (defaults). A file that is not a Gemma 3 or Gemma 4 mmproj, or one with a missing or misshapen
  * key or tensor, is refused with GM_ERR_FORMAT / GM_ERR_UNSUPPORTED / GM_ERR_NOT_FOUND naming it. */
 gm_status gm_vision_open(const char *path, const gm_vision_options *o, gm_vision **out, gm_error *err);
 void gm_vision_free(gm_vision *v);
-int gm_vision_image_size(const gm_vision *v); /* pixels per side of the input (896 for Gemma 3) */
-int gm_vision_n_tokens(const gm_vision *v);   /* rows per image (256 for Gemma 3) */
+int gm_vision_image_size(const gm_vision *v); /* pixels per side of the input (896 for Gemma 3); 0 for Gemma 4 */
+int gm_vision_n_tokens(const gm_vision *v);   /* rows per image (256 for Gemma 3); Gemma 4: the most (max tokens) */
 int gm_vision_embd_dim(const gm_vision *v);   /* floats per row: the text model's width */
 /* The per-channel normalisation the encoder expects (clip.vision.image_mean / image_std), RGB. */
 void gm_vision_mean_std(const gm_vision *v, float mean[3], float std[3]);
-/* chw: 3 x S x S floats (S = gm_vision_image_size), normalised; out: n_tokens x embd_dim floats. */
+/* chw: 3 x S x S floats (S = gm_vision_image_size), normalised; out: n_tokens x embd_dim floats. Gemma 3
+ * only (Gemma 4 has no fixed size: GM_ERR_ARG; use gm_vision_encode_chw). */
 gm_status gm_vision_encode(gm_vision *v, const float *chw, float *out, gm_error *err);
 
 /* Family-neutral calls (what the CLI and the server use). The encoder's family: 3 (Gemma 3: SigLIP at a fixed
  * size, 256 rows in <start_of_image> ... <end_of_image>), 4 (Gemma 4: sizes chosen per image). */
 int gm_vision_family(const gm_vision *v);
+/* The input size the family's reference picks for a w x h image and the rows it makes: Gemma 3 image_size
+ * squared; Gemma 4 llama.cpp's calc_size_preserved_ratio with sides multiples of a = 48 (patch 16 x pool 3):
+ * each side rounded to a multiple of a (at least a); above image_max_tokens a^2 pixels both sides are scaled
+ * by 1 / sqrt(w h / max) and floored to multiples of a (at least a), below image_min_tokens a^2 by
+ * sqrt(min / (w h)) and ceiled; in float, as llama.cpp. Rows = W H / a^2. GM_ERR_ARG for w or h <= 0. */
+gm_status gm_vision_input_size(const gm_vision *v, int w, int h, int *out_w, int *out_h, int *n_tokens, gm_error *err);
 /* img as the family's reference prepares it for the first layer (Gemma 3: letterboxed to image_size
- * squared as llama.cpp does, then normalised): *chw (malloc'd, 3 x *h x *w planar floats), the size chosen,
- * and *n_tokens, the rows gm_vision_encode_chw makes of it. */
+ * squared as llama.cpp does, then normalised; Gemma 4: letterboxed to gm_vision_input_size's size with
+ * Pillow's bicubic filter as llama.cpp does (horizontal pass first, centred, black bars), then normalised):
+ * *chw (malloc'd, 3 x *h x *w planar floats), the size chosen, and *n_tokens, the rows gm_vision_encode_chw
+ * makes of it. */
 gm_status gm_vision_preprocess(const gm_vision *v, const gm_image *img, float **chw, int *w, int *h, int *n_tokens,
                                gm_error *err);
 /* Encodes a w x h input from gm_vision_preprocess into out (n_tokens x embd_dim floats). A size the
- * family cannot take is GM_ERR_ARG. */
+ * family cannot take is GM_ERR_ARG (Gemma 3: not image_size squared; Gemma 4: a side not a multiple of 48,
+ * more than image_max_tokens rows, or more patches per side than the position table has). Gemma 4 takes any
+ * such size, whatever image_min_tokens says (that bound is the size rule's, not the encoder's). */
 gm_status gm_vision_encode_chw(gm_vision *v, const float *chw, int w, int h, float *out, gm_error *err);
 /* gm_vision_preprocess then gm_vision_encode_chw: *out malloc'd (*n_tokens x embd_dim floats). */
 gm_status gm_vision_encode_image(gm_vision *v, const gm_image *img, float **out, int *n_tokens, gm_error *err);

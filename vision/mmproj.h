@@ -42,6 +42,35 @@ typedef struct vit_weights {
     float *arena;        /* every f32 copy above */
 } vit_weights;
 
+/* ---- what the loaders (mmproj.c: Gemma 3, mmproj_gemma4.c: Gemma 4) share */
+
+/* A bump allocator over a loader's f32 arena (its size computed from the config first). */
+typedef struct mmp_arena {
+    float *p;
+    size_t used, cap;
+} mmp_arena;
+
+/* general.architecture is "clip" with clip.has_vision_encoder true: *type is the vision projector's name and
+ * *key the key that held it (clip.vision.projector_type if present, else clip.projector_type). */
+gm_status mmp_projector(const gguf_file *f, gguf_str *type, const char **key, gm_error *err);
+bool mmp_str_is(gguf_str s, const char *want);
+/* A u32 key in [lo, hi]; the _opt forms leave *out (the default) when the key is absent. */
+gm_status mmp_get_dim(const gguf_file *f, const char *key, int lo, int hi, int *out, gm_error *err);
+gm_status mmp_get_opt_dim(const gguf_file *f, const char *key, int lo, int hi, int *out, gm_error *err);
+gm_status mmp_get_opt_bool(const gguf_file *f, const char *key, bool *out, gm_error *err);
+/* image_mean / image_std: the first three values (llama.cpp throws on fewer). */
+gm_status mmp_get_rgb(const gguf_file *f, const char *key, float out[3], gm_error *err);
+/* A tensor of exactly this shape (ggml ne), or NOT_FOUND / FORMAT naming it. */
+gm_status mmp_get_tensor(const gguf_file *f, const char *name, int64_t n0, int64_t n1, int64_t n2, int64_t n3,
+                         const gguf_tensor **out, gm_error *err);
+/* A matrix read in place, rows x cols in ggml order (ne {cols, rows}), of a type gm_matmul runs; bound for isa. */
+gm_status mmp_get_matrix(const gguf_file *f, const char *name, int64_t cols, int64_t rows, gm_isa isa, gm_matrix *m,
+                         gm_error *err);
+/* n elements of t as f32, copied into the arena. */
+gm_status mmp_dequant(const gguf_tensor *t, int64_t n, mmp_arena *a, const float **out, gm_error *err);
+/* A vector {n} as f32 in the arena. */
+gm_status mmp_get_vec(const gguf_file *f, const char *name, int64_t n, mmp_arena *a, const float **out, gm_error *err);
+
 /* Opens path and fills w; the matrices' kernels are bound for isa. On failure w holds nothing to free. */
 gm_status vit_load(const char *path, gm_isa isa, vit_weights *w, gm_error *err);
 void vit_weights_free(vit_weights *w);

@@ -1,11 +1,12 @@
 /* vision/preprocess.c — what the vision encoders' references do to pixels before the first layer:
- * Pillow's bilinear resize, llama.cpp's letterbox, and the float CHW tensor. */
+ * Pillow's bilinear and bicubic resizes, llama.cpp's letterbox, and the float CHW tensor. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "vision/image_internal.h"
+#include "vision/vision_internal.h"
 
 /* Pillow's fixed point: 32-bit sums of 8-bit samples times weights, with two bits of headroom. */
 #define PRECISION_BITS (32 - 8 - 2)
@@ -30,18 +31,33 @@ static double triangle(double x) {
     return x < 1.0 ? 1.0 - x : 0.0;
 }
 
-/* Pillow's precompute_coeffs for the bilinear filter (support 1): the filter is widened by the
- * scale when downscaling, so every input pixel contributes (antialiasing); weights are normalised
- * in double, then rounded half away from zero to fixed point. */
-static void axis_coeffs(axis_weights *a, int in, int out, double *tmp) {
-    double scale = (double)in / out, fscale = scale < 1.0 ? 1.0 : scale, support = fscale, ss = 1.0 / fscale;
+/* Pillow's bicubic_filter: Keys' cubic convolution with a = -0.5 (PyTorch and OpenCV use -0.75). */
+static double cubic(double x) {
+    const double a = -0.5;
+    x = fabs(x);
+    if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+    if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+    return 0.0;
+}
+
+static double filter_support(gm_resample f) { return f == GM_RESAMPLE_BICUBIC ? 2.0 : 1.0; }
+
+/* Pillow's precompute_coeffs: the filter (support 1 bilinear, 2 bicubic) is widened by the scale when
+ * downscaling, so every input pixel contributes (antialiasing); weights are normalised in double, then
+ * rounded half away from zero to fixed point. */
+static void axis_coeffs(axis_weights *a, int in, int out, gm_resample f, double *tmp) {
+    double scale = (double)in / out, fscale = scale < 1.0 ? 1.0 : scale, support = filter_support(f) * fscale,
+           ss = 1.0 / fscale;
     for (int i = 0; i < out; i++) {
         double center = (i + 0.5) * scale, sum = 0.0;
         int lo = (int)(center - support + 0.5), hi = (int)(center + support + 0.5);
         if (lo < 0) lo = 0;
         if (hi > in) hi = in;
         int n = hi - lo;
-        for (int k = 0; k < n; k++) sum += tmp[k] = triangle((k + lo - center + 0.5) * ss); /* Pillow's order */
+        for (int k = 0; k < n; k++) { /* Pillow's order */
+            const double x = (k + lo - center + 0.5) * ss;
+            sum += tmp[k] = f == GM_RESAMPLE_BICUBIC ? cubic(x) : triangle(x);
+        }
         int32_t *w = a->w + (size_t)i * a->ksize;
         for (int k = 0; k < a->ksize; k++) {
             double v = k < n && sum != 0.0 ? tmp[k] / sum : 0.0;
@@ -52,10 +68,10 @@ static void axis_coeffs(axis_weights *a, int in, int out, double *tmp) {
     }
 }
 
-static gm_status axis_new(axis_weights *a, int in, int out, gm_error *err) {
+static gm_status axis_new(axis_weights *a, int in, int out, gm_resample f, gm_error *err) {
     memset(a, 0, sizeof *a);
     double fscale = (double)in / out < 1.0 ? 1.0 : (double)in / out;
-    a->ksize = (int)ceil(fscale) * 2 + 1;
+    a->ksize = (int)ceil(filter_support(f) * fscale) * 2 + 1;
     a->first = malloc((size_t)out * sizeof *a->first);
     a->n = malloc((size_t)out * sizeof *a->n);
     a->w = malloc((size_t)out * a->ksize * sizeof *a->w);
@@ -65,13 +81,12 @@ static gm_status axis_new(axis_weights *a, int in, int out, gm_error *err) {
         axis_free(a);
         return gm_fail(err, GM_ERR_NOMEM, "resize: cannot allocate weights for %d -> %d", in, out);
     }
-    axis_coeffs(a, in, out, tmp);
+    axis_coeffs(a, in, out, f, tmp);
     free(tmp);
     return GM_OK;
 }
 
-/* A sum back to 8 bits: Pillow's clip8 (the sums of a bilinear filter are never negative, but the
- * clamp costs nothing). */
+/* A sum back to 8 bits: Pillow's clip8 (bicubic's negative lobes can take a sum below 0 or above 255). */
 static uint8_t clip8(int32_t s) {
     if (s < 0) return 0;
     s >>= PRECISION_BITS;
@@ -136,13 +151,14 @@ static bool vertical_first(pass_order order, int sw, int sh, int w, int h) {
 }
 
 /* The two passes, each skipped when its side keeps its size, through an intermediate image. */
-static gm_status resample(const gm_image *src, int w, int h, pass_order order, gm_image *out, gm_error *err) {
+static gm_status resample(const gm_image *src, int w, int h, gm_resample f, pass_order order, gm_image *out,
+                          gm_error *err) {
     axis_weights ax = {0}, ay = {0};
     uint8_t *mid = NULL;
     gm_status st = GM_OK;
     bool hpass = w != src->width, vpass = h != src->height, vfirst = vertical_first(order, src->width, src->height, w, h);
-    if (hpass && (st = axis_new(&ax, src->width, w, err))) goto done;
-    if (vpass && (st = axis_new(&ay, src->height, h, err))) goto done;
+    if (hpass && (st = axis_new(&ax, src->width, w, f, err))) goto done;
+    if (vpass && (st = axis_new(&ay, src->height, h, f, err))) goto done;
     if ((st = gm_image_alloc(out, w, h, err))) goto done;
     int mw = vfirst ? src->width : w, mh = vfirst ? h : src->height; /* the intermediate's size */
     if (hpass && vpass && !(mid = malloc((size_t)mw * mh * 3))) {
@@ -165,18 +181,28 @@ done:
     return st;
 }
 
-static gm_status resize(const gm_image *src, int width, int height, pass_order order, gm_image *out, gm_error *err) {
+static gm_status resize(const gm_image *src, int width, int height, gm_resample f, pass_order order, gm_image *out,
+                        gm_error *err) {
     if (width == src->width && height == src->height) return copy_image(src, out, err);
-    return resample(src, width, height, order, out, err);
+    return resample(src, width, height, f, order, out, err);
+}
+
+static gm_status resize_public(const gm_image *src, int width, int height, gm_resample f, gm_image *out, const char *fn,
+                               gm_error *err) {
+    if (!out) return gm_fail(err, GM_ERR_ARG, "%s: out is NULL", fn);
+    memset(out, 0, sizeof *out);
+    gm_status st = check_image(src, fn, err);
+    if (!st) st = check_size(width, height, fn, err);
+    if (st) return st;
+    return resize(src, width, height, f, ORDER_PILLOW, out, err);
 }
 
 gm_status gm_image_resize_bilinear(const gm_image *src, int width, int height, gm_image *out, gm_error *err) {
-    if (!out) return gm_fail(err, GM_ERR_ARG, "gm_image_resize_bilinear: out is NULL");
-    memset(out, 0, sizeof *out);
-    gm_status st = check_image(src, "gm_image_resize_bilinear", err);
-    if (!st) st = check_size(width, height, "gm_image_resize_bilinear", err);
-    if (st) return st;
-    return resize(src, width, height, ORDER_PILLOW, out, err);
+    return resize_public(src, width, height, GM_RESAMPLE_BILINEAR, out, "gm_image_resize_bilinear", err);
+}
+
+gm_status gm_image_resize_bicubic(const gm_image *src, int width, int height, gm_image *out, gm_error *err) {
+    return resize_public(src, width, height, GM_RESAMPLE_BICUBIC, out, "gm_image_resize_bicubic", err);
 }
 
 /* llama.cpp's PAD_CEIL size, in its float arithmetic: min(W / w, H / h), each side ceil'd and
@@ -189,6 +215,11 @@ static void fit_size(int sw, int sh, int W, int H, int *w, int *h) {
 }
 
 gm_status gm_image_letterbox(const gm_image *src, int width, int height, gm_image *out, gm_error *err) {
+    return gm_image_letterbox_filter(src, width, height, GM_RESAMPLE_BILINEAR, out, err);
+}
+
+gm_status gm_image_letterbox_filter(const gm_image *src, int width, int height, gm_resample f, gm_image *out,
+                                    gm_error *err) {
     if (!out) return gm_fail(err, GM_ERR_ARG, "gm_image_letterbox: out is NULL");
     memset(out, 0, sizeof *out);
     gm_status st = check_image(src, "gm_image_letterbox", err);
@@ -198,7 +229,7 @@ gm_status gm_image_letterbox(const gm_image *src, int width, int height, gm_imag
     int w, h;
     fit_size(src->width, src->height, width, height, &w, &h);
     gm_image fit = {0};
-    if ((st = resize(src, w, h, ORDER_HORIZONTAL_FIRST, &fit, err))) return st;
+    if ((st = resize(src, w, h, f, ORDER_HORIZONTAL_FIRST, &fit, err))) return st;
     if ((st = gm_image_alloc(out, width, height, err))) {
         gm_image_free(&fit);
         return st;

@@ -18,6 +18,7 @@
 #include "kernels/ops.h"
 #include "kernels/threadpool.h"
 #include "vision/mmproj.h"
+#include "vision/vision_internal.h"
 
 /* Query rows per attention chunk: bounds the score matrix (chunk x n_patches floats; 8 MiB at 4096 patches). */
 enum { ATTN_CHUNK = 512 };
@@ -32,7 +33,7 @@ typedef struct vit_scratch {
     float *ones;             /* n_ff ones: the vector GeGLU kernel times 1 is the vector GELU */
 } vit_scratch;
 
-struct gm_vision {
+struct siglip {
     vit_weights w;
     gm_pool *pool;
     const gm_cpu_kernels *kern;
@@ -45,7 +46,7 @@ struct gm_vision {
 
 /* ---- scratch */
 
-static gm_status alloc_scratch(gm_vision *v, gm_error *err) {
+static gm_status alloc_scratch(siglip *v, gm_error *err) {
     const vit_config *c = &v->w.cfg;
     const size_t N = (size_t)c->n_patches, D = (size_t)c->n_embd, hd = (size_t)c->head_dim;
     const size_t C = (size_t)(v->chunk = c->n_patches < ATTN_CHUNK ? c->n_patches : ATTN_CHUNK);
@@ -72,7 +73,7 @@ static gm_status alloc_scratch(gm_vision *v, gm_error *err) {
 /* ---- row-wise ops on the pool */
 
 typedef struct row_job {
-    const gm_vision *v;
+    const siglip *v;
     float *y;
     const float *x, *w, *b, *add; /* op-specific, see each task */
     int n;                        /* floats per row */
@@ -141,7 +142,7 @@ static void softmax_task(void *ctx, int64_t r0, int64_t r1, int thread) {
     }
 }
 
-static void run_rows(const gm_vision *v, gm_task_fn fn, row_job j, int64_t n_rows) {
+static void run_rows(const siglip *v, gm_task_fn fn, row_job j, int64_t n_rows) {
     j.v = v;
     /* a few thousand floats per chunk at least: below that the pool's wake-up costs more than the work */
     const int64_t grain = j.n >= 4096 ? 1 : 4096 / j.n;
@@ -150,7 +151,7 @@ static void run_rows(const gm_vision *v, gm_task_fn fn, row_job j, int64_t n_row
 
 /* ---- the forward pass */
 
-static gm_status matmul(gm_vision *v, const gm_matrix *W, const float *x, int64_t n, float *y) {
+static gm_status matmul(siglip *v, const gm_matrix *W, const float *x, int64_t n, float *y) {
     return gm_matmul(W, x, n, y, v->pool, &v->mm);
 }
 
@@ -176,7 +177,7 @@ static void gather_head(const vit_config *c, const vit_scratch *s, int hh) {
 }
 
 /* One head over query rows [q0, q0 + n): o's columns of the head = softmax(q k^T / sqrt(hd)) v. */
-static gm_status attend_chunk(gm_vision *v, int hh, int q0, int n) {
+static gm_status attend_chunk(siglip *v, int hh, int q0, int n) {
     const vit_config *c = &v->w.cfg;
     const vit_scratch *s = &v->s;
     const int N = c->n_patches, D = c->n_embd, hd = c->head_dim;
@@ -195,7 +196,7 @@ static gm_status attend_chunk(gm_vision *v, int hh, int q0, int n) {
     return GM_OK;
 }
 
-static gm_status attention(gm_vision *v) {
+static gm_status attention(siglip *v) {
     const vit_config *c = &v->w.cfg;
     gm_status st = GM_OK;
     for (int hh = 0; hh < c->n_head && !st; hh++) {
@@ -208,7 +209,7 @@ static gm_status attention(gm_vision *v) {
     return st;
 }
 
-static gm_status block(gm_vision *v, const vit_layer *l) {
+static gm_status block(siglip *v, const vit_layer *l) {
     const vit_config *c = &v->w.cfg;
     const vit_scratch *s = &v->s;
     const int64_t N = c->n_patches;
@@ -245,7 +246,7 @@ static void pool_tokens(const vit_config *c, const float *h, float *out) {
         }
 }
 
-static gm_status encode(gm_vision *v, const float *chw, float *out) {
+static gm_status encode(siglip *v, const float *chw, float *out) {
     const vit_weights *w = &v->w;
     const vit_config *c = &w->cfg;
     const vit_scratch *s = &v->s;
@@ -265,15 +266,11 @@ static gm_status encode(gm_vision *v, const float *chw, float *out) {
     return matmul(v, &w->proj, s->pooled, c->n_tokens, out);
 }
 
-/* ---- public API */
+/* ---- what vision.c calls */
 
-gm_status gm_vision_open(const char *path, const gm_vision_options *o, gm_vision **out, gm_error *err) {
-    if (!path || !out) return gm_fail(err, GM_ERR_ARG, "gm_vision_open: NULL %s", path ? "out" : "path");
+gm_status siglip_open(const char *path, const gm_vision_options *o, siglip **out, gm_error *err) {
     *out = NULL;
-    const gm_vision_options def = {0};
-    if (!o) o = &def;
-    if (!gm_isa_valid(o->isa)) return gm_fail(err, GM_ERR_ARG, "gm_vision_open: isa %d", (int)o->isa);
-    gm_vision *v = calloc(1, sizeof *v);
+    siglip *v = calloc(1, sizeof *v);
     if (!v) return gm_fail(err, GM_ERR_NOMEM, "gm_vision_open");
     gm_status st = vit_load(path, o->isa, &v->w, err);
     if (st) {
@@ -286,14 +283,14 @@ gm_status gm_vision_open(const char *path, const gm_vision_options *o, gm_vision
     if (!v->pool) st = gm_fail(err, GM_ERR_NOMEM, "%s: thread pool", path);
     if (!st) st = alloc_scratch(v, err);
     if (st) {
-        gm_vision_free(v);
+        siglip_free(v);
         return st;
     }
     *out = v;
     return GM_OK;
 }
 
-void gm_vision_free(gm_vision *v) {
+void siglip_free(siglip *v) {
     if (!v) return;
     gm_pool_free(v->pool);
     gm_matmul_scratch_free(&v->mm);
@@ -302,88 +299,10 @@ void gm_vision_free(gm_vision *v) {
     free(v);
 }
 
-int gm_vision_image_size(const gm_vision *v) { return v ? v->w.cfg.image_size : 0; }
-int gm_vision_n_tokens(const gm_vision *v) { return v ? v->w.cfg.n_tokens : 0; }
-int gm_vision_embd_dim(const gm_vision *v) { return v ? v->w.cfg.proj_dim : 0; }
+const vit_config *siglip_config(const siglip *v) { return &v->w.cfg; }
 
-void gm_vision_mean_std(const gm_vision *v, float mean[3], float std[3]) {
-    for (int i = 0; i < 3; i++) {
-        if (mean) mean[i] = v ? v->w.cfg.mean[i] : 0.0f;
-        if (std) std[i] = v ? v->w.cfg.std[i] : 1.0f;
-    }
-}
-
-gm_status gm_vision_encode(gm_vision *v, const float *chw, float *out, gm_error *err) {
-    if (!v || !chw || !out) return gm_fail(err, GM_ERR_ARG, "gm_vision_encode: NULL %s", !v ? "encoder" : !chw ? "image" : "out");
+gm_status siglip_encode(siglip *v, const float *chw, float *out, gm_error *err) {
     gm_status st = encode(v, chw, out);
     if (st) return gm_fail_prefix(err, "%s: encode: ", v->w.file->path);
     return GM_OK;
-}
-
-/* ---- family-neutral calls (Gemma 3: one fixed size) */
-
-int gm_vision_family(const gm_vision *v) { return v ? 3 : 0; }
-
-gm_status gm_vision_preprocess(const gm_vision *v, const gm_image *img, float **chw, int *w, int *h, int *n_tokens,
-                               gm_error *err) {
-    if (!v || !img || !img->pixels || !chw)
-        return gm_fail(err, GM_ERR_ARG, "gm_vision_preprocess: NULL %s", !v ? "encoder" : !chw ? "out" : "image");
-    *chw = NULL;
-    const vit_config *c = &v->w.cfg;
-    const int S = c->image_size;
-    gm_image sq = {0};
-    gm_status st = gm_image_letterbox(img, S, S, &sq, err);
-    if (st) return st;
-    float *x = malloc((size_t)3 * S * S * sizeof *x);
-    if (!x) st = gm_fail(err, GM_ERR_NOMEM, "gm_vision_preprocess: %d x %d", S, S);
-    if (!st) st = gm_image_to_chw(&sq, c->mean, c->std, x, err);
-    gm_image_free(&sq);
-    if (st) {
-        free(x);
-        return st;
-    }
-    *chw = x;
-    if (w) *w = S;
-    if (h) *h = S;
-    if (n_tokens) *n_tokens = c->n_tokens;
-    return GM_OK;
-}
-
-gm_status gm_vision_encode_chw(gm_vision *v, const float *chw, int w, int h, float *out, gm_error *err) {
-    if (v && (w != v->w.cfg.image_size || h != v->w.cfg.image_size))
-        return gm_fail(err, GM_ERR_ARG, "gm_vision_encode_chw: this encoder takes %d x %d, not %d x %d",
-                       v->w.cfg.image_size, v->w.cfg.image_size, w, h);
-    return gm_vision_encode(v, chw, out, err);
-}
-
-gm_status gm_vision_encode_image(gm_vision *v, const gm_image *img, float **out, int *n_tokens, gm_error *err) {
-    if (!out) return gm_fail(err, GM_ERR_ARG, "gm_vision_encode_image: out is NULL");
-    *out = NULL;
-    float *chw;
-    int w, h, n;
-    gm_status st = gm_vision_preprocess(v, img, &chw, &w, &h, &n, err);
-    if (st) return st;
-    float *e = malloc((size_t)n * (size_t)gm_vision_embd_dim(v) * sizeof *e);
-    st = e ? gm_vision_encode_chw(v, chw, w, h, e, err) : gm_fail(err, GM_ERR_NOMEM, "gm_vision_encode_image");
-    free(chw);
-    if (st) {
-        free(e);
-        return st;
-    }
-    *out = e;
-    if (n_tokens) *n_tokens = n;
-    return GM_OK;
-}
-
-void gm_vision_get_info(const gm_vision *v, gm_vision_info *out) {
-    if (!out) return;
-    memset(out, 0, sizeof *out);
-    if (!v) return;
-    const vit_config *c = &v->w.cfg;
-    static const char *const act[] = {[VIT_GELU_TANH] = "gelu-tanh", [VIT_GELU_QUICK] = "gelu-quick", [VIT_SILU] = "silu"};
-    *out = (gm_vision_info){.family = 3, .projector = "gemma3", .image_size = c->image_size, .patch_size = c->patch_size,
-                            .n_layers = c->n_layers, .n_embd = c->n_embd, .n_ff = c->n_ff, .n_head = c->n_head,
-                            .n_tokens = c->n_tokens, .embd_dim = c->proj_dim, .activation = act[c->act]};
-    memcpy(out->mean, c->mean, sizeof out->mean);
-    memcpy(out->std, c->std, sizeof out->std);
 }
