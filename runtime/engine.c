@@ -579,7 +579,7 @@ gm_status gm_engine_set_taps(gm_engine *e, const int *layers, int n, gm_error *e
     for (int i = 0; i < n; i++)
         if (layers[i] < 0 || layers[i] >= e->c->n_layers)
             return gm_fail(err, GM_ERR_ARG, "gm_engine_set_taps: layer %d is outside [0, %d)", layers[i], e->c->n_layers);
-    memcpy(e->tap_layers, layers, (size_t)n * sizeof *layers);
+    if (n > 0) memcpy(e->tap_layers, layers, (size_t)n * sizeof *layers); /* n 0: layers may be NULL */
     e->n_taps = n;
     return GM_OK;
 }

@@ -222,8 +222,8 @@ static gm_status linears(g4v *g, const g4v_linear *const *l, float *const *y, in
         for (int i = 0; i < count && !st; i++) st = linear(g, l[i], x, n, y[i]);
         return st;
     }
-    const gm_matrix *W[4];
-    for (int i = 0; i < count; i++) W[i] = &l[i]->w;
+    const gm_matrix *W[4] = {NULL, NULL, NULL, NULL}; /* count <= 4 */
+    for (int i = 0; i < count && i < 4; i++) W[i] = &l[i]->w;
     if ((st = gm_matmul_multi(W, y, count, x, n, g->pool, &g->mm))) return st;
     for (int i = 0; i < count; i++) clamp_out(g, l[i], y[i], n);
     return GM_OK;
