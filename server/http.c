@@ -520,6 +520,7 @@ static MHD_Result models(struct MHD_Connection *c, server *s, req *r) {
     cJSON_AddNumberToObject(meta, "n_ctx", s->n_ctx);
     cJSON_AddNumberToObject(meta, "n_vocab", gm_tokenizer_n_vocab(s->tok));
     cJSON_AddNumberToObject(meta, "parallel", s->o->parallel);
+    cJSON_AddBoolToObject(meta, "vision", s->media != NULL); /* --mmproj: image_url parts are read (the page's attach button) */
     cJSON_AddItemToArray(data, m);
     return reply_json(c, s, r, 200, o);
 }
