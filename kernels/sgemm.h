@@ -24,8 +24,8 @@ void gm_sgemm_avx512_pack_t(const float *wt, int64_t ldw, int64_t r0, int nr, in
 void gm_sgemm_avx512_panel(const float *panel, int nr, int64_t k, const float *x, int64_t ldx, int64_t n_tok, float *y,
                            int64_t ldy);
 
-/* Softmax of y[0..n) in place: max, exp (degree-6 polynomial, about 1 ulp, exactly 0 below -87 from the max),
- * the sum in f32 lanes, times its inverse. */
-void gm_sgemm_avx512_softmax(float *y, int64_t n);
+/* Softmax numerators of y[0..n) in place: y = exp(y - max) (degree-6 polynomial, about 1 ulp, exactly 0 below
+ * -87), returning their sum (f32 lanes). The caller divides by it after P V: hd values per row instead of n. */
+float gm_sgemm_avx512_softmax_num(float *y, int64_t n);
 
 #endif

@@ -131,7 +131,7 @@ static inline __m512 exp512(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-void gm_sgemm_avx512_softmax(float *y, int64_t n) {
+float gm_sgemm_avx512_softmax_num(float *y, int64_t n) {
     const int64_t nv = n / 16 * 16;
     const __mmask16 tail = (__mmask16)((1u << (n - nv)) - 1);
     __m512 mv = _mm512_set1_ps(-INFINITY);
@@ -147,17 +147,13 @@ void gm_sgemm_avx512_softmax(float *y, int64_t n) {
         sum = _mm512_add_ps(sum, e);
         _mm512_mask_storeu_ps(y + i, k, e);
     }
-    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
-    for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 k = i < nv ? 0xFFFF : tail;
-        _mm512_mask_storeu_ps(y + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, y + i), inv));
-    }
+    return _mm512_reduce_add_ps(sum);
 }
 
 #else /* built without AVX-512: never selected */
 
 bool gm_sgemm_avx512_supports(int type) { (void)type; return false; }
-void gm_sgemm_avx512_softmax(float *y, int64_t n) { (void)y; (void)n; }
+float gm_sgemm_avx512_softmax_num(float *y, int64_t n) { (void)y; (void)n; }
 void gm_sgemm_avx512_pack(int type, const void *w, size_t w_stride, int64_t r0, int nr, int64_t k, float *panel) {
     (void)type; (void)w; (void)w_stride; (void)r0; (void)nr; (void)k; (void)panel;
 }

@@ -38,6 +38,7 @@ typedef struct vit_scratch {
     float *panels;           /* sgemm: one packed panel of GM_SGEMM_MR weight rows per pool thread */
     size_t panel_floats;
     float *kpan, *vpan;      /* sgemm: one head's keys (scaled by 1/sqrt(hd)) and values as packed panels */
+    float *rsum;             /* sgemm: 1 / softmax denominator of each query row of a chunk */
 } vit_scratch;
 
 struct gm_vision {
@@ -70,6 +71,7 @@ static gm_status alloc_scratch(gm_vision *v, gm_error *err) {
         {&v->s.qh, C * hd}, {&v->s.scores, C * N}, {&v->s.oh, C * hd},
         {&v->s.pooled, (size_t)c->n_tokens * D}, {&v->s.ones, (size_t)c->n_ff},
         {&v->s.panels, v->sgemm ? (size_t)gm_pool_size(v->pool) * v->s.panel_floats : 0},
+        {&v->s.rsum, C},
         {&v->s.kpan, v->sgemm ? (N + GM_SGEMM_MR - 1) / GM_SGEMM_MR * GM_SGEMM_MR * hd : 0},
         {&v->s.vpan, v->sgemm ? (hd + GM_SGEMM_MR - 1) / GM_SGEMM_MR * GM_SGEMM_MR * N : 0},
     };
@@ -94,6 +96,7 @@ typedef struct row_job {
     const float *x, *w, *b, *add; /* op-specific, see each task */
     int n;                        /* floats per row */
     float eps, scale;
+    int64_t ld;                   /* rowscale_task: floats between rows */
 } row_job;
 
 /* LayerNorm with weight and bias, sums in double: y = (x - mean) / sqrt(var + eps) * w + b */
@@ -285,11 +288,19 @@ static gm_status attend_chunk(gm_vision *v, int hh, int q0, int n) {
     return GM_OK;
 }
 
-/* softmax of each score row (the 1/sqrt(hd) is in the packed keys) */
+/* softmax numerators of each score row (the 1/sqrt(hd) is in the packed keys), 1 / their sum into j->w[r] */
 static void softmax_sg_task(void *ctx, int64_t r0, int64_t r1, int thread) {
     (void)thread;
     const row_job *j = ctx;
-    for (int64_t r = r0; r < r1; r++) gm_sgemm_avx512_softmax(j->y + r * j->n, j->n);
+    float *inv = (float *)j->w;
+    for (int64_t r = r0; r < r1; r++) inv[r] = 1.0f / gm_sgemm_avx512_softmax_num(j->y + r * j->n, j->n);
+}
+
+/* row r's n floats (at j->y + r * j->ld) times j->x[r] */
+static void rowscale_task(void *ctx, int64_t r0, int64_t r1, int thread) {
+    (void)thread;
+    const row_job *j = ctx;
+    for (int64_t r = r0; r < r1; r++) gm_scale(j->y + r * j->ld, j->n, j->x[r]);
 }
 
 /* 1/sqrt(hd) into the packed keys: the scores come out scaled */
@@ -314,8 +325,9 @@ static void attend_head_sg(gm_vision *v, int hh) {
     for (int64_t q0 = 0; q0 < N; q0 += v->chunk) {
         const int64_t n = N - q0 < v->chunk ? N - q0 : v->chunk;
         sgemm(v, K, s->q + q0 * D + hh * hd, D, n, s->scores, N);
-        run_rows(v, softmax_sg_task, (row_job){.y = s->scores, .n = (int)N}, n);
+        run_rows(v, softmax_sg_task, (row_job){.y = s->scores, .w = s->rsum, .n = (int)N}, n);
         sgemm(v, V, s->scores, N, n, s->o + q0 * D + hh * hd, D);
+        run_rows(v, rowscale_task, (row_job){.y = s->o + q0 * D + hh * hd, .x = s->rsum, .n = (int)hd, .ld = D}, n);
     }
 }
 
