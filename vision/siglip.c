@@ -5,10 +5,12 @@
  *   n_layers x pre-LN block: h += out(MHA(LN1 h)), bidirectional, 1/sqrt(hd); h += down(act(up(LN2 h)))
  *   post LayerNorm -> scale x scale average pooling (row-major tokens) -> RMSNorm * (1 + w) -> x W_proj
  *
- * Every linear runs on gm_matmul over all patches at once (the text model's kernels, threaded by the pool);
- * attention is two more gm_matmuls per head and chunk of queries (Q K^T over a head's keys laid out as an f32
- * matrix, then P V over the transposed values). The row-wise ops run on the pool. All scratch is allocated
- * at open, sized by the file's shapes. */
+ * Every linear runs over all patches at once, threaded by the pool: on AVX-512 with float weights through
+ * kernels/sgemm.h (panels of 32 weight rows against register tiles of 12 patches: 4096 patches per matmul are
+ * a GEMM, not the text model's many dot products); otherwise on gm_matmul (the text model's kernels). Attention
+ * is two more matmuls per head and chunk of queries: Q K^T over the head's keys, then P V over its values (the
+ * sgemm path reads both in place, the gm_matmul path gathers them into f32 matrices). The row-wise ops run on
+ * the pool. All scratch is allocated at open, sized by the file's shapes. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,12 +18,15 @@
 #include "core/error.h"
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
+#include "kernels/sgemm.h"
 #include "kernels/threadpool.h"
 #include "vision/mmproj.h"
 #include "vision/vision_internal.h"
 
-/* Query rows per attention chunk: bounds the score matrix (chunk x n_patches floats; 8 MiB at 4096 patches). */
-enum { ATTN_CHUNK = 512 };
+/* Query rows per attention chunk: bounds the score matrix (chunk x n_patches floats; 8 MiB at 4096 patches).
+ * SG_TOKENS: patches per sgemm work item (a multiple of the kernel's 12-token tile); SG_MAX_THREADS: pools
+ * larger than this take gm_matmul. */
+enum { ATTN_CHUNK = 512, SG_TOKENS = 96, SG_MAX_THREADS = 256 };
 
 typedef struct vit_scratch {
     float *patches;          /* n_patches x 3 patch^2 */
@@ -31,6 +36,10 @@ typedef struct vit_scratch {
     float *qh, *scores, *oh; /* one chunk of one head: chunk x hd, chunk x n_patches, chunk x hd */
     float *pooled;           /* n_tokens x n_embd */
     float *ones;             /* n_ff ones: the vector GeGLU kernel times 1 is the vector GELU */
+    float *panels;           /* sgemm: one packed panel of GM_SGEMM_MR weight rows per pool thread */
+    size_t panel_floats;
+    float *kpan, *vpan;      /* sgemm: one head's keys (scaled by 1/sqrt(hd)) and values as packed panels */
+    float *rsum;             /* sgemm: 1 / softmax denominator of each query row of a chunk */
 } vit_scratch;
 
 struct siglip {
@@ -42,6 +51,7 @@ struct siglip {
     vit_scratch s;
     float *buf; /* every scratch array above */
     int chunk;  /* attention query rows per chunk */
+    bool sgemm; /* the AVX-512 float GEMM serves float weights and attention */
 };
 
 /* ---- scratch */
@@ -50,12 +60,21 @@ static gm_status alloc_scratch(siglip *v, gm_error *err) {
     const vit_config *c = &v->w.cfg;
     const size_t N = (size_t)c->n_patches, D = (size_t)c->n_embd, hd = (size_t)c->head_dim;
     const size_t C = (size_t)(v->chunk = c->n_patches < ATTN_CHUNK ? c->n_patches : ATTN_CHUNK);
+    /* a panel spans the longest inner dimension: width, ffn, patches (P V) or the patch's pixels */
+    size_t kmax = D > (size_t)c->n_ff ? D : (size_t)c->n_ff;
+    kmax = kmax > N ? kmax : N;
+    kmax = kmax > 3 * (size_t)c->patch_size * (size_t)c->patch_size ? kmax : 3 * (size_t)c->patch_size * (size_t)c->patch_size;
+    v->s.panel_floats = (GM_SGEMM_MR * kmax + 15) / 16 * 16;
     struct { float **p; size_t n; } parts[] = {
         {&v->s.patches, N * 3 * (size_t)c->patch_size * (size_t)c->patch_size},
         {&v->s.h, N * D}, {&v->s.a, N * D}, {&v->s.q, N * D}, {&v->s.k, N * D}, {&v->s.v, N * D}, {&v->s.o, N * D},
         {&v->s.f, N * (size_t)c->n_ff}, {&v->s.kh, N * hd}, {&v->s.vt, N * hd},
         {&v->s.qh, C * hd}, {&v->s.scores, C * N}, {&v->s.oh, C * hd},
         {&v->s.pooled, (size_t)c->n_tokens * D}, {&v->s.ones, (size_t)c->n_ff},
+        {&v->s.panels, v->sgemm ? (size_t)gm_pool_size(v->pool) * v->s.panel_floats : 0},
+        {&v->s.rsum, C},
+        {&v->s.kpan, v->sgemm ? (N + GM_SGEMM_MR - 1) / GM_SGEMM_MR * GM_SGEMM_MR * hd : 0},
+        {&v->s.vpan, v->sgemm ? (hd + GM_SGEMM_MR - 1) / GM_SGEMM_MR * GM_SGEMM_MR * N : 0},
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) total += (parts[i].n + 15) / 16 * 16; /* 64-byte rows */
@@ -78,6 +97,7 @@ typedef struct row_job {
     const float *x, *w, *b, *add; /* op-specific, see each task */
     int n;                        /* floats per row */
     float eps, scale;
+    int64_t ld;                   /* rowscale_task: floats between rows */
 } row_job;
 
 /* LayerNorm with weight and bias, sums in double: y = (x - mean) / sqrt(var + eps) * w + b */
@@ -151,7 +171,80 @@ static void run_rows(const siglip *v, gm_task_fn fn, row_job j, int64_t n_rows) 
 
 /* ---- the forward pass */
 
+/* ---- the float GEMM (kernels/sgemm.h) on the pool */
+
+/* The weight side: `rows` rows of k values, row r at data + r * stride bytes; or, transposed, value (r, c) at
+ * the float data[c * stride + r] (attention's values as stored); or, when packed is set, already packed:
+ * panel p at packed + p * k * GM_SGEMM_MR. */
+typedef struct sg_weights {
+    int type;
+    const void *data;
+    int64_t rows, k, stride;
+    bool trans;
+    const float *packed;
+} sg_weights;
+
+typedef struct sg_job {
+    sg_weights w;
+    const float *x;
+    float *y;
+    int64_t ldx, ldy, n_tok, n_tb; /* n_tb: work items (SG_TOKENS patches each) per panel */
+    float *panels;
+    size_t panel_floats;
+    int64_t packed[SG_MAX_THREADS]; /* the panel each thread holds (-1: none) */
+} sg_job;
+
+/* item i = panel i / n_tb, patches (i % n_tb) * SG_TOKENS...: a thread packs a panel once for the items it
+ * claims in a row (the claims are contiguous) */
+static void sg_task(void *ctx, int64_t i0, int64_t i1, int thread) {
+    sg_job *j = ctx;
+    float *panel = j->panels + (size_t)thread * j->panel_floats;
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t p = i / j->n_tb, t0 = i % j->n_tb * SG_TOKENS, r0 = p * GM_SGEMM_MR;
+        const int nr = j->w.rows - r0 < GM_SGEMM_MR ? (int)(j->w.rows - r0) : GM_SGEMM_MR;
+        if (j->w.packed) {
+            panel = (float *)j->w.packed + p * j->w.k * GM_SGEMM_MR;
+        } else if (j->packed[thread] != p) {
+            if (j->w.trans) gm_sgemm_avx512_pack_t(j->w.data, j->w.stride, r0, nr, j->w.k, panel);
+            else gm_sgemm_avx512_pack(j->w.type, j->w.data, (size_t)j->w.stride, r0, nr, j->w.k, panel);
+            j->packed[thread] = p;
+        }
+        const int64_t nt = j->n_tok - t0 < SG_TOKENS ? j->n_tok - t0 : SG_TOKENS;
+        gm_sgemm_avx512_panel(panel, nr, j->w.k, j->x + t0 * j->ldx, j->ldx, nt, j->y + t0 * j->ldy + r0, j->ldy);
+    }
+}
+
+/* panels [p0, p1) of w into w.packed (the per-thread panel buffers are not used) */
+static void sg_pack_task(void *ctx, int64_t p0, int64_t p1, int thread) {
+    (void)thread;
+    const sg_weights *w = ctx;
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t r0 = p * GM_SGEMM_MR;
+        const int nr = w->rows - r0 < GM_SGEMM_MR ? (int)(w->rows - r0) : GM_SGEMM_MR;
+        float *panel = (float *)w->packed + p * w->k * GM_SGEMM_MR;
+        if (w->trans) gm_sgemm_avx512_pack_t(w->data, w->stride, r0, nr, w->k, panel);
+        else gm_sgemm_avx512_pack(w->type, w->data, (size_t)w->stride, r0, nr, w->k, panel);
+    }
+}
+
+/* y[t * ldy + r] = W[r] . x[t * ldx ..] for n_tok patches */
+static void sgemm(siglip *v, sg_weights w, const float *x, int64_t ldx, int64_t n_tok, float *y, int64_t ldy) {
+    sg_job j = {.w = w, .x = x, .y = y, .ldx = ldx, .ldy = ldy, .n_tok = n_tok, .n_tb = (n_tok + SG_TOKENS - 1) / SG_TOKENS,
+                .panels = v->s.panels, .panel_floats = v->s.panel_floats};
+    for (int t = 0; t < SG_MAX_THREADS; t++) j.packed[t] = -1;
+    const int64_t items = (w.rows + GM_SGEMM_MR - 1) / GM_SGEMM_MR * j.n_tb;
+    /* many panels: a claim is whole panels, each packed once; few (attention's values): finer claims */
+    const int64_t panels = items / j.n_tb, nth = gm_pool_size(v->pool);
+    const int64_t chunk = w.packed || panels < 8 * nth ? items / (4 * nth) : j.n_tb;
+    gm_pool_parallel_for_chunk(v->pool, items, chunk > 1 ? chunk : 1, sg_task, &j);
+}
+
 static gm_status matmul(siglip *v, const gm_matrix *W, const float *x, int64_t n, float *y) {
+    if (v->sgemm && gm_sgemm_avx512_supports(W->type)) {
+        const sg_weights w = {W->type, W->data, W->rows, W->cols, (int64_t)gm_row_bytes(W->type, W->cols), false, NULL};
+        sgemm(v, w, x, W->cols, n, y, W->rows);
+        return GM_OK;
+    }
     return gm_matmul(W, x, n, y, v->pool, &v->mm);
 }
 
@@ -196,9 +289,56 @@ static gm_status attend_chunk(siglip *v, int hh, int q0, int n) {
     return GM_OK;
 }
 
+/* softmax numerators of each score row (the 1/sqrt(hd) is in the packed keys), 1 / their sum into j->w[r] */
+static void softmax_sg_task(void *ctx, int64_t r0, int64_t r1, int thread) {
+    (void)thread;
+    const row_job *j = ctx;
+    float *inv = (float *)j->w;
+    for (int64_t r = r0; r < r1; r++) inv[r] = 1.0f / gm_sgemm_avx512_softmax_num(j->y + r * j->n, j->n);
+}
+
+/* row r's n floats (at j->y + r * j->ld) times j->x[r] */
+static void rowscale_task(void *ctx, int64_t r0, int64_t r1, int thread) {
+    (void)thread;
+    const row_job *j = ctx;
+    for (int64_t r = r0; r < r1; r++) gm_scale(j->y + r * j->ld, j->n, j->x[r]);
+}
+
+/* 1/sqrt(hd) into the packed keys: the scores come out scaled */
+static void scale_task(void *ctx, int64_t r0, int64_t r1, int thread) {
+    (void)thread;
+    const row_job *j = ctx;
+    gm_scale(j->y + r0 * j->n, (int)((r1 - r0) * j->n), j->scale);
+}
+
+/* The sgemm path of attention: the head's keys and values packed once (read in place from rows of n_embd),
+ * then per chunk of queries (read in place) scores, softmax and P V written in place into o. */
+static void attend_head_sg(siglip *v, int hh) {
+    const vit_config *c = &v->w.cfg;
+    const vit_scratch *s = &v->s;
+    const int64_t N = c->n_patches, D = c->n_embd, hd = c->head_dim;
+    const sg_weights K = {GM_TYPE_F32, s->k + hh * hd, N, hd, D * (int64_t)sizeof(float), false, s->kpan};
+    const sg_weights V = {GM_TYPE_F32, s->v + hh * hd, hd, N, D, true, s->vpan};
+    const int64_t kp = (N + GM_SGEMM_MR - 1) / GM_SGEMM_MR, vp = (hd + GM_SGEMM_MR - 1) / GM_SGEMM_MR;
+    gm_pool_parallel_for(v->pool, kp, 1, sg_pack_task, (void *)&K);
+    gm_pool_parallel_for(v->pool, vp, 1, sg_pack_task, (void *)&V);
+    run_rows(v, scale_task, (row_job){.y = s->kpan, .n = (int)hd * GM_SGEMM_MR, .scale = 1.0f / sqrtf((float)hd)}, kp);
+    for (int64_t q0 = 0; q0 < N; q0 += v->chunk) {
+        const int64_t n = N - q0 < v->chunk ? N - q0 : v->chunk;
+        sgemm(v, K, s->q + q0 * D + hh * hd, D, n, s->scores, N);
+        run_rows(v, softmax_sg_task, (row_job){.y = s->scores, .w = s->rsum, .n = (int)N}, n);
+        sgemm(v, V, s->scores, N, n, s->o + q0 * D + hh * hd, D);
+        run_rows(v, rowscale_task, (row_job){.y = s->o + q0 * D + hh * hd, .x = s->rsum, .n = (int)hd, .ld = D}, n);
+    }
+}
+
 static gm_status attention(siglip *v) {
     const vit_config *c = &v->w.cfg;
     gm_status st = GM_OK;
+    if (v->sgemm) {
+        for (int hh = 0; hh < c->n_head; hh++) attend_head_sg(v, hh);
+        return GM_OK;
+    }
     for (int hh = 0; hh < c->n_head && !st; hh++) {
         gather_head(c, &v->s, hh);
         for (int q0 = 0; q0 < c->n_patches && !st; q0 += v->chunk) {
@@ -215,10 +355,16 @@ static gm_status block(siglip *v, const vit_layer *l) {
     const int64_t N = c->n_patches;
     const int D = c->n_embd;
     run_rows(v, layernorm_task, (row_job){.y = s->a, .x = s->h, .w = l->ln1_w, .b = l->ln1_b, .n = D, .eps = c->eps}, N);
-    const gm_matrix *qkv[3] = {&l->q, &l->k, &l->v};
-    float *const out[3] = {s->q, s->k, s->v};
-    gm_status st = gm_matmul_multi(qkv, out, 3, s->a, N, v->pool, &v->mm);
-    if (st) return st;
+    gm_status st = GM_OK;
+    if (v->sgemm) {
+        if ((st = matmul(v, &l->q, s->a, N, s->q)) || (st = matmul(v, &l->k, s->a, N, s->k)) ||
+            (st = matmul(v, &l->v, s->a, N, s->v)))
+            return st;
+    } else {
+        const gm_matrix *qkv[3] = {&l->q, &l->k, &l->v};
+        float *const out[3] = {s->q, s->k, s->v};
+        if ((st = gm_matmul_multi(qkv, out, 3, s->a, N, v->pool, &v->mm))) return st;
+    }
     run_rows(v, bias_task, (row_job){.y = s->q, .b = l->bq, .n = D}, N);
     run_rows(v, bias_task, (row_job){.y = s->k, .b = l->bk, .n = D}, N);
     run_rows(v, bias_task, (row_job){.y = s->v, .b = l->bv, .n = D}, N);
@@ -281,6 +427,9 @@ gm_status siglip_open(const char *path, const gm_vision_options *o, siglip **out
     v->kern = gm_cpu_kernels_for(v->isa);
     v->pool = gm_pool_new(o->n_threads);
     if (!v->pool) st = gm_fail(err, GM_ERR_NOMEM, "%s: thread pool", path);
+    /* the float GEMM where the level has it; Q8_0 and other quantized matrices still take gm_matmul */
+    v->sgemm = v->pool && v->isa >= GM_ISA_AVX512 && gm_sgemm_avx512_supports(GM_TYPE_F32) &&
+               gm_pool_size(v->pool) <= SG_MAX_THREADS;
     if (!st) st = alloc_scratch(v, err);
     if (st) {
         siglip_free(v);
