@@ -4,6 +4,11 @@
  *
  *   cmake --build build --target vision_embd
  *   build/vision_embd MM.gguf IMG.rgb W H [-t THREADS] [--isa scalar|avx2|avx512] [--reps R] [--out EMB.f32]
+ *                     [--text TEXT.gguf --layout LAYOUT.txt --logits LOGITS.f32 [--causal]]
+ *
+ * --text / --layout / --logits: the sequence mtmd_ref --layout wrote (text chunks' ids, the image's place)
+ * evaluated in our engine with the image's rows as a bidirectional span (--causal: a causal one, to see that the
+ * comparison can tell); the last position's logits written.
  *
  * IMG.rgb is W*H*3 bytes, RGB, rows top to bottom (the same file mtmd_ref reads). EMB.f32 is n_tokens x
  * embd_dim little-endian floats from the last encode. Prints "encode R: S s" per encode. */
@@ -15,9 +20,10 @@
 #include "gemma.h"
 
 typedef struct args {
-    const char *mmproj, *rgb, *out;
+    const char *mmproj, *rgb, *out, *text, *layout, *logits;
     int w, h, threads, reps;
     gm_isa isa;
+    bool causal; /* --causal: the image causal (a sensitivity check of the logits comparison) */
 } args;
 
 /* wall (CLOCK_MONOTONIC) or this process's CPU time (CLOCK_PROCESS_CPUTIME_ID: steadier on a shared host) */
@@ -31,11 +37,18 @@ static bool parse(int argc, char **argv, args *a) {
     if (argc < 5) return false;
     *a = (args){.mmproj = argv[1], .rgb = argv[2], .w = atoi(argv[3]), .h = atoi(argv[4]), .threads = 1, .reps = 1};
     for (int i = 5; i < argc; i += 2) {
+        if (!strcmp(argv[i], "--causal")) {
+            a->causal = true, i--;
+            continue;
+        }
         if (i + 1 >= argc) return false;
         const char *k = argv[i], *v = argv[i + 1];
         if (!strcmp(k, "-t")) a->threads = atoi(v);
         else if (!strcmp(k, "--reps")) a->reps = atoi(v);
         else if (!strcmp(k, "--out")) a->out = v;
+        else if (!strcmp(k, "--text")) a->text = v;
+        else if (!strcmp(k, "--layout")) a->layout = v;
+        else if (!strcmp(k, "--logits")) a->logits = v;
         else if (!strcmp(k, "--isa")) {
             if (!gm_isa_parse(v, &a->isa)) return false;
         } else return false;
@@ -59,6 +72,49 @@ static bool write_floats(const char *path, const float *x, size_t n) {
     return f && !fclose(f) && ok;
 }
 
+/* The layout's chunks into s: "T ids..." lines appended, "I n" lines as the image's n rows. */
+static int append_layout(gm_seq *s, const char *path, const float *emb, int n_tok, bool causal, gm_error *err) {
+    FILE *f = fopen(path, "r");
+    if (!f) return fprintf(stderr, "vision_embd: cannot read %s\n", path), 1;
+    char line[1 << 16];
+    int rc = 0;
+    while (!rc && fgets(line, sizeof line, f)) {
+        if (line[0] == 'I') {
+            const gm_embed_span sp = {.embeds = emb, .n = atoi(line + 2), .placeholder = 0, .key = {1, 1},
+                                      .bidirectional = !causal};
+            if (sp.n != n_tok) rc = fprintf(stderr, "vision_embd: the layout's image has %d rows, ours %d\n", sp.n, n_tok) > 0;
+            else if (gm_seq_append_embeds(s, &sp, err)) rc = fprintf(stderr, "vision_embd: %s\n", err->msg) > 0;
+            continue;
+        }
+        char *p = line + 1, *end;
+        for (long id; (id = strtol(p, &end, 10)), end != p && !rc; p = end) {
+            const int32_t t = (int32_t)id;
+            if (gm_seq_append(s, &t, 1, err)) rc = fprintf(stderr, "vision_embd: %s\n", err->msg) > 0;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+/* The text model over the layout's sequence; the last position's logits to a->logits. */
+static int eval_logits(const args *a, const float *emb, int n_tok, gm_error *err) {
+    gm_model *m = NULL;
+    gm_engine *e = NULL;
+    gm_seq *s = NULL;
+    const gm_engine_options eo = {.n_threads = a->threads, .n_ctx = 1024, .isa = a->isa};
+    int rc = gm_model_open(a->text, NULL, &m, err) || gm_engine_new(m, &eo, &e, err) || gm_seq_new(e, &s, err);
+    if (rc) fprintf(stderr, "vision_embd: %s\n", err->msg);
+    if (!rc) rc = append_layout(s, a->layout, emb, n_tok, a->causal, err);
+    if (!rc && gm_engine_eval(e, &s, 1, err)) rc = fprintf(stderr, "vision_embd: %s\n", err->msg) > 0;
+    if (!rc && !write_floats(a->logits, gm_seq_logits(s), (size_t)gm_model_config(m)->n_vocab))
+        rc = fprintf(stderr, "vision_embd: cannot write %s\n", a->logits) > 0;
+    if (!rc) printf("positions %d, vocab %d\n", gm_seq_length(s), gm_model_config(m)->n_vocab);
+    gm_seq_free(s);
+    gm_engine_free(e);
+    gm_model_free(m);
+    return rc;
+}
+
 static int encode(gm_vision *v, const args *a, const gm_image *img, gm_error *err) {
     float *chw = NULL;
     int w, h, n_tok;
@@ -74,6 +130,7 @@ static int encode(gm_vision *v, const args *a, const gm_image *img, gm_error *er
     }
     if (!rc) printf("tokens %d x %d\n", n_tok, gm_vision_embd_dim(v));
     if (!rc && a->out && !write_floats(a->out, emb, n)) rc = fprintf(stderr, "vision_embd: cannot write %s\n", a->out) > 0;
+    if (!rc && a->text && a->layout && a->logits) rc = eval_logits(a, emb, n_tok, err);
     free(emb);
     free(chw);
     return rc;
@@ -83,7 +140,7 @@ int main(int argc, char **argv) {
     args a;
     if (!parse(argc, argv, &a)) {
         fprintf(stderr, "usage: vision_embd MM.gguf IMG.rgb W H [-t THREADS] [--isa scalar|avx2|avx512] [--reps R] "
-                        "[--out EMB.f32]\n");
+                        "[--out EMB.f32] [--text TEXT.gguf --layout LAYOUT.txt --logits LOGITS.f32]\n");
         return 2;
     }
     gm_image img;

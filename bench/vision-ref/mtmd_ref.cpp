@@ -3,7 +3,7 @@
 // build; compiled by bench/vision-ref/build.sh, not part of the CMake build or CI.
 //
 //   mtmd_ref -m TEXT.gguf --mmproj MM.gguf --rgb IMG.rgb W H [-t THREADS] [--fa 0|1|-1] [--reps R]
-//            [--out EMB.f32] [--prompt TEXT --logits LOGITS.f32] [-v]
+//            [--out EMB.f32] [--prompt TEXT --logits LOGITS.f32 [--layout LAYOUT.txt]] [-v]
 //
 // IMG.rgb is W*H*3 bytes, RGB, rows top to bottom. It should already be at the encoder's size (image_size
 // squared for Gemma 3): llama.cpp then copies it instead of resizing (a resize is never bit-exact across
@@ -11,7 +11,8 @@
 // --fa: flash attention (0 off, the default here: its F16 K/V would add rounding to the comparison;
 // -1 AUTO, llama.cpp's own default, which enables it on CPU).
 // --prompt/--logits: the chunks "<__media__>" + prompt go through mtmd_helper_eval_chunks into a llama
-// context; the last position's logits are written (n_vocab floats).
+// context; the last position's logits are written (n_vocab floats); --layout writes the chunks' token ids and
+// image sizes (write_layout) so bench/vision_embd can evaluate the same sequence in our engine.
 // Prints one line per encode: "encode R: S s (cpu C s)" (wall, process CPU). -v keeps llama.cpp's own log (otherwise warnings only).
 #include <chrono>
 #include <ctime>
@@ -28,7 +29,7 @@
 namespace {
 
 struct args {
-    std::string model, mmproj, rgb, out, prompt, logits;
+    std::string model, mmproj, rgb, out, prompt, logits, layout;
     int w = 0, h = 0, threads = 1, fa = 0, reps = 1;
     bool verbose = false;
 };
@@ -58,6 +59,7 @@ bool parse(int argc, char **argv, args &a) {
         else if (k == "--out") a.out = v;
         else if (k == "--prompt") a.prompt = v;
         else if (k == "--logits") a.logits = v;
+        else if (k == "--layout") a.layout = v;
         else return false;
     }
     return !a.model.empty() && !a.mmproj.empty() && !a.rgb.empty() && a.w > 0 && a.h > 0 && a.reps > 0;
@@ -108,6 +110,26 @@ int encode_and_dump(mtmd_context *ctx, const mtmd_input_chunk *img, const llama_
     return 0;
 }
 
+// What the chunks are, for our side to rebuild the same sequence: per chunk a line "T id id ..." (text) or
+// "I n" (an image of n positions).
+int write_layout(const mtmd_input_chunks *chunks, const std::string &path) {
+    FILE *f = fopen(path.c_str(), "w");
+    if (!f) return fail("cannot write ", path.c_str());
+    for (size_t i = 0; i < mtmd_input_chunks_size(chunks); i++) {
+        const mtmd_input_chunk *c = mtmd_input_chunks_get(chunks, i);
+        if (mtmd_input_chunk_get_type(c) == MTMD_INPUT_CHUNK_TYPE_TEXT) {
+            size_t n = 0;
+            const llama_token *t = mtmd_input_chunk_get_tokens_text(c, &n);
+            fputc('T', f);
+            for (size_t k = 0; k < n; k++) fprintf(f, " %d", (int)t[k]);
+            fputc('\n', f);
+        } else {
+            fprintf(f, "I %zu\n", mtmd_input_chunk_get_n_tokens(c));
+        }
+    }
+    return fclose(f) ? fail("cannot write ", path.c_str()) : 0;
+}
+
 // the chunks of "<__media__>" + prompt through a llama context; the last position's logits to a.logits
 int eval_logits(mtmd_context *ctx, llama_model *model, const mtmd_input_chunks *chunks, const args &a) {
     llama_context_params cp = llama_context_default_params();
@@ -124,6 +146,7 @@ int eval_logits(mtmd_context *ctx, llama_model *model, const mtmd_input_chunks *
     if (!rc && !write_floats(a.logits, llama_get_logits_ith(lctx, -1), (size_t)n_vocab))
         rc = fail("cannot write ", a.logits.c_str());
     if (!rc) printf("positions %d, vocab %d\n", (int)n_past, n_vocab);
+    if (!rc && !a.layout.empty()) rc = write_layout(chunks, a.layout);
     llama_free(lctx);
     return rc;
 }
@@ -166,7 +189,7 @@ int main(int argc, char **argv) {
     args a;
     if (!parse(argc, argv, a)) {
         fprintf(stderr, "usage: mtmd_ref -m TEXT.gguf --mmproj MM.gguf --rgb IMG.rgb W H [-t N] [--fa 0|1|-1] "
-                        "[--reps R] [--out EMB.f32] [--prompt TEXT --logits LOGITS.f32] [-v]\n");
+                        "[--reps R] [--out EMB.f32] [--prompt TEXT --logits LOGITS.f32 [--layout F]] [-v]\n");
         return 2;
     }
     if (!a.verbose) {
