@@ -24,6 +24,8 @@ typedef struct args {
     int w, h, threads, reps;
     gm_isa isa;
     bool causal; /* --causal: the image causal (a sensitivity check of the logits comparison) */
+    bool sliding_only; /* --sliding-only: both ways on sliding layers only (llama.cpp's Gemma 4 decode) */
+    bool llama_act;    /* --llama-act: Gemma 4's gelu_quick as llama.cpp runs the converter's files */
 } args;
 
 /* wall (CLOCK_MONOTONIC) or this process's CPU time (CLOCK_PROCESS_CPUTIME_ID: steadier on a shared host) */
@@ -37,8 +39,9 @@ static bool parse(int argc, char **argv, args *a) {
     if (argc < 5) return false;
     *a = (args){.mmproj = argv[1], .rgb = argv[2], .w = atoi(argv[3]), .h = atoi(argv[4]), .threads = 1, .reps = 1};
     for (int i = 5; i < argc; i += 2) {
-        if (!strcmp(argv[i], "--causal")) {
-            a->causal = true, i--;
+        if (!strcmp(argv[i], "--causal") || !strcmp(argv[i], "--sliding-only") || !strcmp(argv[i], "--llama-act")) {
+            *(argv[i][2] == 'c' ? &a->causal : argv[i][2] == 's' ? &a->sliding_only : &a->llama_act) = true;
+            i--;
             continue;
         }
         if (i + 1 >= argc) return false;
@@ -73,7 +76,8 @@ static bool write_floats(const char *path, const float *x, size_t n) {
 }
 
 /* The layout's chunks into s: "T ids..." lines appended, "I n" lines as the image's n rows. */
-static int append_layout(gm_seq *s, const char *path, const float *emb, int n_tok, bool causal, gm_error *err) {
+static int append_layout(gm_seq *s, const char *path, const float *emb, int n_tok, bool causal, bool sliding_only,
+                         gm_error *err) {
     FILE *f = fopen(path, "r");
     if (!f) return fprintf(stderr, "vision_embd: cannot read %s\n", path), 1;
     char line[1 << 16];
@@ -81,7 +85,8 @@ static int append_layout(gm_seq *s, const char *path, const float *emb, int n_to
     while (!rc && fgets(line, sizeof line, f)) {
         if (line[0] == 'I') {
             const gm_embed_span sp = {.embeds = emb, .n = atoi(line + 2), .placeholder = 0, .key = {1, 1},
-                                      .bidirectional = !causal};
+                                      .bidirectional = !causal,
+                                      .sliding_only = sliding_only};
             if (sp.n != n_tok) rc = fprintf(stderr, "vision_embd: the layout's image has %d rows, ours %d\n", sp.n, n_tok) > 0;
             else if (gm_seq_append_embeds(s, &sp, err)) rc = fprintf(stderr, "vision_embd: %s\n", err->msg) > 0;
             continue;
@@ -101,10 +106,10 @@ static int eval_logits(const args *a, const float *emb, int n_tok, gm_error *err
     gm_model *m = NULL;
     gm_engine *e = NULL;
     gm_seq *s = NULL;
-    const gm_engine_options eo = {.n_threads = a->threads, .n_ctx = 1024, .isa = a->isa};
+    const gm_engine_options eo = {.n_threads = a->threads, .isa = a->isa}; /* the model's context (capped) */
     int rc = gm_model_open(a->text, NULL, &m, err) || gm_engine_new(m, &eo, &e, err) || gm_seq_new(e, &s, err);
     if (rc) fprintf(stderr, "vision_embd: %s\n", err->msg);
-    if (!rc) rc = append_layout(s, a->layout, emb, n_tok, a->causal, err);
+    if (!rc) rc = append_layout(s, a->layout, emb, n_tok, a->causal, a->sliding_only, err);
     if (!rc && gm_engine_eval(e, &s, 1, err)) rc = fprintf(stderr, "vision_embd: %s\n", err->msg) > 0;
     if (!rc && !write_floats(a->logits, gm_seq_logits(s), (size_t)gm_model_config(m)->n_vocab))
         rc = fprintf(stderr, "vision_embd: cannot write %s\n", a->logits) > 0;
@@ -147,7 +152,7 @@ int main(int argc, char **argv) {
     if (!read_rgb(&a, &img)) return fprintf(stderr, "vision_embd: %s is not %d x %d x 3 bytes\n", a.rgb, a.w, a.h), 1;
     gm_error err = {0};
     gm_vision *v = NULL;
-    const gm_vision_options o = {.n_threads = a.threads, .isa = a.isa};
+    const gm_vision_options o = {.n_threads = a.threads, .isa = a.isa, .llama_cpp_act = a.llama_act};
     int rc = gm_vision_open(a.mmproj, &o, &v, &err) ? fprintf(stderr, "vision_embd: %s\n", err.msg) > 0 : 0;
     if (!rc) rc = encode(v, &a, &img, &err);
     gm_vision_free(v);

@@ -133,7 +133,8 @@ static bool want_matches(want_walk *w, const gm_seq *s, int pos) {
     if (w->k < w->n_sp && w->sp[w->k].at == (size_t)w->i) { /* a span row is wanted */
         const gm_embed_span *x = &w->sp[w->k].span;
         if (!have || !(x->key[0] | x->key[1]) || have->key[0] != x->key[0] || have->key[1] != x->key[1] ||
-            have->n != x->n || have->bidirectional != x->bidirectional || pos - have->pos != w->r ||
+            have->n != x->n || have->bidirectional != x->bidirectional ||
+            have->sliding_only != (x->bidirectional && x->sliding_only) || pos - have->pos != w->r ||
             s->tok[pos] != x->placeholder)
             return false;
         if (++w->r == x->n) w->r = 0, w->k++;

@@ -502,6 +502,9 @@ typedef struct gm_embed_span {
     /* Every position attends to all n (an image's rows, as Gemma 3 and 4 are trained); else causal. Such a
      * span's uncomputed rows are computed in one forward call: n <= the engine's n_batch (GM_ERR_ARG). */
     bool bidirectional;
+    /* With bidirectional: only layers with a sliding window attend both ways, the others causally: llama.cpp's
+     * Gemma 4 image decode (non_causal_type SWA_ONLY), for comparing with it; transformers uses every layer. */
+    bool sliding_only;
 } gm_embed_span;
 /* Appends span->n positions (no compute); gm_engine_eval / gm_engine_step compute them. Truncating inside a
  * span keeps its first rows as computed with the whole span. Past n_ctx: GM_ERR_CONTEXT. */

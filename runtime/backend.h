@@ -38,6 +38,7 @@ typedef struct gm_fwd_row {
     /* > pos + 1: the row also attends to its sequence's positions (pos, attend_end), which this call computes
      * (the rows of an image see the whole image); its window's start stays that of a causal row. */
     int attend_end;
+    bool attend_sliding_only; /* attend_end holds on sliding-window layers only */
 } gm_fwd_row;
 
 typedef struct gm_fwd_batch {

@@ -36,7 +36,7 @@ typedef struct gm_seq_span {
     int pos, n;
     float *embeds;     /* n x d_model, owned */
     uint64_t key[2];   /* {0, 0}: anonymous */
-    bool bidirectional;
+    bool bidirectional, sliding_only;
 } gm_seq_span;
 
 struct gm_seq {

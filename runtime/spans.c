@@ -49,7 +49,7 @@ gm_fwd_row gm_seq_row(const gm_seq *s, int pos) {
     const gm_seq_span *sp = gm_seq_span_at(s, pos);
     if (sp) {
         r.embed = sp->embeds + (size_t)(pos - sp->pos) * (size_t)s->e->c->d_model;
-        if (sp->bidirectional) r.attend_end = sp->pos + sp->n;
+        if (sp->bidirectional) r.attend_end = sp->pos + sp->n, r.attend_sliding_only = sp->sliding_only;
     }
     return r;
 }
@@ -73,6 +73,7 @@ static uint64_t block_salt(const gm_seq *s, int b) {
         h = mix64(h ^ sp->key[0]);
         h = mix64(h ^ sp->key[1]);
         h = mix64(h ^ ((uint64_t)(uint32_t)(a - sp->pos) << 32 | (uint64_t)(uint32_t)(a - p0) << 8 | (uint64_t)(z - a)));
+        h = mix64(h ^ (uint64_t)(sp->bidirectional + 2 * sp->sliding_only)); /* the attention made the rows' KV */
         any = true;
     }
     return any && h == 0 ? 1 : h;
@@ -150,7 +151,7 @@ gm_status gm_seq_append_embeds(gm_seq *s, const gm_embed_span *span, gm_error *e
         return gm_fail(err, GM_ERR_CONTEXT, "gm_seq_append_embeds: %d + %d positions exceed the context size %d",
                        s->n_tok, span->n, e->n_ctx);
     const gm_seq_span sp = {.pos = s->n_tok, .n = span->n, .key = {span->key[0], span->key[1]},
-                            .bidirectional = span->bidirectional};
+                            .bidirectional = span->bidirectional, .sliding_only = span->bidirectional && span->sliding_only};
     gm_status st = push_span(s, &sp, span->embeds, err);
     if (st) return st;
     for (int i = 0; i < span->n; i++) s->tok[s->n_tok + i] = span->placeholder;

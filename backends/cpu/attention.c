@@ -66,7 +66,8 @@ static keys keys_of(const gm_attn_call *c, const gm_fwd_row *row) {
     } else {
         const int w = c->lc->window;
         k.start = w > 0 && pos - w + 1 > 0 ? pos - w + 1 : 0;
-        k.end = row->attend_end > pos + 1 ? row->attend_end : pos + 1;
+        const bool ahead = row->attend_end > pos + 1 && (!row->attend_sliding_only || w > 0);
+        k.end = ahead ? row->attend_end : pos + 1;
     }
     k.c0 = k.start / GM_KV_BLOCK;
     k.nc = (k.end - 1) / GM_KV_BLOCK - k.c0 + 1;

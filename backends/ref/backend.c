@@ -111,7 +111,8 @@ static void key_range(const gm_attn_call *c, const gm_fwd_row *row, int *lo, int
         if (*lo < 0) *lo = 0;
         if (*hi > c->n_keys) *hi = c->n_keys;
     } else {
-        *lo = w > 0 && pos - w + 1 > 0 ? pos - w + 1 : 0, *hi = row->attend_end > pos + 1 ? row->attend_end : pos + 1;
+        const bool ahead = row->attend_end > pos + 1 && (!row->attend_sliding_only || w > 0);
+        *lo = w > 0 && pos - w + 1 > 0 ? pos - w + 1 : 0, *hi = ahead ? row->attend_end : pos + 1;
     }
 }
 
