@@ -23,10 +23,10 @@
 #include "vision/mmproj.h"
 #include "vision/vision_internal.h"
 
-/* Query rows per attention chunk: bounds the score matrix (chunk x n_patches floats; 8 MiB at 4096 patches).
+/* Query rows per attention chunk: bounds the score matrix (chunk x n_patches floats; 2.25 MiB at 4096 patches: 144 rows measured 5% faster than 512 at 1 thread on Zen 4, the scores staying in cache).
  * SG_TOKENS: patches per sgemm work item (a multiple of the kernel's 12-token tile); SG_MAX_THREADS: pools
  * larger than this take gm_matmul. */
-enum { ATTN_CHUNK = 512, SG_TOKENS = 96, SG_MAX_THREADS = 256 };
+enum { ATTN_CHUNK = 144, SG_TOKENS = 96, SG_MAX_THREADS = 256 };
 
 typedef struct vit_scratch {
     float *patches;          /* n_patches x 3 patch^2 */
