@@ -153,7 +153,10 @@ float gm_sgemm_avx512_softmax_num(float *y, int64_t n) {
 #else /* built without AVX-512: never selected */
 
 bool gm_sgemm_avx512_supports(int type) { (void)type; return false; }
-float gm_sgemm_avx512_softmax_num(float *y, int64_t n) { (void)y; (void)n; }
+float gm_sgemm_avx512_softmax_num(float *y, int64_t n) {
+    (void)y, (void)n;
+    return 0.0f;
+}
 void gm_sgemm_avx512_pack(int type, const void *w, size_t w_stride, int64_t r0, int nr, int64_t k, float *panel) {
     (void)type; (void)w; (void)w_stride; (void)r0; (void)nr; (void)k; (void)panel;
 }
