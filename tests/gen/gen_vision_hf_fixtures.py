@@ -29,6 +29,7 @@ Folders (every one also holds a language-model tensor or two, which the vision l
                and layer 1 down_proj); matrices BF16, patch embedding BF16 (permuted into F32 by both), rest F32;
                preprocessor_config.json do_normalize false with image_mean 0.5 (transformers: no normalisation)
     g4.gguf    its mmproj (image_mean 0 / std 1, as transformers normalises): bit-identical weights
+    g3_640/    g3's shape with a projection to 640 (the default text model's width, for tests/cli_vision.sh); F32
     bad_missing/  g3 without encoder.layers.1.mlp.fc2.bias
     bad_extra/    g4 with a q_proj bias, which the Gemma 4 encoder does not have
     input_g3.f32  3 x 16 x 16 floats, input_g4.f32 3 x 24 x 48 floats (w 48, h 24): normalised inputs
@@ -130,8 +131,8 @@ G3_GG = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.
          "layer_norm1": "ln1", "layer_norm2": "ln2"}
 
 
-def g3_weights(rng, mat_dtype, proj_dtype):
-    D, F, P, PD = G3["D"], G3["F"], G3["P"], G3["PD"]
+def g3_weights(rng, mat_dtype, proj_dtype, PD=G3["PD"]):
+    D, F, P = G3["D"], G3["F"], G3["P"]
     NP = (G3["IMG"] // P) ** 2
     r = lambda *s, k=0.2: (rng.standard_normal(s) * k).astype(np.float32)
     w = {"embeddings.patch_embedding.weight": T("F32", r(D, 3, P, P, k=0.1)),
@@ -152,11 +153,12 @@ def g3_weights(rng, mat_dtype, proj_dtype):
     return w, proj
 
 
-def g3_config():
+def g3_config(pd=None):
+    pd = pd or G3["PD"]
     return {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
             "mm_tokens_per_image": G3["TOK"], "boi_token_index": 255999, "eoi_token_index": 256000,
             "image_token_index": 262144,
-            "text_config": {"model_type": "gemma3_text", "hidden_size": G3["PD"], "num_hidden_layers": 1,
+            "text_config": {"model_type": "gemma3_text", "hidden_size": pd, "num_hidden_layers": 1,
                             "vocab_size": 8},
             "vision_config": {"model_type": "siglip_vision_model", "hidden_size": G3["D"], "image_size": G3["IMG"],
                               "intermediate_size": G3["F"], "num_attention_heads": G3["H"],
@@ -316,6 +318,11 @@ def main():
     vis, proj = g3_weights(rng, "F32", "F32")
     write_folder(os.path.join(out, "g3_old"), g3_config(), g3_hf(vis, proj, ""), None, shards=2)
     g3_gguf(os.path.join(out, "g3_old.gguf"), vis, proj, "F32", [0.5] * 3, [0.5] * 3)
+
+    vis, proj = g3_weights(rng, "F32", "F32", PD=640)
+    hf = g3_hf(vis, proj, "model.")
+    del hf["model.language_model.embed_tokens.weight"], hf["model.language_model.norm.weight"]
+    write_folder(os.path.join(out, "g3_640"), g3_config(640), hf, None)
 
     w = g4_weights(rng)
     pre = {"image_processor_type": "Gemma4ImageProcessor", "do_normalize": False, "image_mean": [0.5] * 3,
