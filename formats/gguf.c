@@ -31,6 +31,7 @@ typedef struct gguf_impl {
     gm_mmap map;              /* owned mapping (gguf_open); empty for gguf_open_memory */
     struct name_ref *tensor_order; /* all tensors (hidden too) sorted by name */
     struct name_ref *kv_order;     /* metadata sorted by key */
+    uint8_t *values;          /* gguf_assemble: its copies of string and array values */
 } gguf_impl;
 
 static gguf_impl *impl_of(const gguf_file *f) {
@@ -556,6 +557,81 @@ gm_status gguf_open_memory(const void *buf, uint64_t size, const char *name, con
     return open_common(g, name, opt, out, err);
 }
 
+/* ------------------------------------------------------------------ assembled in memory */
+
+/* Bytes a value's copy takes: its string, or its array's elements (fixed-size elements only). */
+static uint64_t value_bytes(const gguf_value *v) {
+    if (v->type == GGUF_VT_STRING) return v->v.str.len;
+    return v->type == GGUF_VT_ARRAY ? v->v.arr.nbytes : 0;
+}
+
+/* Copies the keys and the string / array values of kv into f (values packed in g->values). */
+static gm_status assemble_kv(gguf_impl *g, const gguf_kv *kv, uint64_t n_kv, gm_error *err) {
+    gguf_file *f = &g->pub;
+    uint64_t total = 0;
+    for (uint64_t i = 0; i < n_kv; i++) {
+        if (kv[i].val.type == GGUF_VT_ARRAY && !gguf_vtype_size(kv[i].val.v.arr.elem))
+            return gm_fail(err, GM_ERR_ARG, "%s: key '%s': only arrays of numbers can be assembled", f->path, kv[i].key);
+        total += value_bytes(&kv[i].val);
+    }
+    f->kv = calloc((size_t)(n_kv ? n_kv : 1), sizeof *f->kv);
+    g->values = malloc((size_t)(total ? total : 1));
+    if (!f->kv || !g->values) return gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", f->path);
+    uint8_t *p = g->values;
+    for (uint64_t i = 0; i < n_kv; i++, f->n_kv++) {
+        gguf_kv *o = &f->kv[i];
+        o->val = kv[i].val;
+        if (!(o->key = strdup(kv[i].key))) return gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", f->path);
+        const uint64_t n = value_bytes(&o->val);
+        if (n) memcpy(p, o->val.type == GGUF_VT_STRING ? (const void *)o->val.v.str.ptr : o->val.v.arr.data, (size_t)n);
+        if (o->val.type == GGUF_VT_STRING) o->val.v.str.ptr = (const char *)p;
+        if (o->val.type == GGUF_VT_ARRAY) o->val.v.arr.data = p;
+        p += n;
+    }
+    return sorted_index(f->kv, f->n_kv, sizeof *f->kv, offsetof(gguf_kv, key), "metadata key", f->path, &g->kv_order,
+                        err);
+}
+
+/* Copies the tensor infos (names owned, data still the caller's), each checked as a parsed one would be. */
+static gm_status assemble_tensors(gguf_impl *g, const gguf_tensor *t, uint64_t n, gm_error *err) {
+    gguf_file *f = &g->pub;
+    f->tensors = calloc((size_t)(n ? n : 1), sizeof *f->tensors);
+    if (!f->tensors) return gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", f->path);
+    for (uint64_t i = 0; i < n; i++, f->n_tensors++) {
+        gguf_tensor *o = &f->tensors[i];
+        *o = t[i];
+        o->hidden = false;
+        if (!(o->name = strdup(t[i].name))) return gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", f->path);
+        const size_t row = gm_row_bytes(o->type, o->ne[0]);
+        if (o->n_dims < 1 || o->n_dims > GGUF_MAX_DIMS || !row || o->ne[1] < 1 || o->ne[2] < 1 || o->ne[3] < 1 || !o->data)
+            return gm_fail(err, GM_ERR_ARG, "%s: tensor '%s' cannot be assembled (type %d, %d dims)", f->path, o->name,
+                           o->type, o->n_dims);
+        o->nbytes = (uint64_t)row * (uint64_t)(o->ne[1] * o->ne[2] * o->ne[3]);
+    }
+    return sorted_index(f->tensors, f->n_tensors, sizeof *f->tensors, offsetof(gguf_tensor, name), "tensor name",
+                        f->path, &g->tensor_order, err);
+}
+
+gm_status gguf_assemble(const char *name, const gguf_kv *kv, uint64_t n_kv, const gguf_tensor *tensors,
+                        uint64_t n_tensors, gguf_file **out, gm_error *err) {
+    *out = NULL;
+    if (!name || (n_kv && !kv) || (n_tensors && !tensors)) return gm_fail(err, GM_ERR_ARG, "gguf_assemble: NULL argument");
+    gguf_impl *g = calloc(1, sizeof *g);
+    if (!g) return gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", name);
+    gguf_file *f = &g->pub;
+    f->version = 3;
+    f->alignment = GGUF_DEFAULT_ALIGNMENT;
+    gm_status st = (f->path = strdup(name)) ? GM_OK : gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", name);
+    if (!st) st = assemble_kv(g, kv, n_kv, err);
+    if (!st) st = assemble_tensors(g, tensors, n_tensors, err);
+    if (st) {
+        gguf_close(f);
+        return st;
+    }
+    *out = f;
+    return GM_OK;
+}
+
 void gguf_close(gguf_file *f) {
     if (!f) return;
     gguf_impl *g = impl_of(f);
@@ -566,6 +642,7 @@ void gguf_close(gguf_file *f) {
     free(f->path);
     free(g->kv_order);
     free(g->tensor_order);
+    free(g->values);
     gm_mmap_close(&g->map);
     free(g);
 }

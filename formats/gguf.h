@@ -93,6 +93,13 @@ gm_status gguf_open(const char *path, const gguf_open_options *opt, gguf_file **
 /* Same, from a caller-owned buffer (fuzzing, tests); buf must outlive the gguf_file. */
 gm_status gguf_open_memory(const void *buf, uint64_t size, const char *name, const gguf_open_options *opt,
                            gguf_file **out, gm_error *err);
+/* A gguf_file assembled in memory rather than parsed: a model stored another way (a Hugging Face folder) seen
+ * through the names and layout a GGUF would have, so one loader serves both. Keys, names and the string /
+ * array values (arrays of numbers only) are copied; tensor data stays the caller's (in its map, or its own
+ * buffers) and must outlive the file. Each tensor's nbytes is computed from its type and ne; names and keys
+ * must be unique. gguf_file_backed is false; gguf_close frees it. */
+gm_status gguf_assemble(const char *name, const gguf_kv *kv, uint64_t n_kv, const gguf_tensor *tensors,
+                        uint64_t n_tensors, gguf_file **out, gm_error *err);
 void gguf_close(gguf_file *f);
 
 /* Lookup: NULL when absent. gguf_find_tensor skips hidden tensors. */

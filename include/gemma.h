@@ -915,8 +915,12 @@ typedef struct gm_vision_options {
     bool llama_cpp_act;
 } gm_vision_options;
 
-/* o may be NULL (defaults). A file that is not a Gemma 3 or Gemma 4 mmproj, or one with a missing or misshapen
- * key or tensor, is refused with GM_ERR_FORMAT / GM_ERR_UNSUPPORTED / GM_ERR_NOT_FOUND naming it. */
+/* o may be NULL (defaults). path: an mmproj GGUF, or a Hugging Face folder of Gemma3ForConditionalGeneration /
+ * Gemma4ForConditionalGeneration (config.json's vision_config, the towers' tensors in its safetensors, the
+ * normalisation from preprocessor_config.json), read as the mmproj llama.cpp's converter makes of it (the same
+ * embeddings; matrices stay mapped). A file that is not a Gemma 3 or Gemma 4 mmproj, a folder without a vision
+ * tower, or one with a missing or misshapen key or tensor, is refused with GM_ERR_FORMAT / GM_ERR_UNSUPPORTED /
+ * GM_ERR_NOT_FOUND naming it (a folder's errors name its config.json keys and HF tensor names). */
 gm_status gm_vision_open(const char *path, const gm_vision_options *o, gm_vision **out, gm_error *err);
 void gm_vision_free(gm_vision *v);
 int gm_vision_image_size(const gm_vision *v); /* pixels per side of the input (896 for Gemma 3); 0 for Gemma 4 */

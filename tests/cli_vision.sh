@@ -47,6 +47,14 @@ check "run: prompt positions count the rows" grep -q "prompt: 20 tokens" "$tmp/e
 cp "$tmp/out" "$tmp/first"
 run --image "$img/rgba.png" -p "Describe the image."
 check "run: deterministic" cmp -s "$tmp/out" "$tmp/first"
+# a Hugging Face folder as the encoder (tests/gen/gen_vision_hf_fixtures.py g3_640: config.json + safetensors)
+"$bin" run --mmproj "$src/tests/data/vision/hf/g3_640" -n 6 -v --image "$img/rgba.png" -p "Describe the image." \
+    >"$tmp/out" 2>"$tmp/err"
+check "run --mmproj HF folder exits 0" test $? -eq 0
+check "run --mmproj HF folder: 4 rows" grep -q "1 image encoded in .* (4 rows)" "$tmp/err"
+"$bin" run --mmproj "$src/tests/data/vision/hf/g3" -n 2 --image "$img/rgba.png" -p x >"$tmp/out" 2>"$tmp/err"
+check "run --mmproj HF folder of another width exits 1" test $? -eq 1
+check "run --mmproj HF folder of another width: message" grep -q "rows of 20 values, but the model's width is 640" "$tmp/err"
 run --image "$img/gray.jpg" -p "Describe the image."
 check "run: another image, another continuation" bash -c "! cmp -s '$tmp/out' '$tmp/first'"
 run --image "$img/rgba.png" --image "$img/lossy.webp" -p "Compare <__media__> with <__media__>."

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "kernels/cpu.h"
 #include "quant/quant.h"
+#include "vision/mmproj_hf.h"
 
 /* Bounds on the keys: far above any Gemma, low enough that the scratch sizes cannot overflow. */
 enum { MAX_IMAGE = 4096, MAX_WIDTH = 16384, MAX_FF = 65536, MAX_LAYERS = 256, MAX_PROJ = 65536 };
@@ -262,7 +263,7 @@ static gm_status load_tensors(const gguf_file *f, gm_isa isa, vit_weights *w, mm
 
 gm_status vit_load(const char *path, gm_isa isa, vit_weights *w, gm_error *err) {
     memset(w, 0, sizeof *w);
-    gm_status st = gguf_open(path, NULL, &w->file, err);
+    gm_status st = mmp_open(path, &w->file, &w->hf, err);
     if (st) return st; /* the reader's message names the file */
     isa = gm_isa_resolve(isa);
     if ((st = read_config(w->file, &w->cfg, err))) goto fail;
@@ -284,6 +285,6 @@ void vit_weights_free(vit_weights *w) {
     if (!w) return;
     free(w->arena);
     free(w->layers);
-    gguf_close(w->file);
+    mmp_close(w->file, w->hf);
     memset(w, 0, sizeof *w);
 }

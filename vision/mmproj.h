@@ -33,7 +33,8 @@ typedef struct vit_layer {
 
 typedef struct vit_weights {
     vit_config cfg;
-    gguf_file *file;     /* the matrices point into its map */
+    gguf_file *file;     /* the matrices point into its map (or, for a Hugging Face folder, into hf's) */
+    struct mmp_hf *hf;   /* a folder's safetensors and transformed copies (mmproj_hf.h); NULL for a GGUF */
     gm_matrix patch;     /* n_embd x (3 * patch^2), columns in (channel, y, x) order */
     const float *patch_b, *pos, *post_w, *post_b;
     const float *soft_norm; /* already 1 + w in the file */
@@ -71,7 +72,8 @@ gm_status mmp_dequant(const gguf_tensor *t, int64_t n, mmp_arena *a, const float
 /* A vector {n} as f32 in the arena. */
 gm_status mmp_get_vec(const gguf_file *f, const char *name, int64_t n, mmp_arena *a, const float **out, gm_error *err);
 
-/* Opens path and fills w; the matrices' kernels are bound for isa. On failure w holds nothing to free. */
+/* Opens path (an mmproj GGUF, or a Hugging Face folder read through mmproj_hf.h) and fills w; the matrices'
+ * kernels are bound for isa. On failure w holds nothing to free. */
 gm_status vit_load(const char *path, gm_isa isa, vit_weights *w, gm_error *err);
 void vit_weights_free(vit_weights *w);
 

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "kernels/cpu.h"
 #include "quant/quant.h"
+#include "vision/mmproj_hf.h"
 
 /* Bounds on the keys: far above any Gemma, low enough that the scratch sizes cannot overflow. */
 enum { MAX_PATCH = 1024, MAX_WIDTH = 16384, MAX_FF = 65536, MAX_LAYERS = 256, MAX_PROJ = 65536, MAX_TOKENS = 65536,
@@ -232,7 +233,7 @@ static gm_status load_tensors(const gguf_file *f, gm_isa isa, g4v_weights *w, mm
 
 gm_status g4v_load(const char *path, const gm_vision_options *o, g4v_weights *w, gm_error *err) {
     memset(w, 0, sizeof *w);
-    gm_status st = gguf_open(path, NULL, &w->file, err);
+    gm_status st = mmp_open(path, &w->file, &w->hf, err);
     if (st) return st;
     const gm_isa isa = gm_isa_resolve(o->isa);
     if ((st = read_config(w->file, o, &w->cfg, err))) goto fail;
@@ -254,6 +255,6 @@ void g4v_weights_free(g4v_weights *w) {
     if (!w) return;
     free(w->arena);
     free(w->layers);
-    gguf_close(w->file);
+    mmp_close(w->file, w->hf);
     memset(w, 0, sizeof *w);
 }

@@ -44,6 +44,7 @@ typedef struct g4v_layer {
 typedef struct g4v_weights {
     g4v_config cfg;
     gguf_file *file;
+    struct mmp_hf *hf;                /* a Hugging Face folder's tensors (mmproj_hf.h); NULL for a GGUF */
     gm_matrix patch;                  /* n_embd x (3 * patch^2), columns (channel, y, x); no bias */
     const float *pos;                 /* 2 x pos_rows x n_embd: the x table, then the y table */
     const float *std_bias, *std_scale; /* both or neither */
@@ -52,8 +53,9 @@ typedef struct g4v_weights {
     float *arena;                     /* every f32 copy above */
 } g4v_weights;
 
-/* Opens path (a gemma4v mmproj) and fills w, with the options' token bounds and activation choice; the
- * matrices' kernels are bound for o->isa. On failure w holds nothing to free. */
+/* Opens path (a gemma4v mmproj, or a Hugging Face folder read through mmproj_hf.h) and fills w, with the
+ * options' token bounds and activation choice; the matrices' kernels are bound for o->isa. On failure w holds
+ * nothing to free. */
 gm_status g4v_load(const char *path, const gm_vision_options *o, g4v_weights *w, gm_error *err);
 void g4v_weights_free(g4v_weights *w);
 

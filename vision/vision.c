@@ -7,11 +7,13 @@
 
 #include "core/error.h"
 #include "kernels/cpu.h"
+#include "vision/mmproj_hf.h"
 #include "vision/vision_internal.h"
 
-/* Which family the file is: Gemma 4 for "gemma4v"; anything else goes to the Gemma 3 loader, whose checks
+/* Which family the file (or folder) is: Gemma 4 for "gemma4v"; anything else goes to the Gemma 3 loader, whose checks
  * name what is wrong (not an mmproj, no vision encoder, another projector). */
 static gm_status peek_family(const char *path, int *family, gm_error *err) {
+    if (mmp_is_folder(path)) return mmp_hf_family(path, family, err); /* a Hugging Face folder: its config.json */
     gguf_file *f;
     gm_status st = gguf_open(path, NULL, &f, err);
     if (st) return st;
