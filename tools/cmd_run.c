@@ -291,10 +291,18 @@ static int open_session(const run_args *a, const char *cmd, session *s) {
         fprintf(stderr, "gemma %s: %s\n", cmd, err.msg);
         return 1;
     }
+    if (a->mmproj && cli_media_open(a->mmproj, a->n_threads, s->m, &s->media, &err) != GM_OK) {
+        fprintf(stderr, "gemma %s: %s\n", cmd, err.msg);
+        gm_model_free(s->m);
+        return 1;
+    }
     gm_generator_options go = {.n_threads = a->n_threads, .n_ctx = a->n_ctx, .ignore_stop = a->ignore_eos,
-                               .kv_mem = a->kv_mem, .kv_type = a->kv_type, .backend = a->backend};
+                               .kv_mem = a->kv_mem, .kv_type = a->kv_type, .backend = a->backend,
+                               .n_batch = s->media.v && gm_vision_n_tokens(s->media.v) > 512
+                                              ? gm_vision_n_tokens(s->media.v) : 0}; /* an image in one call */
     if (gm_generator_new(s->m, &go, &s->g, &err) != GM_OK) {
         fprintf(stderr, "gemma %s: %s\n", cmd, err.msg);
+        cli_media_close(&s->media);
         gm_model_free(s->m);
         return 1;
     }
@@ -304,11 +312,6 @@ static int open_session(const run_args *a, const char *cmd, session *s) {
         return 1;
     }
     if (open_grammar(a, s, &err) != GM_OK) {
-        fprintf(stderr, "gemma %s: %s\n", cmd, err.msg);
-        close_session(s);
-        return 1;
-    }
-    if (a->mmproj && cli_media_open(a->mmproj, a->n_threads, s->m, &s->media, &err) != GM_OK) {
         fprintf(stderr, "gemma %s: %s\n", cmd, err.msg);
         close_session(s);
         return 1;
