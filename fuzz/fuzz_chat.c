@@ -9,7 +9,10 @@
  *  - on success the text starts with "<bos>", tokenizes (parse_special) to ids starting with BOS,
  *    with exactly one BOS when no content holds the text "<bos>", and add_bos=true changes
  *    nothing (never a second BOS); the rendering with the generation prompt is the one without
- *    plus "<start_of_turn>model\n". */
+ *    plus "<start_of_turn>model\n";
+ *  - a 0x02 byte in a user message's content places an image there (gm_chat_message.image_at, up to 4 per
+ *    message): a vocabulary without <start_of_image> makes that GM_ERR_UNSUPPORTED; otherwise the text holds
+ *    one <start_of_image><end_of_image> per image. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,7 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(buf, data + 1, size - 1);
     buf[size - 1] = 0;
     gm_chat_message msgs[MAX_MSGS] = {0};
-    size_t n = 0;
+    size_t img_at[MAX_MSGS][4], n = 0, n_images = 0;
     bool bos_in_content = false;
     for (size_t at = 0; at < size - 1 && n < MAX_MSGS;) {
         char *seg = buf + at;
@@ -85,10 +88,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         msgs[n].role = ROLES[l ? (uint8_t)seg[0] % 6 : 1];
         msgs[n].content = l ? seg + 1 : seg;
         bos_in_content |= strstr(msgs[n].content, "<bos>") != NULL;
+        for (const char *p = msgs[n].content; *p && msgs[n].n_images < 4 && !strcmp(msgs[n].role, "user"); p++)
+            if (*p == 2) img_at[n][msgs[n].n_images++] = (size_t)(p - msgs[n].content);
+        msgs[n].image_at = img_at[n];
+        n_images += msgs[n].n_images;
         n++;
         at += l + 1;
     }
     gm_status want = expected_status(tok, msgs, n);
+    if (want == GM_OK && n_images && gm_token_id(tok, "<start_of_image>", 16) < 0) want = GM_ERR_UNSUPPORTED;
     char *plain = NULL, *gen = NULL;
     gm_error err = {0};
     gm_status st = gm_chat_render(tok, msgs, n, false, &plain, &err);
@@ -100,6 +108,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (st2 != st) fail("generation prompt changed the status");
     if (st == GM_OK) {
         check_rendered(tok, plain, bos_in_content);
+        size_t pairs = 0;
+        for (const char *p = plain; (p = strstr(p, "<start_of_image><end_of_image>")); p++) pairs++;
+        if (pairs < n_images) fail("an image lost its markers");
         check_rendered(tok, gen, bos_in_content);
         size_t lp = strlen(plain);
         if (strncmp(gen, plain, lp) || strcmp(gen + lp, "<start_of_turn>model\n"))

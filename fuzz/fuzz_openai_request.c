@@ -140,7 +140,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     call k = {.j = job_new(), .ep = data[0] & 1 ? &openai_chat : &openai_completions};
     if (!k.j) return 0;
     const bool fail_midway = data[0] & 2;
-    const gen_call_in in = {(const char *)data + 1, size - 1, g_tok, &g_opt, 256, "m\"odel"};
+    const gen_call_in in = {(const char *)data + 1, size - 1, g_tok, &g_opt, 256, "m\"odel", NULL}; /* no vision encoder: image parts are 400s */
     srv_error err = {0};
     if ((k.state = k.ep->parse(&in, &k.j->rq, &err))) {
         if (err.status) fail("accepted with an error set");

@@ -1,6 +1,6 @@
 /* fuzz/fuzz_vocab.h — a small Gemma-like vocabulary built in memory for the text harnesses
  * (fuzz_tokenizer, fuzz_chat), so they depend on no model file: control tokens (<pad> <eos>
- * <bos> <start_of_turn> <end_of_turn> <mask>), an unknown token, user-defined tokens that overlap
+ * <bos> <start_of_turn> <end_of_turn> <mask>), an unknown token (and the image markers), user-defined tokens that overlap
  * the control texts ("<b>", "<st", newline runs, "</s>" which the builder forces to CONTROL), all
  * 256 <0xXX> byte tokens, and scored normal pieces (ASCII, U+2581 words, multi-byte characters,
  * equal scores to exercise the leftmost tie rule) whose merge chains reach every multi-char piece.
@@ -22,6 +22,7 @@ static const char *const FV_SPECIAL[][2] = {
     {"<pad>", "C"}, {"<eos>", "C"}, {"<bos>", "C"}, {"<unk>", "U"}, {"<start_of_turn>", "C"},
     {"<end_of_turn>", "C"}, {"<mask>", "C"}, {"\n\n", "D"}, {"\n\n\n", "D"}, {"<b>", "D"},
     {"</b>", "D"}, {"<st", "D"}, {"\t\t", "D"}, {"</s>", "D"}, {"<table>", "D"},
+    {"<start_of_image>", "C"}, {"<end_of_image>", "C"},
 };
 
 static const char *const FV_WORDS[] = {

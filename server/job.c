@@ -194,3 +194,30 @@ void stream_view_free(stream_view *v) {
     v->text = NULL;
     v->lp = NULL;
 }
+
+/* ---------------------------------------------------------------- turns (the embedder, the vision encoder) */
+
+void turns_init(srv_turns *t) {
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    t->next = t->serving = 0;
+}
+
+void turns_destroy(srv_turns *t) {
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv);
+}
+
+void turns_take(srv_turns *t) {
+    pthread_mutex_lock(&t->mu);
+    const unsigned long me = t->next++;
+    while (t->serving != me) pthread_cond_wait(&t->cv, &t->mu);
+    pthread_mutex_unlock(&t->mu);
+}
+
+void turns_give(srv_turns *t) {
+    pthread_mutex_lock(&t->mu);
+    t->serving++;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
