@@ -14,6 +14,8 @@
 #if defined(__x86_64__) && defined(__AVX512F__)
 #include <immintrin.h>
 
+#include "kernels/exp_avx512.h"
+
 bool gm_attend_partial_avx512_fits(int G, int hd) { return G >= 1 && G <= 4 && hd % 64 == 0 && hd > 0; }
 
 /* 16 stored elements from element i of row p as f32 */
@@ -92,25 +94,6 @@ static inline __attribute__((always_inline)) void values_block(float *out, size_
     }
 }
 
-/* exp(x), x <= 0 here (scores minus their max): the polynomial of ops_avx2.c's exp_avx2 on 16 lanes; below
- * -87 the result is flushed to 0 (masked keys are -inf). */
-static inline __m512 exp512(__m512 x) {
-    const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mul_ps((__mmask16)~tiny, p, _mm512_castsi512_ps(e));
-}
 
 /* s = exp(s - max) / sum in place (tail lanes masked: every element gets the same arithmetic); returns
  * the sum. mx is finite. */
@@ -119,7 +102,7 @@ static float softmax_scores(float *s, int n, float mx) {
     __m512 sum = _mm512_setzero_ps();
     for (int i = 0; i < n; i += 16) {
         const __mmask16 kk = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        const __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(kk, s + i), vm));
+        const __m512 e = gm_exp512_nonpos(_mm512_sub_ps(_mm512_maskz_loadu_ps(kk, s + i), vm));
         _mm512_mask_storeu_ps(s + i, kk, e);
         sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(kk, e));
     }

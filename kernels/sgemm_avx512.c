@@ -12,6 +12,8 @@
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__F16C__)
 #include <immintrin.h>
 
+#include "kernels/exp_avx512.h"
+
 /* the token and vector loops are compile-time constants: fully unrolled, the accumulators stay in registers */
 #define GM_UNROLL _Pragma("GCC unroll 16")
 
@@ -113,23 +115,6 @@ void gm_sgemm_avx512_panel(const float *panel, int nr, int64_t k, const float *x
     }
 }
 
-/* exp(x) for x in [-87, 88]: x = n ln2 + r (ln2 in two parts), e^r by a degree-6 polynomial on |r| <= ln2/2,
- * times 2^n (scalef) */
-static inline __m512 exp512(__m512 x) {
-    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)), _mm512_set1_ps(-87.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, n);
-}
 
 float gm_sgemm_avx512_softmax_num(float *y, int64_t n) {
     const int64_t nv = n / 16 * 16;
@@ -143,7 +128,7 @@ float gm_sgemm_avx512_softmax_num(float *y, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 k = i < nv ? 0xFFFF : tail;
         const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, y + i), m);
-        const __m512 e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ) & k, exp512(x));
+        const __m512 e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ) & k, gm_exp512_nonpos(x));
         sum = _mm512_add_ps(sum, e);
         _mm512_mask_storeu_ps(y + i, k, e);
     }
