@@ -22,6 +22,7 @@
 #include "kernels/ops.h"
 #include "kernels/threadpool.h"
 #include "vision/vision_internal.h"
+#include "vision/vit_attention.h"
 
 /* Query rows per attention chunk (bounds the score matrix: chunk x n_patches floats, 20 MiB at 10080 patches)
  * and patches per FFN slab (two slab x n_ff buffers: 35 MiB at n_ff 4304). */
@@ -175,16 +176,6 @@ static void scale_task(void *ctx, int64_t r0, int64_t r1, int thread) {
     }
 }
 
-static void softmax_task(void *ctx, int64_t r0, int64_t r1, int thread) {
-    const row_job *j = ctx;
-    for (int64_t r = r0; r < r1; r++) {
-        float *y = j->y + r * j->n, mx = -INFINITY;
-        for (int i = 0; i < j->n; i++) mx = y[i] > mx ? y[i] : mx;
-        const float inv = (float)(1.0 / j->g->kern->exp_sum(y, j->n, mx));
-        for (int i = 0; i < j->n; i++) y[i] *= inv;
-    }
-}
-
 static void run_rows(const g4v *g, gm_task_fn fn, row_job j, int64_t n_rows) {
     j.g = g;
     /* a few thousand floats per chunk at least: below that the pool's wake-up costs more than the work */
@@ -255,39 +246,15 @@ static void add_positions(const g4v *g, float *h) {
     }
 }
 
-static void gather_head(const g4v *g, int hh) {
-    const g4v_scratch *s = &g->s;
-    const int N = g->n, D = g->w.cfg.n_embd, hd = g->w.cfg.head_dim;
-    for (int p = 0; p < N; p++) {
-        memcpy(s->kh + (size_t)p * hd, s->k + (size_t)p * D + hh * hd, hd * sizeof(float));
-        for (int d = 0; d < hd; d++) s->vt[(size_t)d * N + p] = s->v[(size_t)p * D + hh * hd + d];
-    }
-}
-
-/* One head over query rows [q0, q0 + n): softmax(q k^T) v (scale 1: the q / k norms set the scale). */
-static gm_status attend_chunk(g4v *g, int hh, int q0, int n) {
-    const g4v_scratch *s = &g->s;
-    const int N = g->n, D = g->w.cfg.n_embd, hd = g->w.cfg.head_dim;
-    for (int r = 0; r < n; r++) memcpy(s->qh + (size_t)r * hd, s->q + (size_t)(q0 + r) * D + hh * hd, hd * sizeof(float));
-    gm_matrix K = {.type = GM_TYPE_F32, .rows = N, .cols = hd, .data = s->kh};
-    gm_matrix Vt = {.type = GM_TYPE_F32, .rows = hd, .cols = N, .data = s->vt};
-    gm_matrix_bind(&K, g->isa);
-    gm_matrix_bind(&Vt, g->isa);
-    gm_status st = matmul(g, &K, s->qh, n, s->scores);
-    if (st) return st;
-    run_rows(g, softmax_task, (row_job){.y = s->scores, .n = N}, n);
-    if ((st = matmul(g, &Vt, s->scores, n, s->oh))) return st;
-    for (int r = 0; r < n; r++) memcpy(s->o + (size_t)(q0 + r) * D + hh * hd, s->oh + (size_t)r * hd, hd * sizeof(float));
-    return GM_OK;
-}
-
+/* every patch attends to every patch; scale 1: the q / k norms set it */
 static gm_status attention(g4v *g) {
-    gm_status st = GM_OK;
-    for (int hh = 0; hh < g->w.cfg.n_head && !st; hh++) {
-        gather_head(g, hh);
-        for (int q0 = 0; q0 < g->n && !st; q0 += g->chunk) st = attend_chunk(g, hh, q0, g->n - q0 < g->chunk ? g->n - q0 : g->chunk);
-    }
-    return st;
+    const g4v_scratch *s = &g->s;
+    const g4v_config *c = &g->w.cfg;
+    const vit_attn a = {.pool = g->pool, .mm = &g->mm, .isa = g->isa, .kern = g->kern, .q = s->q, .k = s->k,
+                        .v = s->v, .o = s->o, .ld = c->n_embd, .kh = s->kh, .vt = s->vt, .qh = s->qh,
+                        .scores = s->scores, .oh = s->oh, .n = g->n, .n_head = c->n_head, .head_dim = c->head_dim,
+                        .chunk = g->chunk, .scale = 1.0f};
+    return vit_attention(&a);
 }
 
 /* q, k, v of the normed input a: projections, per-head norms, RoPE */
