@@ -87,7 +87,8 @@ const gm_seq_span *gm_seq_span_at(const gm_seq *s, int pos);
 int gm_seq_chunk_rows(const gm_seq *s, int from, int want, bool first);
 /* The row for position pos of s: token, embedding and attention span (logits left to the caller). */
 gm_fwd_row gm_seq_row(const gm_seq *s, int pos);
-/* Salts of blocks [0, n_blocks) for the prefix index (NULL when no keyed span: all 0). */
+/* Salts of blocks [0, n_blocks) for the prefix index (NULL when no keyed span: all 0); only those from
+ * kv.n_hashed on are fresh, the only ones gm_kv_table_register / _adopt read. */
 const uint64_t *gm_seq_salts(gm_seq *s, int n_blocks);
 /* The first block the index must not serve (an anonymous span's), or INT_MAX. */
 int gm_seq_index_limit(const gm_seq *s);

@@ -83,7 +83,8 @@ const uint64_t *gm_seq_salts(gm_seq *s, int n_blocks) {
     bool keyed = false;
     for (int i = 0; i < s->n_spans && !keyed; i++) keyed = (s->spans[i].key[0] | s->spans[i].key[1]) != 0;
     if (!keyed || !s->salt) return NULL; /* s->salt is allocated with the first keyed span */
-    for (int b = 0; b < n_blocks; b++) s->salt[b] = block_salt(s, b);
+    /* the index reads the salts of blocks past those already hashed only */
+    for (int b = s->kv.n_hashed; b < n_blocks; b++) s->salt[b] = block_salt(s, b);
     return s->salt;
 }
 
