@@ -68,11 +68,10 @@ const char *gm_type_name(int type);
 
 typedef struct gm_model gm_model;
 
-/* The CPU copies of layer matrices made at open. Default: with AVX2 the model's level (isa, below), an
+/* The CPU copies of layer matrices made at open. Default: with AVX2 or AVX-512 the model's level (isa, below), an
  * 8-rows-interleaved copy of every F16 / BF16 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q6_K layer matrix
  * (decode +10-20%; the file's pages of those matrices are dropped: the same resident size). OFF: none (the file's layout).
- * Q5_0X16: the default plus, at the AVX-512 level, decode-friendly copies of Q5_0 matrices (+3% decode,
- * more memory). The CLI reads $GEMMA_REPACK (0 / 1) into this. */
+ * Q5_0X16: at the AVX-512 level, Q5_0 matrices get the AVX-512 kernels' decode-friendly copy instead. The CLI reads $GEMMA_REPACK (0 / 1) into this. */
 typedef enum gm_repack { GM_REPACK_DEFAULT = 0, GM_REPACK_OFF, GM_REPACK_Q5_0X16 } gm_repack;
 
 /* The instruction set of the CPU kernels. AUTO: the best this CPU and OS support. A level above that is

@@ -205,16 +205,18 @@ static gm_status load_weights(gm_model *m, gm_error *err) {
 /* Packed copies of layer matrices for the kernels of the model's ISA level (gm_model_options.isa;
  * kernels/pack.h); the file bytes stay mapped for the other levels and for every other reader.
  *
- * x8 (the AVX2 level; F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K matrices of rows a multiple of 8): the AVX2
- * kernels take eight rows per vector (kernels/f16x8_avx2.c, kernels/qtiles_avx2.c) straight from the copy.
+ * x8 (the AVX2 and AVX-512 levels; F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K matrices of rows a multiple
+ * of 8): the AVX2 kernels take eight rows per vector (kernels/f16x8_avx2.c, kernels/qtiles_avx2.c) straight from the
+ * copy; at the AVX-512 level too, where they beat the AVX-512 kernels on the file's rows (kernels/matmul.c).
  * The copies take the place of the file's pages in memory: each matrix's pages are dropped once it is
- * packed, and nothing reads them while AVX2 runs. Because a 2 MiB file page is mapped whole again when any
+ * packed, and nothing reads them while the copy's level runs. Because a 2 MiB file page is mapped whole again when any
  * byte of it is read, the layer's other matrices (K-quants, say) move into plain copies too, so that no
  * read of a layer touches the file and the resident size stays about the file's. The tied embedding /
  * output matrix is not packed: the token lookup reads its rows.
  *
- * Q5_0x16, opt-in (gm_model_options.repack = GM_REPACK_Q5_0X16; the CLI's GEMMA_REPACK=1): with AVX-512 active, each layer's Q5_0 matrix (q, k, gate, up of the
- * usual Q4_K_M files) gets a copy whose one-token dot is ~1.3x faster on data in cache. Measured on the
+ * Q5_0x16, opt-in (gm_model_options.repack = GM_REPACK_Q5_0X16; the CLI's GEMMA_REPACK=1): with AVX-512 active, each
+ * layer's Q5_0 matrix (q, k, gate, up of the usual Q4_K_M files) gets this copy instead of x8, for the AVX-512 kernels;
+ * measured before x8 served AVX-512: its one-token dot ~1.3x faster on data in cache. Measured on the
  * whole decode step (Gemma 3 270M Q4_K_M, Zen 4, paired runs): +3% at 2 threads, +0% at 1 (the step is
  * bound by memory, not by that kernel), for +44 MB resident, which breaks the budget of file + KV cache +
  * 64 MiB (file pages shared with other tensors stay mapped: 2 MiB folios map whole), and +16 ms at open.
@@ -271,9 +273,9 @@ static size_t packed_span(const gm_matrix *w) { return (matrix_bytes(w) + 63) / 
 /* the layout w gets at open, 0 for none */
 static int pack_layout(const gm_matrix *w, gm_repack repack, gm_isa isa) {
     if (!w->data || repack == GM_REPACK_OFF) return 0;
-    if (w->rows % 8 == 0 && isa == GM_ISA_AVX2 && gm_avx2_x8_tiles(w->type)) return GM_KTYPE_X8(w->type);
     if (w->type == GM_TYPE_Q5_0 && repack == GM_REPACK_Q5_0X16 && isa >= GM_ISA_AVX512)
-        return GM_KTYPE_Q5_0X16;
+        return GM_KTYPE_Q5_0X16; /* asked for by name: before x8 */
+    if (w->rows % 8 == 0 && isa >= GM_ISA_AVX2 && gm_avx2_x8_tiles(w->type)) return GM_KTYPE_X8(w->type);
     return 0;
 }
 
