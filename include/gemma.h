@@ -154,6 +154,10 @@ gm_status gm_model_open(const char *path, const gm_model_options *opt, gm_model 
 /* Layer il's facts (NULL when il is out of range). */
 const gm_layer_config *gm_model_layer(const gm_model *m, int il);
 void gm_model_free(gm_model *m);
+/* The CPU copies of layer matrices (gm_repack) are made after gm_model_open returns, by up to two threads:
+ * until a matrix's copy is ready its kernels read the file's layout, more slowly, with the same results. This
+ * returns once every copy is in place (benchmarks; a server before it takes traffic). */
+void gm_model_wait_packed(gm_model *m);
 const gm_config *gm_model_config(const gm_model *m);
 /* The level m was opened for (gm_model_options.isa lowered to the CPU's; AUTO only for a NULL m). */
 gm_isa gm_model_isa(const gm_model *m);

@@ -101,22 +101,30 @@ static const gm_mm_kernel *lookup(const gm_matrix *W, gm_isa isa) {
         static const gm_mm_kernel none = {0};
         return &none;
     }
+    const bool x8 = W->packed_type == GM_KTYPE_X8(W->type);
+    /* a quantized x8 copy still being made (model/model.c packs them in the background): the AVX2 kernels on the
+     * file's rows, whose bits the x8 kernels give, so a matrix's results do not change when its copy arrives */
+    if (x8 && !W->packed && isa >= GM_ISA_AVX2 && gm_avx2_qx8_tiles(W->type)) return &table[GM_ISA_AVX2][W->type];
     const int slot = !W->packed                                 ? W->type
                      : W->packed_type == GM_KTYPE_Q5_0X16        ? PACKED_SLOT
-                     : W->packed_type == GM_KTYPE_X8(W->type)    ? X8_SLOT + W->type
+                     : x8                                        ? X8_SLOT + W->type
                                                                  : W->type;
     return &table[isa][slot];
 }
 
-void gm_matrix_bind(gm_matrix *W, gm_isa isa) { W->kern = lookup(W, gm_isa_resolve(isa)); }
-
-const gm_mm_kernel *gm_matrix_kernel(const gm_matrix *W) {
-    return W->kern ? W->kern : lookup(W, gm_isa_supported());
+void gm_matrix_bind(gm_matrix *W, gm_isa isa) {
+    atomic_store_explicit(&W->kern, lookup(W, gm_isa_resolve(isa)), memory_order_release);
 }
 
-/* W as the tiles see it: its packed copy where the kernel reads one */
+const gm_mm_kernel *gm_matrix_kernel(const gm_matrix *W) {
+    const gm_mm_kernel *k = atomic_load_explicit(&W->kern, memory_order_acquire);
+    return k ? k : lookup(W, gm_isa_supported());
+}
+
+/* W as the tiles see it: its packed copy where the kernel reads one (k, loaded before: its packed flag is set
+ * only once W->packed is) */
 static gm_matrix tile_view(const gm_matrix *W, const gm_mm_kernel *k) {
-    gm_matrix v = *W;
+    gm_matrix v = {.type = W->type, .rows = W->rows, .cols = W->cols, .data = W->data};
     if (k->packed) v.data = W->packed, v.type = W->packed_type;
     return v;
 }
@@ -386,7 +394,7 @@ gm_status gm_matmul_multi(const gm_matrix *const *W, float *const *y, int count,
     multi_job j = {.count = count, .cols = count > 0 ? W[0]->cols : 0, .n_tok = n_tok};
     for (int i = 0; fused && i < count; i++) {
         const gm_mm_kernel *k = gm_matrix_kernel(W[i]);
-        j.W[i] = *W[i];
+        j.W[i] = (gm_matrix){.type = W[i]->type, .rows = W[i]->rows, .cols = W[i]->cols, .data = W[i]->data};
         j.fn[i] = k->fused;
         j.stride[i] = gm_row_bytes(W[i]->type, W[i]->cols);
         fused = k->fused && W[i]->cols == W[0]->cols && W[i]->rows > 0 && j.stride[i] != 0;

@@ -13,6 +13,7 @@
 #ifndef GM_KERNELS_MATMUL_H
 #define GM_KERNELS_MATMUL_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "gemma.h"
@@ -46,9 +47,10 @@ typedef struct gm_matrix {
      * there is none. Same bytes per row as data. */
     int packed_type;   /* GM_KTYPE_* */
     const void *packed;
-    /* The kernels, bound once (gm_matrix_bind) at model open for the model's level. NULL (a matrix built
-     * by hand that nobody bound): the CPU's best level's, looked up on each call. */
-    const gm_mm_kernel *kern;
+    /* The kernels, bound (gm_matrix_bind) at model open for the model's level, and bound again when the model's
+     * background packer (model/model.c) has set `packed`: atomic, read once per call; both bindings give the same
+     * bits. NULL (a matrix built by hand that nobody bound): the CPU's best level's, looked up on each call. */
+    _Atomic(const gm_mm_kernel *) kern;
 } gm_matrix;
 
 /* Binds W's kernels for level isa (gm_isa_resolve'd), after its packed copy, if any, is set. Every

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <stdbool.h>
@@ -246,6 +247,18 @@ typedef struct pack_job {
     int n;
 } pack_job;
 
+static bool is_x8(const gm_matrix *w) { return w->packed_type == GM_KTYPE_X8(w->type); }
+
+static void pack_x8(const gm_matrix *w, char *dst) {
+    if (w->type == GM_TYPE_F16 || w->type == GM_TYPE_BF16) gm_pack_x8(w->data, dst, w->rows, w->cols);
+    else gm_pack_qx8(w->type, w->data, dst, w->rows, w->cols);
+}
+
+/* x8 copies the packer may make after open: those whose kernels on the file's rows give the same bits (the
+ * quantized types; F16x8 / BF16x8 sum in another order than the F16 / BF16 kernels on the file's rows) */
+static bool packs_later(const gm_matrix *w) { return is_x8(w) && gm_avx2_qx8_tiles(w->type) != NULL; }
+
+/* the copies made before gm_model_open returns: plain moves, Q5_0x16 and F16 / BF16 x8 */
 static void *pack_mats(void *arg) {
     const pack_job *j = arg;
     for (int i = 0; i < j->n; i++) {
@@ -255,10 +268,9 @@ static void *pack_mats(void *arg) {
             memcpy(dst, w->data, matrix_bytes(w));
             release_file_pages(j->m, w);
             w->data = dst; /* the same bytes for every reader */
-        } else if (w->packed_type == GM_KTYPE_X8(w->type)) {
-            if (w->type == GM_TYPE_F16 || w->type == GM_TYPE_BF16) gm_pack_x8(w->data, dst, w->rows, w->cols);
-            else gm_pack_qx8(w->type, w->data, dst, w->rows, w->cols);
-            release_file_pages(j->m, w); /* matrix by matrix: the file's pages and the copy are not both resident */
+        } else if (is_x8(w)) {
+            pack_x8(w, dst);
+            release_file_pages(j->m, w);
         } else {
             const size_t rb = gm_row_bytes(w->type, w->cols);
             for (int64_t r = 0; r < w->rows; r++)
@@ -266,6 +278,68 @@ static void *pack_mats(void *arg) {
         }
     }
     return NULL;
+}
+
+/* The quantized x8 copies are made after gm_model_open returns, by up to two threads, matrix by matrix in layer order.
+ * Until its copy is published a matrix runs the AVX2 kernels on the file's rows (kernels/matmul.c lookup), which
+ * give the x8 kernels' bits: results never depend on how far the packer got. Why in the background: the copies
+ * are fresh memory, and on the VMs we measured most of the cost is the kernel zeroing it (clear_page, 54% of a
+ * 6.9 s open of a 4B-shaped Q4_K_M file on Zen 4); the first token need not wait for it. */
+typedef struct gm_packer gm_packer;
+struct gm_packer {
+    gm_model *m;
+    pack_item *items;
+    int n;
+    atomic_int next;  /* the next item to claim */
+    atomic_bool stop; /* gm_model_free: leave the remaining items */
+    pthread_t th[2];
+    int n_threads;
+    pthread_mutex_t mu; /* one joiner */
+    bool joined;
+};
+
+static void pack_item_publish(gm_model *m, const pack_item *it) {
+    pack_x8(it->w, it->dst);
+    it->w->packed = it->dst;
+    gm_matrix_bind(it->w, m->isa); /* release: a reader that sees the x8 kernels sees the copy */
+    release_file_pages(m, it->w);  /* readers still on the file's rows fault them back in: same bytes */
+}
+
+static void *packer_main(void *arg) {
+    gm_packer *p = arg;
+    for (;;) {
+        if (atomic_load_explicit(&p->stop, memory_order_relaxed)) break;
+        const int i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
+        if (i >= p->n) break;
+        pack_item_publish(p->m, &p->items[i]);
+    }
+    return NULL;
+}
+
+static void packer_start(gm_packer *p) {
+    for (p->n_threads = 0; p->n_threads < 2 && p->n_threads < p->n; p->n_threads++)
+        if (pthread_create(&p->th[p->n_threads], NULL, packer_main, p) != 0) break;
+    if (p->n_threads == 0) packer_main(p); /* no thread: pack here, as before the packer */
+}
+
+void gm_model_wait_packed(gm_model *m) {
+    if (!m || !m->packer) return;
+    gm_packer *p = m->packer;
+    pthread_mutex_lock(&p->mu);
+    if (!p->joined)
+        for (int i = 0; i < p->n_threads; i++) pthread_join(p->th[i], NULL);
+    p->joined = true;
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void packer_free(gm_model *m) {
+    if (!m->packer) return;
+    atomic_store(&m->packer->stop, true);
+    gm_model_wait_packed(m);
+    pthread_mutex_destroy(&m->packer->mu);
+    free(m->packer->items);
+    free(m->packer);
+    m->packer = NULL;
 }
 
 static size_t packed_span(const gm_matrix *w) { return (matrix_bytes(w) + 63) / 64 * 64; } /* 64-byte aligned after */
@@ -280,60 +354,81 @@ static int pack_layout(const gm_matrix *w, gm_repack repack, gm_isa isa) {
 }
 
 /* Anonymous memory for the copies, in 2 MiB pages where the kernel gives them (weights stream once per
- * token: TLB misses), faulted in by one call rather than one fault per page while packing. */
-static void *map_store(size_t bytes) {
+ * token: TLB misses); its first `populate` bytes faulted in by one call rather than one fault per page while
+ * copying (the rest: by the packer's writes, off the open path). */
+static void *map_store(size_t bytes, size_t populate) {
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
 #ifdef MADV_HUGEPAGE
     (void)madvise(p, bytes, MADV_HUGEPAGE);
 #endif
 #ifdef MADV_POPULATE_WRITE
-    (void)madvise(p, bytes, MADV_POPULATE_WRITE);
+    if (populate) (void)madvise(p, populate, MADV_POPULATE_WRITE);
+#else
+    (void)populate;
 #endif
     return p;
 }
 
+/* The layer matrices' copies: which ones (packed_type), the store, the copies made now; the x8 ones are left
+ * in m->packer for packer_start (after the kernels are bound). Copies made now come first in the store. */
 static gm_status pack_weights(gm_model *m, gm_repack repack, gm_error *err) {
     enum { PER_LAYER = 7 };
-    pack_item *items = malloc(sizeof *items * ((size_t)m->cfg.n_layers * PER_LAYER + 1));
-    if (!items) return gm_fail(err, GM_ERR_NOMEM, "model: out of memory");
-    int n = 0;
-    size_t total = 0;
+    const size_t cap = (size_t)m->cfg.n_layers * PER_LAYER + 1;
+    pack_item *now = malloc(sizeof *now * cap), *later = malloc(sizeof *later * cap);
+    if (!now || !later) {
+        free(now), free(later);
+        return gm_fail(err, GM_ERR_NOMEM, "model: out of memory");
+    }
+    int n_now = 0, n_later = 0;
+    size_t bytes_now = 0, total = 0;
     for (int il = 0; il < m->cfg.n_layers; il++) {
         gm_layer *L = &m->layers[il];
         gm_matrix *w[PER_LAYER] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
         bool x8 = false;
         for (int i = 0; i < PER_LAYER; i++) {
             w[i]->packed_type = pack_layout(w[i], repack, m->isa); /* the copy itself is set below, once the store is mapped */
-            x8 |= w[i]->packed_type == GM_KTYPE_X8(w[i]->type);
+            x8 |= is_x8(w[i]);
         }
         for (int i = 0; i < PER_LAYER; i++) {
             const bool plain = x8 && !w[i]->packed_type && w[i]->data &&
                                gm_source_file_mapped(m->src, w[i]->data, matrix_bytes(w[i]));
-            if (!w[i]->packed_type && !plain) continue;
-            items[n++] = (pack_item){w[i], NULL};
+            if (packs_later(w[i])) later[n_later++] = (pack_item){w[i], NULL};
+            else if (w[i]->packed_type || plain) now[n_now++] = (pack_item){w[i], NULL}, bytes_now += packed_span(w[i]);
+            else continue;
             total += packed_span(w[i]);
         }
     }
-    if (n > 0 && !(m->packed_store = map_store(total))) {
-        free(items);
+    if (total > 0 && !(m->packed_store = map_store(total, bytes_now))) {
+        free(now), free(later);
         return gm_fail(err, GM_ERR_NOMEM, "model: out of memory for %zu bytes of packed weights", total);
     }
-    m->packed_bytes = n > 0 ? total : 0;
+    m->packed_bytes = total;
     char *p = m->packed_store;
-    for (int i = 0; i < n; i++) {
-        items[i].dst = p;
-        if (items[i].w->packed_type) items[i].w->packed = p;
-        p += packed_span(items[i].w);
+    for (int i = 0; i < n_now; i++) {
+        now[i].dst = p;
+        if (now[i].w->packed_type) now[i].w->packed = p;
+        p += packed_span(now[i].w);
     }
+    for (int i = 0; i < n_later; i++) later[i].dst = p, p += packed_span(later[i].w);
     /* two halves, one on a helper thread (the copy is memory bound) */
-    pack_job a = {m, items, n / 2}, b = {m, items + n / 2, n - n / 2};
+    pack_job a = {m, now, n_now / 2}, b = {m, now + n_now / 2, n_now - n_now / 2};
     pthread_t th;
-    const bool helper = n > 1 && pthread_create(&th, NULL, pack_mats, &a) == 0;
+    const bool helper = n_now > 1 && pthread_create(&th, NULL, pack_mats, &a) == 0;
     pack_mats(&b);
     if (helper) pthread_join(th, NULL);
     else pack_mats(&a);
-    free(items);
+    free(now);
+    if (n_later == 0) {
+        free(later);
+        return GM_OK;
+    }
+    if (!(m->packer = calloc(1, sizeof *m->packer))) {
+        free(later);
+        return gm_fail(err, GM_ERR_NOMEM, "model: out of memory");
+    }
+    *m->packer = (gm_packer){.m = m, .items = later, .n = n_later};
+    pthread_mutex_init(&m->packer->mu, NULL);
     return GM_OK;
 }
 
@@ -365,6 +460,7 @@ static gm_status load_tokenizer(gm_model *m, gm_error *err) {
 
 void gm_model_free(gm_model *m) {
     if (!m) return;
+    packer_free(m); /* before anything it reads goes */
     gm_tokenizer_free(m->tok);
     gm_source_close(m->src);
     free(m->layers);
@@ -391,6 +487,7 @@ gm_status gm_model_open(const char *path, const gm_model_options *opt, gm_model 
     if (!st) st = pack_weights(m, opt ? opt->repack : GM_REPACK_DEFAULT, err);
     if (!st) bind_kernels(m);
     if (!st) st = load_tokenizer(m, err);
+    if (!st && m->packer) packer_start(m->packer); /* after the binding: the packer binds its matrices again */
     if (st) {
         gm_model_free(m);
         return st;

@@ -36,6 +36,7 @@ struct gm_model {
     struct gm_3n_weights *g3n;      /* Gemma 3n's AltUp / LAuReL / per-layer-input weights, NULL otherwise */
     struct gm_4_weights *g4;        /* Gemma 4's per-layer inputs and layer output scales, NULL otherwise */
     void *packed_store;             /* packed copies of layer matrices (kernels/pack.h), or NULL */
+    struct gm_packer *packer;       /* makes the x8 copies after open (model/model.c), NULL when there are none */
     size_t packed_bytes;
     gm_isa isa;                     /* the level the copies and the matrices' kernels were made for */
 };

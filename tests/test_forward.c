@@ -307,6 +307,7 @@ static bool layer0_packed(const char *path, int type, int down_type) {
     gm_error err = {0};
     gm_model *m = NULL;
     if (gm_model_open(path, &g_open, &m, &err) != GM_OK) return false;
+    gm_model_wait_packed(m); /* the x8 copies are made after open returns */
     const gm_matrix *w = &m->layers[0].wq, *d = &m->layers[0].down;
     const char *store = m->packed_store;
     const bool plain = (const char *)d->data >= store && (const char *)d->data < store + m->packed_bytes;

@@ -452,7 +452,7 @@ TEST(avx2_x8_tiles_exact_and_invariant) {
  * and their token edges, block slices (prefill's octet slices, decode's side-term slices), row ranges from a
  * group start ending anywhere; nothing written outside the range. Packing is a bijection (unpack gives the
  * file's bytes back). Through gm_matmul on a 2-thread pool, a packed copy bound as the model binds it, the
- * same bits as the file rows for 1 and 70 tokens. */
+ * same bits as the file rows for 1 and 70 tokens, at AVX2 and AVX-512, before and after the copy is made. */
 static void qx8_case(int type, int64_t n, int64_t rows, const int *nts, int n_nts, gm_pool *p2) {
     const gm_type_traits *wt = gm_type_traits_of(type), *at = gm_type_traits_of(wt->vec_dot_type);
     const size_t ws = gm_row_bytes(type, n), as = gm_row_bytes(at->type, n);
@@ -485,15 +485,24 @@ static void qx8_case(int type, int64_t n, int64_t rows, const int *nts, int n_nt
                     else bad_out += !isnan(v);
                 }
         }
-    gm_matrix F = {type, rows, n, w, 0, NULL, NULL}, M = {type, rows, n, w, GM_KTYPE_X8(type), wp, NULL};
+    /* F: the file rows at AVX2; M: the copy; P: a copy still being made (model/model.c packs in the background),
+     * both bound at AVX2 and, where the CPU has it, at AVX-512, which runs the same kernels */
+    gm_matrix F = {type, rows, n, w, 0, NULL, NULL}, M = {type, rows, n, w, GM_KTYPE_X8(type), wp, NULL},
+              P = {type, rows, n, w, GM_KTYPE_X8(type), NULL, NULL};
     gm_matmul_scratch s = {0};
     gm_matrix_bind(&F, GM_ISA_AVX2);
-    gm_matrix_bind(&M, GM_ISA_AVX2);
-    for (int k = 0; k < 2 && n * rows <= 1 << 20; k++) {
-        const int64_t nt = k ? n_tok : 1;
-        CHECK_EQ_INT(gm_matmul(&F, x, nt, yf, p2, &s), GM_OK);
-        CHECK_EQ_INT(gm_matmul(&M, x, nt, y, p2, &s), GM_OK);
-        for (int64_t i = 0; i < nt * rows; i++) bad_bits += memcmp(&yf[i], &y[i], 4) != 0;
+    for (int isa = GM_ISA_AVX2; isa <= (int)gm_isa_supported(); isa++) {
+        gm_matrix_bind(&M, (gm_isa)isa);
+        gm_matrix_bind(&P, (gm_isa)isa);
+        CHECK(gm_matrix_kernel(&M)->packed && !gm_matrix_kernel(&P)->packed);
+        for (int k = 0; k < 2 && n * rows <= 1 << 20; k++) {
+            const int64_t nt = k ? n_tok : 1;
+            CHECK_EQ_INT(gm_matmul(&F, x, nt, yf, p2, &s), GM_OK);
+            CHECK_EQ_INT(gm_matmul(&M, x, nt, y, p2, &s), GM_OK);
+            for (int64_t i = 0; i < nt * rows; i++) bad_bits += memcmp(&yf[i], &y[i], 4) != 0;
+            CHECK_EQ_INT(gm_matmul(&P, x, nt, y, p2, &s), GM_OK);
+            for (int64_t i = 0; i < nt * rows; i++) bad_bits += memcmp(&yf[i], &y[i], 4) != 0;
+        }
     }
     gm_matmul_scratch_free(&s);
     CHECK_MSG(bad_bits == 0, "%s n %lld: %d packed outputs differ from the file rows' bits", wt->name, (long long)n, bad_bits);
