@@ -153,8 +153,18 @@ gm_status gm_seq_new(gm_engine *e, gm_seq **out, gm_error *err) {
     return GM_OK;
 }
 
+/* As s goes, the computed rows of its last, partly filled block enter the prefix index (full blocks entered
+ * as they filled): a later prompt that repeats or extends its history computes only its last token. Text
+ * rows only: a block with embedding rows, or rows after a tainted position, stays private. */
+static void enter_tail(gm_seq *s) {
+    if (!s->e->prefix_cache || s->taint < s->n_kv || gm_seq_span_from(s, s->n_kv / GM_KV_BLOCK * GM_KV_BLOCK) < s->n_kv)
+        return;
+    gm_kv_table_register_tail(s->e->pool, &s->kv, s->tok, s->n_kv);
+}
+
 void gm_seq_free(gm_seq *s) {
     if (!s) return;
+    enter_tail(s);
     gm_kv_table_free(s->e->pool, &s->kv);
     gm_seq_spans_free(s);
     gm_sampler_free(&s->smp);
@@ -371,6 +381,17 @@ static gm_status run_rows(gm_engine *e, int n, gm_fwd_batch *b, bool tainted, gm
     return GM_OK;
 }
 
+/* How many positions of s the prefix index may serve: never the last (the caller wants its logits), nothing
+ * from an anonymous span's block on, and in the block where it ends only text rows (a tail entry is keyed
+ * by ids alone). */
+static int adoptable(const gm_seq *s) {
+    int n = s->n_tok - 1;
+    const int limit = gm_seq_index_limit(s);
+    if (limit <= n / GM_KV_BLOCK) n = limit * GM_KV_BLOCK;
+    const int span = gm_seq_span_from(s, n / GM_KV_BLOCK * GM_KV_BLOCK);
+    return span < n ? span : n;
+}
+
 /* Before computing: recompute the last position when only its logits are missing, and adopt from the
  * prefix index what it holds of the pending tokens. */
 static void begin_eval(gm_engine *e, gm_seq *s, bool adopt) {
@@ -378,14 +399,12 @@ static void begin_eval(gm_engine *e, gm_seq *s, bool adopt) {
     if (!adopt || !e->prefix_cache || s->n_kv % GM_KV_BLOCK || s->kv.n_hashed != s->n_kv / GM_KV_BLOCK ||
         s->taint <= s->n_kv)
         return;
-    const int first = s->n_kv / GM_KV_BLOCK, limit = gm_seq_index_limit(s);
-    int max_blocks = (s->n_tok - 1) / GM_KV_BLOCK;
-    if (max_blocks > limit) max_blocks = limit;
-    if (max_blocks <= first) return;
-    gm_kv_table_drop_from(e->pool, &s->kv, first);
-    const int got = gm_kv_table_adopt(e->pool, &s->kv, s->tok, gm_seq_salts(s, max_blocks), max_blocks);
-    s->n_kv += got * GM_KV_BLOCK;
-    s->n_reused += got * GM_KV_BLOCK;
+    const int n = adoptable(s);
+    if (n <= s->n_kv) return;
+    gm_kv_table_drop_from(e->pool, &s->kv, s->n_kv / GM_KV_BLOCK);
+    const int got = gm_kv_table_adopt(e->pool, &s->kv, s->tok, gm_seq_salts(s, (n + GM_KV_BLOCK - 1) / GM_KV_BLOCK), n);
+    s->n_kv += got;
+    s->n_reused += got;
 }
 
 typedef struct logits_tramp {

@@ -92,6 +92,8 @@ gm_fwd_row gm_seq_row(const gm_seq *s, int pos);
 const uint64_t *gm_seq_salts(gm_seq *s, int n_blocks);
 /* The first block the index must not serve (an anonymous span's), or INT_MAX. */
 int gm_seq_index_limit(const gm_seq *s);
+/* The first position at or after `from` that holds embeddings (INT_MAX: none). */
+int gm_seq_span_from(const gm_seq *s, int from);
 /* True when pos lies in a span with a content key (its rows are indexed like tokens). */
 bool gm_seq_pos_keyed(const gm_seq *s, int pos);
 void gm_seq_spans_truncate(gm_seq *s, int n);

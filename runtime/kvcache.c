@@ -5,8 +5,15 @@
  *   cached   ref == 0, entered in the index: on the LRU list, evictable
  *   free     ref == 0, not in the index, storage kept for reuse (per-group free list)
  *   dead     no storage (record reusable)
- * A held block that is also in the index must not be written: a writer detaches it from the index when
- * it is the only holder, or copies it when others hold it too. */
+ * A held block that is also in the index must not be written: a writer copies it, so the index keeps the
+ * content for later prompts; only when it is the sole holder and no storage is left for a copy does it take
+ * the block out of the index and write in place.
+ *
+ * Index entries. A full entry is a block of GM_KV_BLOCK rows, found by its chain hash. A tail entry is the
+ * first n < GM_KV_BLOCK rows of a sequence's last block, entered when the sequence goes
+ * (gm_kv_table_register_tail); it has no chain hash of its own (nothing continues it). Every entry is also on
+ * the list of the entries under its parent hash, where an adoption looks, after its run of full blocks, for
+ * the entry whose rows continue the prompt the furthest: a tail, or a full block whose first rows match. */
 #include "runtime/kvcache.h"
 
 #include <stdlib.h>
@@ -27,13 +34,23 @@ typedef struct blk {
 } blk;
 
 typedef struct entry {
-    uint64_t hash, parent;
+    uint64_t hash, parent; /* hash: the chain hash of a full entry (0 for a tail) */
     uint64_t scope;  /* compared exactly: scopes stay apart even if their hashes met */
     int32_t ids[GM_KV_BLOCK];
-    uint64_t salt;   /* 0 for text (gm_kv_chain_hash) */
+    int n;           /* rows of content: GM_KV_BLOCK (a full entry) or fewer (a tail; ids past n are 0) */
+    uint64_t salt;   /* 0 for text (gm_kv_chain_hash); always 0 for a tail */
     int blk[GM_KV_GROUPS];
+    int sib_prev, sib_next; /* the list of entries under the same parent hash */
     bool used;
 } entry;
+
+/* Open addressing with linear probing, from a 64-bit key of an entry to the entry: its chain hash (full
+ * entries, found by content) or its parent hash (the head of the list of entries under that parent). */
+typedef struct emap {
+    int *slot;       /* entry id or NONE */
+    size_t cap;      /* power of two, > 2 x entries */
+    bool by_parent;
+} emap;
 
 typedef struct idlist {
     int *v;
@@ -52,8 +69,8 @@ struct gm_kvpool {
     entry *e;
     int ne, cape;
     idlist free_ent;
-    int *map;        /* open addressing, linear probing: entry id or NONE */
-    size_t map_cap;  /* power of two, > 2 x entries */
+    emap map;        /* full entries by chain hash */
+    emap kids;       /* entry lists by parent hash */
     int64_t reused, evictions;
     uint64_t key[2];  /* the block hash's secret key (gm_kv_chain_hash) */
 };
@@ -177,12 +194,56 @@ static void lru_push(gm_kvpool *p, int id) { /* most recently used at the tail *
 
 /* ---------------------------------------------------------------- the index (hash -> entry) */
 
-static size_t slot_of(const gm_kvpool *p, uint64_t h) { return (size_t)(h ^ (h >> 29)) & (p->map_cap - 1); }
+static uint64_t ekey(const gm_kvpool *p, const emap *m, int e) { return m->by_parent ? p->e[e].parent : p->e[e].hash; }
+static size_t slot_of(const emap *m, uint64_t h) { return (size_t)(h ^ (h >> 29)) & (m->cap - 1); }
+
+static void emap_put(const gm_kvpool *p, emap *m, int e) {
+    size_t s = slot_of(m, ekey(p, m, e));
+    while (m->slot[s] != NONE) s = (s + 1) & (m->cap - 1);
+    m->slot[s] = e;
+}
+
+static bool emap_grow(gm_kvpool *p, emap *m) {
+    const size_t cap = m->cap ? 2 * m->cap : 256;
+    int *slot = malloc(cap * sizeof *slot);
+    if (!slot) return false;
+    for (size_t i = 0; i < cap; i++) slot[i] = NONE;
+    const emap old = *m;
+    m->slot = slot;
+    m->cap = cap;
+    for (size_t i = 0; i < old.cap; i++)
+        if (old.slot[i] != NONE) emap_put(p, m, old.slot[i]);
+    free(old.slot);
+    return true;
+}
+
+static size_t emap_slot(const gm_kvpool *p, const emap *m, int e) {
+    size_t s = slot_of(m, ekey(p, m, e));
+    while (m->slot[s] != e) s = (s + 1) & (m->cap - 1);
+    return s;
+}
+
+/* backward-shift deletion keeps linear probing correct without tombstones */
+static void emap_remove(const gm_kvpool *p, emap *m, int e) {
+    const size_t mask = m->cap - 1;
+    size_t hole = emap_slot(p, m, e);
+    for (size_t j = (hole + 1) & mask; m->slot[j] != NONE; j = (j + 1) & mask) {
+        const size_t home = slot_of(m, ekey(p, m, m->slot[j]));
+        /* move j into the hole unless its home lies cyclically in (hole, j] */
+        const bool stays = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
+        if (!stays) {
+            m->slot[hole] = m->slot[j];
+            hole = j;
+        }
+    }
+    m->slot[hole] = NONE;
+}
 
 static int map_find(const gm_kvpool *p, uint64_t scope, uint64_t h, uint64_t parent, const int32_t *ids, uint64_t salt) {
-    if (!p->map_cap) return NONE;
-    for (size_t s = slot_of(p, h);; s = (s + 1) & (p->map_cap - 1)) {
-        const int e = p->map[s];
+    const emap *m = &p->map;
+    if (!m->cap) return NONE;
+    for (size_t s = slot_of(m, h);; s = (s + 1) & (m->cap - 1)) {
+        const int e = m->slot[s];
         if (e == NONE) return NONE;
         const entry *x = &p->e[e];
         if (x->hash == h && x->parent == parent && x->scope == scope && x->salt == salt &&
@@ -191,45 +252,48 @@ static int map_find(const gm_kvpool *p, uint64_t scope, uint64_t h, uint64_t par
     }
 }
 
-static bool map_grow(gm_kvpool *p) {
-    const size_t cap = p->map_cap ? 2 * p->map_cap : 256;
-    int *m = malloc(cap * sizeof *m);
-    if (!m) return false;
-    for (size_t i = 0; i < cap; i++) m[i] = NONE;
-    int *old = p->map;
-    const size_t old_cap = p->map_cap;
-    p->map = m;
-    p->map_cap = cap;
-    for (size_t i = 0; i < old_cap; i++)
-        if (old[i] != NONE) {
-            size_t s = slot_of(p, p->e[old[i]].hash);
-            while (m[s] != NONE) s = (s + 1) & (cap - 1);
-            m[s] = old[i];
-        }
-    free(old);
-    return true;
-}
-
-/* backward-shift deletion keeps linear probing correct without tombstones */
-static void map_remove(gm_kvpool *p, int e) {
-    const size_t mask = p->map_cap - 1;
-    size_t s = slot_of(p, p->e[e].hash);
-    while (p->map[s] != e) s = (s + 1) & mask;
-    size_t hole = s;
-    for (size_t j = (hole + 1) & mask; p->map[j] != NONE; j = (j + 1) & mask) {
-        const size_t home = slot_of(p, p->e[p->map[j]].hash);
-        /* move j into the hole unless its home lies cyclically in (hole, j] */
-        const bool stays = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
-        if (!stays) {
-            p->map[hole] = p->map[j];
-            hole = j;
-        }
+/* The first entry under parent (any scope: the caller compares), or NONE. */
+static int kids_head(const gm_kvpool *p, uint64_t parent) {
+    const emap *m = &p->kids;
+    if (!m->cap) return NONE;
+    for (size_t s = slot_of(m, parent);; s = (s + 1) & (m->cap - 1)) {
+        const int e = m->slot[s];
+        if (e == NONE || p->e[e].parent == parent) return e;
     }
-    p->map[hole] = NONE;
 }
 
-static int entry_new(gm_kvpool *p, uint64_t scope, uint64_t h, uint64_t parent, const int32_t *ids, uint64_t salt) {
-    if ((size_t)(p->ne - p->free_ent.n + 1) * 2 > p->map_cap && !map_grow(p)) return NONE;
+static void kids_link(gm_kvpool *p, int e) {
+    entry *x = &p->e[e];
+    const int head = kids_head(p, x->parent);
+    x->sib_prev = x->sib_next = NONE;
+    if (head == NONE) {
+        emap_put(p, &p->kids, e);
+        return;
+    }
+    /* after the head: the map's slot keeps pointing at it */
+    x->sib_prev = head;
+    x->sib_next = p->e[head].sib_next;
+    if (x->sib_next != NONE) p->e[x->sib_next].sib_prev = e;
+    p->e[head].sib_next = e;
+}
+
+static void kids_unlink(gm_kvpool *p, int e) {
+    const entry *x = &p->e[e];
+    if (x->sib_next != NONE) p->e[x->sib_next].sib_prev = x->sib_prev;
+    if (x->sib_prev != NONE) {
+        p->e[x->sib_prev].sib_next = x->sib_next;
+    } else if (x->sib_next != NONE) { /* the head goes: its successor (same parent, same home) takes its slot */
+        p->kids.slot[emap_slot(p, &p->kids, e)] = x->sib_next;
+    } else {
+        emap_remove(p, &p->kids, e);
+    }
+}
+
+/* A new entry of n rows (a full one when n is GM_KV_BLOCK) with no block yet; NONE when out of memory. */
+static int entry_new(gm_kvpool *p, uint64_t scope, uint64_t h, uint64_t parent, const int32_t *ids, int n, uint64_t salt) {
+    const size_t live = (size_t)(p->ne - p->free_ent.n + 1);
+    if ((live * 2 > p->map.cap && !emap_grow(p, &p->map)) || (live * 2 > p->kids.cap && !emap_grow(p, &p->kids)))
+        return NONE;
     int e;
     if (p->free_ent.n) {
         e = p->free_ent.v[--p->free_ent.n];
@@ -244,17 +308,19 @@ static int entry_new(gm_kvpool *p, uint64_t scope, uint64_t h, uint64_t parent, 
         e = p->ne++;
     }
     entry *x = &p->e[e];
-    x->hash = h;
-    x->parent = parent;
-    x->scope = scope;
-    memcpy(x->ids, ids, sizeof x->ids);
-    x->salt = salt;
+    *x = (entry){.hash = h, .parent = parent, .scope = scope, .n = n, .salt = salt, .used = true};
+    memcpy(x->ids, ids, (size_t)n * sizeof *ids);
     for (int g = 0; g < GM_KV_GROUPS; g++) x->blk[g] = NONE;
-    x->used = true;
-    size_t s = slot_of(p, h);
-    while (p->map[s] != NONE) s = (s + 1) & (p->map_cap - 1);
-    p->map[s] = e;
+    if (n == GM_KV_BLOCK) emap_put(p, &p->map, e);
+    kids_link(p, e);
     return e;
+}
+
+static void entry_free(gm_kvpool *p, int e) {
+    if (p->e[e].n == GM_KV_BLOCK) emap_remove(p, &p->map, e);
+    kids_unlink(p, e);
+    p->e[e].used = false;
+    push(&p->free_ent, e); /* cannot fail: free_ent never exceeds the entries allocated */
 }
 
 /* Takes block id out of its entry; the entry goes when it has no block left. */
@@ -265,11 +331,7 @@ static void detach(gm_kvpool *p, int id) {
     x->blk[b->group] = NONE;
     bool empty = true;
     for (int g = 0; g < GM_KV_GROUPS; g++) empty = empty && x->blk[g] == NONE;
-    if (empty) {
-        map_remove(p, b->entry);
-        x->used = false;
-        push(&p->free_ent, b->entry); /* cannot fail: free_ent never exceeds the entries allocated */
-    }
+    if (empty) entry_free(p, b->entry);
     b->entry = NONE;
 }
 
@@ -383,7 +445,9 @@ gm_status gm_kvpool_new(const gm_kv_layout *lay, gm_kv_storage st, size_t budget
     if (ok && indexed) {
         ok = (p->e = malloc((size_t)n * sizeof *p->e)) != NULL;
         if (ok) p->cape = n;
-        while (ok && p->map_cap < 2 * (size_t)n) ok = map_grow(p);
+        p->kids.by_parent = true;
+        while (ok && p->map.cap < 2 * (size_t)n) ok = emap_grow(p, &p->map);
+        while (ok && p->kids.cap < 2 * (size_t)n) ok = emap_grow(p, &p->kids);
     }
     if (!ok) {
         gm_kvpool_free(p);
@@ -402,7 +466,8 @@ void gm_kvpool_free(gm_kvpool *p) {
     for (int g = 0; g < GM_KV_GROUPS; g++) free(p->free[g].v);
     free(p->e);
     free(p->free_ent.v);
-    free(p->map);
+    free(p->map.slot);
+    free(p->kids.slot);
     gm_kv_layout_free(&p->lay);
     free(p);
 }
@@ -545,13 +610,14 @@ gm_status gm_kv_table_prepare(gm_kvpool *p, gm_kv_table *t, int p0, int p1, gm_e
         if (!p->lay.block_bytes[g]) continue;
         for (int i = b0; i <= b1; i++) {
             const int id = t->id[g][i];
-            if (id != NONE && p->b[id].ref == 1) {
-                detach(p, id); /* ours alone: its content is about to change, so it leaves the index */
+            if (id != NONE && p->b[id].ref == 1 && p->b[id].entry == NONE) continue; /* ours alone */
+            const int nid = block_alloc(p, g);
+            if (nid == NONE && id != NONE && p->b[id].ref == 1) {
+                detach(p, id); /* no room to keep the indexed content: it leaves the index, we write in place */
                 continue;
             }
-            const int nid = block_alloc(p, g);
             if (nid == NONE) return no_room(p, err);
-            if (id != NONE) { /* shared: copy on write */
+            if (id != NONE) { /* shared with a sequence or the index: copy on write */
                 p->st.copy(p->st.ctx, p->b[nid].data, p->b[id].data, p->lay.block_bytes[g]);
                 unref(p, id);
             }
@@ -600,6 +666,66 @@ void gm_kv_table_hash(const gm_kvpool *p, gm_kv_table *t, const int32_t *ids, co
     if (n_blocks > t->n_hashed) t->n_hashed = n_blocks;
 }
 
+/* Every group with storage has a block in x. */
+static bool complete(const gm_kvpool *p, const entry *x) {
+    for (int g = 0; g < GM_KV_GROUPS; g++)
+        if (p->lay.block_bytes[g] && x->blk[g] == NONE) return false;
+    return true;
+}
+
+/* The entry under parent (in scope) whose rows continue ids[0, n) the furthest, among text entries (salt 0:
+ * a salted block's first rows may be an image's) holding a block of every group; *m the rows it shares.
+ * NONE when none shares a row. The list holds the full blocks and tails that ever followed this parent. */
+static int best_continuation(const gm_kvpool *p, uint64_t scope, uint64_t parent, const int32_t *ids, int n, int *m) {
+    int best = NONE;
+    *m = 0;
+    for (int e = kids_head(p, parent); e != NONE; e = p->e[e].sib_next) {
+        const entry *x = &p->e[e];
+        if (x->scope != scope || x->parent != parent || x->salt || !complete(p, x)) continue;
+        const int lim = x->n < n ? x->n : n;
+        int k = 0;
+        while (k < lim && x->ids[k] == ids[k]) k++;
+        if (k > *m) *m = k, best = e;
+    }
+    return best;
+}
+
+/* y, a tail no sequence holds, whose rows x (a complete entry under the same parent) begins with: x serves
+ * every prompt y serves, so y's blocks go back to the pool now instead of crowding the LRU list. */
+static bool shadowed(const gm_kvpool *p, const entry *y, const entry *x) {
+    if (y == x || y->n == GM_KV_BLOCK || y->n > x->n || y->scope != x->scope || x->salt || !complete(p, x) ||
+        memcmp(y->ids, x->ids, (size_t)y->n * sizeof *y->ids) != 0)
+        return false;
+    for (int g = 0; g < GM_KV_GROUPS; g++)
+        if (y->blk[g] != NONE && p->b[y->blk[g]].ref > 0) return false;
+    return true;
+}
+
+static void drop_shadowed(gm_kvpool *p, int e) {
+    for (int y = kids_head(p, p->e[e].parent); y != NONE;) {
+        const int next = p->e[y].sib_next;
+        if (shadowed(p, &p->e[y], &p->e[e]))
+            for (int g = 0; g < GM_KV_GROUPS; g++) {
+                const int id = p->e[y].blk[g];
+                if (id == NONE) continue;
+                lru_unlink(p, id);
+                detach(p, id); /* the last one frees the entry y */
+                to_free(p, id);
+            }
+        y = next;
+    }
+}
+
+/* Enters t's blocks i (of every group, those not in the index already) into entry e. */
+static void attach(gm_kvpool *p, gm_kv_table *t, int i, int e) {
+    for (int g = 0; g < GM_KV_GROUPS; g++) {
+        const int id = t->id[g][i];
+        if (id == NONE || p->e[e].blk[g] != NONE || p->b[id].entry != NONE) continue;
+        p->e[e].blk[g] = id;
+        p->b[id].entry = e;
+    }
+}
+
 void gm_kv_table_register(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, const uint64_t *salt, int n_blocks) {
     const int first = t->n_hashed;
     gm_kv_table_hash(p, t, ids, salt, n_blocks);
@@ -608,28 +734,37 @@ void gm_kv_table_register(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, cons
         const uint64_t parent = parent_of(p, t, i);
         const int32_t *bid = ids + (size_t)i * GM_KV_BLOCK;
         int e = map_find(p, t->scope, t->hash[i], parent, bid, SALT(salt, i));
-        if (e == NONE) e = entry_new(p, t->scope, t->hash[i], parent, bid, SALT(salt, i));
+        if (e == NONE) e = entry_new(p, t->scope, t->hash[i], parent, bid, GM_KV_BLOCK, SALT(salt, i));
         if (e == NONE) return; /* no memory: just not indexed */
-        for (int g = 0; g < GM_KV_GROUPS; g++) {
-            const int id = t->id[g][i];
-            if (id == NONE || p->e[e].blk[g] != NONE || p->b[id].entry != NONE) continue;
-            p->e[e].blk[g] = id;
-            p->b[id].entry = e;
-        }
-        if (p->e[e].blk[0] == NONE && p->e[e].blk[1] == NONE) { /* nothing of ours entered: drop the empty entry */
-            map_remove(p, e);
-            p->e[e].used = false;
-            push(&p->free_ent, e);
-        }
+        attach(p, t, i, e);
+        if (p->e[e].blk[0] == NONE && p->e[e].blk[1] == NONE) entry_free(p, e); /* nothing of ours entered */
+        else drop_shadowed(p, e);
     }
 }
 
-int gm_kv_table_adopt(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, const uint64_t *salt, int max_blocks) {
+void gm_kv_table_register_tail(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, int n) {
+    const int i = n / GM_KV_BLOCK, k = n % GM_KV_BLOCK;
+    if (!p->indexed || k == 0 || t->n_hashed != i || i >= t->cap) return;
+    for (int g = 0; g < GM_KV_GROUPS; g++) /* a block already entered (adopted, never written) is served */
+        if (p->lay.block_bytes[g] && (t->id[g][i] == NONE || p->b[t->id[g][i]].entry != NONE)) return;
+    const uint64_t parent = parent_of(p, t, i);
+    const int32_t *bid = ids + (size_t)i * GM_KV_BLOCK;
+    int m;
+    if (best_continuation(p, t->scope, parent, bid, k, &m) != NONE && m == k) return; /* another serves it */
+    const int e = entry_new(p, t->scope, 0, parent, bid, k, 0);
+    if (e == NONE) return;
+    attach(p, t, i, e);
+    drop_shadowed(p, e);
+}
+
+/* The longest run of full blocks [first, j) of ids, j <= max_blocks, whose content is indexed and whose
+ * window before j is held or indexed, adopted; returns j (first when none). */
+static int adopt_full(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, const uint64_t *salt, int max_blocks) {
     const int first = t->n_hashed;
-    if (!p->indexed || max_blocks <= first || !gm_kv_table_reserve(t, max_blocks)) return 0;
     const bool has_full = p->lay.block_bytes[GM_KV_FULL] != 0, has_sl = p->lay.block_bytes[GM_KV_SLIDING] != 0;
+    if (max_blocks <= first) return first;
     int *cand = malloc((size_t)(max_blocks - first) * sizeof *cand);
-    if (!cand) return 0;
+    if (!cand) return first;
     uint64_t prev = parent_of(p, t, first);
     int top = first;
     for (; top < max_blocks; top++) { /* the run of blocks whose content is indexed */
@@ -660,6 +795,35 @@ int gm_kv_table_adopt(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, const ui
     }
     free(cand);
     t->n_hashed = j;
-    p->reused += (int64_t)(j - first) * GM_KV_BLOCK;
-    return j - first;
+    return j;
+}
+
+/* Block j's first rows (at most `rows`, fewer than a block) from the entry under block j - 1 that continues
+ * ids[64 j ...] the furthest, when the window before them is held; returns the rows adopted. The block stays
+ * the entry's: the first write copies it (gm_kv_table_prepare). */
+static int adopt_tail(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, int j, int rows) {
+    if (rows <= 0) return 0;
+    if (rows > GM_KV_BLOCK - 1) rows = GM_KV_BLOCK - 1; /* 64 matching rows would have been a full block */
+    int m;
+    const int e = best_continuation(p, t->scope, parent_of(p, t, j), ids + (size_t)j * GM_KV_BLOCK, rows, &m);
+    if (e == NONE) return 0;
+    if (p->lay.block_bytes[GM_KV_SLIDING]) /* the window of the next query, at 64 j + m */
+        for (int i = window_first_block(p, j * GM_KV_BLOCK + m); i < j; i++)
+            if (t->id[GM_KV_SLIDING][i] == NONE) return 0;
+    for (int g = 0; g < GM_KV_GROUPS; g++) {
+        if (!p->lay.block_bytes[g]) continue;
+        drop(p, t, g, j);
+        ref(p, p->e[e].blk[g]);
+        put(p, t, g, j, p->e[e].blk[g]);
+    }
+    return m;
+}
+
+int gm_kv_table_adopt(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, const uint64_t *salt, int n) {
+    const int first = t->n_hashed;
+    if (!p->indexed || n <= first * GM_KV_BLOCK || !gm_kv_table_reserve(t, n / GM_KV_BLOCK + 1)) return 0;
+    const int j = adopt_full(p, t, ids, salt, n / GM_KV_BLOCK);
+    const int got = (j - first) * GM_KV_BLOCK + adopt_tail(p, t, ids, j, n - j * GM_KV_BLOCK);
+    p->reused += got;
+    return got;
 }

@@ -14,6 +14,11 @@
  * remembers the block of each group computed for that content; a sequence may adopt the first j blocks
  * when every full-attention block 0..j-1 is in the index and the sliding blocks covering the window before
  * position 64 j are too: reuse past the window is exact.
+ * Tails. A sequence's last, partly computed block enters the index too when the sequence goes (its first n
+ * rows, under the parent hash of the blocks before it). After its run of full blocks, a sequence adopts the
+ * first m rows of block j from the entry under block j - 1 — a tail, or a full block — whose ids share the
+ * longest prefix with its own, and copies the block at its first write: a repeated prompt computes only
+ * what it must.
  * Blocks held by no sequence but present in the index are evictable, least recently used first.
  *
  * Storage is the backend's (kv_alloc / kv_free / kv_copy): the pool only hands out pointers. */
@@ -91,7 +96,8 @@ void gm_kv_table_trim_window(gm_kvpool *p, gm_kv_table *t, int next);
 /* True when the sliding blocks a query at position pos needs are all held. */
 bool gm_kv_table_window_held(const gm_kvpool *p, const gm_kv_table *t, int pos);
 /* Makes positions [p0, p1) writable: blocks allocated where missing, copied where shared with another
- * sequence or the index. GM_ERR_NOMEM with a message when the budget cannot hold them. */
+ * sequence or the index (an indexed block only this table holds is taken out of the index instead, only when
+ * no storage is left for the copy). GM_ERR_NOMEM with a message when the budget cannot hold them. */
 gm_status gm_kv_table_prepare(gm_kvpool *p, gm_kv_table *t, int p0, int p1, gm_error *err);
 
 /* Chain hash of block i's token ids and salt given the hash of block i-1 (for i = 0: gm_kv_chain_root of the
@@ -108,10 +114,18 @@ uint64_t gm_kv_chain_root(const uint64_t key[2], uint64_t scope);
 void gm_kv_table_register(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, const uint64_t *salt, int n_blocks);
 /* Computes the chain hashes of full blocks [t->n_hashed, n_blocks) without entering them. */
 void gm_kv_table_hash(const gm_kvpool *p, gm_kv_table *t, const int32_t *ids, const uint64_t *salt, int n_blocks);
-/* Adopts from the index the longest run of blocks [first, j) (first = t->n_hashed, which must equal the
- * sequence's computed positions / GM_KV_BLOCK) for which ids[0 .. GM_KV_BLOCK * max_blocks) match and
- * the storage a continuation needs is present. Returns the number of blocks adopted. */
-int gm_kv_table_adopt(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, const uint64_t *salt, int max_blocks);
+/* Enters the computed rows [64 i, n) of t's last block (i = n / GM_KV_BLOCK, n not a multiple of it) as a tail
+ * entry, when blocks 0..i-1 are hashed (t->n_hashed == i) and the index holds no entry serving those rows
+ * already; the caller calls it before letting go of t. The rows must be text: the caller never enters a block
+ * holding embedding rows or rows computed under a bias (a tail has no salt). */
+void gm_kv_table_register_tail(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, int n);
+/* Adopts from the index what it holds of positions [64 first, n) of ids (first = t->n_hashed, which must equal
+ * the sequence's computed positions / GM_KV_BLOCK): the longest run of full blocks [first, j) whose content
+ * matches and whose continuation's storage is present, then the first m < GM_KV_BLOCK rows of block j from
+ * the entry that continues ids the furthest (a tail or a full block, text only: the rows [64 j, n) must be
+ * text). salt: per block, for blocks [first, n / GM_KV_BLOCK). Returns the positions adopted (t->n_hashed
+ * becomes j). To have the last position's logits, pass n below the history's length. */
+int gm_kv_table_adopt(gm_kvpool *p, gm_kv_table *t, const int32_t *ids, const uint64_t *salt, int n);
 
 /* Base pointer of layer il's K (or V) rows in the block holding position pos, and the row inside it. */
 static inline char *gm_kv_row_k(const gm_kv_layout *lay, const gm_kv_table *t, int il, int pos) {

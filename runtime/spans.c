@@ -23,6 +23,12 @@ const gm_seq_span *gm_seq_span_at(const gm_seq *s, int pos) {
     return NULL;
 }
 
+int gm_seq_span_from(const gm_seq *s, int from) {
+    for (int i = 0; i < s->n_spans; i++) /* by position */
+        if (s->spans[i].pos + s->spans[i].n > from) return s->spans[i].pos > from ? s->spans[i].pos : from;
+    return INT_MAX;
+}
+
 bool gm_seq_pos_keyed(const gm_seq *s, int pos) {
     const gm_seq_span *sp = gm_seq_span_at(s, pos);
     return sp && (sp->key[0] | sp->key[1]);

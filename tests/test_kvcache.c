@@ -250,30 +250,38 @@ TEST(copy_on_write_exactly_when_shared) {
     rig_close(&r);
 }
 
-/* A block in the index that only its writer holds is written in place: it leaves the index instead of
- * being copied, so nobody adopts content that changed. (A rollback into an entered block, then other tokens.) */
-TEST(writing_an_indexed_block_detaches_it) {
-    rig r;
-    rig_open(&r, 0, 1 << 20, true);
-    int32_t ids[2 * B], alt[2 * B];
-    make_ids(ids, 2 * B, 3);
-    memcpy(alt, ids, sizeof ids);
-    alt[30] ^= 1;
-    gm_kv_table a, b;
-    gm_kv_table_init(&a), gm_kv_table_init(&b);
-    CHECK_EQ_INT(compute(&r, &a, ids, 0, 2 * B), GM_OK);
-    CHECK_EQ_INT(a.n_hashed, 2);
-    gm_kv_table_drop_from(r.p, &a, 1); /* back to position 30, as the engine's truncation does */
-    a.n_hashed = 0;
-    CHECK_EQ_INT(compute(&r, &a, alt, 30, 40), GM_OK);
-    CHECK_EQ_INT(r.f.n_copy, 0);
-    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, NULL, 2), 0); /* block 0 of ids is no longer indexed */
-    CHECK_EQ_INT(compute(&r, &a, alt, 40, B), GM_OK);    /* now block 0 of alt is */
-    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, alt, NULL, 1), 1);
-    CHECK(rows_ok(&r, &b, alt, B));
-    CHECK_EQ_INT(r.f.n_copy, 0);
-    gm_kv_table_free(r.p, &a), gm_kv_table_free(r.p, &b);
-    rig_close(&r);
+/* Writing a block in the index copies it even when only its writer holds it: the index keeps the content for
+ * later prompts. Only when no storage is left for the copy does the block leave the index and get written in
+ * place, so nobody adopts content that changed. (A rollback into an entered block, then other tokens.) */
+TEST(writing_an_indexed_block_copies_it) {
+    for (int tight = 0; tight < 2; tight++) {
+        rig r;
+        rig_open(&r, 0, tight ? FULL_BYTES : 1 << 20, true);
+        const int n = tight ? B : 2 * B;
+        int32_t ids[2 * B], alt[2 * B];
+        make_ids(ids, 2 * B, 3);
+        memcpy(alt, ids, sizeof ids);
+        alt[30] ^= 1;
+        gm_kv_table a, b;
+        gm_kv_table_init(&a), gm_kv_table_init(&b);
+        CHECK_EQ_INT(compute(&r, &a, ids, 0, n), GM_OK);
+        CHECK_EQ_INT(a.n_hashed, n / B);
+        gm_kv_table_drop_from(r.p, &a, 1); /* back to position 30, as the engine's truncation does */
+        a.n_hashed = 0;
+        CHECK_EQ_INT(compute(&r, &a, alt, 30, 40), GM_OK);
+        CHECK_EQ_INT(r.f.n_copy, tight ? 0 : 1);
+        /* room: ids's blocks are still indexed, intact; none: block 0 of ids is no longer indexed */
+        CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, NULL, n), tight ? 0 : 2 * B);
+        if (!tight) CHECK(rows_ok(&r, &b, ids, 2 * B));
+        gm_kv_table_free(r.p, &b);
+        gm_kv_table_init(&b);
+        CHECK_EQ_INT(compute(&r, &a, alt, 40, B), GM_OK); /* now block 0 of alt is */
+        CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, alt, NULL, B), B);
+        CHECK(rows_ok(&r, &b, alt, B));
+        CHECK_EQ_INT(r.f.n_copy, tight ? 0 : 1);
+        gm_kv_table_free(r.p, &a), gm_kv_table_free(r.p, &b);
+        rig_close(&r);
+    }
 }
 
 /* A freed sequence's full blocks stay in the index; a new sequence with the same tokens and scope adopts
@@ -298,25 +306,25 @@ TEST(prefix_index_adoption) {
     gm_kv_table b;
     gm_kv_table_init(&b);
     b.scope = 7;
-    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, NULL, 3), 3);
+    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, NULL, 3 * B), 3 * B);
     CHECK_EQ_INT(b.n_hashed, 3);
     for (int i = 0; i < 3; i++) CHECK(b.ptr[0][i] == orig[i]);
     CHECK(rows_ok(&r, &b, ids, 3 * B));
     CHECK_EQ_INT(r.f.n_alloc, allocs);
     CHECK_EQ_INT(stats(&r).blocks_cached, 0);
     CHECK_EQ_INT(stats(&r).reused_positions, 3 * B);
-    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, NULL, 3), 0); /* nothing left past its history */
+    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, NULL, 3 * B), 0); /* nothing left past its history */
     gm_kv_table_free(r.p, &b);
     CHECK_EQ_INT(stats(&r).blocks_cached, 3);
 
     int32_t other[4 * B];
     const int cases[][3] = {
-        /* {position changed, scope, blocks adopted} */
-        {2 * B + 9, 7, 2}, /* block 2 differs */
-        {B, 7, 1},         /* block 1 differs */
-        {0, 7, 0},         /* block 0 differs: blocks 1 and 2 match alone but their prefix does not */
-        {-1, 8, 0},        /* same tokens, another scope */
-        {-1, 7, 3},        /* same again: still there */
+        /* {position changed, scope, positions adopted} */
+        {2 * B + 9, 7, 2 * B + 9}, /* block 2 differs at its row 9: its first 9 rows are served */
+        {B, 7, B},                 /* block 1 differs from its first row */
+        {0, 7, 0},                 /* block 0 differs: blocks 1 and 2 match alone but their prefix does not */
+        {-1, 8, 0},                /* same tokens, another scope */
+        {-1, 7, 3 * B},            /* same again: still there */
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         memcpy(other, ids, sizeof ids);
@@ -324,7 +332,8 @@ TEST(prefix_index_adoption) {
         gm_kv_table t;
         gm_kv_table_init(&t);
         t.scope = (uint64_t)cases[c][1];
-        CHECK_MSG(gm_kv_table_adopt(r.p, &t, other, NULL, 3) == cases[c][2], "case %zu", c);
+        CHECK_MSG(gm_kv_table_adopt(r.p, &t, other, NULL, 3 * B) == cases[c][2], "case %zu", c);
+        CHECK(rows_ok(&r, &t, other, cases[c][2]));
         gm_kv_table_free(r.p, &t);
     }
     /* the scope is compared, not only hashed in: a table of scope 8 that claims scope 7's chain (a hash
@@ -336,7 +345,7 @@ TEST(prefix_index_adoption) {
         t.scope = scope;
         t.hash[0] = a_hash0;
         t.n_hashed = 1;
-        CHECK_EQ_INT(gm_kv_table_adopt(r.p, &t, ids, NULL, 3), scope == 7 ? 2 : 0);
+        CHECK_EQ_INT(gm_kv_table_adopt(r.p, &t, ids, NULL, 3 * B), scope == 7 ? 2 * B : 0);
         gm_kv_table_free(r.p, &t);
     }
     CHECK_EQ_INT(r.f.n_alloc, allocs);
@@ -363,7 +372,7 @@ TEST(scopes_and_duplicates) {
     for (int i = 0; i < 2; i++) {
         gm_kv_table_init(&t[i]);
         t[i].scope = i == 1 ? 2 : 1;
-        CHECK_EQ_INT(gm_kv_table_adopt(r.p, &t[i], ids, NULL, 1), 1);
+        CHECK_EQ_INT(gm_kv_table_adopt(r.p, &t[i], ids, NULL, B), B);
     }
     CHECK(t[0].ptr[0][0] == p1 && t[1].ptr[0][0] == p2);
     for (int i = 0; i < 2; i++) gm_kv_table_free(r.p, &t[i]);
@@ -386,7 +395,7 @@ TEST(eviction_is_lru_of_unheld_blocks) {
     CHECK_EQ_INT(stats(&r).blocks_cached, 4);
     CHECK_EQ_INT(r.f.n_alloc, 4);
     /* A adopted and let go again: now more recent than B */
-    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &t, A, NULL, 2), 2);
+    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &t, A, NULL, 2 * B), 2 * B);
     gm_kv_table_free(r.p, &t);
     /* C needs two blocks: B's go, A's stay */
     CHECK_EQ_INT(compute(&r, &t, C, 0, 2 * B), GM_OK);
@@ -394,8 +403,8 @@ TEST(eviction_is_lru_of_unheld_blocks) {
     CHECK_EQ_INT(r.f.n_alloc, 4); /* evicted storage is reused, not reallocated */
     CHECK(r.f.peak <= 4 * FULL_BYTES);
     gm_kv_table_free(r.p, &t);
-    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &t, Bt, NULL, 2), 0);
-    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &t, A, NULL, 2), 2);
+    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &t, Bt, NULL, 2 * B), 0);
+    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &t, A, NULL, 2 * B), 2 * B);
     CHECK(rows_ok(&r, &t, A, 2 * B));
     /* t holds A (2 blocks); C is cached (2). Three more blocks: C's two go, then nothing is left */
     gm_kv_table u;
@@ -500,17 +509,183 @@ TEST(adoption_needs_the_window) {
     /* another sequence's sliding block takes the least recently used: sliding block 0 */
     CHECK_EQ_INT(compute(&r, &c, other, 0, 1), GM_OK);
     CHECK_EQ_INT(stats(&r).evictions, 1);
-    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, NULL, 4), 4);
+    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, NULL, 4 * B), 4 * B);
     CHECK_EQ_INT(id_at(&b, GM_KV_SLIDING, 3) >= 0, 1);
     CHECK_EQ_INT(id_at(&b, GM_KV_SLIDING, 2), -1); /* wholly before the window of 256: not taken */
     CHECK(rows_ok(&r, &b, ids, 4 * B));
     CHECK(gm_kv_table_window_held(r.p, &b, 4 * B));
     gm_kv_table_free(r.p, &b);
     gm_kv_table_init(&b);
-    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, NULL, 1), 0); /* position 64's window needs sliding block 0 */
-    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, NULL, 2), 2); /* position 128's needs block 1 only */
+    /* position 64's window needs sliding block 0; so do the first rows of block 0 (as a partial match) */
+    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, NULL, B), 0);
+    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, NULL, 2 * B), 2 * B); /* position 128's needs block 1 only */
     CHECK(rows_ok(&r, &b, ids, 2 * B));
     gm_kv_table_free(r.p, &b), gm_kv_table_free(r.p, &c);
+    rig_close(&r);
+}
+
+/* A sequence going away as the engine lets it go: its last block's computed rows enter the index as a tail. */
+static void release(rig *r, gm_kv_table *t, const int32_t *ids, int n) {
+    gm_kv_table_register_tail(r->p, t, ids, n);
+    gm_kv_table_free(r->p, t);
+}
+
+/* A freed sequence's last, partly computed block serves a repeat of its history: the full blocks, then the
+ * tail's rows up to where the new prompt stops or differs, sharing its storage (nothing allocated) until the
+ * first write copies it (both groups) and leaves the entry intact for the next. A full block serves its first
+ * rows the same way. */
+TEST(tail_entries_serve_repeats) {
+    rig r;
+    rig_open(&r, 64, 1 << 20, true);
+    int32_t ids[3 * B], other[3 * B];
+    make_ids(ids, 3 * B, 20);
+    gm_kv_table a, b, c;
+    gm_kv_table_init(&a), gm_kv_table_init(&b), gm_kv_table_init(&c);
+    CHECK_EQ_INT(compute(&r, &a, ids, 0, B + 40), GM_OK);
+    void *tail[GM_KV_GROUPS] = {a.ptr[GM_KV_FULL][1], a.ptr[GM_KV_SLIDING][1]};
+    release(&r, &a, ids, B + 40);
+    CHECK_EQ_INT(stats(&r).blocks_cached, 4); /* block 0 and the tail, each of both groups */
+    const int allocs = r.f.n_alloc;
+    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, NULL, B + 39), B + 39); /* the repeat: all but its last token */
+    CHECK(b.ptr[GM_KV_FULL][1] == tail[GM_KV_FULL] && b.ptr[GM_KV_SLIDING][1] == tail[GM_KV_SLIDING]);
+    CHECK_EQ_INT(b.n_hashed, 1);
+    CHECK(rows_ok(&r, &b, ids, B + 39));
+    CHECK_EQ_INT(r.f.n_alloc, allocs);
+    CHECK_EQ_INT(stats(&r).reused_positions, B + 39);
+    CHECK_EQ_INT(compute(&r, &b, ids, B + 39, B + 60), GM_OK); /* the first write copies the tail */
+    CHECK_EQ_INT(r.f.n_copy, 2);
+    CHECK(rows_ok(&r, &b, ids, B + 60));
+    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &c, ids, NULL, 2 * B + 10), B + 40); /* an extension: the whole tail */
+    CHECK(c.ptr[GM_KV_FULL][1] == tail[GM_KV_FULL] && rows_ok(&r, &c, ids, B + 40));
+    gm_kv_table_free(r.p, &c), gm_kv_table_init(&c);
+    memcpy(other, ids, sizeof ids);
+    other[B + 20] += 1;
+    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &c, other, NULL, 2 * B), B + 20); /* differs inside the tail */
+    CHECK(rows_ok(&r, &c, other, B + 20));
+    gm_kv_table_free(r.p, &c), gm_kv_table_init(&c);
+    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &c, ids, NULL, B - 1), B - 1); /* 64 tokens: block 0 as a partial match */
+    CHECK(rows_ok(&r, &c, ids, B - 1));
+    gm_kv_table_free(r.p, &c), gm_kv_table_free(r.p, &b);
+    rig_close(&r);
+}
+
+/* Tails are entered and found under their scope only, compared exactly: a table of scope 8 that claims scope
+ * 7's chain (a forged hash) adopts nothing of scope 7's tail. */
+TEST(tail_scopes) {
+    rig r;
+    rig_open(&r, 0, 1 << 20, true);
+    int32_t ids[2 * B];
+    make_ids(ids, 2 * B, 21);
+    gm_kv_table a;
+    gm_kv_table_init(&a);
+    a.scope = 7;
+    CHECK_EQ_INT(compute(&r, &a, ids, 0, 30), GM_OK);
+    release(&r, &a, ids, 30);
+    gm_kv_table_init(&a);
+    a.scope = 7;
+    CHECK_EQ_INT(compute(&r, &a, ids, 0, B + 30), GM_OK);
+    const uint64_t h0 = a.hash[0];
+    release(&r, &a, ids, B + 30);
+    for (uint64_t scope = 8; scope >= 7; scope--) {
+        gm_kv_table t;
+        gm_kv_table_init(&t);
+        t.scope = scope;
+        CHECK_EQ_INT(gm_kv_table_adopt(r.p, &t, ids, NULL, 29), scope == 7 ? 29 : 0);
+        gm_kv_table_free(r.p, &t);
+        gm_kv_table_init(&t);
+        CHECK(gm_kv_table_reserve(&t, 2));
+        t.scope = scope;
+        t.hash[0] = h0;
+        t.n_hashed = 1;
+        CHECK_EQ_INT(gm_kv_table_adopt(r.p, &t, ids, NULL, B + 29), scope == 7 ? 29 : 0);
+        gm_kv_table_free(r.p, &t);
+    }
+    rig_close(&r);
+}
+
+/* A tail another entry already serves is not entered again; an entry that extends a cached tail (a longer
+ * tail, or the full block) replaces it at once: its block goes back to the free list, not the LRU list. */
+TEST(tail_dedup_and_shadowing) {
+    rig r;
+    rig_open(&r, 0, 1 << 20, true);
+    int32_t ids[B];
+    make_ids(ids, B, 22);
+    gm_kv_table t;
+    gm_kv_table_init(&t);
+    CHECK_EQ_INT(compute(&r, &t, ids, 0, 40), GM_OK);
+    release(&r, &t, ids, 40);
+    CHECK_EQ_INT(stats(&r).blocks_cached, 1);
+    const int ends[] = {40, 50, B}; /* the same tail again; a longer one; the whole block */
+    for (int c = 0; c < 3; c++) {
+        gm_kv_table_init(&t);
+        const int from = gm_kv_table_adopt(r.p, &t, ids, NULL, ends[c] - 1);
+        CHECK_EQ_INT(from, c == 0 ? 39 : ends[c - 1]);
+        CHECK_EQ_INT(compute(&r, &t, ids, from, ends[c]), GM_OK);
+        release(&r, &t, ids, ends[c]);
+        CHECK_MSG(stats(&r).blocks_cached == 1, "case %d: %lld blocks cached", c, (long long)stats(&r).blocks_cached);
+        CHECK_EQ_INT(stats(&r).evictions, 0);
+    }
+    gm_kv_table_init(&t);
+    CHECK_EQ_INT(gm_kv_table_adopt(r.p, &t, ids, NULL, B - 1), B - 1);
+    CHECK(rows_ok(&r, &t, ids, B - 1));
+    gm_kv_table_free(r.p, &t);
+    rig_close(&r);
+}
+
+/* Tails held by no sequence are cached blocks like any other: evicted least recently used first when the
+ * budget is short, and a later repeat then adopts nothing of the evicted one. */
+TEST(tail_eviction) {
+    rig r;
+    rig_open(&r, 0, 3 * FULL_BYTES, true);
+    int32_t ids[3][2 * B];
+    for (int i = 0; i < 3; i++) make_ids(ids[i], 2 * B, 30 + (uint32_t)i);
+    gm_kv_table t;
+    for (int i = 0; i < 2; i++) {
+        gm_kv_table_init(&t);
+        CHECK_EQ_INT(compute(&r, &t, ids[i], 0, 40), GM_OK);
+        release(&r, &t, ids[i], 40);
+    }
+    CHECK_EQ_INT(stats(&r).blocks_cached, 2);
+    gm_kv_table_init(&t);
+    CHECK_EQ_INT(compute(&r, &t, ids[2], 0, 2 * B), GM_OK); /* two blocks: one new, then the oldest tail goes */
+    CHECK_EQ_INT(stats(&r).evictions, 1);
+    CHECK(r.f.peak <= 3 * FULL_BYTES);
+    gm_kv_table_free(r.p, &t);
+    for (int i = 0; i < 2; i++) {
+        gm_kv_table_init(&t);
+        CHECK_EQ_INT(gm_kv_table_adopt(r.p, &t, ids[i], NULL, 39), i == 0 ? 0 : 39);
+        if (i) CHECK(rows_ok(&r, &t, ids[i], 39));
+        gm_kv_table_free(r.p, &t);
+    }
+    rig_close(&r);
+}
+
+/* Rolling back into an adopted tail, before or after its first write, and going another way leaves the
+ * entry's rows as they were: a third sequence still adopts them, right. */
+TEST(rollback_after_tail) {
+    rig r;
+    rig_open(&r, 64, 1 << 20, true);
+    int32_t ids[2 * B], alt[2 * B];
+    make_ids(ids, 2 * B, 23);
+    memcpy(alt, ids, sizeof ids);
+    alt[B + 10] += 1;
+    gm_kv_table t;
+    gm_kv_table_init(&t);
+    CHECK_EQ_INT(compute(&r, &t, ids, 0, B + 40), GM_OK);
+    release(&r, &t, ids, B + 40);
+    for (int written = 0; written < 2; written++) {
+        gm_kv_table b, c;
+        gm_kv_table_init(&b), gm_kv_table_init(&c);
+        CHECK_EQ_INT(gm_kv_table_adopt(r.p, &b, ids, NULL, B + 39), B + 39);
+        if (written) CHECK_EQ_INT(compute(&r, &b, ids, B + 39, B + 50), GM_OK);
+        gm_kv_table_drop_from(r.p, &b, 2); /* back to B + 10, as gm_seq_truncate does */
+        b.n_hashed = 1;
+        CHECK_EQ_INT(compute(&r, &b, alt, B + 10, B + 30), GM_OK);
+        CHECK(rows_ok(&r, &b, alt, B + 30));
+        CHECK_EQ_INT(gm_kv_table_adopt(r.p, &c, ids, NULL, B + 39), B + 39);
+        CHECK(rows_ok(&r, &c, ids, B + 39));
+        gm_kv_table_free(r.p, &b), gm_kv_table_free(r.p, &c);
+    }
     rig_close(&r);
 }
 
@@ -536,7 +711,7 @@ TEST(random_traffic) {
             if (n[s] < 0) { /* a new sequence: one of three prompts, adopting what the index has */
                 make_ids(ids[s], LEN, 100 + (rng >> 4) % 3);
                 for (int i = 2 * B + (int)(rng % 7); i < LEN; i++) ids[s][i] = (int32_t)((rng >> 3) + (uint32_t)i);
-                n[s] = gm_kv_table_adopt(r.p, &t[s], ids[s], NULL, (int)((rng >> 12) % 5)) * B;
+                n[s] = gm_kv_table_adopt(r.p, &t[s], ids[s], NULL, (int)((rng >> 12) % (5 * B)));
             } else if (op < 4 && n[s] < LEN) { /* compute some more */
                 int to = n[s] + 1 + (int)((rng >> 4) % 90);
                 if (to > LEN) to = LEN;
@@ -554,7 +729,8 @@ TEST(random_traffic) {
                 gm_kv_table_drop_from(r.p, &t[s], (keep + B - 1) / B);
                 if (t[s].n_hashed > keep / B) t[s].n_hashed = keep / B;
                 n[s] = keep;
-            } else if (op >= 6) { /* done */
+            } else if (op >= 6) { /* done: its last block's rows enter the index as a tail */
+                gm_kv_table_register_tail(r.p, &t[s], ids[s], n[s]);
                 gm_kv_table_free(r.p, &t[s]);
                 n[s] = -1;
             }
@@ -578,13 +754,18 @@ TEST(random_traffic) {
 int main(void) {
     RUN(fork_and_free_refcounts);
     RUN(copy_on_write_exactly_when_shared);
-    RUN(writing_an_indexed_block_detaches_it);
+    RUN(writing_an_indexed_block_copies_it);
     RUN(prefix_index_adoption);
     RUN(scopes_and_duplicates);
     RUN(eviction_is_lru_of_unheld_blocks);
     RUN(budget_and_allocation_failures);
     RUN(window_trimming);
     RUN(adoption_needs_the_window);
+    RUN(tail_entries_serve_repeats);
+    RUN(tail_scopes);
+    RUN(tail_dedup_and_shadowing);
+    RUN(tail_eviction);
+    RUN(rollback_after_tail);
     RUN(random_traffic);
     return test_summary();
 }
