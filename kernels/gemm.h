@@ -58,6 +58,21 @@ gm_avx2_tiles_fn gm_avx2_f16x8_tiles(int type);
  * where the type has no x8 layout (kernels/matmul.c). */
 gm_avx2_tiles_fn gm_avx2_x8_tiles(int type);
 gm_quant_row_fn gm_avx2_quant_act(int act_type);
+/* AVX2, a few tokens (2 .. GM_AVX2_MTOK_MAX: a decode step of several sequences; kernels/mtok_avx2.c): each
+ * block of 8 weight rows decoded once for all the tokens. The tokens' activations (rows of the weight type's
+ * vec_dot_type, quantized as for gm_avx2_qtiles) are first put block by block into toks
+ * (gm_avx2_mtok_bytes, 4-byte aligned: gm_avx2_mtok_put for each token t < n_tok, any order or thread); then
+ * y[t * ldy + r] for rows [0, rows) of w: file rows ws bytes apart (gm_avx2_mtok) or the x8 copy from a group
+ * start, rows split at multiples of GM_AVX2_TILE_ROWS (gm_avx2_x8_mtok). Every output has the bits of
+ * gm_avx2_qtiles on the same operands: a token's outputs do not depend on the other tokens, rows or split.
+ * NULL (and 0 bytes) where there is no such kernel. */
+enum { GM_AVX2_MTOK_MAX = 16 };
+size_t gm_avx2_mtok_bytes(int act_type, int64_t n, int64_t n_tok);
+void gm_avx2_mtok_put(int act_type, int64_t n, const void *a, int64_t t, int64_t n_tok, void *toks);
+typedef void (*gm_avx2_mtok_fn)(int64_t n, const void *w, size_t ws, int64_t rows, const void *toks, int64_t n_tok,
+                                float *y, int64_t ldy);
+gm_avx2_mtok_fn gm_avx2_mtok(int type);
+gm_avx2_mtok_fn gm_avx2_x8_mtok(int type);
 /* AVX-512 decode matmul straight from the weights (kernels/vec_avx512.c): y[t * ldy + r] for rows
  * [r0, r1) and n_tok tokens, each (row, token) output bit-identical to gm_avx512_gemm's. The tokens come
  * prepared by gm_avx512_prep and interleaved by gm_avx512_group in groups of GM_FUSED_GROUP (the last

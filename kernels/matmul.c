@@ -31,6 +31,9 @@ typedef struct {
     size_t tok_bytes, rows_bytes;
     char *rows_scratch; /* rows_bytes per pool thread */
     gm_avx2_tiles_fn tiles2;
+    /* AVX2, a few tokens: the kernel and the tokens put for it (NULL: tiles2 over act) */
+    gm_avx2_mtok_fn mtok2;
+    char *toks;
 } mm_job;
 
 static gm_status scratch_reserve(gm_matmul_scratch *s, size_t bytes);
@@ -79,9 +82,13 @@ static void table_init(void) {
             table[isa][t] = resolve((gm_isa)isa, t, false);
             /* the x8 copies serve the AVX2 level (and AVX-512, below); the others read the file's rows */
             table[isa][X8_SLOT + t] = table[isa][t];
+            /* a few tokens: the AVX2 level's own kernels, where tiles2 is the quantized types' (the same bits) */
+            const bool q = isa == GM_ISA_AVX2 && table[isa][t].tiles2 && table[isa][t].tiles2 == gm_avx2_qtiles(t);
+            table[isa][t].mtok2 = q ? gm_avx2_mtok(t) : NULL;
             if (isa == GM_ISA_AVX2 && gm_avx2_x8_tiles(t) && table[isa][t].tiles2) {
                 table[isa][X8_SLOT + t].tiles2 = gm_avx2_x8_tiles(t);
                 table[isa][X8_SLOT + t].packed = true;
+                table[isa][X8_SLOT + t].mtok2 = q ? gm_avx2_x8_mtok(t) : NULL;
             }
         }
         /* the packed Q5_0 copy serves the AVX-512 kernels only; lower levels read the file's Q5_0 */
@@ -143,8 +150,9 @@ static void mm_rows_task(void *ctx, int64_t r0, int64_t r1, int thread) {
 
 /* AVX2: rows [r0, r1) x every token (the kernels block rows and tokens for the caches themselves) */
 static void avx2_tiles(const mm_job *j, int64_t r0, int64_t r1) {
-    j->tiles2(j->W->cols, (const char *)j->W->data + (size_t)r0 * j->w_stride, j->w_stride, r1 - r0, j->act, j->a_stride,
-              j->n_tok, j->y + r0, j->W->rows);
+    const char *w = (const char *)j->W->data + (size_t)r0 * j->w_stride;
+    if (j->toks) j->mtok2(j->W->cols, w, j->w_stride, r1 - r0, j->toks, j->n_tok, j->y + r0, j->W->rows);
+    else j->tiles2(j->W->cols, w, j->w_stride, r1 - r0, j->act, j->a_stride, j->n_tok, j->y + r0, j->W->rows);
 }
 static void avx2_tiles_task(void *ctx, int64_t r0, int64_t r1, int thread) {
     (void)thread;
@@ -161,8 +169,17 @@ static void avx2_groups_task(void *ctx, int64_t g0, int64_t g1, int thread) {
 static void mm_quant_task(void *ctx, int64_t t0, int64_t t1, int thread) {
     (void)thread;
     const mm_job *j = ctx;
-    for (int64_t t = t0; t < t1; t++)
-        j->quant(j->x + t * j->W->cols, (char *)j->act + (size_t)t * j->a_stride, j->W->cols);
+    for (int64_t t = t0; t < t1; t++) {
+        char *a = (char *)j->act + (size_t)t * j->a_stride;
+        j->quant(j->x + t * j->W->cols, a, j->W->cols);
+        if (j->toks) gm_avx2_mtok_put(j->at->type, j->W->cols, a, t, j->n_tok, j->toks);
+    }
+}
+
+/* AVX2: bytes of n_tok quantized tokens (64-byte multiple), then, for the few-token kernels, the bytes they put */
+static size_t act_bytes(size_t a_stride, int64_t n_tok) { return ((size_t)n_tok * a_stride + 63) / 64 * 64; }
+static size_t mtok_bytes(const gm_mm_kernel *k, int64_t cols, int64_t n_tok) {
+    return k->mtok2 && n_tok >= 2 && n_tok <= GM_AVX2_MTOK_MAX ? gm_avx2_mtok_bytes(k->act_type, cols, n_tok) : 0;
 }
 
 /* AVX-512: tokens are prepared into the unpacked layout of kernels/gemm.h */
@@ -368,16 +385,25 @@ static bool matmul_multi_avx2(const gm_matrix *const *W, float *const *y, int co
     const size_t a_stride = gm_row_bytes(at->type, W[0]->cols);
     if (a_stride == 0) return false;
     const char *act = (const char *)x;
+    char *toks = NULL;
     gm_matrix V[MM_MULTI_MAX];
     if (at->type != GM_TYPE_F32) {
-        if ((*st = scratch_reserve(scratch, (size_t)n_tok * a_stride)) != GM_OK) return true;
-        for (int64_t t = 0; t < n_tok; t++) k0->quant(x + t * W[0]->cols, (char *)scratch->buf + (size_t)t * a_stride, W[0]->cols);
+        size_t tb = 0; /* the few-token kernels' tokens: one copy for every matrix that has them (same bytes) */
+        for (int i = 0; i < count && !tb; i++) tb = mtok_bytes(k[i], W[0]->cols, n_tok);
+        if ((*st = scratch_reserve(scratch, act_bytes(a_stride, n_tok) + tb)) != GM_OK) return true;
+        toks = tb ? (char *)scratch->buf + act_bytes(a_stride, n_tok) : NULL;
+        for (int64_t t = 0; t < n_tok; t++) {
+            char *a = (char *)scratch->buf + (size_t)t * a_stride;
+            k0->quant(x + t * W[0]->cols, a, W[0]->cols);
+            if (toks) gm_avx2_mtok_put(at->type, W[0]->cols, a, t, n_tok, toks);
+        }
         act = scratch->buf;
     }
     for (int i = 0; i < count; i++) {
         V[i] = tile_view(W[i], k[i]);
         m.j[i] = (mm_job){.W = &V[i], .w_stride = gm_row_bytes(W[i]->type, W[i]->cols), .act = act, .a_stride = a_stride,
-                          .n_tok = n_tok, .y = y[i], .tiles2 = k[i]->tiles2};
+                          .n_tok = n_tok, .y = y[i], .tiles2 = k[i]->tiles2, .mtok2 = k[i]->mtok2,
+                          .toks = mtok_bytes(k[i], W[0]->cols, n_tok) ? toks : NULL};
     }
     decode_rows(pool, m.row0[count], multi2_rows_task, &m);
     *st = GM_OK;
@@ -476,12 +502,15 @@ gm_status gm_matmul(const gm_matrix *W, const float *x, int64_t n_tok, float *y,
         return matmul_avx512(&j, pool, scratch);
     }
     const gm_matrix V = tile_view(W, k); /* AVX2: the x8 copy where there is one */
-    mm_job j = {&V, wt, w_stride, (const char *)x, a_stride, n_tok, y, x, at, k->vec_dot, k->quant, 0, 0, NULL, k->tiles2};
+    mm_job j = {.W = &V, .wt = wt, .w_stride = w_stride, .act = (const char *)x, .a_stride = a_stride, .n_tok = n_tok,
+                .y = y, .x = x, .at = at, .vec_dot = k->vec_dot, .quant = k->quant, .tiles2 = k->tiles2};
     if (at->type != GM_TYPE_F32) {
-        if ((uint64_t)n_tok > SIZE_MAX / a_stride) return GM_ERR_NOMEM;
-        gm_status st = scratch_reserve(scratch, (size_t)n_tok * a_stride);
+        if ((uint64_t)n_tok > (SIZE_MAX - 64) / a_stride) return GM_ERR_NOMEM;
+        const size_t tb = mtok_bytes(k, W->cols, n_tok);
+        gm_status st = scratch_reserve(scratch, act_bytes(a_stride, n_tok) + tb);
         if (st != GM_OK) return st;
         j.act = scratch->buf;
+        if (tb) j.mtok2 = k->mtok2, j.toks = (char *)scratch->buf + act_bytes(a_stride, n_tok);
         if (n_tok == 1) mm_quant_task(&j, 0, 1, 0); /* not worth a pool round trip */
         else gm_pool_parallel_for(pool, n_tok, 1, mm_quant_task, &j);
     }

@@ -4,9 +4,10 @@
  * then each output is a dot product; work is split by output rows across the pool.
  *
  * Kernels come from a table indexed by weight type and ISA level (gemma.h gm_isa, an option of the model),
- * bound into the weight's record at model open: scalar reference (quant/), AVX2 dot
- * products, AVX-512 VNNI: up to GM_FUSED_MAX_TOKENS tokens straight from the weights (decode, small
- * batches), more through 4x4 register tiles (prefill). Within one ISA every path computes a (row,
+ * bound into the weight's record at model open: scalar reference (quant/), AVX2 dot products (up to
+ * GM_AVX2_MTOK_MAX tokens: each block of 8 rows decoded once for all of them; more: register tiles),
+ * AVX-512 VNNI: up to GM_FUSED_MAX_TOKENS tokens straight from the weights (decode, small batches), more
+ * through 4x4 register tiles (prefill). Within one ISA every path computes a (row,
  * token) output with the same operations in the same order: a token's outputs do not depend on the
  * other tokens of the call (batch invariance, tests/test_matmul.c). Across ISAs they differ in f32
  * rounding order only. */
@@ -33,6 +34,8 @@ typedef struct gm_mm_kernel {
     bool tiles;             /* AVX-512: 4x4 register tiles (gm_avx512_gemm) */
     gm_vec_dot_fn vec_dot;  /* scalar / AVX2: one (row, token) dot over quantized activations; NULL: unsupported */
     gm_avx2_tiles_fn tiles2; /* AVX2 and up, where AVX-512 has neither: vec_dot's results in register tiles */
+    gm_avx2_mtok_fn mtok2;   /* the AVX2 level, 2 .. GM_AVX2_MTOK_MAX tokens: tiles2's bits, each weight block
+                                decoded once for all of them; NULL: tiles2 */
     gm_quant_row_fn quant;  /* the activation quantizer of that level */
     int act_type;           /* the activations' type (the weight type's vec_dot_type) */
 } gm_mm_kernel;

@@ -22,7 +22,9 @@
 #include "support/tiny_model.h"
 
 static const char *ARCHS[] = {"gemma", "gemma2", "gemma3"};
-static char PATH[3][256];
+/* PATH[3]: gemma3 with the quantized types of the Q4_K_M files (Q5_0 layers, Q6_K ffn_down, Q8_0 embedding), whose
+ * decode rows run the AVX2 few-token kernels (kernels/mtok_avx2.c) when opened at that level */
+static char PATH[4][256];
 static int V;
 
 static gm_model *open_model(int a) {
@@ -149,6 +151,20 @@ TEST(batch_equals_alone) {
         batch_case(m, ARCHS[a], 1, GM_KV_DTYPE_F16);
         gm_model_free(m);
     }
+}
+
+/* The same at the AVX2 level with quantized weights: decode steps of 2..8 rows (here mixed with prompt chunks)
+ * run the few-token kernels, a sequence alone the one-token ones. */
+TEST(batch_equals_alone_avx2_quantized) {
+    if (gm_isa_supported() < GM_ISA_AVX2) return;
+    gm_error err = {0};
+    gm_model *m = NULL;
+    CHECK_OK(gm_model_open(PATH[3], &(gm_model_options){.isa = GM_ISA_AVX2}, &m, &err), &err);
+    if (!m) return;
+    CHECK(gm_model_isa(m) == GM_ISA_AVX2);
+    batch_case(m, "gemma3 Q5_0 / Q6_K / Q8_0, avx2", 2, GM_KV_DTYPE_F32);
+    batch_case(m, "gemma3 Q5_0 / Q6_K / Q8_0, avx2", 1, GM_KV_DTYPE_F16);
+    gm_model_free(m);
 }
 
 /* A continuous-batching scheduler's loop: gm_engine_step with a small row budget (decode rows + 16 prompt
@@ -1033,14 +1049,14 @@ TEST(isa_options) {
 /* A 700-token prompt: one pass equals chunks of 64; a second sequence sharing the 700 tokens reuses 640
  * positions (10 blocks, past the 512-token window) and gets the same logits; two sequences decoding in one
  * batch equal each alone. */
-TEST(default_model) {
+static void default_model_case(gm_isa isa) {
     if (access(GM_DEFAULT_MODEL, R_OK) != 0) {
         fprintf(stderr, "  (default model missing: skipped)\n");
         return;
     }
     gm_error err = {0};
     gm_model *m = NULL;
-    CHECK_OK(gm_model_open(GM_DEFAULT_MODEL, NULL, &m, &err), &err);
+    CHECK_OK(gm_model_open(GM_DEFAULT_MODEL, &(gm_model_options){.isa = isa}, &m, &err), &err);
     if (!m) return;
     const int Vr = gm_model_config(m)->n_vocab;
     enum { N = 700 };
@@ -1087,7 +1103,8 @@ TEST(default_model) {
         CHECK_OK(gm_engine_eval(e2, batch, 5, &err), &err);
         bad += memcmp(gm_seq_logits(a), gm_seq_logits(b), (size_t)Vr * sizeof *one) != 0;
     }
-    CHECK_MSG(bad == 0, "%d of 6 decode steps differ between alone (2 threads) and a batch of 5 (1 thread)", bad);
+    CHECK_MSG(bad == 0, "%s: %d of 6 decode steps differ between alone (2 threads) and a batch of 5 (1 thread)",
+              gm_isa_name(gm_model_isa(m)), bad);
     gm_seq_free(a);
     for (int i = 0; i < 5; i++) gm_seq_free(batch[i]);
     gm_engine_free(e1);
@@ -1149,15 +1166,24 @@ TEST(default_model_repeat) {
     gm_model_free(m);
 }
 
+TEST(default_model) { default_model_case(GM_ISA_AUTO); }
+
+/* At the AVX2 level too (below AVX-512 CPUs: x8 copies, the few-token kernels for the batch of 5) */
+TEST(default_model_avx2) {
+    if (gm_isa_supported() > GM_ISA_AVX2) default_model_case(GM_ISA_AVX2);
+}
+
 int main(int argc, char **argv) {
-    for (int a = 0; a < 3; a++) {
+    for (int a = 0; a < 4; a++) {
         tm_options o;
-        tm_options_default(&o, ARCHS[a]);
+        tm_options_default(&o, ARCHS[a < 3 ? a : 2]);
         o.n_layers = a == 2 ? 6 : 3; /* gemma3: layer 5 global, the rest sliding */
         o.sliding_window = 8;
         o.context_length = 1024;
         if (a == 1) o.attn_softcap = 5.0f, o.final_softcap = 10.0f;
-        snprintf(PATH[a], sizeof PATH[a], "/tmp/gm_test_engine_%d_%s.gguf", (int)getpid(), ARCHS[a]);
+        if (a == 3) o.weight_type = GM_TYPE_Q5_0, o.down_type = GM_TYPE_Q6_K, o.embd_type = GM_TYPE_Q8_0, o.d_ff = 256;
+        snprintf(PATH[a], sizeof PATH[a], "/tmp/gm_test_engine_%d_%s%s.gguf", (int)getpid(), ARCHS[a < 3 ? a : 2],
+                 a == 3 ? "_q" : "");
         char err[256];
         if (!tm_write_gguf(&o, PATH[a], err, sizeof err)) {
             fprintf(stderr, "cannot write %s: %s\n", PATH[a], err);
@@ -1169,6 +1195,7 @@ int main(int argc, char **argv) {
 #define MAYBE(t) \
     if (!only || !strcmp(only, #t)) RUN(t)
     MAYBE(batch_equals_alone);
+    MAYBE(batch_equals_alone_avx2_quantized);
     MAYBE(step_equals_alone);
     MAYBE(verify_k_equals_decodes);
     MAYBE(fork_then_diverge);
@@ -1189,6 +1216,7 @@ int main(int argc, char **argv) {
     MAYBE(isa_options);
     MAYBE(default_model);
     MAYBE(default_model_repeat);
-    for (int a = 0; a < 3; a++) unlink(PATH[a]);
+    MAYBE(default_model_avx2);
+    for (int a = 0; a < 4; a++) unlink(PATH[a]);
     return test_summary();
 }

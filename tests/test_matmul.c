@@ -535,6 +535,128 @@ TEST(avx2_qx8_tiles_same_bits_as_file_rows) {
     gm_pool_free(p2);
 }
 
+/* The AVX2 few-token kernels (kernels/mtok_avx2.c) give each (row, token) the bits of the one-token AVX2 kernel
+ * (gm_avx2_qtiles with one token, on the file's rows) for 1 to 16 tokens: file rows of odd counts split
+ * anywhere, x8 copies split at group starts and ending anywhere; tokens put in any order; nothing written
+ * outside the range. Through gm_matmul on a 2-thread pool (matrices bound for AVX2 as the model binds them),
+ * each token of a 2..16-token call has the bits of its one-token call. */
+static void mtok_case(int type, int64_t n, int64_t rows, bool x8, gm_pool *p2) {
+    enum { NT = GM_AVX2_MTOK_MAX };
+    const gm_type_traits *wt = gm_type_traits_of(type), *at = gm_type_traits_of(wt->vec_dot_type);
+    const size_t ws = gm_row_bytes(type, n), as = gm_row_bytes(at->type, n);
+    const int64_t ldy = rows + 5;
+    const int64_t ranges[2][4][2] = {{{0, rows}, {3, rows}, {5, 6}, {rows - 9, rows - 1}},
+                                     {{0, rows}, {8, rows - 3}, {rows - 8, rows - 7}, {16, rows}}};
+    char *w = malloc(rows * ws), *wp = malloc(rows * ws), *a = malloc(NT * as);
+    char *toks = malloc(gm_avx2_mtok_bytes(at->type, n, NT));
+    float *x = malloc(NT * n * 4), *want = malloc(NT * ldy * 4), *y = malloc(NT * ldy * 4), *row = malloc(n * 4);
+    int bad_bits = 0, bad_out = 0, bad_mm = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < n; i++) row[i] = r == 2 ? 0.f : frand() * (r % 4 ? 1.f : 25.f);
+        wt->quant_row(row, w + r * ws, n);
+    }
+    for (int64_t i = 0; i < NT * n; i++) x[i] = frand() * ((i / n) % 3 ? 2.f : 0.03f);
+    gm_avx2_tiles_fn one = gm_avx2_qtiles(type);
+    for (int64_t t = 0; t < NT; t++) {
+        at->quant_row(x + t * n, a + t * as, n);
+        one(n, w, ws, rows, a + t * as, as, 1, want + t * ldy, ldy);
+    }
+    if (x8) gm_pack_qx8(type, w, wp, rows, n);
+    gm_avx2_mtok_fn fn = x8 ? gm_avx2_x8_mtok(type) : gm_avx2_mtok(type);
+    const char *wm = x8 ? wp : w;
+    for (int64_t T = 1; T <= NT; T++) {
+        for (int64_t t = T - 1; t >= 0; t--) gm_avx2_mtok_put(at->type, n, a + t * as, t, T, toks);
+        for (int q = 0; q < 4; q++) {
+            const int64_t r0 = ranges[x8][q][0], r1 = ranges[x8][q][1];
+            for (int64_t i = 0; i < NT * ldy; i++) y[i] = NAN;
+            fn(n, wm + r0 * ws, ws, r1 - r0, toks, T, y + r0, ldy);
+            for (int64_t t = 0; t < NT; t++)
+                for (int64_t r = 0; r < ldy; r++) {
+                    const float v = y[t * ldy + r];
+                    if (t < T && r >= r0 && r < r1) bad_bits += memcmp(&v, &want[t * ldy + r], 4) != 0;
+                    else bad_out += !isnan(v);
+                }
+        }
+    }
+    gm_matrix M = {type, rows, n, w, x8 ? GM_KTYPE_X8(type) : 0, x8 ? wp : NULL, NULL};
+    gm_matmul_scratch s = {0};
+    gm_matrix_bind(&M, GM_ISA_AVX2);
+    CHECK(gm_matrix_kernel(&M)->mtok2 == fn);
+    for (int64_t T = 2; T <= NT; T++) {
+        CHECK_EQ_INT(gm_matmul(&M, x, T, y, p2, &s), GM_OK);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t r = 0; r < rows; r++) bad_mm += memcmp(&y[t * rows + r], &want[t * ldy + r], 4) != 0;
+    }
+    gm_matmul_scratch_free(&s);
+    CHECK_MSG(bad_bits == 0, "%s n %lld %s: %d few-token outputs differ from the one-token kernel's bits", wt->name,
+              (long long)n, x8 ? "x8" : "file rows", bad_bits);
+    CHECK_MSG(bad_out == 0, "%s n %lld: %d outputs written outside the range", wt->name, (long long)n, bad_out);
+    CHECK_MSG(bad_mm == 0, "%s n %lld %s: %d gm_matmul outputs of 2-16 tokens differ from one token's", wt->name,
+              (long long)n, x8 ? "x8" : "file rows", bad_mm);
+    free(w), free(wp), free(a), free(toks), free(x), free(want), free(y), free(row);
+}
+
+TEST(avx2_mtok_same_bits_as_one_token) {
+    if (gm_isa_supported() < GM_ISA_AVX2 || !gm_avx2_mtok(GM_TYPE_Q8_0)) return;
+    gm_pool *p2 = gm_pool_new(2);
+    const int types[] = {GM_TYPE_Q8_0, GM_TYPE_Q5_0, GM_TYPE_Q4_0, GM_TYPE_Q4_1, GM_TYPE_Q5_1,
+                         GM_TYPE_Q4_K, GM_TYPE_Q5_K, GM_TYPE_Q6_K};
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        const bool K = gm_type_traits_of(types[k])->block_elems == 256;
+        CHECK(gm_avx2_mtok(types[k]) != NULL);
+        CHECK((gm_avx2_x8_mtok(types[k]) != NULL) == (gm_avx2_qx8_tiles(types[k]) != NULL));
+        mtok_case(types[k], K ? 256 : 32, 37, false, p2);
+        mtok_case(types[k], K ? 768 : 352, 13, false, p2); /* odd block counts */
+        mtok_case(types[k], K ? 2048 : 640, 21, false, p2);
+        if (!gm_avx2_x8_mtok(types[k])) continue;
+        mtok_case(types[k], K ? 256 : 32, 24, true, p2);
+        mtok_case(types[k], K ? 768 : 352, 40, true, p2);
+        mtok_case(types[k], K ? 2048 : 640, 32, true, p2);
+    }
+    CHECK(!gm_avx2_mtok(GM_TYPE_F16) && !gm_avx2_mtok(GM_TYPE_F32) && !gm_avx2_x8_mtok(GM_TYPE_Q5_K));
+    gm_pool_free(p2);
+}
+
+/* gm_matmul_multi at the AVX2 level (q / k / v of mixed types over x8 copies, one pool call on activations quantized
+ * once, as layer_forward calls it): each token of a 2..16-token call has the bits of its own one-token gm_matmul. */
+TEST(avx2_mtok_multi_same_bits_as_one_token) {
+    if (gm_isa_supported() < GM_ISA_AVX2 || !gm_avx2_x8_mtok(GM_TYPE_Q5_0)) return;
+    enum { NT = GM_AVX2_MTOK_MAX };
+    const int64_t cols = 640, rows[3] = {64, 16, 24};
+    const int types[3] = {GM_TYPE_Q5_0, GM_TYPE_Q5_0, GM_TYPE_Q8_0};
+    gm_matrix W[3];
+    char *data[3], *pk[3];
+    float *one[3], *y[3], *x = malloc(NT * cols * 4), *row = malloc(cols * 4);
+    for (int i = 0; i < 3; i++) {
+        const size_t rb = gm_row_bytes(types[i], cols);
+        data[i] = malloc(rb * rows[i]), pk[i] = malloc(rb * rows[i]);
+        one[i] = malloc(NT * rows[i] * 4), y[i] = malloc(NT * rows[i] * 4);
+        for (int64_t r = 0; r < rows[i]; r++) {
+            for (int64_t c = 0; c < cols; c++) row[c] = frand() * (r % 3 ? 1.f : 9.f);
+            gm_type_traits_of(types[i])->quant_row(row, data[i] + rb * r, cols);
+        }
+        gm_pack_qx8(types[i], data[i], pk[i], rows[i], cols);
+        W[i] = (gm_matrix){types[i], rows[i], cols, data[i], GM_KTYPE_X8(types[i]), pk[i], NULL};
+        gm_matrix_bind(&W[i], GM_ISA_AVX2);
+    }
+    for (int64_t i = 0; i < NT * cols; i++) x[i] = frand() * 2;
+    gm_pool *p2 = gm_pool_new(2);
+    gm_matmul_scratch s = {0};
+    for (int i = 0; i < 3; i++)
+        for (int64_t t = 0; t < NT; t++) CHECK_EQ_INT(gm_matmul(&W[i], x + t * cols, 1, one[i] + t * rows[i], p2, &s), GM_OK);
+    int bad = 0;
+    const gm_matrix *Wp[3] = {&W[0], &W[1], &W[2]};
+    for (int64_t T = 2; T <= NT; T++) {
+        CHECK_EQ_INT(gm_matmul_multi(Wp, y, 3, x, T, p2, &s), GM_OK);
+        for (int i = 0; i < 3; i++) bad += memcmp(y[i], one[i], (size_t)(T * rows[i]) * 4) != 0;
+    }
+    CHECK_MSG(bad == 0, "%d of 45 (calls, matrix) differ from the one-token calls' bits", bad);
+    gm_matmul_scratch_free(&s);
+    gm_pool_free(p2);
+    for (int i = 0; i < 3; i++) free(data[i]), free(pk[i]), free(one[i]), free(y[i]);
+    free(x), free(row);
+}
+
 TEST(avx512_tok_dot_vs_scalar) {
     if (gm_isa_supported() < GM_ISA_AVX512) return;
     const int types[] = {GM_TYPE_Q8_0, GM_TYPE_Q5_0, GM_TYPE_Q4_K, GM_TYPE_Q6_K, GM_TYPE_F16, GM_TYPE_BF16, GM_TYPE_F32};
@@ -750,6 +872,8 @@ int main(void) {
     RUN(avx2_tiles_vs_dot_and_scalar);
     RUN(avx2_x8_tiles_exact_and_invariant);
     RUN(avx2_qx8_tiles_same_bits_as_file_rows);
+    RUN(avx2_mtok_same_bits_as_one_token);
+    RUN(avx2_mtok_multi_same_bits_as_one_token);
     RUN(avx512_tok_dot_vs_scalar);
     RUN(matmul_multi_equals_separate);
     RUN(decode_split_with_stealing_covers_every_row);
