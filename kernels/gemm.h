@@ -50,6 +50,10 @@ gm_avx2_tiles_fn gm_avx2_qtiles(int type);
  * the bits of gm_avx2_qtiles on the file's rows: w the packed matrix at a group start (rows split at multiples
  * of GM_AVX2_TILE_ROWS), ws the file's row bytes; NULL for other types or without AVX2 in this build */
 gm_avx2_tiles_fn gm_avx2_qx8_tiles(int type);
+/* The two above built with AVX-512 VL + VNNI (kernels/qtiles_vnni.c): the same bits, for the AVX-512 level; NULL
+ * for other types or without those flags in this build. */
+gm_avx2_tiles_fn gm_vnni_qtiles(int type);
+gm_avx2_tiles_fn gm_vnni_qx8_tiles(int type);
 /* F16 / BF16 weights packed as F16x8 / BF16x8 (kernels/pack.h, kernels/f16x8_avx2.c): w is the packed
  * matrix at a group start (rows split at multiples of GM_AVX2_TILE_ROWS), ws the file's row bytes
  * (unused); NULL for other types or without AVX2 in this build. */

@@ -44,7 +44,8 @@ enum {
     TYPE_SLOTS = 32,
     X8_SLOT = TYPE_SLOTS,          /* X8_SLOT + t: type t packed as x8 */
     PACKED_SLOT = 2 * TYPE_SLOTS,  /* Q5_0x16 */
-    N_SLOTS = 2 * TYPE_SLOTS + 1,
+    PENDING_SLOT = PACKED_SLOT + 1, /* PENDING_SLOT + t: type t whose x8 copy is being made (file rows, x8 bits) */
+    N_SLOTS = 3 * TYPE_SLOTS + 1,
     N_ISA = GM_ISA_AVX512 + 1 /* row GM_ISA_AUTO unused */
 };
 
@@ -98,8 +99,16 @@ static void table_init(void) {
      * and 32 codes) beat the AVX-512 tiles' codes in lanes (a convert, a multiply and an fmadd per row, token and
      * 64 codes) on Zen 4, 1 thread: 270M pp512 470 -> 671 tok/s, tg 60 -> 73; 1B-shaped pp512 79 -> 112, tg 15 ->
      * 28. The record keeps isa = AVX2: those matrices give the AVX2 level's bits. */
-    for (int t = 0; t < TYPE_SLOTS; t++)
+    for (int t = 0; t < TYPE_SLOTS; t++) {
+        table[GM_ISA_AVX2][PENDING_SLOT + t] = table[GM_ISA_AVX512][PENDING_SLOT + t] = table[GM_ISA_AVX2][t];
         if (table[GM_ISA_AVX2][X8_SLOT + t].packed) table[GM_ISA_AVX512][X8_SLOT + t] = table[GM_ISA_AVX2][X8_SLOT + t];
+        /* the prefill tiles with VNNI, where this build has them: the same bits */
+        if (gm_isa_supported() < GM_ISA_AVX512) continue;
+        if (gm_vnni_qx8_tiles(t) && table[GM_ISA_AVX512][X8_SLOT + t].packed)
+            table[GM_ISA_AVX512][X8_SLOT + t].tiles2 = gm_vnni_qx8_tiles(t);
+        if (gm_vnni_qtiles(t) && table[GM_ISA_AVX512][PENDING_SLOT + t].tiles2 == gm_avx2_qtiles(t))
+            table[GM_ISA_AVX512][PENDING_SLOT + t].tiles2 = gm_vnni_qtiles(t);
+    }
 }
 
 static const gm_mm_kernel *lookup(const gm_matrix *W, gm_isa isa) {
@@ -111,7 +120,7 @@ static const gm_mm_kernel *lookup(const gm_matrix *W, gm_isa isa) {
     const bool x8 = W->packed_type == GM_KTYPE_X8(W->type);
     /* a quantized x8 copy still being made (model/model.c packs them in the background): the AVX2 kernels on the
      * file's rows, whose bits the x8 kernels give, so a matrix's results do not change when its copy arrives */
-    if (x8 && !W->packed && isa >= GM_ISA_AVX2 && gm_avx2_qx8_tiles(W->type)) return &table[GM_ISA_AVX2][W->type];
+    if (x8 && !W->packed && isa >= GM_ISA_AVX2 && gm_avx2_qx8_tiles(W->type)) return &table[isa][PENDING_SLOT + W->type];
     const int slot = !W->packed                                 ? W->type
                      : W->packed_type == GM_KTYPE_Q5_0X16        ? PACKED_SLOT
                      : x8                                        ? X8_SLOT + W->type

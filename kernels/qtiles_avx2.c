@@ -27,6 +27,14 @@
  * Where the model packed the rows at open (x8, kernels/pack.h), the codes are stored in octet order already:
  * one token takes them straight into the octet vectors (no transpose, no horizontal sums, one conversion
  * for 8 rows' scales), more tokens build the octets by the same expansion. */
+#ifndef QT_VNNI
+#define QT_VNNI 0
+#endif
+#if QT_VNNI /* kernels/qtiles_vnni.c: this file again with AVX-512 VNNI on 256-bit vectors, under its own names */
+#define gm_avx2_qdot gm_vnni_qdot
+#define gm_avx2_qtiles gm_vnni_qtiles
+#define gm_avx2_qx8_tiles gm_vnni_qx8_tiles
+#endif
 #include "kernels/gemm.h"
 
 #include <stddef.h>
@@ -34,7 +42,8 @@
 
 #include "quant/blocks.h"
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && \
+    (!QT_VNNI || (defined(__AVX512VL__) && defined(__AVX512VNNI__)))
 #include "kernels/qtiles_avx2.h" /* the block decoders, octets and x8 layouts these kernels share with mtok_avx2.c */
 
 enum {
@@ -208,11 +217,16 @@ INL void kern32(int type, int T, int64_t nbs, const char *ob, const char *a, siz
             for (int t = 0; t < T; t++) {
                 __m256i x = bcast32(a + t * as + b * ab + qo + 4 * g);
                 if (type == GM_TYPE_Q8_0) x = _mm256_sign_epi8(x, w);
+#if QT_VNNI
+                is[t] = _mm256_dpbusd_epi32(is[t], u, x); /* the same int32 sums in one instruction */
+                (void)s, (void)gs, (void)ones;
+#else
                 s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(u, x));
                 if (g % gs == gs - 1) {
                     is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(s[t], ones));
                     s[t] = _mm256_setzero_si256();
                 }
+#endif
             }
         }
         const __m256 dw = _mm256_load_ps((const float *)(wb + 256));
@@ -226,6 +240,63 @@ INL void kern32(int type, int T, int64_t nbs, const char *ob, const char *a, siz
     }
 }
 
+#if QT_VNNI
+/* kernK with VNNI: one vpdpbusd per group and token adds its 4 products into int32 (no int16 step: the AVX2
+ * route's vpmaddubsw, vpaddw and vpmaddwd become one instruction), each scale's 32 (Q4_K / Q5_K) or 16 (Q6_K)
+ * codes then times the scale by vpmulld. The same integers, so the same bits as the AVX2 route below. */
+INL __m256i kscale32(const char *p) { /* lane r = (s, s) as int16 -> s as int32 */
+    return _mm256_srai_epi32(_mm256_slli_epi32(_mm256_load_si256((const __m256i *)p), 16), 16);
+}
+
+INL void kernK(int type, int T, int64_t nbs, const char *ob, const char *a, size_t as, __m256 acc[TQ]) {
+    const int per = type == GM_TYPE_Q6_K ? 4 : 8; /* groups of 4 codes under one scale */
+    for (int64_t i = 0; i < nbs; i++) {
+        const char *wb = ob + i * OBK;
+        __m256i is[TQ], ms[TQ], s[TQ];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) is[t] = ms[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) {
+#pragma GCC unroll 2
+            for (int g0 = 0; g0 < 8; g0 += per) {
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) s[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+                for (int g = g0; g < g0 + per; g++) {
+                    const __m256i w = _mm256_load_si256((const __m256i *)(wb + 256 * c + 32 * g));
+#pragma GCC unroll 4
+                    for (int t = 0; t < T; t++) {
+                        const gm_block_q8_K *yb = (const gm_block_q8_K *)(a + t * as) + i;
+                        s[t] = _mm256_dpbusd_epi32(s[t], w, bcast32(yb->qs + 32 * c + 4 * g));
+                    }
+                }
+                const __m256i sc = kscale32(wb + 2048 + 32 * (2 * c + g0 / 4));
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) is[t] = _mm256_add_epi32(is[t], _mm256_mullo_epi32(s[t], sc));
+            }
+            const __m256i mv = _mm256_load_si256((const __m256i *)(wb + 2560 + 32 * c));
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                const gm_block_q8_K *yb = (const gm_block_q8_K *)(a + t * as) + i;
+                ms[t] = _mm256_add_epi32(ms[t], _mm256_madd_epi16(mv, bcast32(yb->bsums + 2 * c)));
+            }
+        }
+        const __m256 d = _mm256_load_ps((const float *)(wb + 2816)), dm = _mm256_load_ps((const float *)(wb + 2848));
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const __m256 da = _mm256_set1_ps(((const gm_block_q8_K *)(a + t * as) + i)->d);
+            const __m256 dv = _mm256_mul_ps(d, da);
+            if (type == GM_TYPE_Q6_K) {
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(is[t], ms[t])), dv, acc[t]);
+            } else {
+                const __m256 nm = _mm256_xor_ps(_mm256_mul_ps(dm, da), _mm256_set1_ps(-0.0f));
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), dv, acc[t]);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms[t]), nm, acc[t]);
+            }
+        }
+    }
+}
+#else
 /* the same for K-quants: int16 sums of 8 groups (Q4_K, codes < 16), 4 (Q5_K, < 32) or 2 (Q6_K, < 64) before
  * one vpmaddwd with the groups' scales; the offsets (mins, Q6_K's 32) from bsums per chunk */
 INL void kernK(int type, int T, int64_t nbs, const char *ob, const char *a, size_t as, __m256 acc[TQ]) {
@@ -273,6 +344,7 @@ INL void kernK(int type, int T, int64_t nbs, const char *ob, const char *a, size
         }
     }
 }
+#endif
 
 /* ------------------------------------------------------------------ x8 rows (kernels/pack.h GM_KTYPE_X8;
  * their decoders in qtiles_avx2.h) */
