@@ -46,8 +46,15 @@
     (!QT_VNNI || (defined(__AVX512VL__) && defined(__AVX512VNNI__)))
 #include "kernels/qtiles_avx2.h" /* the block decoders, octets and x8 layouts these kernels share with mtok_avx2.c */
 
+/* loops over a tile's tokens, fully unrolled */
+#if QT_VNNI
+#define QT_UNROLL_T _Pragma("GCC unroll 8")
+#else
+#define QT_UNROLL_T _Pragma("GCC unroll 4")
+#endif
+
 enum {
-    TQ = 4,               /* tokens per register tile */
+    TQ = QT_VNNI ? 6 : 4, /* tokens per register tile (VNNI: 32 registers, no int16 sums) */
     OCT_BYTES = 49152,    /* octet buffer (stack): longer rows go in slices of blocks */
     SIDE_ENTRIES = 4096,  /* per-(token, block) activation terms of one call (stack, 8 bytes each) */
     K_TOKENS = 64,        /* K-quant tokens per octet pass: 64 Q8_K rows of 2048 codes stay in L2 */
@@ -207,13 +214,13 @@ INL void kern32(int type, int T, int64_t nbs, const char *ob, const char *a, siz
     for (int64_t b = 0; b < nbs; b++) {
         const char *wb = ob + b * OB32;
         __m256i is[TQ], s[TQ];
-#pragma GCC unroll 4
+QT_UNROLL_T
         for (int t = 0; t < T; t++) is[t] = _mm256_setzero_si256(), s[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int g = 0; g < 8; g++) {
             const __m256i w = _mm256_load_si256((const __m256i *)(wb + 32 * g));
             const __m256i u = type == GM_TYPE_Q8_0 ? _mm256_sign_epi8(w, w) : w;
-#pragma GCC unroll 4
+QT_UNROLL_T
             for (int t = 0; t < T; t++) {
                 __m256i x = bcast32(a + t * as + b * ab + qo + 4 * g);
                 if (type == GM_TYPE_Q8_0) x = _mm256_sign_epi8(x, w);
@@ -230,7 +237,7 @@ INL void kern32(int type, int T, int64_t nbs, const char *ob, const char *a, siz
             }
         }
         const __m256 dw = _mm256_load_ps((const float *)(wb + 256));
-#pragma GCC unroll 4
+QT_UNROLL_T
         for (int t = 0; t < T; t++) {
             const side_t *e = &sd[t * nbs + b];
             if (offset32(type)) is[t] = _mm256_add_epi32(is[t], _mm256_set1_epi32(e->corr));
@@ -253,36 +260,36 @@ INL void kernK(int type, int T, int64_t nbs, const char *ob, const char *a, size
     for (int64_t i = 0; i < nbs; i++) {
         const char *wb = ob + i * OBK;
         __m256i is[TQ], ms[TQ], s[TQ];
-#pragma GCC unroll 4
+QT_UNROLL_T
         for (int t = 0; t < T; t++) is[t] = ms[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int c = 0; c < 8; c++) {
 #pragma GCC unroll 2
             for (int g0 = 0; g0 < 8; g0 += per) {
-#pragma GCC unroll 4
+QT_UNROLL_T
                 for (int t = 0; t < T; t++) s[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
                 for (int g = g0; g < g0 + per; g++) {
                     const __m256i w = _mm256_load_si256((const __m256i *)(wb + 256 * c + 32 * g));
-#pragma GCC unroll 4
+QT_UNROLL_T
                     for (int t = 0; t < T; t++) {
                         const gm_block_q8_K *yb = (const gm_block_q8_K *)(a + t * as) + i;
                         s[t] = _mm256_dpbusd_epi32(s[t], w, bcast32(yb->qs + 32 * c + 4 * g));
                     }
                 }
                 const __m256i sc = kscale32(wb + 2048 + 32 * (2 * c + g0 / 4));
-#pragma GCC unroll 4
+QT_UNROLL_T
                 for (int t = 0; t < T; t++) is[t] = _mm256_add_epi32(is[t], _mm256_mullo_epi32(s[t], sc));
             }
             const __m256i mv = _mm256_load_si256((const __m256i *)(wb + 2560 + 32 * c));
-#pragma GCC unroll 4
+QT_UNROLL_T
             for (int t = 0; t < T; t++) {
                 const gm_block_q8_K *yb = (const gm_block_q8_K *)(a + t * as) + i;
                 ms[t] = _mm256_add_epi32(ms[t], _mm256_madd_epi16(mv, bcast32(yb->bsums + 2 * c)));
             }
         }
         const __m256 d = _mm256_load_ps((const float *)(wb + 2816)), dm = _mm256_load_ps((const float *)(wb + 2848));
-#pragma GCC unroll 4
+QT_UNROLL_T
         for (int t = 0; t < T; t++) {
             const __m256 da = _mm256_set1_ps(((const gm_block_q8_K *)(a + t * as) + i)->d);
             const __m256 dv = _mm256_mul_ps(d, da);
@@ -304,7 +311,7 @@ INL void kernK(int type, int T, int64_t nbs, const char *ob, const char *a, size
     for (int64_t i = 0; i < nbs; i++) {
         const char *wb = ob + i * OBK;
         __m256i is[TQ], ms[TQ], s[TQ];
-#pragma GCC unroll 4
+QT_UNROLL_T
         for (int t = 0; t < T; t++) is[t] = ms[t] = s[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int c = 0; c < 8; c++) {
@@ -312,7 +319,7 @@ INL void kernK(int type, int T, int64_t nbs, const char *ob, const char *a, size
             for (int g = 0; g < 8; g++) {
                 const __m256i w = _mm256_load_si256((const __m256i *)(wb + 256 * c + 32 * g));
                 const __m256i sc = _mm256_load_si256((const __m256i *)(wb + 2048 + 32 * (2 * c + g / 4)));
-#pragma GCC unroll 4
+QT_UNROLL_T
                 for (int t = 0; t < T; t++) {
                     const gm_block_q8_K *yb = (const gm_block_q8_K *)(a + t * as) + i;
                     s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(w, bcast32(yb->qs + 32 * c + 4 * g)));
@@ -323,14 +330,14 @@ INL void kernK(int type, int T, int64_t nbs, const char *ob, const char *a, size
                 }
             }
             const __m256i mv = _mm256_load_si256((const __m256i *)(wb + 2560 + 32 * c));
-#pragma GCC unroll 4
+QT_UNROLL_T
             for (int t = 0; t < T; t++) {
                 const gm_block_q8_K *yb = (const gm_block_q8_K *)(a + t * as) + i;
                 ms[t] = _mm256_add_epi32(ms[t], _mm256_madd_epi16(mv, bcast32(yb->bsums + 2 * c)));
             }
         }
         const __m256 d = _mm256_load_ps((const float *)(wb + 2816)), dm = _mm256_load_ps((const float *)(wb + 2848));
-#pragma GCC unroll 4
+QT_UNROLL_T
         for (int t = 0; t < T; t++) {
             const __m256 da = _mm256_set1_ps(((const gm_block_q8_K *)(a + t * as) + i)->d);
             const __m256 dv = _mm256_mul_ps(d, da);
@@ -476,11 +483,11 @@ INL __m256 x8k_direct(int type, int64_t nbs, const char *p, size_t gb, const cha
 INL void tile(int type, int T, int64_t b0, int64_t nbs, const char *ob, const char *a, size_t as, const side_t *sd,
               float *y, int64_t ldy, int nr) {
     __m256 acc[TQ];
-#pragma GCC unroll 4
+QT_UNROLL_T
     for (int t = 0; t < T; t++) acc[t] = b0 ? load_rows(y + t * ldy, nr) : _mm256_setzero_ps();
     if (kquant(type)) kernK(type, T, nbs, ob, a, as, acc);
     else kern32(type, T, nbs, ob, a, as, sd, acc);
-#pragma GCC unroll 4
+QT_UNROLL_T
     for (int t = 0; t < T; t++) store_rows(y + t * ldy, acc[t], nr);
 }
 
@@ -551,6 +558,10 @@ INL void qtiles(int type, bool x8, int64_t n, const char *w, size_t ws, int64_t 
                 int64_t t = 0;
                 for (; t + TQ <= nt; t += TQ) tile(type, TQ, k0, nbs, ob, at + t * as, as, sd + t * nbs, yo + t * ldy, ldy, nr);
                 switch (nt - t) {
+#if QT_VNNI
+                case 5: tile(type, 5, k0, nbs, ob, at + t * as, as, sd + t * nbs, yo + t * ldy, ldy, nr); break;
+                case 4: tile(type, 4, k0, nbs, ob, at + t * as, as, sd + t * nbs, yo + t * ldy, ldy, nr); break;
+#endif
                 case 3: tile(type, 3, k0, nbs, ob, at + t * as, as, sd + t * nbs, yo + t * ldy, ldy, nr); break;
                 case 2: tile(type, 2, k0, nbs, ob, at + t * as, as, sd + t * nbs, yo + t * ldy, ldy, nr); break;
                 case 1: tile(type, 1, k0, nbs, ob, at + t * as, as, sd + t * nbs, yo + t * ldy, ldy, nr); break;

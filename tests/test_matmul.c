@@ -495,8 +495,9 @@ static void qx8_case(int type, int64_t n, int64_t rows, const int *nts, int n_nt
         gm_matrix_bind(&M, (gm_isa)isa);
         gm_matrix_bind(&P, (gm_isa)isa);
         CHECK(gm_matrix_kernel(&M)->packed && !gm_matrix_kernel(&P)->packed);
-        for (int k = 0; k < 2 && n * rows <= 1 << 20; k++) {
-            const int64_t nt = k ? n_tok : 1;
+        const int64_t mm_nts[] = {1, 19, 20, 23, 33, n_tok}; /* every remainder of 4- and 6-token tiles */
+        for (int k = 0; k < 6 && n * rows <= 1 << 20; k++) {
+            const int64_t nt = mm_nts[k];
             CHECK_EQ_INT(gm_matmul(&F, x, nt, yf, p2, &s), GM_OK);
             CHECK_EQ_INT(gm_matmul(&M, x, nt, y, p2, &s), GM_OK);
             for (int64_t i = 0; i < nt * rows; i++) bad_bits += memcmp(&yf[i], &y[i], 4) != 0;
