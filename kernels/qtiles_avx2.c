@@ -247,6 +247,34 @@ QT_UNROLL_T
     }
 }
 
+/* kernK's two steps both routes share: chunk c's offset sums (mins, Q6_K's 32) from the bsums, and a super-block's
+ * f32 steps */
+INL void kmins(int T, const char *wb, const char *a, size_t as, int64_t i, int c, __m256i ms[TQ]) {
+    const __m256i mv = _mm256_load_si256((const __m256i *)(wb + 2560 + 32 * c));
+QT_UNROLL_T
+    for (int t = 0; t < T; t++) {
+        const gm_block_q8_K *yb = (const gm_block_q8_K *)(a + t * as) + i;
+        ms[t] = _mm256_add_epi32(ms[t], _mm256_madd_epi16(mv, bcast32(yb->bsums + 2 * c)));
+    }
+}
+
+INL void kfinish(int type, int T, const char *wb, const char *a, size_t as, int64_t i, const __m256i is[TQ],
+                 const __m256i ms[TQ], __m256 acc[TQ]) {
+    const __m256 d = _mm256_load_ps((const float *)(wb + 2816)), dm = _mm256_load_ps((const float *)(wb + 2848));
+QT_UNROLL_T
+    for (int t = 0; t < T; t++) {
+        const __m256 da = _mm256_set1_ps(((const gm_block_q8_K *)(a + t * as) + i)->d);
+        const __m256 dv = _mm256_mul_ps(d, da);
+        if (type == GM_TYPE_Q6_K) {
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(is[t], ms[t])), dv, acc[t]);
+        } else {
+            const __m256 nm = _mm256_xor_ps(_mm256_mul_ps(dm, da), _mm256_set1_ps(-0.0f));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), dv, acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms[t]), nm, acc[t]);
+        }
+    }
+}
+
 #if QT_VNNI
 /* kernK with VNNI: one vpdpbusd per group and token adds its 4 products into int32 (no int16 step: the AVX2
  * route's vpmaddubsw, vpaddw and vpmaddwd become one instruction), each scale's 32 (Q4_K / Q5_K) or 16 (Q6_K)
@@ -281,26 +309,9 @@ QT_UNROLL_T
 QT_UNROLL_T
                 for (int t = 0; t < T; t++) is[t] = _mm256_add_epi32(is[t], _mm256_mullo_epi32(s[t], sc));
             }
-            const __m256i mv = _mm256_load_si256((const __m256i *)(wb + 2560 + 32 * c));
-QT_UNROLL_T
-            for (int t = 0; t < T; t++) {
-                const gm_block_q8_K *yb = (const gm_block_q8_K *)(a + t * as) + i;
-                ms[t] = _mm256_add_epi32(ms[t], _mm256_madd_epi16(mv, bcast32(yb->bsums + 2 * c)));
-            }
+            kmins(T, wb, a, as, i, c, ms);
         }
-        const __m256 d = _mm256_load_ps((const float *)(wb + 2816)), dm = _mm256_load_ps((const float *)(wb + 2848));
-QT_UNROLL_T
-        for (int t = 0; t < T; t++) {
-            const __m256 da = _mm256_set1_ps(((const gm_block_q8_K *)(a + t * as) + i)->d);
-            const __m256 dv = _mm256_mul_ps(d, da);
-            if (type == GM_TYPE_Q6_K) {
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(is[t], ms[t])), dv, acc[t]);
-            } else {
-                const __m256 nm = _mm256_xor_ps(_mm256_mul_ps(dm, da), _mm256_set1_ps(-0.0f));
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), dv, acc[t]);
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms[t]), nm, acc[t]);
-            }
-        }
+        kfinish(type, T, wb, a, as, i, is, ms, acc);
     }
 }
 #else
@@ -329,26 +340,9 @@ QT_UNROLL_T
                     }
                 }
             }
-            const __m256i mv = _mm256_load_si256((const __m256i *)(wb + 2560 + 32 * c));
-QT_UNROLL_T
-            for (int t = 0; t < T; t++) {
-                const gm_block_q8_K *yb = (const gm_block_q8_K *)(a + t * as) + i;
-                ms[t] = _mm256_add_epi32(ms[t], _mm256_madd_epi16(mv, bcast32(yb->bsums + 2 * c)));
-            }
+            kmins(T, wb, a, as, i, c, ms);
         }
-        const __m256 d = _mm256_load_ps((const float *)(wb + 2816)), dm = _mm256_load_ps((const float *)(wb + 2848));
-QT_UNROLL_T
-        for (int t = 0; t < T; t++) {
-            const __m256 da = _mm256_set1_ps(((const gm_block_q8_K *)(a + t * as) + i)->d);
-            const __m256 dv = _mm256_mul_ps(d, da);
-            if (type == GM_TYPE_Q6_K) {
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(is[t], ms[t])), dv, acc[t]);
-            } else {
-                const __m256 nm = _mm256_xor_ps(_mm256_mul_ps(dm, da), _mm256_set1_ps(-0.0f));
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), dv, acc[t]);
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms[t]), nm, acc[t]);
-            }
-        }
+        kfinish(type, T, wb, a, as, i, is, ms, acc);
     }
 }
 #endif
