@@ -97,13 +97,12 @@ static void table_init(void) {
     }
     /* At the AVX-512 level an x8 copy runs the AVX2 kernels: rows in lanes (one convert and one fmadd per 8 rows
      * and 32 codes) beat the AVX-512 tiles' codes in lanes (a convert, a multiply and an fmadd per row, token and
-     * 64 codes) on Zen 4, 1 thread: 270M pp512 470 -> 671 tok/s, tg 60 -> 73; 1B-shaped pp512 79 -> 112, tg 15 ->
-     * 28. The record keeps isa = AVX2: those matrices give the AVX2 level's bits. */
+     * 64 codes) on Zen 4 (docs/performance.md). The record keeps isa = AVX2: those matrices give the AVX2 level's
+     * bits. A pending copy (PENDING_SLOT) runs the file-row kernels with those bits at both levels. */
     for (int t = 0; t < TYPE_SLOTS; t++) {
         table[GM_ISA_AVX2][PENDING_SLOT + t] = table[GM_ISA_AVX512][PENDING_SLOT + t] = table[GM_ISA_AVX2][t];
         if (table[GM_ISA_AVX2][X8_SLOT + t].packed) table[GM_ISA_AVX512][X8_SLOT + t] = table[GM_ISA_AVX2][X8_SLOT + t];
-        /* the prefill tiles with VNNI, where this build has them: the same bits */
-        if (gm_isa_supported() < GM_ISA_AVX512) continue;
+        /* the prefill tiles with VNNI, where this build has them (this row serves AVX-512 CPUs only): the same bits */
         if (gm_vnni_qx8_tiles(t) && table[GM_ISA_AVX512][X8_SLOT + t].packed)
             table[GM_ISA_AVX512][X8_SLOT + t].tiles2 = gm_vnni_qx8_tiles(t);
         if (gm_vnni_qtiles(t) && table[GM_ISA_AVX512][PENDING_SLOT + t].tiles2 == gm_avx2_qtiles(t))

@@ -235,17 +235,11 @@ static void release_file_pages(const gm_model *m, const gm_matrix *w) {
     if (e > b) (void)madvise((void *)b, e - b, MADV_DONTNEED);
 }
 
-/* a matrix to copy at open: packed (packed_type set), or moved whole into anonymous memory (dst) */
+/* a matrix to copy: packed (packed_type set), or moved whole into anonymous memory (dst) */
 typedef struct {
     gm_matrix *w;
     char *dst;
 } pack_item;
-
-typedef struct pack_job {
-    const gm_model *m;
-    pack_item *items;
-    int n;
-} pack_job;
 
 static bool is_x8(const gm_matrix *w) { return w->packed_type == GM_KTYPE_X8(w->type); }
 
@@ -258,26 +252,27 @@ static void pack_x8(const gm_matrix *w, char *dst) {
  * quantized types; F16x8 / BF16x8 sum in another order than the F16 / BF16 kernels on the file's rows) */
 static bool packs_later(const gm_matrix *w) { return is_x8(w) && gm_avx2_qx8_tiles(w->type) != NULL; }
 
-/* the copies made before gm_model_open returns: plain moves, Q5_0x16 and F16 / BF16 x8 */
-static void *pack_mats(void *arg) {
-    const pack_job *j = arg;
-    for (int i = 0; i < j->n; i++) {
-        gm_matrix *w = j->items[i].w;
-        char *dst = j->items[i].dst;
-        if (!w->packed_type) {
-            memcpy(dst, w->data, matrix_bytes(w));
-            release_file_pages(j->m, w);
-            w->data = dst; /* the same bytes for every reader */
-        } else if (is_x8(w)) {
-            pack_x8(w, dst);
-            release_file_pages(j->m, w);
-        } else {
-            const size_t rb = gm_row_bytes(w->type, w->cols);
-            for (int64_t r = 0; r < w->rows; r++)
-                gm_pack_q5_0x16_row((const char *)w->data + (size_t)r * rb, dst + (size_t)r * rb, w->cols);
-        }
+/* One copy: a plain move, or a packed layout, published (set, then the kernels re-bound: release, so a reader
+ * that sees the packed kernels sees the copy). The file's pages go where nothing reads them any more (the
+ * Q5_0x16 kernels still read the file's rows); readers still on them fault them back in: the same bytes. */
+static void pack_item_do(gm_model *m, const pack_item *it) {
+    gm_matrix *w = it->w;
+    if (!w->packed_type) {
+        memcpy(it->dst, w->data, matrix_bytes(w));
+        release_file_pages(m, w);
+        w->data = it->dst; /* the same bytes for every reader */
+        return;
     }
-    return NULL;
+    if (is_x8(w)) {
+        pack_x8(w, it->dst);
+    } else {
+        const size_t rb = gm_row_bytes(w->type, w->cols);
+        for (int64_t r = 0; r < w->rows; r++)
+            gm_pack_q5_0x16_row((const char *)w->data + (size_t)r * rb, it->dst + (size_t)r * rb, w->cols);
+    }
+    w->packed = it->dst;
+    gm_matrix_bind(w, m->isa);
+    if (is_x8(w)) release_file_pages(m, w);
 }
 
 /* The quantized x8 copies are made after gm_model_open returns, by up to two threads, matrix by matrix in layer order.
@@ -286,7 +281,7 @@ static void *pack_mats(void *arg) {
  * are fresh memory, and on the VMs we measured most of the cost is the kernel zeroing it (clear_page, 54% of a
  * 6.9 s open of a 4B-shaped Q4_K_M file on Zen 4); the first token need not wait for it. */
 typedef struct gm_packer gm_packer;
-struct gm_packer {
+struct gm_packer { /* items claimed in order by up to two threads (the copies made at open use one too, joined) */
     gm_model *m;
     pack_item *items;
     int n;
@@ -295,15 +290,7 @@ struct gm_packer {
     pthread_t th[2];
     int n_threads;
     pthread_mutex_t mu; /* one joiner */
-    bool joined;
 };
-
-static void pack_item_publish(gm_model *m, const pack_item *it) {
-    pack_x8(it->w, it->dst);
-    it->w->packed = it->dst;
-    gm_matrix_bind(it->w, m->isa); /* release: a reader that sees the x8 kernels sees the copy */
-    release_file_pages(m, it->w);  /* readers still on the file's rows fault them back in: same bytes */
-}
 
 static void *packer_main(void *arg) {
     gm_packer *p = arg;
@@ -311,7 +298,7 @@ static void *packer_main(void *arg) {
         if (atomic_load_explicit(&p->stop, memory_order_relaxed)) break;
         const int i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
         if (i >= p->n) break;
-        pack_item_publish(p->m, &p->items[i]);
+        pack_item_do(p->m, &p->items[i]);
     }
     return NULL;
 }
@@ -322,14 +309,16 @@ static void packer_start(gm_packer *p) {
     if (p->n_threads == 0) packer_main(p); /* no thread: pack here, as before the packer */
 }
 
+static void packer_join(gm_packer *p) {
+    for (int i = 0; i < p->n_threads; i++) pthread_join(p->th[i], NULL);
+    p->n_threads = 0;
+}
+
 void gm_model_wait_packed(gm_model *m) {
     if (!m || !m->packer) return;
-    gm_packer *p = m->packer;
-    pthread_mutex_lock(&p->mu);
-    if (!p->joined)
-        for (int i = 0; i < p->n_threads; i++) pthread_join(p->th[i], NULL);
-    p->joined = true;
-    pthread_mutex_unlock(&p->mu);
+    pthread_mutex_lock(&m->packer->mu);
+    packer_join(m->packer);
+    pthread_mutex_unlock(&m->packer->mu);
 }
 
 static void packer_free(gm_model *m) {
@@ -405,19 +394,11 @@ static gm_status pack_weights(gm_model *m, gm_repack repack, gm_error *err) {
     }
     m->packed_bytes = total;
     char *p = m->packed_store;
-    for (int i = 0; i < n_now; i++) {
-        now[i].dst = p;
-        if (now[i].w->packed_type) now[i].w->packed = p;
-        p += packed_span(now[i].w);
-    }
+    for (int i = 0; i < n_now; i++) now[i].dst = p, p += packed_span(now[i].w);
     for (int i = 0; i < n_later; i++) later[i].dst = p, p += packed_span(later[i].w);
-    /* two halves, one on a helper thread (the copy is memory bound) */
-    pack_job a = {m, now, n_now / 2}, b = {m, now + n_now / 2, n_now - n_now / 2};
-    pthread_t th;
-    const bool helper = n_now > 1 && pthread_create(&th, NULL, pack_mats, &a) == 0;
-    pack_mats(&b);
-    if (helper) pthread_join(th, NULL);
-    else pack_mats(&a);
+    gm_packer sync = {.m = m, .items = now, .n = n_now}; /* the same two threads, joined before open returns */
+    packer_start(&sync);
+    packer_join(&sync);
     free(now);
     if (n_later == 0) {
         free(later);
