@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the build needs, only when something is missing.
+#   scripts/install-deps.sh           what `make run` and `make test` need
+#   scripts/install-deps.sh cluster   also HAProxy and Prometheus, for tests/cluster/ (CI runs this)
 set -euo pipefail
 need=()
+if [ "${1:-}" = cluster ]; then
+  command -v haproxy >/dev/null || need+=(haproxy)
+  command -v prometheus >/dev/null || need+=(prometheus)
+  command -v ip >/dev/null || need+=(iproute2)
+fi
 command -v cmake >/dev/null || need+=(cmake)
 command -v gcc >/dev/null || need+=(gcc)
 command -v clang >/dev/null || need+=(clang)

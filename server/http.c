@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "server/server.h"
 
@@ -31,7 +32,9 @@ struct srv {
     struct MHD_Daemon *d;
     srv_guard *guard;
     bool loopback_bind;     /* listening on a loopback address only: the Host check applies */
-    int stopping;           /* (atomic) srv_stop began: embeddings end, new requests get 503 */
+    int state;              /* (atomic) srv_state: what /health says and which requests are taken */
+    int working;            /* (atomic) completion and embedding requests not yet completed: a drain waits
+                             * for them */
     int host_warned;        /* (atomic) the first Host refusal was logged */
     gm_model *m;
     const gm_tokenizer *tok;
@@ -41,10 +44,18 @@ struct srv {
     srv_metrics *met;
     srv_media *media;       /* --mmproj: images in chat requests */
     char model_id[128];
+    char replica_id[128];   /* --replica-id, or host name:port: in /health, /metrics, every response */
     int n_ctx;
     int inflight;       /* requests not yet completed (atomic): shutdown lets them finish writing */
 };
 typedef struct srv server;
+
+/* A replica's life, as a load balancer sees it through /health: loading (503; the daemon listens while
+ * the model opens, so a balancer can tell a slow start from a dead process), ready (200), draining
+ * (SIGTERM: 503 to health checks and to new work, running requests finish), stopping (503). */
+typedef enum { SRV_LOADING, SRV_READY, SRV_DRAINING, SRV_STOPPING } srv_state;
+
+static srv_state state_of(const struct srv *s) { return (srv_state)__atomic_load_n(&s->state, __ATOMIC_ACQUIRE); }
 
 typedef enum {
     R_NONE, R_PAGE, R_HEALTH, R_MODELS, R_METRICS, R_CHAT, R_COMPLETION, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS
@@ -55,6 +66,7 @@ typedef struct req {
     char *body;
     size_t len, cap;
     bool too_big, early_reply;
+    bool working;           /* counted in server.working */
     int key;                /* the API key the request gave (index + 1; 0: none) */
     bool http11;
     int status;
@@ -66,6 +78,8 @@ typedef struct req {
 /* ---------------------------------------------------------------- replies */
 
 static void add_common_headers(const server *s, struct MHD_Response *resp) {
+    /* which replica answered, for clients and tests behind a balancer (also system_fingerprint) */
+    MHD_add_response_header(resp, "X-Gemma-Replica", s->replica_id);
     if (s->o->cors) {
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", s->o->cors);
         MHD_add_response_header(resp, "Vary", "Origin");
@@ -422,7 +436,7 @@ typedef struct embed_watch {
 
 static bool embed_keep_going(void *arg) {
     embed_watch *w = arg;
-    return !__atomic_load_n(&w->s->stopping, __ATOMIC_ACQUIRE) && still_there(&w->w);
+    return state_of(w->s) != SRV_STOPPING && still_there(&w->w);
 }
 
 static MHD_Result embeddings(struct MHD_Connection *c, server *s, req *r) {
@@ -430,7 +444,7 @@ static MHD_Result embeddings(struct MHD_Connection *c, server *s, req *r) {
     embed_watch w = {.s = s, .w = watch_of(c, r, false)};
     const srv_embed_ctx x = {s->emb, &s->emb_turns, s->m, s->model_id, s->guard, embed_keep_going, &w};
     char *out = srv_embeddings(&x, r->body, r->len, &status, &r->prompt);
-    if (status == 499 && __atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) {
+    if (status == 499 && state_of(s) == SRV_STOPPING) {
         free(out);
         return reply_error(c, s, r, 503, "server_error", NULL, "the server is shutting down");
     }
@@ -525,6 +539,26 @@ static MHD_Result models(struct MHD_Connection *c, server *s, req *r) {
     return reply_json(c, s, r, 200, o);
 }
 
+/* ---------------------------------------------------------------- health */
+
+static const char *state_name(srv_state st) {
+    static const char *names[] = {"loading", "ready", "draining", "stopping"};
+    return names[st];
+}
+
+/* 200 only when ready: a balancer's check (HAProxy's `http-check expect status 200`, a Kubernetes
+ * readiness probe) takes the replica out while it loads, drains or stops. "status" keeps llama-server's
+ * "ok" for ready; "state" names every state. */
+static MHD_Result health(struct MHD_Connection *c, server *s, req *r) {
+    const srv_state st = state_of(s);
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return reply(c, s, r, 500, "application/json", NULL);
+    cJSON_AddStringToObject(o, "status", st == SRV_READY ? "ok" : state_name(st));
+    cJSON_AddStringToObject(o, "state", state_name(st));
+    cJSON_AddStringToObject(o, "replica", s->replica_id);
+    return reply_json(c, s, r, st == SRV_READY ? 200 : 503, o);
+}
+
 /* ---------------------------------------------------------------- routing */
 
 
@@ -572,10 +606,7 @@ static MHD_Result dispatch(struct MHD_Connection *c, server *s, req *r, route rt
         if (page) memcpy(page, srv_chat_html, srv_chat_html_len + 1);
         return reply(c, s, r, 200, "text/html; charset=utf-8", page);
     }
-    case R_HEALTH:
-        if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE))
-            return reply(c, s, r, 503, "application/json", strdup("{\"status\":\"stopping\"}"));
-        return reply(c, s, r, 200, "application/json", strdup("{\"status\":\"ok\"}"));
+    case R_HEALTH: return health(c, s, r);
     case R_MODELS: return models(c, s, r);
     case R_METRICS:
         if (s->media) {
@@ -583,7 +614,8 @@ static MHD_Result dispatch(struct MHD_Connection *c, server *s, req *r, route rt
             media_stats(s->media, &ms);
             metrics_images(s->met, &ms);
         }
-        return reply(c, s, r, 200, "text/plain; version=0.0.4", metrics_render(s->met, s->model_id));
+        return reply(c, s, r, 200, "text/plain; version=0.0.4",
+                     metrics_render(s->met, s->model_id, s->replica_id, state_name(state_of(s))));
     case R_CHAT: return completion(c, s, r, &openai_chat);
     case R_COMPLETION: return completion(c, s, r, &openai_completions);
     case R_TOKENIZE: return tokenize(c, s, r);
@@ -632,9 +664,20 @@ static MHD_Result first_call(struct MHD_Connection *c, server *s, req *r, route 
     r->key = key_of(s, c);
     if (rt != R_HEALTH && rt != R_PAGE && s->o->n_api_keys && !r->key)
         return reply_error(c, s, r, 401, "invalid_request_error", "invalid_api_key", "a valid API key is needed: Authorization: Bearer <key>");
+    if (rt != R_HEALTH && rt != R_PAGE && rt != R_METRICS && state_of(s) == SRV_LOADING)
+        return reply_error(c, s, r, 503, "server_error", "loading", "the model is still loading; retry shortly");
     if (!want_post) return MHD_YES;
-    if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE))
+    if (state_of(s) == SRV_STOPPING)
         return reply_error(c, s, r, 503, "server_error", NULL, "the server is shutting down");
+    if (rt == R_CHAT || rt == R_COMPLETION || rt == R_EMBEDDINGS) {
+        /* counted before the state is read, both sequentially consistent (srv_drain does the reverse):
+         * either this request sees the drain and is refused, or the drain sees it and waits for it */
+        r->working = true;
+        __atomic_add_fetch(&s->working, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&s->state, __ATOMIC_SEQ_CST) == SRV_DRAINING)
+            return reply_error(c, s, r, 503, "server_error", "draining",
+                               "this replica is draining (it was told to stop): send the request to another");
+    }
     if (!is_json_type(c))
         return reply_error(c, s, r, 415, "invalid_request_error", NULL, "the body must be JSON (Content-Type: application/json)");
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
@@ -729,6 +772,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         else
             fprintf(stderr, "gemma serve: %s %d %.3fs%s\n", r->endpoint, status, srv_now() - r->t0, end);
     }
+    if (r->working) __atomic_sub_fetch(&s->working, 1, __ATOMIC_SEQ_CST);
     free(r->body);
     free(r);
     *con_cls = NULL;
@@ -787,18 +831,10 @@ static bool open_model(server *s, char *msg, size_t n) {
         return false;
     }
     s->tok = gm_model_tokenizer(s->m);
-    if (o->model_name) snprintf(s->model_id, sizeof s->model_id, "%s", o->model_name);
-    else model_id_of(o->model_path, s->model_id, sizeof s->model_id);
-    s->met = metrics_new();
-    s->guard = guard_new(o);
     const gm_config *mc = gm_model_config(s->m);
     /* an embedding model gets an embedder (its context capped at the model's) instead of the scheduler */
     const gm_embedder_options eo = {.n_threads = o->threads,
                                     .n_ctx = o->n_ctx < mc->context_length ? o->n_ctx : mc->context_length};
-    if (!s->met || !s->guard) {
-        snprintf(msg, n, "out of memory");
-        return false;
-    }
     if (o->mmproj_path && mc->is_embedding) {
         snprintf(msg, n, "--mmproj: an embedding model reads text only");
         return false;
@@ -830,18 +866,41 @@ static size_t default_max_body(const server *s) {
     return b < (1u << 20) ? 1u << 20 : b > (1u << 30) ? 1u << 30 : b;
 }
 
+/* --replica-id, or this machine's name and the port: stable across restarts of the same replica, which is
+ * what dashboards and affinity checks key on. With --port 0 the port is known only once the daemon runs,
+ * after the first response could read the id: the process id stands in. */
+static void set_replica_id(server *s, unsigned port) {
+    if (s->o->replica_id) {
+        model_id_of(s->o->replica_id, s->replica_id, sizeof s->replica_id);
+        return;
+    }
+    char host[64] = "localhost", id[sizeof s->replica_id];
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = 0;
+    if (port) snprintf(id, sizeof id, "%s:%u", host, port);
+    else snprintf(id, sizeof id, "%s-pid%ld", host, (long)getpid());
+    model_id_of(id, s->replica_id, sizeof s->replica_id);
+}
+
+/* The daemon starts before the model opens: until then /health answers 503 "loading" and model requests
+ * 503, so a balancer can tell a replica that is starting from one that is gone. */
 bool srv_start(const srv_options *o, bool listen, srv **out, char *msg, size_t n) {
     server *s = calloc(1, sizeof *s);
     *out = NULL;
     if (!s) return snprintf(msg, n, "out of memory"), false;
     s->opt = *o;
     s->o = o = &s->opt;
+    s->state = SRV_LOADING;
     turns_init(&s->emb_turns);
-    if (!open_model(s, msg, n)) {
+    if (o->model_name) snprintf(s->model_id, sizeof s->model_id, "%s", o->model_name);
+    else model_id_of(o->model_path, s->model_id, sizeof s->model_id);
+    s->met = metrics_new();
+    s->guard = guard_new(o);
+    if (!s->met || !s->guard) {
+        snprintf(msg, n, "out of memory");
         srv_stop(s);
         return false;
     }
-    if (!s->opt.max_body) s->opt.max_body = default_max_body(s);
     struct sockaddr_storage ss = {0};
     socklen_t sl = 0;
     if (listen && !resolve(o->host, o->port, &ss, &sl, msg, n)) {
@@ -869,12 +928,24 @@ bool srv_start(const srv_options *o, bool listen, srv **out, char *msg, size_t n
         {listen ? MHD_OPTION_SOCK_ADDR : MHD_OPTION_END, 0, &ss},
         {MHD_OPTION_END, 0, NULL},
     };
+    /* the replica id is in every response's headers: it is set before the first one can be sent */
+    set_replica_id(s, (unsigned)o->port);
+    s->opt.replica_id = s->replica_id; /* what responses put in system_fingerprint */
     s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
     if (!s->d) {
         snprintf(msg, n, "cannot listen on %s:%d (in use, or not an address of this machine?)", o->host, o->port);
         srv_stop(s);
         return false;
     }
+    if (listen) /* a start that takes long (a large model on a cold disk) shows in /health, not only here */
+        fprintf(stderr, "gemma serve: opening %s; port %u answers /health with 503 \"loading\" until it is ready\n",
+                o->model_path, srv_port(s));
+    if (!open_model(s, msg, n)) {
+        srv_stop(s);
+        return false;
+    }
+    if (!s->opt.max_body) s->opt.max_body = default_max_body(s);
+    __atomic_store_n(&s->state, SRV_READY, __ATOMIC_SEQ_CST); /* publishes the model to connection threads */
     *out = s;
     return true;
 }
@@ -888,9 +959,16 @@ bool srv_add_connection(srv *s, int fd, const struct sockaddr *addr, unsigned ad
     return MHD_add_connection(s->d, fd, addr, (socklen_t)addr_len) == MHD_YES;
 }
 
+void srv_drain(srv *s) {
+    int ready = SRV_READY; /* a server already stopping stays so */
+    __atomic_compare_exchange_n(&s->state, &ready, SRV_DRAINING, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+
+bool srv_idle(const srv *s) { return __atomic_load_n(&s->working, __ATOMIC_SEQ_CST) == 0; }
+
 void srv_stop(srv *s) {
     if (!s) return;
-    __atomic_store_n(&s->stopping, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&s->state, SRV_STOPPING, __ATOMIC_SEQ_CST);
     if (s->d) MHD_quiesce_daemon(s->d); /* no new connections */
     sched_stop(s->sched);                /* every open job ends: its connection thread writes the end and returns */
     for (int i = 0; s->d && i < 200 && __atomic_load_n(&s->inflight, __ATOMIC_ACQUIRE) > 0; i++) {
@@ -906,6 +984,31 @@ void srv_stop(srv *s) {
     gm_model_free(s->m);
     turns_destroy(&s->emb_turns);
     free(s);
+}
+
+/* SIGTERM is how systemd, Kubernetes and a deploy script stop a replica: it drains first. /health turns
+ * 503 so the balancer stops sending, requests that still arrive get a 503 it can retry elsewhere, and the
+ * running ones finish, up to the deadline. A second signal stops at once. */
+static void drain_then_stop(srv *s, const sigset_t *sigs, int seconds) {
+    srv_drain(s);
+    fprintf(stderr, "gemma serve: SIGTERM: draining (/health 503, new requests 503; %d running may take up to "
+                    "%d s; another signal stops now)\n", __atomic_load_n(&s->working, __ATOMIC_SEQ_CST), seconds);
+    const double deadline = srv_now() + seconds;
+    const struct timespec tick = {0, 50 * 1000 * 1000};
+    while (!srv_idle(s)) {
+        if (srv_now() >= deadline) {
+            fprintf(stderr, "gemma serve: drain deadline (--drain-timeout %d) passed: stopping (ending open streams)\n",
+                    seconds);
+            return;
+        }
+        const int sig = sigtimedwait(sigs, NULL, &tick);
+        if (sig > 0) {
+            fprintf(stderr, "gemma serve: %s while draining: stopping (ending open streams)\n",
+                    sig == SIGINT ? "SIGINT" : "SIGTERM");
+            return;
+        }
+    }
+    fprintf(stderr, "gemma serve: drained: every request finished; stopping\n");
 }
 
 int srv_run(const srv_options *o) {
@@ -931,7 +1034,8 @@ int srv_run(const srv_options *o) {
             v6 ? "[" : "", o->host, v6 ? "]" : "", srv_port(s));
     int sig = 0;
     sigwait(&sigs, &sig);
-    fprintf(stderr, "gemma serve: %s: stopping (ending open streams)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    if (sig == SIGTERM && o->drain_timeout > 0) drain_then_stop(s, &sigs, o->drain_timeout);
+    else fprintf(stderr, "gemma serve: %s: stopping (ending open streams)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     srv_stop(s);
     return 0;
 }

@@ -29,6 +29,7 @@ struct srv_metrics {
     } req[MAX_SERIES];
     int n_req;
     uint64_t prompt_tokens, cached_tokens, generated_tokens;
+    uint64_t prefix_lookups, prefix_hits; /* finished requests; those that reused at least one cached token */
     int queued, active;
     int64_t preemptions;
     gm_spec_stats spec;
@@ -71,6 +72,8 @@ void metrics_tokens(srv_metrics *m, int prompt, int cached, int generated) {
     m->prompt_tokens += (uint64_t)prompt;
     m->cached_tokens += (uint64_t)cached;
     m->generated_tokens += (uint64_t)generated;
+    m->prefix_lookups++;
+    m->prefix_hits += cached > 0;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -162,7 +165,18 @@ void metrics_images(srv_metrics *m, const srv_media_stats *st) {
     pthread_mutex_unlock(&m->mu);
 }
 
-char *metrics_render(srv_metrics *m, const char *model) {
+/* A Prometheus label value: backslash, quote and newline escaped. */
+static void put_label(char *out, size_t cap, const char *v) {
+    size_t k = 0;
+    for (const char *p = v; *p && k + 3 < cap; p++) {
+        if (*p == '\\' || *p == '"') out[k++] = '\\', out[k++] = *p;
+        else if (*p == '\n') out[k++] = '\\', out[k++] = 'n';
+        else out[k++] = *p;
+    }
+    out[k] = 0;
+}
+
+char *metrics_render(srv_metrics *m, const char *model, const char *replica, const char *state) {
     text t = {0};
     pthread_mutex_lock(&m->mu);
     add(&t, "# HELP gemma_requests_total HTTP requests by endpoint and status.\n# TYPE gemma_requests_total counter\n");
@@ -182,6 +196,11 @@ char *metrics_render(srv_metrics *m, const char *model) {
     put_value(&t, "gemma_kv_bytes_used", "gauge", "Bytes of KV storage in use (live and cached).", (double)m->kv.bytes_used);
     put_value(&t, "gemma_kv_bytes_budget", "gauge", "The KV budget (--kv-mem).", (double)m->kv.bytes_budget);
     put_value(&t, "gemma_kv_evictions_total", "counter", "Cached KV blocks evicted.", (double)m->kv.evictions);
+    put_value(&t, "gemma_prefix_cache_lookups_total", "counter",
+              "Finished completions whose prompt was looked up in the prefix cache.", (double)m->prefix_lookups);
+    put_value(&t, "gemma_prefix_cache_hits_total", "counter",
+              "Finished completions that reused at least one cached prompt token (see also "
+              "gemma_prompt_tokens_cached_total, gemma_kv_evictions_total).", (double)m->prefix_hits);
     put_value(&t, "gemma_preemptions_total", "counter",
               "Requests sent back to the queue mid-prompt because the KV budget was full.", (double)m->preemptions);
     put_value(&t, "gemma_spec_passes_total", "counter", "Speculative steps' target passes (finished requests).",
@@ -201,16 +220,17 @@ char *metrics_render(srv_metrics *m, const char *model) {
     put_histogram(&t, "gemma_time_to_first_token_seconds", "From request to its first token.", &m->ttft);
     put_histogram(&t, "gemma_inter_token_latency_seconds", "Between two tokens of one choice.", &m->itl);
     pthread_mutex_unlock(&m->mu);
-    char label[512]; /* Prometheus label values escape backslash, quote and newline */
-    size_t k = 0;
-    for (const char *p = model; *p && k + 3 < sizeof label; p++) {
-        if (*p == '\\' || *p == '"') label[k++] = '\\', label[k++] = *p;
-        else if (*p == '\n') label[k++] = '\\', label[k++] = 'n';
-        else label[k++] = *p;
-    }
-    label[k] = 0;
+    char label[512];
+    put_label(label, sizeof label, model);
     add(&t, "# HELP gemma_model_info The model served.\n# TYPE gemma_model_info gauge\ngemma_model_info{model=\"%s\"} 1\n",
         label);
+    put_label(label, sizeof label, replica);
+    add(&t, "# HELP gemma_replica_info This replica's id (--replica-id; also X-Gemma-Replica, system_fingerprint).\n"
+            "# TYPE gemma_replica_info gauge\ngemma_replica_info{replica=\"%s\"} 1\n", label);
+    static const char *states[] = {"loading", "ready", "draining", "stopping"};
+    add(&t, "# HELP gemma_server_state What /health says: 1 for the current state.\n# TYPE gemma_server_state gauge\n");
+    for (size_t i = 0; i < sizeof states / sizeof *states; i++)
+        add(&t, "gemma_server_state{state=\"%s\"} %d\n", states[i], !strcmp(states[i], state));
     if (t.oom) {
         free(t.p);
         return NULL;

@@ -21,6 +21,7 @@ typedef struct openai_call {
     char id[48];
     long created;
     const char *model;
+    const char *fingerprint; /* system_fingerprint: the replica id */
     bool echo;              /* completions: each choice's text starts with its prompt's */
     char *echo_text[SRV_MAX_N]; /* by prompt group */
     int per_group;          /* choices per prompt group */
@@ -721,6 +722,7 @@ static void *parse_call(const gen_call_in *in, gen_request *rq, srv_error *e, ca
     }
     q->kind = kind;
     q->model = in->model;
+    q->fingerprint = in->o->replica_id;
     q->created = (long)time(NULL);
     snprintf(q->id, sizeof q->id, "%s%016llx", kind == CALL_CHAT ? "chatcmpl-" : "cmpl-", (unsigned long long)srv_fresh_u64());
     parse ps = {rq, q, e, in, NULL, NULL, 0, 0};
@@ -844,7 +846,9 @@ static cJSON *envelope(const openai_call *q, bool chunk) {
                                                               : "text_completion");
     cJSON_AddNumberToObject(o, "created", (double)q->created);
     cJSON_AddStringToObject(o, "model", q->model);
-    cJSON_AddNullToObject(o, "system_fingerprint");
+    /* the replica that answered (--replica-id): behind a balancer, which cache and build served it */
+    if (q->fingerprint) cJSON_AddStringToObject(o, "system_fingerprint", q->fingerprint);
+    else cJSON_AddNullToObject(o, "system_fingerprint");
     return o;
 }
 

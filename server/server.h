@@ -72,6 +72,9 @@ typedef struct srv_options {
     int64_t image_max_pixels; /* a decoded image's pixels (0: the library's default) */
     size_t image_cache_bytes; /* recent images' rows kept for repeats */
     int min_batch;          /* (derived) rows a forward call must take: an image's and the decode rows */
+    const char *replica_id; /* reported in /health, /metrics, X-Gemma-Replica, system_fingerprint (NULL:
+                             * host name:port) */
+    int drain_timeout;      /* seconds SIGTERM lets running requests finish (0: stop at once, as SIGINT) */
 } srv_options;
 
 typedef struct srv_guard srv_guard;
@@ -201,7 +204,8 @@ typedef struct srv_media_stats {
 } srv_media_stats;
 void metrics_images(srv_metrics *m, const srv_media_stats *st); /* the encoder's counters, as of now */
 /* Prometheus text exposition; malloc'd. */
-char *metrics_render(srv_metrics *m, const char *model);
+/* state: "loading", "ready", "draining" or "stopping" (gemma_server_state) */
+char *metrics_render(srv_metrics *m, const char *model, const char *replica, const char *state);
 
 /* ---------------------------------------------------------------- scheduler (scheduler.c) */
 
@@ -338,8 +342,8 @@ extern const size_t srv_chat_html_len;
 
 /* ---------------------------------------------------------------- the server (http.c) */
 
-/* Opens the model, starts the scheduler and the HTTP daemon, serves until SIGINT / SIGTERM, then stops
- * cleanly. Returns the process exit status. */
+/* Starts the HTTP daemon, opens the model, starts the scheduler, serves until SIGINT (stop now) or SIGTERM
+ * (drain, then stop). Returns the process exit status. */
 int srv_run(const srv_options *o);
 
 /* The same server without signals, for tests and fuzzing. listen false: no socket is opened and
@@ -349,5 +353,9 @@ bool srv_start(const srv_options *o, bool listen, srv **out, char *msg, size_t n
 unsigned srv_port(const srv *s);
 bool srv_add_connection(srv *s, int fd, const struct sockaddr *addr, unsigned addr_len);
 void srv_stop(srv *s);
+/* Draining: /health answers 503 "draining", new completion and embedding requests 503, the running ones
+ * go on; srv_idle says when none is left. srv_run does this on SIGTERM. */
+void srv_drain(srv *s);
+bool srv_idle(const srv *s);
 
 #endif

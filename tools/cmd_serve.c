@@ -54,6 +54,11 @@ static void usage(FILE *out) {
             "  --max-prompt N        most prompt tokens a request may have (default: the context - 1)\n"
             "  --max-tokens N        largest max_tokens a request may ask (default: the context)\n"
             "  --quiet               no request log (nor libmicrohttpd's) on stderr\n"
+            "  --replica-id ID       this server's name behind a load balancer: in /health, /metrics\n"
+            "                        (gemma_replica_info), the X-Gemma-Replica header and\n"
+            "                        system_fingerprint (default: host name:port)\n"
+            "  --drain-timeout S     on SIGTERM, seconds running requests may take to finish while\n"
+            "                        /health and new requests get 503 (default 30; 0: stop at once)\n"
             "  --lookup              speculative decoding by prompt lookup (n-grams of the history propose\n"
             "                        tokens; one pass verifies them; greedy output unchanged)\n"
             "  --draft-model PATH    speculative decoding with a smaller model of the same vocabulary\n"
@@ -73,7 +78,10 @@ static void usage(FILE *out) {
             "ignore_eos (llama-server's: generate past the end of turn; for benchmarks).\n"
             "Chat message contents are text: control-token spellings in them cannot open or close a turn;\n"
             "/v1/completions prompts are raw (control-token texts are parsed, to write one's own template).\n"
-            "SIGINT / SIGTERM: stop accepting, end open streams with an error event, exit 0.\n",
+            "GET /health: 200 {\"status\":\"ok\"} when ready; 503 with \"loading\" (the model opens while the\n"
+            "port already answers), \"draining\" or \"stopping\".\n"
+            "SIGTERM: drain (see --drain-timeout), then stop; SIGINT, or a second signal: stop now, ending\n"
+            "open streams with an error event. Exit 0 either way.\n",
             gm_cli_default_model(), GM_SPEC_MAX_K);
 }
 
@@ -211,6 +219,11 @@ static int parse_args(int argc, char **argv, srv_options *o, key_list *kl) {
             int mb = 0;
             ok = cli_parse_int(v, 0, 1 << 20, &mb);
             o->image_cache_bytes = (size_t)mb << 20;
+        } else if (!strcmp(a, "--replica-id")) {
+            ok = *v != 0 && strlen(v) < 100;
+            o->replica_id = v;
+        } else if (!strcmp(a, "--drain-timeout")) {
+            ok = cli_parse_int(v, 0, 86400, &o->drain_timeout);
         } else if (!strcmp(a, "--max-body")) {
             ok = cli_parse_int(v, 1024, 1 << 30, &max_body);
         } else if (!strcmp(a, "--max-prompt")) {
@@ -252,7 +265,7 @@ static int parse_args(int argc, char **argv, srv_options *o, key_list *kl) {
 int cmd_serve(int argc, char **argv) {
     srv_options o = {.model_path = gm_cli_default_model(), .host = "127.0.0.1", .port = 8080, .n_ctx = 4096,
                      .parallel = 4, .queue = 64, .chunk = 256, .max_conns = 512, .max_conns_per_ip = 128,
-                     .request_timeout = 10, .idle_timeout = 60, .max_images = 8,
+                     .request_timeout = 10, .idle_timeout = 60, .max_images = 8, .drain_timeout = 30,
                      .image_cache_bytes = (size_t)256 << 20};
     const char *key = getenv("GEMMA_API_KEY");
     o.model_opts = gm_cli_model_options();

@@ -7,6 +7,7 @@ with the same request on a server without the prefix cache.
 """
 import json
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -705,9 +706,10 @@ def test_cors(env):
         assert st == 200 and dict(h)["Access-Control-Allow-Origin"] == "*"
 
 
-def test_queue_full_and_sigterm(env):
-    """--parallel 1 --queue 1: a third request is refused with 429; SIGTERM ends the open stream with an
-    error event and [DONE], and the server exits 0."""
+def test_queue_full_and_sigint(env):
+    """--parallel 1 --queue 1: a third request is refused with 429; SIGINT ends the open stream with an
+    error event and [DONE], refuses the queued request with 503, and the server exits 0 (SIGTERM drains
+    instead: test_lifecycle.py)."""
     s = Server(env["bin"], "--queue", "1", "--quiet", model=env["model"], parallel=1)
     try:
         results = {}
@@ -731,6 +733,8 @@ def test_queue_full_and_sigterm(env):
         st, body = s.post("/v1/completions", {"prompt": "x", "max_tokens": 2})
         assert st == 429 and body["error"]["type"], (st, body)
         time.sleep(0.3)
+        s.proc.send_signal(signal.SIGINT)
+        assert s.proc.wait(30) == 0
         s.close(timeout=30)
         t1.join(30)
         t2.join(30)
@@ -792,7 +796,7 @@ def main():
             test_errors_openai_client, test_malformed_requests, test_chat_injection, test_tokenize_roundtrip,
             test_parallel_equals_sequential, test_cached_prefix, test_disconnect_frees_sequence, test_metrics,
             test_api_key, test_queue_zero, test_speculative, test_speculative_structured, test_cors,
-            test_queue_full_and_sigterm,
+            test_queue_full_and_sigint,
         ], env)
         if rc:
             print("".join(srv.log[-30:]))
