@@ -2,12 +2,25 @@
 # Installs the Debian packages the build needs, only when something is missing.
 #   scripts/install-deps.sh           what `make run` and `make test` need
 #   scripts/install-deps.sh cluster   also HAProxy and Prometheus, for tests/cluster/ (CI runs this)
+#   scripts/install-deps.sh aarch64   also the ARM cross compiler, the arm64 libraries (multiarch) and
+#                                     qemu-user, for cmake/toolchain-aarch64.cmake (CI runs this)
 set -euo pipefail
 need=()
 if [ "${1:-}" = cluster ]; then
   command -v haproxy >/dev/null || need+=(haproxy)
   command -v prometheus >/dev/null || need+=(prometheus)
   command -v ip >/dev/null || need+=(iproute2)
+fi
+if [ "${1:-}" = aarch64 ]; then
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+    $SUDO dpkg --add-architecture arm64
+  fi
+  command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+  command -v qemu-aarch64 >/dev/null || need+=(qemu-user)
+  for lib in libcjson-dev libmicrohttpd-dev libpng-dev libjpeg62-turbo-dev libwebp-dev; do
+    dpkg -s "$lib:arm64" >/dev/null 2>&1 || need+=("$lib:arm64")
+  done
 fi
 command -v cmake >/dev/null || need+=(cmake)
 command -v gcc >/dev/null || need+=(gcc)

@@ -609,7 +609,7 @@ static MHD_Result dispatch(struct MHD_Connection *c, server *s, req *r, route rt
     case R_HEALTH: return health(c, s, r);
     case R_MODELS: return models(c, s, r);
     case R_METRICS:
-        if (s->media) {
+        if (state_of(s) != SRV_LOADING && s->media) { /* the encoder exists once the model is open */
             srv_media_stats ms;
             media_stats(s->media, &ms);
             metrics_images(s->met, &ms);

@@ -67,12 +67,12 @@ void metrics_request(srv_metrics *m, const char *endpoint, int status) {
     pthread_mutex_unlock(&m->mu);
 }
 
-void metrics_tokens(srv_metrics *m, int prompt, int cached, int generated) {
+void metrics_tokens(srv_metrics *m, int prompt, int cached, int generated, bool looked_up) {
     pthread_mutex_lock(&m->mu);
     m->prompt_tokens += (uint64_t)prompt;
     m->cached_tokens += (uint64_t)cached;
     m->generated_tokens += (uint64_t)generated;
-    m->prefix_lookups++;
+    m->prefix_lookups += looked_up;
     m->prefix_hits += cached > 0;
     pthread_mutex_unlock(&m->mu);
 }

@@ -223,7 +223,7 @@ static void retire(srv_sched *s, int k) {
     const int gen = job_generated(j);
     const bool failed = j->err != 0;
     pthread_mutex_unlock(&j->mu);
-    if (!failed) metrics_tokens(s->met, j->rq.n_prompt, j->cached, gen);
+    if (!failed) metrics_tokens(s->met, j->rq.n_prompt, j->cached, gen, !s->o.no_prefix_cache);
     memmove(s->active + k, s->active + k + 1, (size_t)(s->n_active - k - 1) * sizeof *s->active);
     s->n_active--;
     pthread_mutex_lock(&s->mu);

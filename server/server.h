@@ -193,7 +193,8 @@ typedef struct srv_metrics srv_metrics;
 srv_metrics *metrics_new(void);
 void metrics_free(srv_metrics *m);
 void metrics_request(srv_metrics *m, const char *endpoint, int status);
-void metrics_tokens(srv_metrics *m, int prompt, int cached, int generated);
+/* looked_up: the prefix cache is on (a finished completion is then one lookup) */
+void metrics_tokens(srv_metrics *m, int prompt, int cached, int generated, bool looked_up);
 void metrics_ttft(srv_metrics *m, double seconds);
 void metrics_itl(srv_metrics *m, double seconds);
 void metrics_speculative(srv_metrics *m, const gm_spec_stats *st);

@@ -209,7 +209,8 @@ def test_replica_id(env):
 
 
 def test_prefix_cache_metrics(env):
-    """gemma_prefix_cache_lookups_total counts finished completions, _hits_total those with cached tokens."""
+    """gemma_prefix_cache_lookups_total counts finished completions, _hits_total those with cached tokens;
+    with --no-prefix-cache both stay 0."""
     with Server(env["bin"], "--quiet", model=env["model"], parallel=1, ctx=1024) as s:
         m0 = s.metrics()
         msg = {"messages": [{"role": "user", "content": "A long question about rivers. " * 20}], "max_tokens": 2,
@@ -222,6 +223,10 @@ def test_prefix_cache_metrics(env):
         hits = (a["usage"]["prompt_tokens_details"]["cached_tokens"] > 0) + 1
         assert m["gemma_prefix_cache_hits_total"] - m0["gemma_prefix_cache_hits_total"] == hits, m
         assert m["gemma_prompt_tokens_cached_total"] >= b["usage"]["prompt_tokens_details"]["cached_tokens"]
+    with Server(env["bin"], "--quiet", "--no-prefix-cache", model=env["model"], parallel=1, ctx=1024) as s:
+        st, _ = s.post("/v1/chat/completions", msg)
+        m = s.metrics()
+        assert st == 200 and m["gemma_prefix_cache_lookups_total"] == m["gemma_prefix_cache_hits_total"] == 0, m
 
 
 def main():

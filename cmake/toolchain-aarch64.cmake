@@ -1,0 +1,15 @@
+# cmake/toolchain-aarch64.cmake — cross-build for 64-bit ARM Linux on a Debian x86-64 machine, with
+# Debian's gcc-aarch64-linux-gnu and the arm64 libraries installed through multiarch
+# (scripts/install-deps.sh aarch64). Tests run under qemu-aarch64 (qemu-user).
+#   cmake -S . -B build-aarch64 -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64.cmake
+set(CMAKE_SYSTEM_NAME Linux)
+set(CMAKE_SYSTEM_PROCESSOR aarch64)
+set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)
+set(CMAKE_LIBRARY_ARCHITECTURE aarch64-linux-gnu)
+# headers are shared (/usr/include, /usr/include/aarch64-linux-gnu), libraries in /usr/lib/aarch64-linux-gnu
+set(CMAKE_FIND_ROOT_PATH /usr/aarch64-linux-gnu /usr)
+set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
+set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE BOTH)
+set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64;-L;/usr/aarch64-linux-gnu)
