@@ -460,6 +460,7 @@ def test_affinity_and_prometheus(cl):
     recs = run_conversations(cl.port)
     log("  affinity run: %d requests in %.1f s" % (len(recs), time.time() - t0))
     hit_aff, share_aff = summarize("prefix affinity (deploy/haproxy/haproxy.cfg)", recs)
+    cl.conv_replica = {r["conv"]: r["replica"] for r in recs if r["turn"] == 1}  # where each key hashes
     # (d): the counters Prometheus scraped equal what the clients got
     want = sum(r["completion"] for r in recs)
     got = [None]
@@ -544,6 +545,16 @@ def test_sigterm_drains(cl):
     on_victim = [s for s in streams if s.replica == name]
     t_term = time.time()
     cl.procs[v].send_signal(signal.SIGTERM)
+    # 0.1 s later the replica drains, and HAProxy cannot have seen two failed checks yet (250 ms apart):
+    # conversations that hash to it still go there, get the 503, and must be retried on another replica
+    time.sleep(0.1)
+    burst, threads = [], []
+    for c in [c for c, r in sorted(cl.conv_replica.items()) if r == name][:4]:
+        msgs = conversation_messages(c) + [{"role": "user", "content": user_turn(c, 1)}]
+        threads.append(threading.Thread(target=lambda m=msgs: burst.append(chat(cl.port, m, 4)[:2])))
+        threads[-1].start()
+    for t in threads:
+        t.join(120)
     wait_for("HAProxy to mark %s down" % name, lambda: not cl.server_states()[v + 1], 10, 0.05)
     t_down = time.time()
     time.sleep(3)
@@ -555,11 +566,17 @@ def test_sigterm_drains(cl):
         s.join(300)
     rc = cl.procs[v].wait(60)
     after = [r for r in results if r["t0"] >= t_term]
-    refused = [ln for ln in cl.haproxy_lines() if ln[0] == "gemma%d" % (v + 1) and ln[1] == 503]
+    log_text = open(os.path.join(cl.tmp, "replica%d.log" % (v + 1))).read()
+    refused = re.findall(r"/v1/chat/completions 503 ", log_text)
+    redispatched = [ln for ln in cl.haproxy_lines() if ln[3]]
     log("  SIGTERM %s: down in HAProxy after %.2f s; its %d streams: %s; %d requests sent after the signal, on %s; "
-        "%d answered 503 by the draining replica and retried elsewhere; exit %d" % (
+        "%d conversations hashing to it sent 0.1 s after the signal: %s; it answered %d requests 503, HAProxy "
+        "redispatched %d; exit %d" % (
             name, t_down - t_term, len(on_victim), ["%d events %s" % (s.events, s.finish or s.error) for s in on_victim],
-            len(after), sorted({r["replica"] for r in after}), len(refused), rc))
+            len(after), sorted({r["replica"] for r in after}), len(burst),
+            sorted("%d %s" % (st, h.get("x-gemma-replica")) for st, h in burst), len(refused), len(redispatched), rc))
+    assert burst and all(st == 200 and h.get("x-gemma-replica") != name for st, h in burst), burst
+    assert len(refused) >= 1 and len(redispatched) >= len(refused), "the draining replica's 503s were not retried"
     assert all(r["ok"] for r in results), "requests failed: %s" % [r for r in results if not r["ok"]][:3]
     assert after, "no request was sent after the signal"
     assert all(r["replica"] != name for r in after), "a request sent after SIGTERM was served by the draining replica"
@@ -567,7 +584,6 @@ def test_sigterm_drains(cl):
         assert s.complete and s.done and not s.error and s.finish == "length", \
             "a stream did not complete: %s %s" % (s.replica, s.error)
     assert rc == 0, "the drained replica exited %d" % rc
-    log_text = open(os.path.join(cl.tmp, "replica%d.log" % (v + 1))).read()
     assert "drained: every request finished" in log_text, log_text[-2000:]
     cl.stop_haproxy()
 
