@@ -243,6 +243,11 @@ static void attend_rows_avx512(const gm_attend_row *rows, int n, int G, const vo
 static const gm_cpu_kernels KERNELS[] = {
     [GM_ISA_SCALAR] = {GM_ISA_SCALAR, gm_rmsnorm, gm_geglu, gm_exp_sum, gm_dot_f32, gm_axpy_f32, gm_kv_store,
                        gm_attend_partial, gm_attend_partial_rows},
+    /* AArch64: the scalar operators for now (the NEON levels' own are the matmul kernels) */
+    [GM_ISA_NEON] = {GM_ISA_NEON, gm_rmsnorm, gm_geglu, gm_exp_sum, gm_dot_f32, gm_axpy_f32, gm_kv_store,
+                     gm_attend_partial, gm_attend_partial_rows},
+    [GM_ISA_NEON_DOT] = {GM_ISA_NEON_DOT, gm_rmsnorm, gm_geglu, gm_exp_sum, gm_dot_f32, gm_axpy_f32, gm_kv_store,
+                         gm_attend_partial, gm_attend_partial_rows},
     [GM_ISA_AVX2] = {GM_ISA_AVX2, gm_rmsnorm_avx2, gm_geglu_avx2, gm_exp_sum_avx2, gm_dot_f32_avx2, gm_axpy_f32_avx2,
                      kv_store_avx2, attend_partial_avx2, attend_rows_avx2},
     [GM_ISA_AVX512] = {GM_ISA_AVX512, gm_rmsnorm_avx512, gm_geglu_avx2, gm_exp_sum_avx2, gm_dot_f32_avx2,

@@ -21,7 +21,7 @@ static double gelu_z(double g) { return 0.7978845608028654 * (g + 0.044715 * g *
 static double geglu_ref(double g, double u) { return g / (1.0 + exp(-2.0 * gelu_z(g))) * u; }
 
 TEST(geglu_matches_reference) {
-    if (gm_isa_supported() < GM_ISA_AVX2) return;
+    if (!gm_isa_at_least(gm_isa_supported(), GM_ISA_AVX2)) return;
     unsigned s = 7;
     const int sizes[] = {1, 7, 8, 9, 31, 2048, 2053};
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
@@ -52,7 +52,7 @@ TEST(geglu_matches_reference) {
 }
 
 TEST(geglu_per_element_independent_of_n) {
-    if (gm_isa_supported() < GM_ISA_AVX2) return;
+    if (!gm_isa_at_least(gm_isa_supported(), GM_ISA_AVX2)) return;
     unsigned s = 11;
     float g[37], u[37], a[37], b[37];
     for (int i = 0; i < 37; i++) g[i] = frand(&s) * 4, u[i] = frand(&s);
@@ -113,8 +113,7 @@ static void partial_case(int G, int hd, int nk, gm_kv_type kt, bool with_bias, f
     const float *b = with_bias || all_masked ? bias : NULL;
     partial_ref(ref, m, q, G, k, v, ks, nk, hd, softcap, b);
     const void *kp = kt == GM_KV_F16 ? (const void *)kh : k, *vp = kt == GM_KV_F16 ? (const void *)vh : v;
-    const gm_isa top = gm_isa_supported();
-    for (int isa = GM_ISA_SCALAR; isa <= (int)top; isa++) {
+    for (int isa = GM_ISA_SCALAR; isa < GM_ISA_LEVELS; isa++) if (gm_isa_runs((gm_isa)isa)) {
         gm_cpu_kernels_for((gm_isa)isa)->attend_partial(part, q, G, kp, vp, kt, ks, nk, hd, softcap, b, sc);
         double worst = 0;
         for (int g = 0; g < G; g++) {
@@ -163,8 +162,7 @@ TEST(attend_partial_group_split_is_exact) {
     for (int i = 0; i < 4 * hd; i++) q[i] = frand(&s) * 0.3f;
     for (int i = 0; i < hd * nk; i++) k[i] = frand(&s), v[i] = frand(&s), kh[i] = to_h(k[i]), vh[i] = to_h(v[i]);
     for (int j = 0; j < nk; j++) bias[j] = j % 5 == 2 ? -INFINITY : frand(&s);
-    const gm_isa top = gm_isa_supported();
-    for (int isa = GM_ISA_SCALAR; isa <= (int)top; isa++)
+    for (int isa = GM_ISA_SCALAR; isa < GM_ISA_LEVELS; isa++) if (gm_isa_runs((gm_isa)isa))
         for (int kt = 0; kt < 2; kt++) {
             const gm_attend_partial_fn attend = gm_cpu_kernels_for((gm_isa)isa)->attend_partial;
             const void *kp = kt ? (const void *)kh : k, *vp = kt ? (const void *)vh : v;
@@ -184,7 +182,7 @@ TEST(attend_partial_group_split_is_exact) {
  * per-head loops over gm_dot_f32_avx2 / gm_axpy_f32_avx2: G = 1..4, F32 and F16 rows, zero weights
  * (skipped keys) after the first 4-key blocks. */
 TEST(attend_avx2_passes_equal_per_head_loops) {
-    if (gm_isa_supported() < GM_ISA_AVX2) return;
+    if (!gm_isa_at_least(gm_isa_supported(), GM_ISA_AVX2)) return;
     unsigned s = 23;
     enum { HD = 256, NK = 37, STRIDE = 272 };
     static float q[4 * HD], kf[NK * STRIDE], vf[NK * STRIDE], sc[4 * NK], sc2[4 * NK], part[4 * (HD + 2)],
@@ -238,8 +236,7 @@ TEST(attend_partial_rows_equal_one_row_calls) {
                                  {{5, 64}, {6, 64}, {7, 64}, {8, 64}},   /* window starts */
                                  {{0, 1}, {0, 2}, {1, 3}, {2, 40}},      /* short rows */
                                  {{10, 11}, {30, 64}, {0, 64}, {33, 35}}};
-    const gm_isa top = gm_isa_supported();
-    for (int isa = GM_ISA_SCALAR; isa <= (int)top; isa++)
+    for (int isa = GM_ISA_SCALAR; isa < GM_ISA_LEVELS; isa++) if (gm_isa_runs((gm_isa)isa))
         for (int kt = 0; kt < 2; kt++)
             for (int G = 1; G <= 4; G++)
                 for (size_t c = 0; c < sizeof ranges / sizeof ranges[0]; c++)
@@ -270,8 +267,7 @@ TEST(kv_store_f16_exact) {
     unsigned short a[301], b[301];
     for (int i = 0; i < 301; i++) x[i] = frand(&s) * (i % 7 ? 3.0f : 6e4f) + (i % 11 ? 0.0f : 1e-6f);
     for (int i = 0; i < 301; i++) a[i] = gm_fp32_to_fp16(x[i]);
-    const gm_isa top = gm_isa_supported();
-    for (int isa = GM_ISA_SCALAR; isa <= (int)top; isa++) {
+    for (int isa = GM_ISA_SCALAR; isa < GM_ISA_LEVELS; isa++) if (gm_isa_runs((gm_isa)isa)) {
         gm_cpu_kernels_for((gm_isa)isa)->kv_store(b, GM_KV_F16, x, 301);
         CHECK_MSG(memcmp(a, b, sizeof a) == 0, "%s: F16 store differs from gm_fp32_to_fp16", gm_isa_name((gm_isa)isa));
     }
@@ -280,7 +276,7 @@ TEST(kv_store_f16_exact) {
 TEST(rmsnorm_simd_matches_scalar) {
     unsigned s = 5;
     const int sizes[] = {1, 15, 16, 17, 256, 640, 1001};
-    for (int isa = GM_ISA_AVX2; isa <= (int)gm_isa_supported(); isa++) {
+    for (int isa = GM_ISA_AVX2; isa <= GM_ISA_AVX512; isa++) if (gm_isa_runs((gm_isa)isa)) {
         void (*norm)(float *, const float *, const float *, int, float) =
             isa == GM_ISA_AVX512 ? gm_rmsnorm_avx512 : gm_rmsnorm_avx2;
         for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
@@ -310,12 +306,12 @@ TEST(kernel_tables) {
           sc->dot == gm_dot_f32 && sc->axpy == gm_axpy_f32 && sc->kv_store == gm_kv_store &&
           sc->attend_partial == gm_attend_partial && sc->attend_partial_rows == gm_attend_partial_rows);
     CHECK(gm_cpu_kernels_for(GM_ISA_AUTO)->isa == top && gm_cpu_kernels_for(GM_ISA_AVX512)->isa == top);
-    if (top >= GM_ISA_AVX2) {
+    if (gm_isa_at_least(top, GM_ISA_AVX2)) {
         const gm_cpu_kernels *a = gm_cpu_kernels_for(GM_ISA_AVX2);
         CHECK(a->isa == GM_ISA_AVX2 && a->rmsnorm == gm_rmsnorm_avx2 && a->geglu == gm_geglu_avx2 &&
               a->exp_sum == gm_exp_sum_avx2 && a->dot == gm_dot_f32_avx2 && a->axpy == gm_axpy_f32_avx2);
     }
-    if (top >= GM_ISA_AVX512) {
+    if (gm_isa_at_least(top, GM_ISA_AVX512)) {
         const gm_cpu_kernels *z = gm_cpu_kernels_for(GM_ISA_AVX512);
         CHECK(z->rmsnorm == gm_rmsnorm_avx512 && z->geglu == gm_geglu_avx2 && z->dot == gm_dot_f32_avx2);
     }
