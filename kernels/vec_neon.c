@@ -136,9 +136,10 @@ static void dot_q4_K(int64_t n, float *s, const void *w, const void *a) {
         const int16x8_t bs = vpaddq_s16(vld1q_s16(y[i].bsums), vld1q_s16(y[i].bsums + 8));
         const int16x8_t mn = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(sm + 8)));
         const int32x4_t mp = vmlal_s16(vmull_s16(vget_low_s16(bs), vget_low_s16(mn)), vget_high_s16(bs), vget_high_s16(mn));
-        int32x4_t is = vdupq_n_s32(0);
+        int32x4_t is = vdupq_n_s32(0), is2 = vdupq_n_s32(0); /* low and high nibbles' chains */
         const uint8_t *q = x[i].qs;
         const int8_t *q8 = y[i].qs;
+#pragma GCC unroll 4
         for (int c = 0; c < 4; c++, q += 32, q8 += 64) {
             const uint8x16_t q0 = vld1q_u8(q), q1 = vld1q_u8(q + 16);
             int32x4_t lo = dot16(vdupq_n_s32(0), vreinterpretq_s8_u8(vandq_u8(q0, m4)), vld1q_s8(q8));
@@ -146,10 +147,10 @@ static void dot_q4_K(int64_t n, float *s, const void *w, const void *a) {
             int32x4_t hi = dot16(vdupq_n_s32(0), vreinterpretq_s8_u8(vshrq_n_u8(q0, 4)), vld1q_s8(q8 + 32));
             hi = dot16(hi, vreinterpretq_s8_u8(vshrq_n_u8(q1, 4)), vld1q_s8(q8 + 48));
             is = vmlaq_n_s32(is, lo, sm[2 * c]);
-            is = vmlaq_n_s32(is, hi, sm[2 * c + 1]);
+            is2 = vmlaq_n_s32(is2, hi, sm[2 * c + 1]);
         }
         const float da = y[i].d, d = h2f(x[i].d) * da, dm = h2f(x[i].dmin) * da;
-        acc = __builtin_fmaf((float)vaddvq_s32(is), d, acc);
+        acc = __builtin_fmaf((float)vaddvq_s32(vaddq_s32(is, is2)), d, acc);
         acc = __builtin_fmaf((float)vaddvq_s32(mp), -dm, acc);
     }
     *s = acc;
@@ -165,10 +166,12 @@ static void dot_q6_K(int64_t n, float *s, const void *w, const void *a) {
     const int8x16_t o32 = vdupq_n_s8(32);
     float acc = 0.f;
     for (int64_t i = 0; i < n / GM_QK_K; i++) {
-        int32x4_t is = vdupq_n_s32(0);
+        int32x4_t is[4] = {vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0)}; /* by quarter: 4 chains */
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = x[i].ql + 64 * h, *qh = x[i].qh + 32 * h;
             const int8_t *q8 = y[i].qs + 128 * h, *sc = x[i].scales + 8 * h;
+#pragma GCC unroll 2
             for (int half = 0; half < 2; half++) { /* codes l in [16 half, 16 half + 16) of each quarter */
                 const uint8x16_t l0 = vld1q_u8(ql + 16 * half), l1 = vld1q_u8(ql + 32 + 16 * half);
                 const uint8x16_t b = vld1q_u8(qh + 16 * half);
@@ -177,14 +180,16 @@ static void dot_q6_K(int64_t n, float *s, const void *w, const void *a) {
                 c[1] = vorrq_u8(vandq_u8(l1, m4), vandq_u8(vshlq_n_u8(b, 2), m30));
                 c[2] = vorrq_u8(vshrq_n_u8(l0, 4), vandq_u8(b, m30));
                 c[3] = vorrq_u8(vshrq_n_u8(l1, 4), vandq_u8(vshrq_n_u8(b, 2), m30));
+#pragma GCC unroll 4
                 for (int k = 0; k < 4; k++) {
                     const int8x16_t v = vsubq_s8(vreinterpretq_s8_u8(c[k]), o32);
                     const int32x4_t p = dot16(vdupq_n_s32(0), v, vld1q_s8(q8 + 32 * k + 16 * half));
-                    is = vmlaq_n_s32(is, p, sc[2 * k + half]);
+                    is[k] = vmlaq_n_s32(is[k], p, sc[2 * k + half]);
                 }
             }
         }
-        acc = __builtin_fmaf((float)vaddvq_s32(is), h2f(x[i].d) * y[i].d, acc);
+        const int32x4_t t = vaddq_s32(vaddq_s32(is[0], is[1]), vaddq_s32(is[2], is[3]));
+        acc = __builtin_fmaf((float)vaddvq_s32(t), h2f(x[i].d) * y[i].d, acc);
     }
     *s = acc;
 }
