@@ -118,41 +118,40 @@ static inline float32x4_t exp_neon(float32x4_t x) {
     return vmulq_f32(p, vreinterpretq_f32_s32(e));
 }
 
-/* gm_exp_sum_avx2: 8 at a time (the tail padded with -inf, which gives 0), each exp_neon(s - mx) kept where
- * s - mx >= -87, and the sum in double in AVX2's two 4-lane accumulators (lanes 0-3 of each 8, lanes 4-7;
- * here four 2-lane ones), reduced as AVX2 does: (acc0 + acc1), then (t0 + t2) + (t1 + t3). */
+/* 8 exponentials of src - mx into dst, kept where src - mx >= -87, and their sum into AVX2's two 4-lane double
+ * accumulators (a[0], a[1]: lanes 0-3 of each 8; a[2], a[3]: lanes 4-7) */
+static inline __attribute__((always_inline)) void exp8(float *dst, const float *src, float32x4_t m, float64x2_t a[4]) {
+    const float32x4_t lo = vdupq_n_f32(-87.0f);
+    const float32x4_t x0 = vsubq_f32(vld1q_f32(src), m), x1 = vsubq_f32(vld1q_f32(src + 4), m);
+    const float32x4_t e0 = vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(exp_neon(x0)), vcgeq_f32(x0, lo)));
+    const float32x4_t e1 = vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(exp_neon(x1)), vcgeq_f32(x1, lo)));
+    a[0] = vaddq_f64(a[0], vcvt_f64_f32(vget_low_f32(e0)));
+    a[1] = vaddq_f64(a[1], vcvt_high_f64_f32(e0));
+    a[2] = vaddq_f64(a[2], vcvt_f64_f32(vget_low_f32(e1)));
+    a[3] = vaddq_f64(a[3], vcvt_high_f64_f32(e1));
+    vst1q_f32(dst, e0);
+    vst1q_f32(dst + 4, e1);
+}
+
+/* gm_exp_sum_avx2: 8 at a time, the tail padded with -inf (which gives 0) through the same code, and the sum in
+ * double reduced as AVX2 does: (acc0 + acc1), then (t0 + t2) + (t1 + t3). The tail is outside the loop so that
+ * no call (memcpy) inside it makes the compiler reload the exp constants every 8 elements. */
 double gm_exp_sum_neon(float *s, int n, float mx) {
     if (mx == -INFINITY) {
         memset(s, 0, (size_t)n * sizeof *s);
         return 0.0;
     }
-    const float32x4_t m = vdupq_n_f32(mx), lo = vdupq_n_f32(-87.0f);
-    float64x2_t a0 = vdupq_n_f64(0.0), a0h = vdupq_n_f64(0.0), a1 = vdupq_n_f64(0.0), a1h = vdupq_n_f64(0.0);
-    for (int j = 0; j < n; j += 8) {
+    const float32x4_t m = vdupq_n_f32(mx);
+    float64x2_t a[4] = {vdupq_n_f64(0.0), vdupq_n_f64(0.0), vdupq_n_f64(0.0), vdupq_n_f64(0.0)};
+    int j = 0;
+    for (; j + 8 <= n; j += 8) exp8(s + j, s + j, m, a);
+    if (j < n) {
         float tmp[8];
-        const int k = n - j < 8 ? n - j : 8;
-        const float *src = s + j;
-        if (k < 8) { /* the tail through the same vector code */
-            for (int i = 0; i < 8; i++) tmp[i] = i < k ? s[j + i] : -INFINITY;
-            src = tmp;
-        }
-        const float32x4_t x0 = vsubq_f32(vld1q_f32(src), m), x1 = vsubq_f32(vld1q_f32(src + 4), m);
-        const float32x4_t e0 = vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(exp_neon(x0)), vcgeq_f32(x0, lo)));
-        const float32x4_t e1 = vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(exp_neon(x1)), vcgeq_f32(x1, lo)));
-        a0 = vaddq_f64(a0, vcvt_f64_f32(vget_low_f32(e0)));
-        a0h = vaddq_f64(a0h, vcvt_high_f64_f32(e0));
-        a1 = vaddq_f64(a1, vcvt_f64_f32(vget_low_f32(e1)));
-        a1h = vaddq_f64(a1h, vcvt_high_f64_f32(e1));
-        if (k == 8) {
-            vst1q_f32(s + j, e0);
-            vst1q_f32(s + j + 4, e1);
-        } else {
-            vst1q_f32(tmp, e0);
-            vst1q_f32(tmp + 4, e1);
-            memcpy(s + j, tmp, (size_t)k * sizeof *s);
-        }
+        for (int i = 0; i < 8; i++) tmp[i] = j + i < n ? s[j + i] : -INFINITY;
+        exp8(tmp, tmp, m, a);
+        memcpy(s + j, tmp, (size_t)(n - j) * sizeof *s);
     }
-    const float64x2_t h = vaddq_f64(vaddq_f64(a0, a1), vaddq_f64(a0h, a1h)); /* (t0 + t2, t1 + t3) */
+    const float64x2_t h = vaddq_f64(vaddq_f64(a[0], a[2]), vaddq_f64(a[1], a[3])); /* (t0 + t2, t1 + t3) */
     return vgetq_lane_f64(h, 0) + vgetq_lane_f64(h, 1);
 }
 
