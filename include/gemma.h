@@ -74,14 +74,24 @@ typedef struct gm_model gm_model;
  * Q5_0X16: at the AVX-512 level, Q5_0 matrices get the AVX-512 kernels' decode-friendly copy instead. The CLI reads $GEMMA_REPACK (0 / 1) into this. */
 typedef enum gm_repack { GM_REPACK_DEFAULT = 0, GM_REPACK_OFF, GM_REPACK_Q5_0X16 } gm_repack;
 
-/* The instruction set of the CPU kernels. AUTO: the best this CPU and OS support. A level above that is
- * lowered to it (a setting written on one machine still runs on another, as $GEMMA_ISA always did); a value
- * outside the enum is refused (GM_ERR_ARG). Levels differ in f32 rounding order only: each gives its own
- * bits, the same on every run. The CLI reads $GEMMA_ISA (scalar / avx2 / avx512) into this. */
-typedef enum gm_isa { GM_ISA_AUTO = 0, GM_ISA_SCALAR = 1, GM_ISA_AVX2 = 2, GM_ISA_AVX512 = 3 } gm_isa;
-/* "scalar", "avx2", "avx512" or "auto" into *out; false (out untouched) for any other name or NULL. */
+/* The instruction set of the CPU kernels. AUTO: the best this CPU and OS support. Two families: x86-64 (AVX2 <
+ * AVX512) and AArch64 (NEON = ASIMD, the AArch64 baseline < NEON_DOT = NEON + the dot-product extension, sdot). A
+ * level above the CPU's in its family is lowered to it, and a level of the other family gives the CPU's best (a
+ * setting written on one machine still runs on another, as $GEMMA_ISA always did); SCALAR runs everywhere; a value
+ * outside the enum is refused (GM_ERR_ARG). Levels differ in f32 rounding order only: each gives its own bits, the
+ * same on every run. The CLI reads $GEMMA_ISA (scalar / avx2 / avx512 / neon / neondot) into this. */
+typedef enum gm_isa {
+    GM_ISA_AUTO = 0,
+    GM_ISA_SCALAR = 1,
+    GM_ISA_AVX2 = 2,
+    GM_ISA_AVX512 = 3,
+    GM_ISA_NEON = 4,
+    GM_ISA_NEON_DOT = 5
+} gm_isa;
+/* "scalar", "avx2", "avx512", "neon", "neondot" or "auto" into *out; false (out untouched) for any other name or
+ * NULL. */
 bool gm_isa_parse(const char *name, gm_isa *out);
-/* "auto", "scalar", "avx2", "avx512"; "?" for a value outside the enum. */
+/* "auto", "scalar", "avx2", "avx512", "neon", "neondot"; "?" for a value outside the enum. */
 const char *gm_isa_name(gm_isa isa);
 
 typedef struct gm_model_options {

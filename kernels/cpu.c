@@ -1,6 +1,7 @@
-/* kernels/cpu.c — CPUID / XGETBV / arch_prctl based detection. A feature counts only if the OS
+/* kernels/cpu.c — CPUID / XGETBV / arch_prctl based detection on x86-64. A feature counts only if the OS
  * saves its register state: AVX needs XCR0 bits 1-2, AVX-512 bits 5-7, AMX bits 17-18 plus a
- * per-process permission request (Linux >= 5.16). */
+ * per-process permission request (Linux >= 5.16). On AArch64 the kernel's hwcaps (getauxval(AT_HWCAP)): reading
+ * the ID registers directly traps on older kernels, and the hwcaps already say what the kernel supports. */
 #include "kernels/cpu.h"
 
 #include <pthread.h>
@@ -11,6 +12,19 @@
 #include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#endif
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+/* the AArch64 Linux hwcap bits (asm/hwcap.h), spelled out for libcs whose headers predate them */
+#ifndef HWCAP_ASIMD
+#define HWCAP_ASIMD (1ul << 1)
+#endif
+#ifndef HWCAP_ASIMDHP
+#define HWCAP_ASIMDHP (1ul << 10)
+#endif
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1ul << 20)
+#endif
 #endif
 
 static gm_cpu_features g_feat;
@@ -68,6 +82,11 @@ static void detect(void) {
         g_feat.avx512vnni = g_feat.avx512bf16 = g_feat.avx512fp16 = g_feat.avx512vbmi = false;
     }
     if (g_feat.amx_tile && (xcr0 & 0x60000) == 0x60000) g_feat.os_amx = request_amx();
+#elif defined(__aarch64__)
+    const unsigned long hw = getauxval(AT_HWCAP);
+    g_feat.asimd = (hw & HWCAP_ASIMD) != 0;
+    g_feat.asimddp = g_feat.asimd && (hw & HWCAP_ASIMDDP) != 0;
+    g_feat.asimdhp = g_feat.asimd && (hw & HWCAP_ASIMDHP) != 0;
 #endif
 }
 
@@ -81,22 +100,29 @@ gm_isa gm_isa_supported(void) {
     bool avx2 = f->avx2 && f->fma && f->f16c;
     if (avx2 && f->avx512f && f->avx512bw && f->avx512dq && f->avx512vl && f->avx512vnni) return GM_ISA_AVX512;
     if (avx2) return GM_ISA_AVX2;
+    if (f->asimd && f->asimddp) return GM_ISA_NEON_DOT;
+    if (f->asimd) return GM_ISA_NEON;
     return GM_ISA_SCALAR;
 }
 
-bool gm_isa_valid(gm_isa want) { return want >= GM_ISA_AUTO && want <= GM_ISA_AVX512; }
+bool gm_isa_valid(gm_isa want) { return (int)want >= GM_ISA_AUTO && (int)want < GM_ISA_LEVELS; }
 
 gm_isa gm_isa_resolve(gm_isa want) {
     const gm_isa best = gm_isa_supported();
-    return !gm_isa_valid(want) || want == GM_ISA_AUTO || want > best ? best : want;
+    if (!gm_isa_valid(want) || want == GM_ISA_AUTO) return best;
+    if (want == GM_ISA_SCALAR) return want;
+    /* a level the best includes runs as asked; one above it in its family, or of the other family: the best */
+    return gm_isa_at_least(best, want) ? want : best;
 }
 
-static const char *const ISA_NAMES[] = {"auto", "scalar", "avx2", "avx512"};
+bool gm_isa_runs(gm_isa isa) { return gm_isa_valid(isa) && isa != GM_ISA_AUTO && gm_isa_resolve(isa) == isa; }
+
+static const char *const ISA_NAMES[] = {"auto", "scalar", "avx2", "avx512", "neon", "neondot"};
 
 const char *gm_isa_name(gm_isa isa) { return gm_isa_valid(isa) ? ISA_NAMES[isa] : "?"; }
 
 bool gm_isa_parse(const char *name, gm_isa *out) {
-    for (int i = 0; name && i <= GM_ISA_AVX512; i++)
+    for (int i = 0; name && i < GM_ISA_LEVELS; i++)
         if (!strcmp(name, ISA_NAMES[i])) {
             *out = (gm_isa)i;
             return true;
@@ -111,7 +137,7 @@ void gm_cpu_describe(char *buf, int size) {
         {f->avx512dq, "avx512dq"}, {f->avx512vl, "avx512vl"}, {f->avx512vnni, "avx512vnni"},
         {f->avx512bf16, "avx512bf16"}, {f->avx512fp16, "avx512fp16"}, {f->avx512vbmi, "avx512vbmi"},
         {f->avx_vnni, "avxvnni"}, {f->amx_tile, "amx-tile"}, {f->amx_int8, "amx-int8"}, {f->amx_bf16, "amx-bf16"},
-        {f->os_amx, "amx-os-permitted"},
+        {f->os_amx, "amx-os-permitted"}, {f->asimd, "asimd"}, {f->asimddp, "asimddp"}, {f->asimdhp, "asimdhp"},
     };
     int used = 0;
     if (size > 0) buf[0] = 0;

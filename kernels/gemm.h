@@ -92,6 +92,12 @@ void gm_avx512_group(int type, int64_t n, const void *toks, size_t tb, int T, vo
 /* The same for one row and one token, with the signature of gm_vec_dot_fn (tests). */
 gm_vec_dot_fn gm_avx512_tok_dot(int type);
 
+/* ---- AArch64 NEON (kernels/vec_neon.c; kernels/vec_neon_dot.c: the same source with the dot-product extension).
+ * One (row, token) dot over the scalar reference's activation bytes, with the AVX2 level's arithmetic (the same
+ * bits); NULL for a type without a NEON kernel (the level keeps the scalar one) or in a build for another CPU. */
+gm_vec_dot_fn gm_neon_vec_dot(int type);
+gm_vec_dot_fn gm_neon_dot_vec_dot(int type);
+
 /* Bytes of a prepared token of a quantized type before any per-block extras (a | sa | init | t16). */
 static inline size_t gm_avx512_qtok_bytes(int64_t n) {
     const int64_t np = (n + 63) / 64 * 64, n256 = (n + 255) / 256 * 256;

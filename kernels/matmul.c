@@ -46,7 +46,7 @@ enum {
     PACKED_SLOT = 2 * TYPE_SLOTS,  /* Q5_0x16 */
     PENDING_SLOT = PACKED_SLOT + 1, /* PENDING_SLOT + t: type t whose x8 copy is being made (file rows, x8 bits) */
     N_SLOTS = 3 * TYPE_SLOTS + 1,
-    N_ISA = GM_ISA_AVX512 + 1 /* row GM_ISA_AUTO unused */
+    N_ISA = GM_ISA_LEVELS /* row GM_ISA_AUTO unused */
 };
 
 static gm_mm_kernel table[N_ISA][N_SLOTS];
@@ -64,12 +64,16 @@ static gm_mm_kernel resolve(gm_isa isa, int type, bool packed) {
     k.act_type = at->type;
     k.vec_dot = wt->vec_dot;
     k.quant = at->quant_row;
-    if (isa >= GM_ISA_AVX2) {
+    if (gm_isa_at_least(isa, GM_ISA_NEON)) { /* one (row, token) at a time, the reference's activation bytes */
+        gm_vec_dot_fn nd = isa == GM_ISA_NEON_DOT ? gm_neon_dot_vec_dot(type) : gm_neon_vec_dot(type);
+        if (nd) k.vec_dot = nd;
+    }
+    if (gm_isa_at_least(isa, GM_ISA_AVX2)) {
         if (gm_avx2_vec_dot(type)) k.vec_dot = gm_avx2_vec_dot(type);
         if (gm_avx2_quant_act(at->type)) k.quant = gm_avx2_quant_act(at->type); /* the reference's bytes exactly */
         k.tiles2 = gm_avx2_tiles(type);
     }
-    if (isa >= GM_ISA_AVX512) {
+    if (gm_isa_at_least(isa, GM_ISA_AVX512)) {
         k.fused = gm_avx512_fused(type); /* reads the file layout */
         k.packed = packed;               /* the tiles read the packed copy */
         k.tiles = gm_avx512_supports(packed ? GM_KTYPE_Q5_0X16 : type);
@@ -93,7 +97,7 @@ static void table_init(void) {
             }
         }
         /* the packed Q5_0 copy serves the AVX-512 kernels only; lower levels read the file's Q5_0 */
-        table[isa][PACKED_SLOT] = resolve((gm_isa)isa, GM_TYPE_Q5_0, isa >= GM_ISA_AVX512);
+        table[isa][PACKED_SLOT] = resolve((gm_isa)isa, GM_TYPE_Q5_0, gm_isa_at_least((gm_isa)isa, GM_ISA_AVX512));
     }
     /* At the AVX-512 level an x8 copy runs the AVX2 kernels: rows in lanes (one convert and one fmadd per 8 rows
      * and 32 codes) beat the AVX-512 tiles' codes in lanes (a convert, a multiply and an fmadd per row, token and
@@ -119,7 +123,7 @@ static const gm_mm_kernel *lookup(const gm_matrix *W, gm_isa isa) {
     const bool x8 = W->packed_type == GM_KTYPE_X8(W->type);
     /* a quantized x8 copy still being made (model/model.c packs them in the background): the AVX2 kernels on the
      * file's rows, whose bits the x8 kernels give, so a matrix's results do not change when its copy arrives */
-    if (x8 && !W->packed && isa >= GM_ISA_AVX2 && gm_avx2_qx8_tiles(W->type)) return &table[isa][PENDING_SLOT + W->type];
+    if (x8 && !W->packed && gm_isa_at_least(isa, GM_ISA_AVX2) && gm_avx2_qx8_tiles(W->type)) return &table[isa][PENDING_SLOT + W->type];
     const int slot = !W->packed                                 ? W->type
                      : W->packed_type == GM_KTYPE_Q5_0X16        ? PACKED_SLOT
                      : x8                                        ? X8_SLOT + W->type

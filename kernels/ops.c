@@ -118,6 +118,11 @@ static void kv_store_avx2(void *dst, gm_kv_type t, const float *src, int n) {
     else gm_kv_store_f16_avx2(dst, src, n);
 }
 
+static void kv_store_neon(void *dst, gm_kv_type t, const float *src, int n) {
+    if (t == GM_KV_F32) memcpy(dst, src, (size_t)n * sizeof(float));
+    else gm_kv_store_f16_neon(dst, src, n);
+}
+
 /* Row j of a chunk as f32: in place for F32, converted into buf for F16. */
 static const float *kv_row(const void *base, gm_kv_type t, size_t j, size_t stride, int hd, float *buf) {
     if (t == GM_KV_F32) return (const float *)base + j * stride;
@@ -127,9 +132,10 @@ static const float *kv_row(const void *base, gm_kv_type t, size_t j, size_t stri
 }
 
 /* softcap, bias, the max and the exponentials of G heads' scores (G x n_keys), normalised in place; the
- * head's m and z into part and its values zeroed for the values pass */
+ * head's m and z into part and its values zeroed for the values pass. The exponentials by exp_sum (a level's
+ * vector exp: the fused passes), or by expf where it is NULL (the per-head loops). */
 static void softmax_heads(float *scores, int G, int n_keys, float softcap, const float *bias, float *part, int hd,
-                          bool fused) {
+                          gm_exp_sum_fn exp_sum) {
     for (int g = 0; g < G; g++) {
         float *s = scores + (size_t)g * n_keys, *o = part + (size_t)g * (hd + 2);
         if (softcap > 0.0f) gm_softcap(s, n_keys, softcap);
@@ -138,7 +144,7 @@ static void softmax_heads(float *scores, int G, int n_keys, float softcap, const
         float mx = -INFINITY;
         for (int j = 0; j < n_keys; j++) mx = s[j] > mx ? s[j] : mx;
         double sum = 0.0;
-        if (fused) sum = gm_exp_sum_avx2(s, n_keys, mx);
+        if (exp_sum) sum = exp_sum(s, n_keys, mx);
         else
             for (int j = 0; j < n_keys; j++) sum += s[j] = mx == -INFINITY ? 0.0f : expf(s[j] - mx);
         const float inv = sum > 0.0 ? (float)(1.0 / sum) : 0.0f;
@@ -161,7 +167,7 @@ static void attend_loop(dot_fn dot, axpy_fn axpy, float *part, const float *q, i
         const float *kj = kv_row(k, kt, (size_t)j, kv_stride, hd, buf);
         for (int g = 0; g < G; g++) scores[(size_t)g * n_keys + j] = dot(q + (size_t)g * hd, kj, hd);
     }
-    softmax_heads(scores, G, n_keys, softcap, bias, part, hd, false);
+    softmax_heads(scores, G, n_keys, softcap, bias, part, hd, NULL);
     for (int j = 0; j < n_keys; j++) {
         const float *vj = kv_row(v, kt, (size_t)j, kv_stride, hd, buf);
         for (int g = 0; g < G; g++) {
@@ -180,22 +186,35 @@ static void rows_each(gm_attend_partial_fn one, const gm_attend_row *rows, int n
             kt, kv_stride, rows[i].hi - rows[i].lo, hd, softcap, rows[i].bias, scores);
 }
 
-/* AVX2 for shapes gm_attend_avx2_fits: every row's scores with each key row read once, the softmaxes, the
+/* A level's fused passes (kernels/attn_avx2.c, kernels/attn_neon.c: each key / value row read once for all the
+ * heads and rows, each head's bits those of its per-head loop) and the vector exp its softmax takes. */
+typedef struct fused_passes {
+    void (*scores)(float *scores, size_t row_stride, const gm_attend_row *rows, int n, int G, const void *k,
+                   gm_kv_type kt, size_t kv_stride, int hd);
+    void (*values)(const float *scores, size_t row_stride, const gm_attend_row *rows, int n, int G, const void *v,
+                   gm_kv_type kt, size_t kv_stride, int hd);
+    gm_exp_sum_fn exp_sum;
+} fused_passes;
+
+static const fused_passes FUSED_AVX2 = {gm_attend_scores_rows_avx2, gm_attend_values_rows_avx2, gm_exp_sum_avx2};
+static const fused_passes FUSED_NEON = {gm_attend_scores_rows_neon, gm_attend_values_rows_neon, gm_exp_sum_neon};
+
+/* For shapes the level's _fits accepts: every row's scores with each key row read once, the softmaxes, the
  * values with each value row read once */
-static void rows_fused_avx2(const gm_attend_row *rows, int n, int G, const void *k, const void *v, gm_kv_type kt,
-                            size_t kv_stride, int hd, float softcap, float *scores) {
+static void rows_fused(const fused_passes *f, const gm_attend_row *rows, int n, int G, const void *k, const void *v,
+                       gm_kv_type kt, size_t kv_stride, int hd, float softcap, float *scores) {
     int cap = 0;
     for (int i = 0; i < n; i++) cap = rows[i].hi - rows[i].lo > cap ? rows[i].hi - rows[i].lo : cap;
     const size_t stride = (size_t)G * (size_t)cap;
-    gm_attend_scores_rows_avx2(scores, stride, rows, n, G, k, kt, kv_stride, hd);
+    f->scores(scores, stride, rows, n, G, k, kt, kv_stride, hd);
     for (int i = 0; i < n; i++)
         softmax_heads(scores + (size_t)i * stride, G, rows[i].hi - rows[i].lo, softcap, rows[i].bias, rows[i].part, hd,
-                      true);
-    gm_attend_values_rows_avx2(scores, stride, rows, n, G, v, kt, kv_stride, hd);
+                      f->exp_sum);
+    f->values(scores, stride, rows, n, G, v, kt, kv_stride, hd);
 }
 
-/* ---- each level's attention: the scalar one, AVX2 (fused where the shape fits, else the loop with the
- * AVX2 dot / axpy), AVX-512 (its kernel where the shape fits, else AVX2's) */
+/* ---- each level's attention: the scalar one, AVX2 and NEON (fused where the shape fits, else the loop with the
+ * level's dot / axpy), AVX-512 (its kernel where the shape fits, else AVX2's) */
 
 void gm_attend_partial(float *part, const float *q, int G, const void *k, const void *v, gm_kv_type kt,
                        size_t kv_stride, int n_keys, int hd, float softcap, const float *bias, float *scores) {
@@ -211,7 +230,7 @@ static void attend_partial_avx2(float *part, const float *q, int G, const void *
                                 size_t kv_stride, int n_keys, int hd, float softcap, const float *bias, float *scores) {
     if (gm_attend_avx2_fits(G, hd)) { /* the same bits, each row read once */
         const gm_attend_row r = {.part = part, .q = q, .bias = bias, .lo = 0, .hi = n_keys};
-        rows_fused_avx2(&r, 1, G, k, v, kt, kv_stride, hd, softcap, scores);
+        rows_fused(&FUSED_AVX2, &r, 1, G, k, v, kt, kv_stride, hd, softcap, scores);
         return;
     }
     attend_loop(gm_dot_f32_avx2, gm_axpy_f32_avx2, part, q, G, k, v, kt, kv_stride, n_keys, hd, softcap, bias, scores);
@@ -219,7 +238,7 @@ static void attend_partial_avx2(float *part, const float *q, int G, const void *
 
 static void attend_rows_avx2(const gm_attend_row *rows, int n, int G, const void *k, const void *v, gm_kv_type kt,
                              size_t kv_stride, int hd, float softcap, float *scores) {
-    if (gm_attend_avx2_fits(G, hd)) rows_fused_avx2(rows, n, G, k, v, kt, kv_stride, hd, softcap, scores);
+    if (gm_attend_avx2_fits(G, hd)) rows_fused(&FUSED_AVX2, rows, n, G, k, v, kt, kv_stride, hd, softcap, scores);
     else rows_each(attend_partial_avx2, rows, n, G, k, v, kt, kv_stride, hd, softcap, scores);
 }
 
@@ -238,11 +257,32 @@ static void attend_rows_avx512(const gm_attend_row *rows, int n, int G, const vo
     else attend_rows_avx2(rows, n, G, k, v, kt, kv_stride, hd, softcap, scores);
 }
 
+static void attend_partial_neon(float *part, const float *q, int G, const void *k, const void *v, gm_kv_type kt,
+                                size_t kv_stride, int n_keys, int hd, float softcap, const float *bias, float *scores) {
+    if (gm_attend_neon_fits(G, hd)) { /* the same bits, each row read once */
+        const gm_attend_row r = {.part = part, .q = q, .bias = bias, .lo = 0, .hi = n_keys};
+        rows_fused(&FUSED_NEON, &r, 1, G, k, v, kt, kv_stride, hd, softcap, scores);
+        return;
+    }
+    attend_loop(gm_dot_f32_neon, gm_axpy_f32_neon, part, q, G, k, v, kt, kv_stride, n_keys, hd, softcap, bias, scores);
+}
+
+static void attend_rows_neon(const gm_attend_row *rows, int n, int G, const void *k, const void *v, gm_kv_type kt,
+                             size_t kv_stride, int hd, float softcap, float *scores) {
+    if (gm_attend_neon_fits(G, hd)) rows_fused(&FUSED_NEON, rows, n, G, k, v, kt, kv_stride, hd, softcap, scores);
+    else rows_each(attend_partial_neon, rows, n, G, k, v, kt, kv_stride, hd, softcap, scores);
+}
+
 /* ---- the tables */
 
 static const gm_cpu_kernels KERNELS[] = {
     [GM_ISA_SCALAR] = {GM_ISA_SCALAR, gm_rmsnorm, gm_geglu, gm_exp_sum, gm_dot_f32, gm_axpy_f32, gm_kv_store,
                        gm_attend_partial, gm_attend_partial_rows},
+    /* AArch64: kernels/ops_neon.c and attn_neon.c at both levels (sdot has nothing to do in float operators) */
+    [GM_ISA_NEON] = {GM_ISA_NEON, gm_rmsnorm_neon, gm_geglu_neon, gm_exp_sum_neon, gm_dot_f32_neon, gm_axpy_f32_neon,
+                     kv_store_neon, attend_partial_neon, attend_rows_neon},
+    [GM_ISA_NEON_DOT] = {GM_ISA_NEON_DOT, gm_rmsnorm_neon, gm_geglu_neon, gm_exp_sum_neon, gm_dot_f32_neon,
+                         gm_axpy_f32_neon, kv_store_neon, attend_partial_neon, attend_rows_neon},
     [GM_ISA_AVX2] = {GM_ISA_AVX2, gm_rmsnorm_avx2, gm_geglu_avx2, gm_exp_sum_avx2, gm_dot_f32_avx2, gm_axpy_f32_avx2,
                      kv_store_avx2, attend_partial_avx2, attend_rows_avx2},
     [GM_ISA_AVX512] = {GM_ISA_AVX512, gm_rmsnorm_avx512, gm_geglu_avx2, gm_exp_sum_avx2, gm_dot_f32_avx2,

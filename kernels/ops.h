@@ -1,6 +1,6 @@
 /* kernels/ops.h — the small f32 operators of the Gemma forward pass: RMSNorm, RoPE (NEOX),
  * softmax, GeGLU, soft-capping and attention of one query over a range of cached keys.
- * Each is plain scalar C in kernels/ops.c, the reference. Those with AVX2 / AVX-512 versions (RMSNorm,
+ * Each is plain scalar C in kernels/ops.c, the reference. Those with AVX2 / AVX-512 / NEON versions (RMSNorm,
  * GeGLU, the exp sum, dot / axpy, the KV store and attention) are also reached through a table of one ISA
  * level's kernels (gm_cpu_kernels), resolved once by whoever runs them (the CPU backend when it is made,
  * a sequence's sampler): no call reads a global level. The ISA versions themselves are
@@ -26,8 +26,8 @@ void gm_rope_cos_sin(float *cs, float *sn, const float *inv_freq, int hd, int po
 void gm_rope_neox(float *x, int n_heads, int hd, const float *cs, const float *sn);
 
 /* x[i] = exp(x[i] - mx) in place (exactly 0 below e^-87 and for -inf) and their sum in double, by expf
- * (gm_cpu_kernels.exp_sum: the vector exp of the AVX2 attention path from AVX2 up). The sampler's softmax
- * over the vocabulary (262144 exps per sampled token) uses it. */
+ * (gm_cpu_kernels.exp_sum: the vector exp of the AVX2 attention path from AVX2 up, the same one at the NEON
+ * levels). The sampler's softmax over the vocabulary (262144 exps per sampled token) uses it. */
 double gm_exp_sum(float *x, int n, float mx);
 typedef double (*gm_exp_sum_fn)(float *x, int n, float mx);
 
@@ -73,7 +73,7 @@ typedef struct gm_attend_row {
 } gm_attend_row;
 
 /* n query rows over one chunk (k, v: the chunk's key / value 0): row i gets exactly gm_attend_partial's
- * result over its keys [lo, hi), bit for bit; where the kernels allow (AVX2) each key and value row is
+ * result over its keys [lo, hi), bit for bit; where the kernels allow (AVX2, NEON) each key and value row is
  * read once for all the rows, so rows of one sequence share the chunk's memory traffic. scores: n x G x
  * (the largest hi - lo) floats of scratch. */
 void gm_attend_partial_rows(const gm_attend_row *rows, int n, int G, const void *k, const void *v, gm_kv_type kt,
@@ -89,13 +89,14 @@ float gm_dot_f32(const float *a, const float *b, int n);
 void gm_axpy_f32(float *y, float a, const float *x, int n); /* y += a x */
 
 /* The kernels of one ISA level. Where a level has no version of its own it has the level below's (AVX-512:
- * the AVX2 GeGLU, exp, dot / axpy, KV store); attention picks among its level's paths by the shape (G, hd),
+ * the AVX2 GeGLU, exp, dot / axpy, KV store; NEON_DOT: NEON's, all of them); attention picks among its level's paths by the shape (G, hd),
  * never by a global. */
 typedef struct gm_cpu_kernels {
     gm_isa isa;
     void (*rmsnorm)(float *y, const float *x, const float *w, int n, float eps); /* the double sums in the
                                                                                     level's order */
-    void (*geglu)(float *gate, const float *up, int n); /* AVX2 up: gelu via 1 / (1 + exp(-2z)), a few ulp off */
+    void (*geglu)(float *gate, const float *up, int n); /* AVX2 up, NEON: gelu via 1 / (1 + exp(-2z)), a few ulp
+                                                           off */
     gm_exp_sum_fn exp_sum;
     float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n);

@@ -53,4 +53,26 @@ bool gm_attend_partial_avx512_fits(int G, int hd);
 void gm_attend_partial_avx512(float *part, const float *q, int G, const void *k, const void *v, gm_kv_type kt,
                               size_t kv_stride, int n_keys, int hd, float softcap, const float *bias, float *scores);
 
+/* ---- kernels/ops_neon.c (AArch64 NEON; both NEON levels: no integer dot products to use sdot for)
+ * kernels/ops_avx2.c's arithmetic operation for operation (AVX2's 8 lanes as two float32x4): the bits of the
+ * AVX2 versions above, so their promises against the scalar operators hold as stated there. */
+void gm_rmsnorm_neon(float *y, const float *x, const float *w, int n, float eps);
+void gm_geglu_neon(float *gate, const float *up, int n);
+double gm_exp_sum_neon(float *s, int n, float mx);
+float gm_dot_f32_neon(const float *a, const float *b, int n);
+void gm_axpy_f32_neon(float *y, float a, const float *x, int n);
+void gm_kv_store_f16_neon(uint16_t *dst, const float *src, int n);
+
+/* ---- kernels/attn_neon.c (AArch64 NEON): the AVX2 passes' contract with NEON registers, for the same shapes;
+ * results bit-identical to the per-head gm_dot_f32_neon / gm_axpy_f32_neon loops (and to the AVX2 passes). */
+bool gm_attend_neon_fits(int G, int hd);
+void gm_attend_scores_neon(float *scores, const float *q, int G, const void *k, gm_kv_type kt, size_t kv_stride,
+                           int n_keys, int hd);
+void gm_attend_values_neon(float *part, const float *scores, int G, const void *v, gm_kv_type kt, size_t kv_stride,
+                           int n_keys, int hd);
+void gm_attend_scores_rows_neon(float *scores, size_t row_stride, const gm_attend_row *rows, int n, int G,
+                                const void *k, gm_kv_type kt, size_t kv_stride, int hd);
+void gm_attend_values_rows_neon(const float *scores, size_t row_stride, const gm_attend_row *rows, int n, int G,
+                                const void *v, gm_kv_type kt, size_t kv_stride, int hd);
+
 #endif

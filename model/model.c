@@ -336,9 +336,9 @@ static size_t packed_span(const gm_matrix *w) { return (matrix_bytes(w) + 63) / 
 /* the layout w gets at open, 0 for none */
 static int pack_layout(const gm_matrix *w, gm_repack repack, gm_isa isa) {
     if (!w->data || repack == GM_REPACK_OFF) return 0;
-    if (w->type == GM_TYPE_Q5_0 && repack == GM_REPACK_Q5_0X16 && isa >= GM_ISA_AVX512)
+    if (w->type == GM_TYPE_Q5_0 && repack == GM_REPACK_Q5_0X16 && gm_isa_at_least(isa, GM_ISA_AVX512))
         return GM_KTYPE_Q5_0X16; /* asked for by name: before x8 */
-    if (w->rows % 8 == 0 && isa >= GM_ISA_AVX2 && gm_avx2_x8_tiles(w->type)) return GM_KTYPE_X8(w->type);
+    if (w->rows % 8 == 0 && gm_isa_at_least(isa, GM_ISA_AVX2) && gm_avx2_x8_tiles(w->type)) return GM_KTYPE_X8(w->type);
     return 0;
 }
 

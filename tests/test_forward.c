@@ -271,7 +271,7 @@ TEST(gemma3_rope_scaling_matches_reference) {
  * column by column instead of in 8 lanes: the logits stay within 1e-4 (relative) of the scalar kernels'
  * on the file layout, and chunked prefill on 1 thread gives one batch's bits on 2. */
 TEST(gemma3_f16_weights_packed_for_avx2) {
-    if (gm_isa_supported() < GM_ISA_AVX2) return;
+    if (!gm_isa_at_least(gm_isa_supported(), GM_ISA_AVX2)) return;
     tm_options o;
     tm_options_default(&o, "gemma3");
     o.n_layers = 6;
@@ -318,7 +318,7 @@ static bool layer0_packed(const char *path, int type, int down_type) {
 }
 
 TEST(gemma3_quantized_weights_packed_for_avx2) {
-    if (gm_isa_supported() < GM_ISA_AVX2) return;
+    if (!gm_isa_at_least(gm_isa_supported(), GM_ISA_AVX2)) return;
     /* the last: ffn_down in Q5_K (no x8 layout) beside Q5_0: a plain copy, so the layer reads no file page */
     const int types[] = {GM_TYPE_Q5_0, GM_TYPE_Q8_0, GM_TYPE_Q4_K, GM_TYPE_Q6_K, GM_TYPE_Q5_0};
     for (int k = 0; k < 5; k++) {

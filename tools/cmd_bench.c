@@ -268,7 +268,7 @@ static void print_rows(const bench_args *a, const gm_model *m, const bench_row *
     for (int i = 0; i < n_rows; i++)
         printf("| %s %d layers | %d | %d | %s%d | %.2f ± %.2f |\n", c->arch, c->n_layers, rows[i].threads,
                rows[i].seqs, rows[i].test, rows[i].n, rows[i].mean, rows[i].sd);
-    printf("\nKV cache: %s; kernels: %s (GEMMA_ISA=scalar|avx2|avx512 lowers it)\n",
+    printf("\nKV cache: %s; kernels: %s (GEMMA_ISA=scalar|avx2|avx512|neon|neondot lowers it)\n",
            a->kv_type == GM_KV_DTYPE_F16 ? "f16" : "f32", gm_isa_name(gm_model_isa(m)));
     printf("\nmodel open %.1f ms; start to first token (8-token prompt) %.1f ms; weight copies ready at %.1f ms; "
            "peak RSS %.1f MiB\n", open_ms, ttft_ms, packed_ms, peak_rss_mib());

@@ -16,7 +16,7 @@ const char *gm_cli_default_model(void) {
 }
 
 /* $GEMMA_REPACK: 0 = no CPU copies of the layer matrices at open, 1 = the Q5_0x16 copies for AVX-512 too,
- * unset = the default (gemma.h, gm_repack). $GEMMA_ISA: scalar / avx2 / avx512 caps the CPU kernels (never
+ * unset = the default (gemma.h, gm_repack). $GEMMA_ISA: scalar / avx2 / avx512 / neon / neondot caps the CPU kernels (never
  * above what the CPU runs; unset or another value: the best it runs). The engines, generators and embedders
  * the commands make leave their isa at AUTO: the model's level. */
 gm_model_options gm_cli_model_options(void) {

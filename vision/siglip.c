@@ -386,7 +386,7 @@ gm_status siglip_open(const char *path, const gm_vision_options *o, siglip **out
     v->pool = gm_pool_new(o->n_threads);
     if (!v->pool) st = gm_fail(err, GM_ERR_NOMEM, "%s: thread pool", path);
     /* the float GEMM where the level has it; Q8_0 and other quantized matrices still take gm_matmul */
-    v->sgemm = v->pool && v->isa >= GM_ISA_AVX512 && gm_sgemm_avx512_supports(GM_TYPE_F32) &&
+    v->sgemm = v->pool && gm_isa_at_least(v->isa, GM_ISA_AVX512) && gm_sgemm_avx512_supports(GM_TYPE_F32) &&
                gm_pool_size(v->pool) <= SG_MAX_THREADS;
     if (!st) st = alloc_scratch(v, err);
     if (st) {
