@@ -292,8 +292,8 @@ TEST(gemma3_f16_weights_packed_for_avx2) {
     if (ok_s && ok_a) {
         double worst = 0;
         /* `if (e > worst)`, as compare_with_ref does, not worst = fmax(worst, e): the same result (a NaN
-         * e leaves worst either way), and GCC 12's aarch64 vectorizer crashed on the fmax reduction
-         * here (ICE in vect_transform_reduction at -O2) */
+         * e leaves worst either way), and GCC 12's aarch64 vectorizer crashes on an fmax reduction
+         * whose trip count it knows (ICE in vect_transform_reduction at -O2; docs/arm.md) */
         for (size_t i = 0; i < (size_t)n * V; i++) {
             const double e = fabs(avx2[i] - scalar[i]) / fmax(1.0, fabs(scalar[i]));
             if (e > worst) worst = e;
