@@ -12,4 +12,15 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE BOTH)
 set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
-set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64;-L;/usr/aarch64-linux-gnu)
+# qemu's -L must name ONE glibc: the dynamic loader and libc.so.6 have to come from the same build
+# (libc reads private fields of the loader's state, e.g. pthread_create's stack cache list). The
+# arm64 libraries we link (libcjson, libpng, ...) pull Debian's multiarch libc6:arm64 into
+# /lib/aarch64-linux-gnu; with -L /usr/aarch64-linux-gnu qemu took the cross package's loader from
+# there but the loader then found the multiarch libc.so.6 first, a different build (2.36-8cross1 vs
+# 2.36-9+deb12u14 here), and every pthread_create spun forever in the stack-cache walk (the "two
+# thread hang", docs/arm.md). So: the multiarch root when its loader is installed, else the cross one.
+if(EXISTS /lib/ld-linux-aarch64.so.1)
+  set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64;-L;/)
+else()
+  set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64;-L;/usr/aarch64-linux-gnu)
+endif()

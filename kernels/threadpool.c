@@ -17,9 +17,16 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The spin-wait hint. On AArch64 `isb`, not `yield`: YIELD is a hint that cores without SMT (nearly
+ * all ARM cores) drop as a NOP, so the loop would hammer the shared line and run through
+ * GM_SPIN_ITERS far sooner than on x86; ISB holds the front end until the pipeline drains, a short
+ * real delay like x86's pause (Rust's core::hint::spin_loop made the same choice, rust-lang/rust
+ * #84725). Neither hint orders memory for us: the atomics carry the ordering. */
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define GM_CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define GM_CPU_RELAX() __asm__ volatile("isb" ::: "memory")
 #else
 #define GM_CPU_RELAX() ((void)0)
 #endif
