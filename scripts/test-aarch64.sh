@@ -7,8 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build-aarch64}
-# What runs. Thread counts are the tests' own (most parallel cases use 2 threads, the pool tests 1-8,
-# several compare 1 against 2), so one pass covers both.
+# What runs, twice: with the tests' own thread counts (2 where they run in parallel, 1-8 in the pool tests,
+# several compare 1 against 2), then the C tests again with GM_TEST_MAX_THREADS=1 (tests/support/test.h:
+# every engine, generator and pool on one thread). The CLI scripts pass -t themselves (cli_run: 1 and 2).
 RUN=(test_bad_files test_chat test_config test_embedding test_error test_family test_forward test_gemma4
      test_generator test_gguf test_grammar test_image test_kvcache test_llama_tiny test_matmul test_ops_simd
      test_pack test_pool_chunk test_quant test_safetensors test_scheduler test_thread_start test_threadpool
@@ -34,5 +35,9 @@ cmake -S . -B "$B" -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64.cmake -DCMAKE_
 cmake --build "$B" -j "${JOBS:-2}" --target "${TARGETS[@]}"
 echo "== ctest under qemu-aarch64"
 regex="^($(IFS='|'; echo "${RUN[*]}"))\$"
-# the tests' own TIMEOUT (900 s) outranks ctest --timeout: bound the stage itself, CI's budget is ~7 min
-cd "$B" && timeout 420 ctest --output-on-failure -j "${JOBS:-2}" -R "$regex"
+cregex="^($(printf '%s\n' "${RUN[@]}" | grep '^test_' | paste -sd'|'))\$"
+# the tests' own TIMEOUT (900 s) outranks ctest --timeout: bound each pass itself, CI's budget is ~7 min
+cd "$B"
+timeout 420 ctest --output-on-failure -j "${JOBS:-2}" -R "$regex"
+echo "== the C tests again, 1 thread (GM_TEST_MAX_THREADS=1)"
+GM_TEST_MAX_THREADS=1 timeout 300 ctest --output-on-failure -j "${JOBS:-2}" -R "$cregex"

@@ -60,7 +60,7 @@ static const gm_prompt_span *g_span;
 static float *logits_on(const gm_model *m, gm_backend_kind kind, const int32_t *ids, int n) {
     gm_error err = {0};
     gm_generator *g = NULL;
-    const gm_generator_options o = {.n_threads = 2, .n_batch = 16, .backend = kind};
+    const gm_generator_options o = {.n_threads = gm_test_threads(2), .n_batch = 16, .backend = kind};
     const int V = gm_model_config(m)->n_vocab;
     float *out = malloc((size_t)n * V * sizeof *out);
     CHECK_OK(gm_generator_new(m, &o, &g, &err), &err);
@@ -107,7 +107,7 @@ static cmp_stats compare(const gm_model *m, const int32_t *ids, int n) {
 static void greedy(const gm_model *m, gm_backend_kind kind, const int32_t *ids, int n_ids, int n, int32_t *out) {
     gm_error err = {0};
     gm_generator *g = NULL;
-    const gm_generator_options o = {.n_threads = 2, .ignore_stop = true, .backend = kind};
+    const gm_generator_options o = {.n_threads = gm_test_threads(2), .ignore_stop = true, .backend = kind};
     const gm_sampling greedy_s = gm_sampling_default();
     int got = 0;
     memset(out, 0, (size_t)n * sizeof *out);
@@ -242,7 +242,7 @@ TEST(embedding) {
     int dim = 0;
     for (int k = 0; k < 2; k++) {
         gm_embedder *e = NULL;
-        const gm_embedder_options eo = {.n_threads = 2, .backend = k ? GM_BACKEND_CPU : GM_BACKEND_REFERENCE};
+        const gm_embedder_options eo = {.n_threads = gm_test_threads(2), .backend = k ? GM_BACKEND_CPU : GM_BACKEND_REFERENCE};
         CHECK_OK(gm_embedder_new(m, &eo, &e, &err), &err);
         if (!e) break;
         dim = gm_embedder_dim(e);

@@ -102,8 +102,8 @@ static void pooled_parity(const char *gguf, const char *ref) {
     CHECK_EQ_INT(c->pooling, GM_POOLING_MEAN);
     gm_error err = {0};
     gm_embedder *e1 = NULL, *e2 = NULL;
-    CHECK_OK(gm_embedder_new(m, &(gm_embedder_options){.n_threads = 1}, &e1, &err), &err);
-    CHECK_OK(gm_embedder_new(m, &(gm_embedder_options){.n_threads = 2, .n_ctx = 100}, &e2, &err), &err);
+    CHECK_OK(gm_embedder_new(m, &(gm_embedder_options){.n_threads = gm_test_threads(1)}, &e1, &err), &err);
+    CHECK_OK(gm_embedder_new(m, &(gm_embedder_options){.n_threads = gm_test_threads(2), .n_ctx = 100}, &e2, &err), &err);
     for (int s = 0; e1 && e2 && s < fx.n_seq; s++) {
         float v[DIM], w[DIM];
         CHECK_OK(gm_embed_tokens(e1, fx.tok[s], fx.n_tok[s], v, &err), &err);
@@ -138,7 +138,7 @@ TEST(token_states_match_llama_cpp) {
     gm_error err = {0};
     gm_engine *e = NULL;
     gm_seq *sq = NULL;
-    CHECK_OK(gm_engine_create(m, &(gm_engine_options){.n_threads = 2, .n_ctx = 128, .n_batch = 128,
+    CHECK_OK(gm_engine_create(m, &(gm_engine_options){.n_threads = gm_test_threads(2), .n_ctx = 128, .n_batch = 128,
                                                        .no_prefix_cache = true}, &e, &err), &err);
     if (e) CHECK_OK(gm_seq_new(e, &sq, &err), &err);
     float *h = malloc(sizeof(float) * MAX_TOK * DIM);

@@ -37,7 +37,7 @@ static gm_model *open_model(int a) {
 static gm_engine *new_engine(const gm_model *m, int threads, int n_batch, bool cache, size_t kv_mem, gm_kv_dtype kt) {
     gm_error err = {0};
     gm_engine *e = NULL;
-    gm_engine_options o = {.n_threads = threads, .n_ctx = 1024, .n_batch = n_batch, .kv_mem = kv_mem,
+    gm_engine_options o = {.n_threads = gm_test_threads(threads), .n_ctx = 1024, .n_batch = n_batch, .kv_mem = kv_mem,
                            .kv_type = kt, .no_prefix_cache = !cache};
     CHECK_OK(gm_engine_new(m, &o, &e, &err), &err);
     return e;
@@ -671,7 +671,7 @@ TEST(embeddings_not_matched_by_ids) {
     for (int i = 0; i < N * c->d_model; i++) emb[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
     gm_error err = {0};
     gm_generator *g = NULL;
-    gm_generator_options o = {.n_threads = 2, .n_ctx = 1024};
+    gm_generator_options o = {.n_threads = gm_test_threads(2), .n_ctx = 1024};
     CHECK_OK(gm_generator_new(m, &o, &g, &err), &err);
     CHECK_OK(gm_generator_prefill_from_embeds(g, ids, N, emb, NULL, NULL, &err), &err);
     gm_engine *e = gm_generator_engine(g);
@@ -808,7 +808,7 @@ TEST(image_span_attention) {
             mask[(size_t)i * IN + j] = j <= i || same_image ? 0.0f : -INFINITY;
         }
     gm_generator *g = NULL;
-    gm_generator_options go = {.n_threads = 2, .n_ctx = 1024};
+    gm_generator_options go = {.n_threads = gm_test_threads(2), .n_ctx = 1024};
     CHECK_OK(gm_generator_new(m, &go, &g, &err), &err);
     const float *want = NULL;
     for (int i = IT; i < IT + IR; i++) ids[i] = 0;
@@ -960,7 +960,7 @@ TEST(image_span_generator_turns) {
     image_rows(img, IR, d, 11);
     gm_error err = {0};
     gm_generator *g = NULL;
-    gm_generator_options go = {.n_threads = 2, .n_ctx = 1024};
+    gm_generator_options go = {.n_threads = gm_test_threads(2), .n_ctx = 1024};
     CHECK_OK(gm_generator_new(m, &go, &g, &err), &err);
     gm_prompt_span sp = {.at = IT, .span = {.embeds = img, .n = IR, .placeholder = 0, .key = {5, 6}, .bidirectional = true}};
     CHECK_OK(gm_generator_prefill_spans(g, ids, IT + IU, &sp, 1, &err), &err);
@@ -1068,8 +1068,8 @@ static void default_model_case(gm_isa isa) {
         ids[i] = 1000 + (int32_t)((seed >> 33) % 20000);
     }
     float *one = malloc((size_t)Vr * sizeof *one);
-    gm_engine_options o1 = {.n_threads = 2, .n_ctx = 1024, .n_batch = 512, .no_prefix_cache = true};
-    gm_engine_options o2 = {.n_threads = 1, .n_ctx = 1024, .n_batch = 64, .kv_mem = (size_t)256 << 20};
+    gm_engine_options o1 = {.n_threads = gm_test_threads(2), .n_ctx = 1024, .n_batch = 512, .no_prefix_cache = true};
+    gm_engine_options o2 = {.n_threads = gm_test_threads(1), .n_ctx = 1024, .n_batch = 64, .kv_mem = (size_t)256 << 20};
     gm_engine *e1 = NULL, *e2 = NULL;
     CHECK_OK(gm_engine_new(m, &o1, &e1, &err), &err);
     CHECK_OK(gm_engine_new(m, &o2, &e2, &err), &err);
@@ -1135,8 +1135,8 @@ TEST(default_model_repeat) {
         ids[i] = 1000 + (int32_t)((seed >> 33) % 20000);
     }
     float *want = malloc((size_t)Vr * sizeof *want);
-    gm_engine_options plain = {.n_threads = 2, .n_ctx = 1024, .n_batch = 512, .no_prefix_cache = true};
-    gm_engine_options cached = {.n_threads = 2, .n_ctx = 1024, .n_batch = 512};
+    gm_engine_options plain = {.n_threads = gm_test_threads(2), .n_ctx = 1024, .n_batch = 512, .no_prefix_cache = true};
+    gm_engine_options cached = {.n_threads = gm_test_threads(2), .n_ctx = 1024, .n_batch = 512};
     gm_engine *e0 = NULL, *e = NULL;
     CHECK_OK(gm_engine_new(m, &plain, &e0, &err), &err);
     CHECK_OK(gm_engine_new(m, &cached, &e, &err), &err);

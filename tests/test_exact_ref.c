@@ -80,7 +80,7 @@ TEST(default_model_vs_exact_reference) {
     gm_model *m = NULL;
     gm_generator *g = NULL;
     CHECK_OK(gm_model_open(GM_DEFAULT_MODEL, NULL, &m, &err), &err);
-    gm_generator_options o = {.n_threads = 2, .n_ctx = 256};
+    gm_generator_options o = {.n_threads = gm_test_threads(2), .n_ctx = 256};
     if (m) CHECK_OK(gm_generator_new(m, &o, &g, &err), &err);
     if (!g) goto out;
     const int V = gm_generator_config(g)->n_vocab;

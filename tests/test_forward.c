@@ -188,7 +188,7 @@ static bool our_logits(const char *path, const int32_t *ids, int n, int n_batch,
     bool ok = false;
     CHECK_OK(gm_model_open(path, &g_open, &m, &err), &err);
     if (!m) return false;
-    gm_generator_options go = {.n_threads = n_threads, .n_ctx = 128, .n_batch = n_batch};
+    gm_generator_options go = {.n_threads = gm_test_threads(n_threads), .n_ctx = 128, .n_batch = n_batch};
     CHECK_OK(gm_generator_new(m, &go, &g, &err), &err);
     if (g) {
         CHECK_OK(gm_generator_prefill(g, ids, n, &err), &err);

@@ -132,7 +132,7 @@ static void check_logits(int n_threads, int n_batch) {
     gm_model *m = NULL;
     gm_generator *g = NULL;
     CHECK_OK(gm_model_open(model_path, NULL, &m, &err), &err);
-    gm_generator_options o = {.n_threads = n_threads, .n_ctx = 64, .n_batch = n_batch};
+    gm_generator_options o = {.n_threads = gm_test_threads(n_threads), .n_ctx = 64, .n_batch = n_batch};
     if (m) CHECK_OK(gm_generator_new(m, &o, &g, &err), &err);
     if (!g) goto out;
     CHECK_EQ_INT(gm_generator_config(g)->n_vocab, fx.n_vocab);
@@ -178,7 +178,7 @@ TEST(greedy_matches_llama_cpp) {
     gm_model *m = NULL;
     gm_generator *g = NULL;
     CHECK_OK(gm_model_open(model_path, NULL, &m, &err), &err);
-    gm_generator_options o = {.n_threads = 2, .n_ctx = 64, .ignore_stop = true};
+    gm_generator_options o = {.n_threads = gm_test_threads(2), .n_ctx = 64, .ignore_stop = true};
     if (m) CHECK_OK(gm_generator_new(m, &o, &g, &err), &err);
     if (g) {
         int32_t out[MAX_TOK];
@@ -202,7 +202,7 @@ TEST(perplexity_matches_llama_cpp) {
     gm_model *m = NULL;
     gm_generator *g = NULL;
     CHECK_OK(gm_model_open(model_path, NULL, &m, &err), &err);
-    gm_generator_options o = {.n_threads = 2, .n_ctx = 64, .n_batch = 16};
+    gm_generator_options o = {.n_threads = gm_test_threads(2), .n_ctx = 64, .n_batch = 16};
     if (m) CHECK_OK(gm_generator_new(m, &o, &g, &err), &err);
     if (g) {
         float lp[MAX_TOK];
@@ -236,7 +236,7 @@ static char engine_path[300];
 static gm_engine *new_engine(const gm_model *m, int threads, bool cache) {
     gm_error err = {0};
     gm_engine *e = NULL;
-    gm_engine_options o = {.n_threads = threads, .n_ctx = 512, .n_batch = 64, .no_prefix_cache = !cache};
+    gm_engine_options o = {.n_threads = gm_test_threads(threads), .n_ctx = 512, .n_batch = 64, .no_prefix_cache = !cache};
     CHECK_OK(gm_engine_new(m, &o, &e, &err), &err);
     return e;
 }
@@ -402,7 +402,7 @@ TEST(twenty_layers_run_without_sharing) {
     gm_model *m = NULL;
     gm_generator *g = NULL;
     CHECK_OK(gm_model_open(path, NULL, &m, &err), &err);
-    gm_generator_options go = {.n_threads = 1, .n_ctx = 32};
+    gm_generator_options go = {.n_threads = gm_test_threads(1), .n_ctx = 32};
     if (m) CHECK_OK(gm_generator_new(m, &go, &g, &err), &err);
     if (g) {
         for (int il = 0; il < 20; il++) CHECK_EQ_INT(gm_model_layer(m, il)->kv_source, il);
@@ -430,7 +430,7 @@ static float *logits_of(const t3n_options *o, bool hf) {
     gm_generator *g = NULL;
     float *out = NULL;
     if (written) CHECK_OK(gm_model_open(path, NULL, &m, &err), &err);
-    gm_generator_options go = {.n_threads = 1, .n_ctx = 64};
+    gm_generator_options go = {.n_threads = gm_test_threads(1), .n_ctx = 64};
     if (m) CHECK_OK(gm_generator_new(m, &go, &g, &err), &err);
     if (g) {
         out = malloc(sizeof(float) * (size_t)fx.n_tok * (size_t)fx.n_vocab);

@@ -89,7 +89,7 @@ static void check_logits(int n_threads, int n_batch) {
     gm_model *m = NULL;
     gm_generator *g = NULL;
     CHECK_OK(gm_model_open(model_path, NULL, &m, &err), &err);
-    gm_generator_options o = {.n_threads = n_threads, .n_ctx = 64, .n_batch = n_batch};
+    gm_generator_options o = {.n_threads = gm_test_threads(n_threads), .n_ctx = 64, .n_batch = n_batch};
     if (m) CHECK_OK(gm_generator_new(m, &o, &g, &err), &err);
     if (!g) goto out;
     CHECK_EQ_INT(gm_generator_config(g)->n_vocab, fx.n_vocab);
@@ -135,7 +135,7 @@ TEST(greedy_matches_llama_cpp) {
     gm_model *m = NULL;
     gm_generator *g = NULL;
     CHECK_OK(gm_model_open(model_path, NULL, &m, &err), &err);
-    gm_generator_options o = {.n_threads = 2, .n_ctx = 64, .ignore_stop = true};
+    gm_generator_options o = {.n_threads = gm_test_threads(2), .n_ctx = 64, .ignore_stop = true};
     if (m) CHECK_OK(gm_generator_new(m, &o, &g, &err), &err);
     if (g) {
         int32_t out[MAX_TOK];
@@ -158,7 +158,7 @@ TEST(perplexity_matches_llama_cpp) {
     gm_model *m = NULL;
     gm_generator *g = NULL;
     CHECK_OK(gm_model_open(model_path, NULL, &m, &err), &err);
-    gm_generator_options o = {.n_threads = 2, .n_ctx = 64, .n_batch = 16};
+    gm_generator_options o = {.n_threads = gm_test_threads(2), .n_ctx = 64, .n_batch = 16};
     if (m) CHECK_OK(gm_generator_new(m, &o, &g, &err), &err);
     if (g) {
         float lp[MAX_TOK];
@@ -193,7 +193,7 @@ enum { ESEQ = 3, ESTEPS = 6, ECTX = 128 };
 static gm_engine *new_engine(const gm_model *m, int threads, bool cache) {
     gm_error err = {0};
     gm_engine *e = NULL;
-    gm_engine_options o = {.n_threads = threads, .n_ctx = ECTX, .n_batch = 16, .kv_mem = 8u << 20, .no_prefix_cache = !cache};
+    gm_engine_options o = {.n_threads = gm_test_threads(threads), .n_ctx = ECTX, .n_batch = 16, .kv_mem = 8u << 20, .no_prefix_cache = !cache};
     CHECK_OK(gm_engine_new(m, &o, &e, &err), &err);
     return e;
 }
@@ -491,7 +491,7 @@ static float *logits_of(const char *path) {
     gm_generator *g = NULL;
     float *out = NULL;
     CHECK_OK(gm_model_open(path, NULL, &m, &err), &err);
-    gm_generator_options o = {.n_threads = 1, .n_ctx = 64};
+    gm_generator_options o = {.n_threads = gm_test_threads(1), .n_ctx = 64};
     if (m) CHECK_OK(gm_generator_new(m, &o, &g, &err), &err);
     if (g) {
         out = malloc(sizeof(float) * (size_t)fx.n_tok * (size_t)fx.n_vocab);

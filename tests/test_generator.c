@@ -35,7 +35,7 @@ static gm_model *open_model(int a) {
 static gm_generator *new_gen(gm_model *m, int threads, int n_ctx, bool kv_full, bool ignore_stop) {
     gm_error err = {0};
     gm_generator *g = NULL;
-    gm_generator_options o = {.n_threads = threads, .n_ctx = n_ctx, .kv_full = kv_full, .ignore_stop = ignore_stop};
+    gm_generator_options o = {.n_threads = gm_test_threads(threads), .n_ctx = n_ctx, .kv_full = kv_full, .ignore_stop = ignore_stop};
     CHECK_OK(gm_generator_new(m, &o, &g, &err), &err);
     return g;
 }
@@ -349,7 +349,7 @@ TEST(score_logprobs_matches_full_logits) {
         gm_model *m = open_model(a);
         if (!m) continue;
         const int V = gm_model_config(m)->n_vocab, n = 40; /* > 16 rows per pass, past the window */
-        gm_generator_options o = {.n_threads = 2, .n_ctx = 64, .n_batch = 24}; /* two chunks */
+        gm_generator_options o = {.n_threads = gm_test_threads(2), .n_ctx = 64, .n_batch = 24}; /* two chunks */
         gm_generator *g = NULL;
         gm_error err = {0};
         CHECK_OK(gm_generator_new(m, &o, &g, &err), &err);

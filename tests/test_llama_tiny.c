@@ -76,7 +76,7 @@ static void check_arch(const char *arch, int n_threads) {
     gm_model *m = NULL;
     gm_generator *g = NULL;
     CHECK_OK(gm_model_open(lpath, NULL, &m, &err), &err);
-    gm_generator_options o = {.n_threads = n_threads, .n_ctx = 64};
+    gm_generator_options o = {.n_threads = gm_test_threads(n_threads), .n_ctx = 64};
     if (m) CHECK_OK(gm_generator_new(m, &o, &g, &err), &err);
     if (!g) goto out;
     CHECK_EQ_INT(gm_generator_config(g)->n_vocab, fx.n_vocab);

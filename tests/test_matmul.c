@@ -21,14 +21,8 @@
 #include "quant/blocks.h"
 #include "support/test.h"
 
-/* A pool of n threads, at most $GM_TEST_MAX_THREADS (unset: n). Under qemu-user the pool's worker threads can hang
- * (the AArch64 CI thread, being fixed separately): GM_TEST_MAX_THREADS=1 runs every pool inline, so the kernels are
- * still checked there; the thread-count checks then compare serial with serial. */
-static gm_pool *test_pool_new(int n) {
-    const char *cap = getenv("GM_TEST_MAX_THREADS");
-    if (cap && atoi(cap) > 0 && atoi(cap) < n) n = atoi(cap);
-    return gm_pool_new(n);
-}
+/* A pool of n threads, at most $GM_TEST_MAX_THREADS (support/test.h: the suite's 1-thread pass). */
+static gm_pool *test_pool_new(int n) { return gm_pool_new(gm_test_threads(n)); }
 
 static uint64_t rng_state = 88172645463325252ull;
 static float frand(void) {

@@ -65,7 +65,7 @@ static double library_perplexity(const char *model, int *n_chunks_out) {
     double nll = 0;
     long n = 0;
     CHECK_OK(gm_model_open(model, NULL, &m, &err), &err);
-    gm_generator_options o = {.n_threads = 1, .n_ctx = CTX};
+    gm_generator_options o = {.n_threads = gm_test_threads(1), .n_ctx = CTX};
     if (m) CHECK_OK(gm_generator_new(m, &o, &g, &err), &err);
     if (g) CHECK_OK(gm_tokenize(gm_model_tokenizer(m), text, len, true, false, &toks, &n_tok, &err), &err);
     int n_chunks = toks ? (int)(n_tok / CTX) : 0;

@@ -255,7 +255,7 @@ TEST(logits_same_while_weights_are_packed) {
     CHECK_OK(gm_model_open(GM_DEFAULT_MODEL, NULL, &m, &err), &err);
     if (!m) return;
     gm_generator *g = NULL;
-    gm_generator_options go = {.n_threads = 2, .n_ctx = 256};
+    gm_generator_options go = {.n_threads = gm_test_threads(2), .n_ctx = 256};
     CHECK_OK(gm_generator_new(m, &go, &g, &err), &err);
     const int32_t ids[] = {2, 818, 5279, 529, 7001, 563, 9079, 236787, 108, 8291, 496, 3925};
     const int n = (int)(sizeof ids / sizeof ids[0]), V = gm_model_config(m)->n_vocab;

@@ -47,7 +47,7 @@ static gm_model *open_model(const char *path) {
 static gm_engine *new_engine(const gm_model *m, int n_ctx) {
     gm_error err = {0};
     gm_engine *e = NULL;
-    gm_engine_options o = {.n_threads = 2, .n_ctx = n_ctx};
+    gm_engine_options o = {.n_threads = gm_test_threads(2), .n_ctx = n_ctx};
     CHECK_OK(gm_engine_new(m, &o, &e, &err), &err);
     return e;
 }
@@ -57,7 +57,7 @@ static int generate(const gm_model *m, const gm_spec_options *so, const int32_t 
                     const gm_sampling *s, int32_t *out, gm_spec_stats *st) {
     gm_error err = {0};
     gm_generator *g = NULL;
-    gm_generator_options go = {.n_threads = 2, .n_ctx = 1024, .ignore_stop = true};
+    gm_generator_options go = {.n_threads = gm_test_threads(2), .n_ctx = 1024, .ignore_stop = true};
     CHECK_OK(gm_generator_new(m, &go, &g, &err), &err);
     if (!g) return 0;
     if (so) CHECK_OK(gm_generator_set_speculative(g, so, &err), &err);
@@ -311,7 +311,7 @@ static void periodic_prompt(int32_t *ids, int np, uint64_t seed) {
 static gm_engine *roomy_engine(const gm_model *m, int n_ctx) {
     gm_error err = {0};
     gm_engine *e = NULL;
-    gm_engine_options o = {.n_threads = 2, .n_ctx = n_ctx, .kv_mem = (size_t)64 << 20};
+    gm_engine_options o = {.n_threads = gm_test_threads(2), .n_ctx = n_ctx, .kv_mem = (size_t)64 << 20};
     CHECK_OK(gm_engine_new(m, &o, &e, &err), &err);
     return e;
 }
@@ -756,7 +756,7 @@ static int generate_under(const gm_model *m, const gm_spec_options *so, const ch
     }
     gm_error err = {0};
     gm_generator *g = NULL;
-    gm_generator_options go = {.n_threads = 2, .n_ctx = 1024};
+    gm_generator_options go = {.n_threads = gm_test_threads(2), .n_ctx = 1024};
     CHECK_OK(gm_generator_new(m, &go, &g, &err), &err);
     int got = 0;
     if (g) {

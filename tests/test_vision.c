@@ -42,7 +42,7 @@ static void check_file(const char *name, int threads, gm_isa isa, double tol) {
     snprintf(path, sizeof path, "vision/%s.gguf", name);
     gm_error err = {0};
     gm_vision *v = NULL;
-    const gm_vision_options o = {.n_threads = threads, .isa = isa};
+    const gm_vision_options o = {.n_threads = gm_test_threads(threads), .isa = isa};
     CHECK_OK(gm_vision_open(test_data_path(path), &o, &v, &err), &err);
     if (!v) return;
     CHECK_EQ_INT(gm_vision_image_size(v), S);

@@ -37,7 +37,7 @@ static double rel_err(const float *a, const double *ref, int n) {
 static gm_vision *open_g4(const char *model, int threads, gm_isa isa, bool quick, int min_tok, int max_tok) {
     char path[64];
     snprintf(path, sizeof path, "vision/g4/%s.gguf", model);
-    const gm_vision_options o = {.n_threads = threads, .isa = isa, .image_min_tokens = min_tok,
+    const gm_vision_options o = {.n_threads = gm_test_threads(threads), .isa = isa, .image_min_tokens = min_tok,
                                  .image_max_tokens = max_tok, .llama_cpp_act = quick};
     gm_error err = {0};
     gm_vision *v = NULL;

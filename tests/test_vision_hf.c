@@ -27,7 +27,7 @@ static float *read_floats(const char *rel, size_t n) {
 static gm_vision *open_rel(const char *rel) {
     gm_error err = {0};
     gm_vision *v = NULL;
-    const gm_vision_options o = {.n_threads = 2};
+    const gm_vision_options o = {.n_threads = gm_test_threads(2)};
     CHECK_OK(gm_vision_open(test_data_path(rel), &o, &v, &err), &err);
     return v;
 }

@@ -11,6 +11,12 @@ int test_summary(void) {
     return gm_test_failures ? 1 : 0;
 }
 
+int gm_test_threads(int n) {
+    const char *cap = getenv("GM_TEST_MAX_THREADS");
+    const int c = cap ? atoi(cap) : 0;
+    return c > 0 && c < n ? c : n;
+}
+
 const char *test_data_path(const char *rel) {
     static char buf[4096];
     snprintf(buf, sizeof buf, "%s/%s", GM_TEST_DATA, rel);

@@ -62,6 +62,10 @@ extern int gm_test_checks;
 int test_summary(void);
 /* Path of a file under tests/data (static buffer, valid until the next call). */
 const char *test_data_path(const char *rel);
+/* n, or $GM_TEST_MAX_THREADS when that is set and smaller: scripts/test-aarch64.sh runs the suite a second time
+ * with 1 so every engine, generator and pool the tests make runs on the caller's thread alone (the tests'
+ * 1-against-2-threads checks then compare 1 with 1). */
+int gm_test_threads(int n);
 /* Reads a whole file; NULL on failure. Caller frees. */
 unsigned char *test_read_file(const char *path, size_t *len);
 
