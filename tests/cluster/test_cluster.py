@@ -490,15 +490,31 @@ def test_affinity_and_prometheus(cl):
                           "for the comparison to mean anything)" % (100 * hit_rr)
 
 
-def test_kill_under_load(cl):
+def under_load(cl, stream_tokens, n_load, tag):
+    """HAProxy up, 6 streams running (each past its first events), n_load clients of non-streaming requests;
+    the victim: the replica with the most streams. Returns (streams, loads, results, victim index, its id)."""
     cl.start_haproxy()
-    streams = start_streams(cl.port, 6, 400, "kill")
+    streams = start_streams(cl.port, 6, stream_tokens, tag)
     results = []
-    loads = [Load(cl.port, w, results) for w in range(4)]
+    loads = [Load(cl.port, w, results) for w in range(n_load)]
     for ld in loads:
         ld.start()
     wait_events(streams, 5)
     v, name = pick_victim(streams)
+    return streams, loads, results, v, name
+
+
+def finish_load(loads, streams):
+    for ld in loads:
+        ld.stop.set()
+    for ld in loads:
+        ld.join(120)
+    for s in streams:
+        s.join(300)
+
+
+def test_kill_under_load(cl):
+    streams, loads, results, v, name = under_load(cl, 400, 4, "kill")
     wait_for("non-streaming work on %s" % name,
              lambda: cl.replica_metrics(v)["gemma_sequences_active"] > sum(s.replica == name for s in streams
                                                                             if s.is_alive()), 30, 0.02)
@@ -507,12 +523,7 @@ def test_kill_under_load(cl):
     cl.procs[v].wait(10)
     wait_for("HAProxy to mark %s down" % name, lambda: not cl.server_states()[v + 1], 10)
     time.sleep(2)
-    for ld in loads:
-        ld.stop.set()
-    for ld in loads:
-        ld.join(120)
-    for s in streams:
-        s.join(300)
+    finish_load(loads, streams)
     lost = [r for r in results if not r["ok"]]
     on_victim = [s for s in streams if s.replica == name]
     others = [s for s in streams if s.replica != name]
@@ -534,14 +545,7 @@ def test_kill_under_load(cl):
 
 
 def test_sigterm_drains(cl):
-    cl.start_haproxy()
-    streams = start_streams(cl.port, 6, 160, "drain")
-    results = []
-    loads = [Load(cl.port, w, results) for w in range(3)]
-    for ld in loads:
-        ld.start()
-    wait_events(streams, 5)
-    v, name = pick_victim(streams)
+    streams, loads, results, v, name = under_load(cl, 160, 3, "drain")
     on_victim = [s for s in streams if s.replica == name]
     t_term = time.time()
     cl.procs[v].send_signal(signal.SIGTERM)
@@ -558,12 +562,7 @@ def test_sigterm_drains(cl):
     wait_for("HAProxy to mark %s down" % name, lambda: not cl.server_states()[v + 1], 10, 0.05)
     t_down = time.time()
     time.sleep(3)
-    for ld in loads:
-        ld.stop.set()
-    for ld in loads:
-        ld.join(120)
-    for s in streams:
-        s.join(300)
+    finish_load(loads, streams)
     rc = cl.procs[v].wait(60)
     after = [r for r in results if r["t0"] >= t_term]
     log_text = open(os.path.join(cl.tmp, "replica%d.log" % (v + 1))).read()
