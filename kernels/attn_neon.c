@@ -90,30 +90,6 @@ static void scores_tile(int R, int G, float *scores, const float *q, const char 
 }
 #undef SCORES_R
 
-enum { TILE = 4 }; /* keys per tile */
-
-/* Tiles of 4 keys from the rows' first key on, each tile for every row that attends (part of) it while its key
- * rows are in L1. A score does not depend on the tiling: each row's are its one-row bits. */
-void gm_attend_scores_rows_neon(float *scores, size_t row_stride, const gm_attend_row *rows, int n, int G,
-                                const void *k, gm_kv_type kt, size_t kv_stride, int hd) {
-    const size_t rs = kv_stride * gm_kv_type_size(kt);
-    int lo = rows[0].lo, hi = rows[0].hi;
-    for (int i = 1; i < n; i++) lo = rows[i].lo < lo ? rows[i].lo : lo, hi = rows[i].hi > hi ? rows[i].hi : hi;
-    for (int j = lo; j < hi; j += TILE)
-        for (int i = 0; i < n; i++) {
-            const int a = j > rows[i].lo ? j : rows[i].lo, b = j + TILE < rows[i].hi ? j + TILE : rows[i].hi;
-            if (a < b)
-                scores_tile(b - a, G, scores + (size_t)i * row_stride, rows[i].q, (const char *)k + (size_t)a * rs, rs, kt,
-                            rows[i].hi - rows[i].lo, hd, a - rows[i].lo);
-        }
-}
-
-void gm_attend_scores_neon(float *scores, const float *q, int G, const void *k, gm_kv_type kt, size_t kv_stride,
-                           int n_keys, int hd) {
-    const gm_attend_row r = {.q = q, .lo = 0, .hi = n_keys};
-    gm_attend_scores_rows_neon(scores, 0, &r, 1, G, k, kt, kv_stride, hd);
-}
-
 /* part[g][c, c + 16) += sum_j p[g, j] v_j[c, c + 16): that slice of every head held in registers (16 for G = 4)
  * while the value rows stream by; per element the fmas of gm_axpy_f32_neon in key order. A zero weight adds
  * 0 * v, which leaves the sum's bits as they are for finite v (the sum starts at +0 and is never -0), as
@@ -142,47 +118,14 @@ INL void values_slice(int G, float *part, const float *scores, const char *v, gm
         for (int l = 0; l < 4; l++) vst1q_f32(part + (size_t)g * (hd + 2) + c + 4 * l, o[g][l]);
 }
 
-/* slice by slice, every row in turn: a slice of the chunk's value rows stays in L1 for all the rows */
-void gm_attend_values_rows_neon(const float *scores, size_t row_stride, const gm_attend_row *rows, int n, int G,
-                                const void *v, gm_kv_type kt, size_t kv_stride, int hd) {
-    const size_t rs = kv_stride * gm_kv_type_size(kt);
-    for (int c = 0; c < hd; c += 16)
-        for (int i = 0; i < n; i++) {
-            const float *s = scores + (size_t)i * row_stride;
-            const char *vr = (const char *)v + (size_t)rows[i].lo * rs;
-            const int nk = rows[i].hi - rows[i].lo;
-            switch (G) {
-            case 1: values_slice(1, rows[i].part, s, vr, kt, rs, nk, hd, c); break;
-            case 2: values_slice(2, rows[i].part, s, vr, kt, rs, nk, hd, c); break;
-            case 3: values_slice(3, rows[i].part, s, vr, kt, rs, nk, hd, c); break;
-            default: values_slice(4, rows[i].part, s, vr, kt, rs, nk, hd, c); break;
-            }
-        }
-}
-
-void gm_attend_values_neon(float *part, const float *scores, int G, const void *v, gm_kv_type kt, size_t kv_stride,
-                           int n_keys, int hd) {
-    const gm_attend_row r = {.part = part, .lo = 0, .hi = n_keys};
-    gm_attend_values_rows_neon(scores, 0, &r, 1, G, v, kt, kv_stride, hd);
-}
+#define ATTN_ISA neon
+#define ATTN_TILE 4
+#include "kernels/attn_rows.h"
 
 #else
 /* Not an AArch64 build of this file: never selected by ops.c there. */
 bool gm_attend_neon_fits(int G, int hd) { (void)G, (void)hd; return false; }
-void gm_attend_scores_neon(float *scores, const float *q, int G, const void *k, gm_kv_type kt, size_t kv_stride,
-                           int n_keys, int hd) {
-    (void)scores, (void)q, (void)G, (void)k, (void)kt, (void)kv_stride, (void)n_keys, (void)hd;
-}
-void gm_attend_values_neon(float *part, const float *scores, int G, const void *v, gm_kv_type kt, size_t kv_stride,
-                           int n_keys, int hd) {
-    (void)part, (void)scores, (void)G, (void)v, (void)kt, (void)kv_stride, (void)n_keys, (void)hd;
-}
-void gm_attend_scores_rows_neon(float *scores, size_t row_stride, const gm_attend_row *rows, int n, int G,
-                                const void *k, gm_kv_type kt, size_t kv_stride, int hd) {
-    (void)scores, (void)row_stride, (void)rows, (void)n, (void)G, (void)k, (void)kt, (void)kv_stride, (void)hd;
-}
-void gm_attend_values_rows_neon(const float *scores, size_t row_stride, const gm_attend_row *rows, int n, int G,
-                                const void *v, gm_kv_type kt, size_t kv_stride, int hd) {
-    (void)scores, (void)row_stride, (void)rows, (void)n, (void)G, (void)v, (void)kt, (void)kv_stride, (void)hd;
-}
+#define ATTN_ISA neon
+#define ATTN_STUBS
+#include "kernels/attn_rows.h"
 #endif
