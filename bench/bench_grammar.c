@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "gemma_grammar.h"
 #include "grammar/grammar.h"
 
 static double now_ms(void) {

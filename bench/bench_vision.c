@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "gemma.h"
+#include "gemma_vision.h"
 #include "support/gguf_writer.h"
 
 enum { S = 896, P = 14, D = 1152, FF = 4304, H = 16, PD = 2560, G = S / P };

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "gemma.h"
+#include "gemma_generator.h"
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
     const unsigned char *b = p;

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "gemma.h"
+#include "gemma_vision.h"
 
 typedef struct args {
     const char *mmproj, *rgb, *out, *text, *layout, *logits;

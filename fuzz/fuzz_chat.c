@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "fuzz/fuzz_vocab.h"
+#include "gemma_chat.h"
 
 #define MAX_MSGS 8
 #define GEMMA_TMPL "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m.role }}\n{{ m.content | trim }}<end_of_turn>\n{% endfor %}"

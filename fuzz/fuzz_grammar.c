@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "grammar/grammar.h"
+#include "gemma_grammar.h"
 
 static void fail(const char *what) {
     fprintf(stderr, "fuzz_grammar: property violated: %s\n", what);

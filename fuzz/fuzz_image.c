@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gemma.h"
+#include "gemma_vision.h"
 
 static volatile uint64_t g_sink;
 

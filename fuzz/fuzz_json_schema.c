@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "grammar/grammar.h"
+#include "gemma_grammar.h"
 
 static void fail(const char *what, const char *detail) {
     fprintf(stderr, "fuzz_json_schema: property violated: %s: %s\n", what, detail);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "text/tokenizer.h"
+#include "gemma_chat.h"
 
 static const char FT_TEXT[] = "Hello world, <start_of_turn>user\n caf\xc3\xa9  \xe6\x97\xa5\xe6\x9c\xac "
                               "\xf0\x9f\x98\x80<bos>\xff\xc3 \xe2\x96\x81x\n\n";

@@ -10,7 +10,8 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "runtime/engine.h"
+#include "gemma_generator.h"
+#include "engine/engine.h"
 #include "model/pooling.h"
 
 struct gm_embedder {

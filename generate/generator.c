@@ -1,5 +1,5 @@
 /* generate/generator.c — the seed's one-sequence API (see the generator section of gemma.h) as a thin
- * layer over one engine and one sequence (runtime/engine.c): the history is the sequence's, the KV cache
+ * layer over one engine and one sequence (engine/engine.c): the history is the sequence's, the KV cache
  * its block table, the logits its logits. Naive steps and scoring forget the cache and recompute from
  * position 0 without the prefix index, so they stay an independent reference for the cached path. */
 #include <math.h>
@@ -7,8 +7,10 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "runtime/engine.h"
-#include "generate/sampler.h"
+#include "gemma_grammar.h"
+#include "gemma_generator.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
 
 struct gm_generator {
     const gm_model *m;

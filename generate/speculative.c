@@ -18,8 +18,9 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "runtime/engine.h"
-#include "generate/sampler.h"
+#include "gemma_grammar.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
 #include "generate/speculative.h"
 
 /* The draft sequence's RNG is seeded apart from the target's: the same stream for the draw of a

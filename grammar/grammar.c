@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "grammar/internal.h"
+#include "gemma_grammar.h"
 
 gm_status gm_grammar_from_gbnf(const char *text, size_t len, gm_grammar **out, gm_error *err) {
     if (!out) return gm_fail(err, GM_ERR_ARG, "gm_grammar_from_gbnf: NULL out");

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "core/error.h"
+#include "gemma_grammar.h"
 #include "grammar/grammar.h"
 
 /* ------------------------------------------------------------------ limits */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "grammar/internal.h"
+#include "gemma_grammar.h"
 #include "text/tokenizer.h"
 
 /* text/tokenizer.c's MARKER_PIECES: one list of markers for the tokenizer and the grammars */

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "grammar/internal.h"
+#include "gemma_grammar.h"
 #include "text/tokenizer.h"
 
 #define GR_MAX_PIECE 4096     /* longer pieces are never allowed (none exist in real vocabularies) */

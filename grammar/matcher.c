@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "grammar/internal.h"
+#include "gemma_grammar.h"
 
 static uint64_t mix(uint64_t h) {
     h ^= h >> 33;

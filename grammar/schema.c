@@ -33,6 +33,7 @@
 #include <cjson/cJSON.h>
 
 #include "grammar/internal.h"
+#include "gemma_grammar.h"
 #include "text/tokenizer.h"
 
 #define SX_MAX_DEPTH 64

@@ -1,7 +1,7 @@
 /* kernels/ops.c — scalar f32 operators, and the tables of each ISA level's versions (see ops.h). */
 #include "kernels/ops.h"
 #include "kernels/ops_isa.h"
-#include "model/limits.h"
+#include "core/limits.h"
 
 #include "kernels/cpu.h"
 #include "quant/quant.h"
@@ -162,7 +162,7 @@ typedef void (*axpy_fn)(float *y, float a, const float *x, int n);
 static void attend_loop(dot_fn dot, axpy_fn axpy, float *part, const float *q, int G, const void *k, const void *v,
                         gm_kv_type kt, size_t kv_stride, int n_keys, int hd, float softcap, const float *bias,
                         float *scores) {
-    float buf[GM_MAX_HEAD_DIM]; /* one converted F16 row (model/limits.h) */
+    float buf[GM_MAX_HEAD_DIM]; /* one converted F16 row (core/limits.h) */
     for (int j = 0; j < n_keys; j++) {
         const float *kj = kv_row(k, kt, (size_t)j, kv_stride, hd, buf);
         for (int g = 0; g < G; g++) scores[(size_t)g * n_keys + j] = dot(q + (size_t)g * hd, kj, hd);

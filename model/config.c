@@ -1,5 +1,5 @@
 /* model/config.c — gm_config from GGUF metadata or config.json, by the rules of the file's family, and the one
- * validator of the numbers (against model/limits.h).
+ * validator of the numbers (against core/limits.h).
  *
  * The family is looked up once by the file's architecture (model/family.h; the rows are in
  * model/families/registry.c); the readers follow its rules (facts the files do not carry):
@@ -27,7 +27,7 @@
 
 #include "core/error.h"
 #include "model/family.h"
-#include "model/limits.h"
+#include "core/limits.h"
 #include "model/source.h"
 
 enum { MAX_MISSING_LISTED = 6 };
@@ -572,7 +572,7 @@ static gm_status config_from_hf(const gm_source *s, gm_config *c, gm_error *err)
 
 /* ------------------------------------------------------------------ checks */
 
-/* ---- the one validator: every number of a config and of each layer's facts against model/limits.h */
+/* ---- the one validator: every number of a config and of each layer's facts against core/limits.h */
 
 /* Every float of the config once more, whatever path set it (readers check their keys; this catches a
  * value some rule or a later reader derived), named by its gm_config field. */

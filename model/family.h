@@ -1,7 +1,8 @@
 /* model/family.h — a model family as data: one row per family (model/families/registry.c) with the names that
  * select it, the rules in which Gemma 1, 2 and 3 differ, and hooks for what a family adds at named points of
  * reading and loading a model. The row is looked up once, when the config is read (gm_config.family), and the
- * rest of model/ reads it instead of testing names or generation numbers.
+ * rest of model/ reads it instead of testing names or generation numbers. What a family computes at the forward
+ * pass's named points is runtime's (runtime/families/hooks.c: the hooks per row), so model/ stays below runtime/.
  *
  * Dependencies point one way: the generic code (config.c, model.c, describe.c, source.c) includes only this
  * header; the families (model/families/) implement the hooks on top of the generic code, and the registry is
@@ -17,7 +18,6 @@
 #include "model/source.h"
 
 typedef struct gm_model gm_model;
-struct gm_forward_hooks; /* runtime/forward.h */
 
 /* The rules the generic readers and the loader follow (docs/model-files.md, "Config rules"): facts the files do
  * not carry, or carry under keys whose defaults differ per family. */
@@ -77,8 +77,6 @@ typedef struct gm_family {
     gm_status (*load)(gm_model *m, gm_error *err); /* the family's weights beyond the Gemma block */
     void (*unload)(gm_model *m);                   /* frees what load made (also after a failed load) */
     void (*layer_extras)(const gm_source *s, const gm_layer_config *l, int il, gm_layer_extras *out); /* inspect */
-    /* The forward pass: what the family adds at named points of the layer (NULL: the plain Gemma block). */
-    const struct gm_forward_hooks *forward;
 } gm_family;
 
 /* The row whose gguf_archs / hf_types hold name; NULL for an unknown name (the caller says which are known). */

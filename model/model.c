@@ -463,7 +463,7 @@ gm_status gm_model_open(const char *path, const gm_model_options *opt, gm_model 
     if (!m) return gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", path);
     m->isa = gm_isa_resolve(opt ? opt->isa : GM_ISA_AUTO); /* before the families' loaders bind their matrices */
     gm_status st = gm_source_open(path, opt ? opt->keep_mtp : false, &m->src, err);
-    if (!st) st = gm_config_load(m->src, &m->cfg, err); /* checked there, against model/limits.h */
+    if (!st) st = gm_config_load(m->src, &m->cfg, err); /* checked there, against core/limits.h */
     if (!st) st = load_weights(m, err);
     if (!st) st = pack_weights(m, opt ? opt->repack : GM_REPACK_DEFAULT, err);
     if (!st) bind_kernels(m);

@@ -60,7 +60,7 @@ gm_status gm_source_describe(const gm_source *s, const gm_config *cfg, const cha
  * GM_ERR_UNSUPPORTED with a message naming what is missing. */
 gm_status gm_config_load(const gm_source *s, gm_config *out, gm_error *err);
 
-/* The one validator (model/config.c) of the numbers against model/limits.h: a whole config (gm_config_load
+/* The one validator (model/config.c) of the numbers against core/limits.h: a whole config (gm_config_load
  * runs it), one layer's facts (the loader runs it on each layer), and a layer count before a reader sizes
  * anything by it. GM_ERR_FORMAT / GM_ERR_UNSUPPORTED with the path and what is wrong. */
 gm_status gm_config_check(const char *path, const gm_config *c, gm_error *err);

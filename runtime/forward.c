@@ -23,6 +23,7 @@
 
 #include "core/error.h"
 #include "model/family.h"
+#include "runtime/families/hooks.h"
 
 enum { LOGIT_ROWS = 16 };
 
@@ -119,7 +120,8 @@ gm_status gm_forward_new(const gm_model *m, const gm_kv_layout *lay, gm_backend 
     *out = NULL;
     if (!m || !be || max_batch <= 0 || max_ctx <= 0)
         return gm_fail(err, GM_ERR_ARG, "forward: bad arguments (batch %d, context %d)", max_batch, max_ctx);
-    const gm_forward_hooks *hk = m->cfg.family && m->cfg.family->forward ? m->cfg.family->forward : &no_hooks;
+    const gm_forward_hooks *hk = gm_forward_hooks_of(m->cfg.family);
+    if (!hk) hk = &no_hooks;
     if (hk != &no_hooks && !be->ops->host_memory)
         return gm_fail(err, GM_ERR_UNSUPPORTED, "forward: the %s backend cannot run %s (its hooks need host memory)",
                        be->ops->name, m->cfg.arch);

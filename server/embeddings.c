@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "server/server.h"
+#include "gemma_generator.h"
 
 enum { MAX_INPUTS = SRV_MAX_EMBED_INPUTS };
 

@@ -19,6 +19,9 @@
 #include <unistd.h>
 
 #include "server/server.h"
+#include "gemma_chat.h"
+#include "gemma_vision.h"
+#include "gemma_generator.h"
 
 #if MHD_VERSION < 0x00097002
 typedef int MHD_Result;

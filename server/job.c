@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "core/random.h"
+#include "gemma_chat.h"
 #include "server/server.h"
 
 double srv_now(void) {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "gemma_vision.h"
 #include "core/random.h"
 #include "server/server.h"
 

@@ -11,6 +11,9 @@
 #include <time.h>
 
 #include "server/server.h"
+#include "gemma_chat.h"
+#include "gemma_grammar.h"
+#include "gemma_vision.h"
 
 typedef enum { CALL_CHAT, CALL_COMPLETION } call_kind;
 

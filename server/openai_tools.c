@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "server/server.h"
+#include "gemma_chat.h"
+#include "gemma_grammar.h"
 
 #define MAX_TOOLS 128
 

@@ -15,6 +15,8 @@
 #include <time.h>
 
 #include "server/server.h"
+#include "gemma_grammar.h"
+#include "gemma_vision.h"
 
 /* A grammar context learns its states, token classes and masks lazily: the first request under a schema pays
  * 1-15 ms for each new grammar position, later ones ~0.01 ms. Contexts are kept by their grammar's source text

@@ -30,6 +30,10 @@
 #include <microhttpd.h>
 
 #include "gemma.h"
+#include "gemma_chat.h"
+#include "gemma_grammar.h"
+#include "gemma_vision.h"
+#include "gemma_generator.h"
 #include "server/session.h"
 
 /* seconds of silence after which a stream gets an SSE comment (a keep-alive for proxies) */

@@ -7,6 +7,9 @@
 #include <string.h>
 
 #include "core/random.h"
+#include "gemma_chat.h"
+#include "gemma_grammar.h"
+#include "gemma_vision.h"
 #include "server/session.h"
 
 void gen_request_init(gen_request *rq) {

@@ -12,6 +12,9 @@
 #include <stdint.h>
 
 #include "gemma.h"
+#include "gemma_chat.h"
+#include "gemma_grammar.h"
+#include "gemma_vision.h"
 
 enum { SRV_MAX_N = 8, SRV_MAX_STOP = 16, SRV_MAX_STOP_LEN = 256, SRV_MAX_TOP_LOGPROBS = 20, SRV_MAX_EMBED_INPUTS = 2048 };
 

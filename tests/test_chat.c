@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "formats/gguf.h"
+#include "gemma_chat.h"
+#include "gemma_vision.h"
 #include "support/test.h"
 #include "text/tokenizer.h"
 

@@ -13,7 +13,8 @@
 #include <unistd.h>
 
 #include "gemma.h"
-#include "runtime/engine.h"
+#include "gemma_generator.h"
+#include "engine/engine.h"
 #include "support/test.h"
 
 #define MAX_SEQ 4

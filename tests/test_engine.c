@@ -16,8 +16,9 @@
 #include <unistd.h>
 
 #include "gemma.h"
+#include "gemma_generator.h"
 #include "kernels/cpu.h"
-#include "runtime/engine.h" /* the block hashes a sequence keeps (struct gm_seq), its sampler */
+#include "engine/engine.h" /* the block hashes a sequence keeps (struct gm_seq), its sampler */
 #include "support/test.h"
 #include "support/tiny_model.h"
 

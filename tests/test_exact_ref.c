@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "gemma.h"
+#include "gemma_generator.h"
 #include "support/test.h"
 
 #define NP 10

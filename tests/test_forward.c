@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "gemma.h"
+#include "gemma_generator.h"
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
 #include "kernels/pack.h"

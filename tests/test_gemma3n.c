@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "gemma.h"
+#include "gemma_generator.h"
 #include "model/source.h"
 #include "support/test.h"
 #include "support/tiny_gemma3n.h"

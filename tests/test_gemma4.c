@@ -20,6 +20,7 @@
 
 #include "formats/gguf.h"
 #include "gemma.h"
+#include "gemma_generator.h"
 #include "support/gguf_writer.h"
 #include "support/tiny_gemma4.h"
 #include "support/test.h"

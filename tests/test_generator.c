@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "gemma.h"
+#include "gemma_generator.h"
 #include "support/test.h"
 #include "support/tiny_model.h"
 

@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "grammar/grammar.h"
+#include "gemma_grammar.h"
 #include "support/test.h"
 #include "text/tokenizer.h"
 

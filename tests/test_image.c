@@ -12,6 +12,7 @@
 #include <jpeglib.h>
 
 #include "gemma.h"
+#include "gemma_vision.h"
 #include "support/test.h"
 #include "vision/image_internal.h"
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "gemma.h"
+#include "gemma_generator.h"
 #include "support/test.h"
 
 #define MAX_TOK 64

@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include "gemma.h"
+#include "gemma_generator.h"
 #include "support/test.h"
 
 enum { MAXP = 64, STEPS = 33, TOPK = 10, GREEDY = 32 };

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "generate/sampler.h"
+#include "engine/sampler.h"
 #include "support/test.h"
 
 static gm_sampler S;

@@ -29,6 +29,8 @@
 #include <unistd.h>
 
 #include "gemma.h"
+#include "gemma_grammar.h"
+#include "gemma_generator.h"
 #include "generate/speculative.h"
 #include "support/test.h"
 #include "support/tiny_model.h"

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "support/test.h"
+#include "gemma_chat.h"
 #include "text/tokenizer.h"
 
 static gm_tokenizer *g_tok; /* the default model's (Gemma 3) */

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "gemma.h"
+#include "gemma_vision.h"
 #include "support/test.h"
 
 enum { S = 16, TOKENS = 4, DIM = 64 };

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "gemma.h"
+#include "gemma_vision.h"
 #include "support/test.h"
 
 enum { PD = 40, MAX_TOK = 8 };

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "gemma.h"
+#include "gemma_vision.h"
 #include "support/test.h"
 
 static float *read_floats(const char *rel, size_t n) {

@@ -19,6 +19,8 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "gemma_chat.h"
+#include "gemma_vision.h"
 #include "text/tokenizer.h"
 #include "text/tools.h"
 

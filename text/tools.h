@@ -1,4 +1,4 @@
-/* text/tools.h — what chat.c and tools.c share: a growable string, the tool formats' markers and the
+/* text/tools.h — what chat.c, tools.c and grammar/tools.c share: a growable string, the tool formats' markers and the
  * writers of declarations, call arguments and results in each format. Not part of the API (gemma.h is). */
 #ifndef GM_TEXT_TOOLS_H
 #define GM_TEXT_TOOLS_H
@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "gemma.h"
+#include "gemma_chat.h"
 
 typedef struct sbuf {
     char *p;
@@ -24,6 +25,8 @@ typedef struct tool_markers {
     const char *resp_open, *resp_close;
 } tool_markers;
 const tool_markers *tool_markers_of(gm_tool_format f);
+/* A character of a function name as the formats allow it: letters, digits, '_', '-', '.'. */
+bool tool_name_char(char ch);
 
 /* Where a writer sends text: plain text, or a marker (a special token when the caller wants ids). */
 typedef struct tool_out {

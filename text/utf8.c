@@ -1,5 +1,6 @@
 /* text/utf8.c — the few UTF-8 facts the tokenizer and the streaming decoder need. */
 #include "text/tokenizer.h"
+#include "gemma_chat.h"
 
 size_t gm_utf8_lead_len(uint8_t b) {
     /* llama.cpp splits text by the lead byte's high nibble alone, without checking the

@@ -1,5 +1,6 @@
 /* tools/cli_media.c — see cli_media.h. */
 #include "tools/cli_media.h"
+#include "gemma_vision.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -4,6 +4,7 @@
 #define GM_TOOLS_CLI_MEDIA_H
 
 #include "gemma.h"
+#include "gemma_vision.h"
 
 enum { CLI_MAX_IMAGES = 16 };
 

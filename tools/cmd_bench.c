@@ -15,6 +15,7 @@
 #include <sys/resource.h>
 
 #include "gemma.h"
+#include "gemma_generator.h"
 #include "kernels/threadpool.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "gemma.h"
+#include "gemma_generator.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "model/source.h"
+#include "gemma_vision.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 

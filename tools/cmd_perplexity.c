@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "gemma.h"
+#include "gemma_generator.h"
 #include "kernels/threadpool.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"

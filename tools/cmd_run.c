@@ -9,6 +9,10 @@
 #include <unistd.h>
 
 #include "gemma.h"
+#include "gemma_chat.h"
+#include "gemma_grammar.h"
+#include "gemma_vision.h"
+#include "gemma_generator.h"
 #include "core/error.h"
 #include "kernels/threadpool.h"
 #include "tools/cli_media.h"

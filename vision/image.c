@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "gemma_vision.h"
 #include "core/siphash.h"
 #include "vision/image_internal.h"
 

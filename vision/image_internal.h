@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "gemma.h"
+#include "gemma_vision.h"
 
 /* Limits with every default filled in. */
 typedef struct gm_image_bounds {

@@ -11,6 +11,7 @@
 #include <jpeglib.h>
 
 #include "core/error.h"
+#include "gemma_vision.h"
 #include "vision/image_internal.h"
 
 /* Progressive JPEGs can hold thousands of tiny scans, each a pass over the whole image: a CPU bomb

@@ -3,6 +3,7 @@
  * Every shape is checked against the keys before anything runs; tensors llama.cpp would apply and our forward
  * does not know (biases, pre / post LayerNorms, layer scales) are refused rather than ignored. */
 #include "vision/mmproj_gemma4.h"
+#include "gemma_vision.h"
 
 #include <float.h>
 #include <stdio.h>

@@ -5,6 +5,7 @@
 #define GM_VISION_MMPROJ_GEMMA4_H
 
 #include "vision/mmproj.h"
+#include "gemma_vision.h"
 
 /* llama.cpp's defaults for Gemma 4 (clip.cpp load_hparams): none of them is in the file. */
 enum { G4V_POOL = 3, G4V_MIN_TOKENS = 70, G4V_MAX_TOKENS = 1120 };

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "gemma_vision.h"
 #include "vision/image_internal.h"
 
 typedef struct png_job {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "gemma_vision.h"
 #include "vision/image_internal.h"
 #include "vision/vision_internal.h"
 

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "gemma_vision.h"
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
 #include "kernels/sgemm.h"

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "gemma_vision.h"
 #include "kernels/cpu.h"
 #include "vision/mmproj_hf.h"
 #include "vision/vision_internal.h"

@@ -5,6 +5,7 @@
 #define GM_VISION_INTERNAL_H
 
 #include "gemma.h"
+#include "gemma_vision.h"
 #include "vision/mmproj.h"
 #include "vision/mmproj_gemma4.h"
 

@@ -3,6 +3,7 @@
 #include <webp/decode.h>
 
 #include "core/error.h"
+#include "gemma_vision.h"
 #include "vision/image_internal.h"
 
 static const char *status_name(VP8StatusCode s) {

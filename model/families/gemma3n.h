@@ -24,9 +24,6 @@
 #include "formats/gguf.h"
 #include "gemma.h"
 #include "kernels/matmul.h"
-#include "kernels/threadpool.h"
-#include "runtime/backend.h"
-#include "runtime/forward.h"
 #include "model/source.h"
 
 /* llama.cpp hard-codes these for gemma3n (the converter's keys are ignored there; we check them). */
@@ -79,8 +76,5 @@ int gm_3n_kv_source(const gm_source *src, const gm_config *c, int il);
 gm_status gm_3n_load(gm_model *m, gm_error *err);
 void gm_3n_free(gm_3n_weights *w);
 
-/* ---- the forward pass: 4 streams and 4 predictions of d per row, per-layer inputs (model/families/gemma3n.c) */
-/* The table the family row hands the forward pass (runtime/forward.h). */
-extern const gm_forward_hooks gm_3n_forward_hooks;
 
 #endif

@@ -12,7 +12,7 @@
  *     attend over layer kv_start-2's cache when sliding, kv_start-1's when full (those must be of the kinds).
  *   Block: a = x + RMS_post_attn(attn(RMS_attn(x))); y = a + RMS_post_ffw(FFN(RMS_ffn(a))); then the per-layer
  *     embedding (P = embedding_length_per_layer_input > 0: y += RMS_post_norm(proj (gelu(inp_gate y) ple[l])),
- *     model/families/ple.h); then y *= layer_output_scale when the layer has one.
+ *     runtime/families/ple.h); then y *= layer_output_scale when the layer has one.
  *   Final soft-cap: final_logit_softcapping, 30 when the key is absent, 0 = none.
  *   Mixture of experts (a layer with ffn_gate_inp): the dense FFN stays beside the experts;
  *     m1 = RMS_post_ffw_norm_1(denseFFN(RMS_ffn(a)));
@@ -34,9 +34,6 @@
 #include "formats/gguf.h"
 #include "gemma.h"
 #include "kernels/matmul.h"
-#include "kernels/threadpool.h"
-#include "runtime/backend.h"
-#include "runtime/forward.h"
 #include "model/family.h"
 #include "model/source.h"
 
@@ -55,6 +52,9 @@ typedef struct gm_4_layer {
     const float *expert_scale; /* E: ffn_down_exps.scale, NULL = ones */
     const float *pre_norm2, *post_norm1, *post_norm2; /* d each */
 } gm_4_layer;
+
+/* Experts per MoE layer at most (the router picks from a stack of this many). */
+enum { GM_4_MAX_EXPERTS = 256 };
 
 typedef struct gm_4_weights {
     int P;                     /* per-layer embedding width, 0 = none */
@@ -88,8 +88,5 @@ gm_status gm_4_rope_factors(const gm_model *m, float *inv_freq, int n, gm_error 
 gm_status gm_4_load(gm_model *m, gm_error *err);
 void gm_4_free(gm_4_weights *w);
 
-/* ---- the forward pass: per-layer inputs, experts, output scales (model/families/gemma4.c) */
-/* The table the family row hands the forward pass (runtime/forward.h). */
-extern const gm_forward_hooks gm_4_forward_hooks;
 
 #endif

@@ -56,15 +56,13 @@ static const gm_family k_families[] = {
                .window_default = -1, .pattern_from_config = true, .final_softcap = true,
                .final_softcap_default = 30.0f, .local_rope = true, .hf_query_pre_attn_scalar = true,
                .query_scale_one = true},
-     .config_gguf_keys = gm_3n_config_gguf, .layer_config = g3n_layer, .load = gm_3n_load, .unload = g3n_unload,
-     .forward = &gm_3n_forward_hooks},
+     .config_gguf_keys = gm_3n_config_gguf, .layer_config = g3n_layer, .load = gm_3n_load, .unload = g3n_unload},
     /* per-layer geometry, KV sharing, PLE, mixture of experts: readers of its own */
     {.arch = "gemma4", .generation = 4, .gguf_archs = NAMES("gemma4"), .hf_types = NAMES("gemma4", "gemma4_text"),
      .rules = {.post_norms = true, .qk_norm = true, .v_norm = true, .raw_norm_weights = true, .final_softcap = true,
                .query_scale_one = true, .per_layer_shapes = true, .kv_tensors_optional = true},
      .config_gguf = gm_4_config_gguf, .config_hf = gm_4_config_hf, .layer_config = gm_4_layer_config,
-     .rope_factors = gm_4_rope_factors, .load = gm_4_load, .unload = g4_unload, .layer_extras = gm_4_layer_extras_of,
-     .forward = &gm_4_forward_hooks},
+     .rope_factors = gm_4_rope_factors, .load = gm_4_load, .unload = g4_unload, .layer_extras = gm_4_layer_extras_of},
 };
 
 #undef GEMMA3_RULES

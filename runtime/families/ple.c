@@ -1,5 +1,5 @@
-/* model/families/ple.c — per-layer embeddings (see ple.h). */
-#include "model/families/ple.h"
+/* runtime/families/ple.c — per-layer embeddings (see ple.h). */
+#include "runtime/families/ple.h"
 
 #include <math.h>
 

@@ -1,12 +1,13 @@
-/* runtime/engine.h — internal: the engine and sequence structures shared by runtime/engine.c and the
+/* engine/engine.h — internal: the engine and sequence structures shared by engine/engine.c and the
  * generator layered on top of them (generate/generator.c). The public API is in gemma.h. */
-#ifndef GM_RUNTIME_ENGINE_H
-#define GM_RUNTIME_ENGINE_H
+#ifndef GM_ENGINE_ENGINE_H
+#define GM_ENGINE_ENGINE_H
 
 #include <limits.h>
 
 #include "gemma.h"
-#include "generate/sampler.h"
+#include "gemma_grammar.h"
+#include "engine/sampler.h"
 #include "runtime/backend.h"
 #include "runtime/forward.h"
 #include "runtime/kvcache.h"
@@ -79,7 +80,7 @@ typedef struct gm_eval_extras {
     float *hidden_out;          /* every position's final-normed hidden state (n x d) instead of logits */
 } gm_eval_extras;
 
-/* runtime/spans.c: a sequence's embedding spans. */
+/* engine/spans.c: a sequence's embedding spans. */
 const gm_seq_span *gm_seq_span_at(const gm_seq *s, int pos);
 /* Rows to compute from position `from`, at most `want` (`first`: nothing else is in the call yet): fewer
  * when a bidirectional span would be cut (its uncomputed rows go in one call), more (up to n_batch) when

@@ -1,9 +1,9 @@
-/* model/limits.h — the one set of size limits a model description must meet, checked in one place (model/config.c:
+/* core/limits.h — the one set of size limits a model description must meet, checked in one place (model/config.c:
  * gm_config_check for the config, gm_config_check_layer for each layer's facts at open; the readers call
  * gm_config_check_layer_count before they size anything by the layer count). The kernels rely on them:
  * kernels/ops.c converts one F16 key row of up to GM_MAX_HEAD_DIM values on the stack. */
-#ifndef GM_MODEL_LIMITS_H
-#define GM_MODEL_LIMITS_H
+#ifndef GM_CORE_LIMITS_H
+#define GM_CORE_LIMITS_H
 
 enum {
     GM_MAX_LAYERS = 1024,

@@ -1,12 +1,12 @@
-/* model/families/ple.h — per-layer embeddings (PLE), shared by Gemma 3n (P = 256) and Gemma 4 (P from the file):
+/* runtime/families/ple.h — per-layer embeddings (PLE), shared by Gemma 3n (P = 256) and Gemma 4 (P from the file):
  *
  *   ple[l] = (RMS_norm((proj x0 / sqrt d)[l]) + tok_table[tok][l] sqrt P) / sqrt 2     (once per row)
  *   t      = RMS_post_norm(out_proj (gelu_tanh(gate y) * ple[l]))                      (per layer)
  *
  * x0 is the row's scaled embedding; rows given as embeddings take table row 0 (llama.cpp and HF). Where t
  * joins the hidden state is the model's business (3n: streams 1..3 after the correction; 4: the layer output). */
-#ifndef GM_FAMILY_PLE_H
-#define GM_FAMILY_PLE_H
+#ifndef GM_RUNTIME_FAMILIES_PLE_H
+#define GM_RUNTIME_FAMILIES_PLE_H
 
 #include <stddef.h>
 

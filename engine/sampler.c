@@ -1,5 +1,5 @@
-/* generate/sampler.c — see sampler.h. */
-#include "generate/sampler.h"
+/* engine/sampler.c — see sampler.h. */
+#include "engine/sampler.h"
 
 #include <math.h>
 #include <stdlib.h>

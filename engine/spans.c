@@ -1,4 +1,4 @@
-/* runtime/spans.c — caller embeddings inside a sequence's history (gm_seq_append_embeds): images through
+/* engine/spans.c — caller embeddings inside a sequence's history (gm_seq_append_embeds): images through
  * a vision encoder, soft prompts.
  *
  * A span is n positions whose layer-0 inputs are the caller's rows; their tokens are placeholders. A
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "runtime/engine.h"
+#include "engine/engine.h"
 
 const gm_seq_span *gm_seq_span_at(const gm_seq *s, int pos) {
     for (int i = 0; i < s->n_spans; i++) {

@@ -1,4 +1,4 @@
-/* runtime/engine.c — the engine (model, backend, KV pool) and its sequences (see gemma.h, "engine and
+/* engine/engine.c — the engine (model, backend, KV pool) and its sequences (see gemma.h, "engine and
  * sequences").
  *
  * A sequence's state: tok[0..n_tok) is its history; positions [0, n_kv) have keys and values in its
@@ -12,10 +12,12 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "gemma_grammar.h"
+#include "gemma_generator.h"
 #include "core/random.h"
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
-#include "runtime/engine.h"
+#include "engine/engine.h"
 
 /* ---------------------------------------------------------------- engine */
 

@@ -1,12 +1,12 @@
-/* generate/sampler.h — turning logits into a token: penalties, temperature, top-k, top-p, min-p,
+/* engine/sampler.h — turning logits into a token: penalties, temperature, top-k, top-p, min-p,
  * and a seeded draw (xoshiro256**, no rand()). Buffers are sized once for the vocabulary; nothing
  * is allocated per token once the penalty window has reached its size.
  *
  * Order: repetition / frequency / presence penalties on the raw logits (llama.cpp semantics), then
  * greedy argmax when temperature == 0; otherwise logits / temperature (as HF transformers), top-k,
  * top-p over the renormalised survivors, min-p relative to the best survivor, then the draw. */
-#ifndef GM_GENERATE_SAMPLER_H
-#define GM_GENERATE_SAMPLER_H
+#ifndef GM_ENGINE_SAMPLER_H
+#define GM_ENGINE_SAMPLER_H
 
 #include <stdbool.h>
 #include <stdint.h>
