@@ -2,7 +2,7 @@
 #   make run    install what is missing (Debian packages, the default model), build, generate text
 #   make test   install what is missing, build, run the test suite (release build)
 # Others: make build | test-sanitize | fuzz | fuzz-long | bench | model | deps | clean
-#   make fuzz       every libFuzzer harness for FUZZ_SECONDS (CI: 45 s each)
+#   make fuzz       every libFuzzer harness (fuzz/fuzz_*.c) for FUZZ_SECONDS each (CI, .ci/run: 30 s each)
 #   make fuzz-long  the same build and harnesses for FUZZ_LONG_SECONDS each (30 min: by hand, not CI)
 
 JOBS      ?= $(shell nproc)
@@ -12,7 +12,7 @@ FUZZB     ?= build-fuzz
 MODEL     := models/gemma-3-270m-q4_k_m.gguf
 PROMPT    ?= The capital of France is
 N         ?= 64
-# seconds per harness: 9 harnesses x 30 s = 4.5 min, plus the build
+# seconds per harness: 12 harnesses (fuzz/fuzz_*.c) x 30 s = 6 min, plus the build
 FUZZ_SECONDS ?= 30
 FUZZ_LONG_SECONDS ?= 1800
 
