@@ -224,6 +224,5 @@ void gr_tclass_free(gr_tclass *t);
 /* Walks token id's bytes from x; the resulting state (GR_DEAD when refused). */
 int32_t gr_walk_token(gm_grammar_ctx *c, int32_t x, int32_t id);
 bool gr_vocab_kind(const gm_gvocab *v, int32_t id, uint8_t *kind);
-size_t gr_vocab_mem(const gm_gvocab *v);
 
 #endif

@@ -431,6 +431,3 @@ gm_status gr_fill_mask(gm_grammar_ctx *c, int32_t x, uint32_t *mask, gm_error *e
     return GM_OK;
 }
 
-size_t gr_vocab_mem(const gm_gvocab *v) {
-    return v ? (size_t)v->n * 13 + v->n_nodes * 11 : 0;
-}

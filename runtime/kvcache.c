@@ -491,7 +491,6 @@ gm_status gm_kvpool_reserve(gm_kvpool *p, const int n[GM_KV_GROUPS], gm_error *e
     return GM_OK;
 }
 
-const gm_kv_layout *gm_kvpool_layout(const gm_kvpool *p) { return &p->lay; }
 
 void gm_kvpool_stats(const gm_kvpool *p, gm_kv_stats *out) {
     memset(out, 0, sizeof *out);

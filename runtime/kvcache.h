@@ -78,7 +78,6 @@ gm_status gm_kvpool_new(const gm_kv_layout *lay, gm_kv_storage st, size_t budget
 void gm_kvpool_free(gm_kvpool *p);
 /* Allocates storage for n blocks of each group up front (kept free for later use), within the budget. */
 gm_status gm_kvpool_reserve(gm_kvpool *p, const int n[GM_KV_GROUPS], gm_error *err);
-const gm_kv_layout *gm_kvpool_layout(const gm_kvpool *p);
 void gm_kvpool_stats(const gm_kvpool *p, gm_kv_stats *out);
 
 void gm_kv_table_init(gm_kv_table *t);

@@ -37,7 +37,6 @@ struct srv_guard {
     pthread_cond_t cv;
     conn *head;
     int open;               /* connections MHD has accepted and not yet closed */
-    int shut;               /* sockets the reaper shut down (for the log and tests) */
     bool stop;
     pthread_t reaper;
     bool reaper_started;
@@ -56,7 +55,6 @@ static void *reaper_main(void *arg) {
             if (c->ph == PH_REQUEST && c->fd >= 0 && now - c->since > g->o->request_timeout) {
                 shutdown(c->fd, SHUT_RDWR); /* MHD's read fails; it closes and reports the connection */
                 c->fd = -1;
-                g->shut++;
             }
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -170,13 +168,6 @@ void guard_request_done(srv_guard *g, struct MHD_Connection *mc) {
 int guard_open(srv_guard *g) {
     pthread_mutex_lock(&g->mu);
     const int n = g->open;
-    pthread_mutex_unlock(&g->mu);
-    return n;
-}
-
-int guard_timed_out(srv_guard *g) {
-    pthread_mutex_lock(&g->mu);
-    const int n = g->shut;
     pthread_mutex_unlock(&g->mu);
     return n;
 }

@@ -334,7 +334,6 @@ void guard_notify(void *cls, struct MHD_Connection *c, void **socket_context, en
 void guard_request_received(srv_guard *g, struct MHD_Connection *c);
 void guard_request_done(srv_guard *g, struct MHD_Connection *c);
 int guard_open(srv_guard *g);       /* connections open now */
-int guard_timed_out(srv_guard *g);  /* connections shut for missing the request deadline */
 void guard_parse_enter(srv_guard *g);
 void guard_parse_leave(srv_guard *g);
 bool guard_host_ok(const srv_options *o, bool loopback_bind, const char *host);

@@ -267,10 +267,7 @@ TEST(embedding) {
 }
 
 TEST(default_model) {
-    if (access(GM_DEFAULT_MODEL, R_OK) != 0) {
-        fprintf(stderr, "  skipped: no default model at %s (make model)\n", GM_DEFAULT_MODEL);
-        return;
-    }
+    if (!test_have_default_model(__func__)) return;
     /* 8-bit activations on the CPU (docs/perplexity.md: against a float64 reference on long text, KL 0.0047
      * and top-1 95.6%; llama.cpp 0.0046 / 95.8%) */
     const bounds q4 = {.kl_max = 0.1, .kl_mean = 0.02, .dlogit_rel = 0.2, .top1_min = 0.8};

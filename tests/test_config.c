@@ -315,11 +315,8 @@ TEST(default_model) {
     gm_source *s = NULL;
     gm_config c;
     gm_error err;
-    if (gm_source_open(GM_DEFAULT_MODEL, false, &s, &err) == GM_ERR_IO) {
-        fprintf(stderr, "  (default model not installed)\n");
-        return;
-    }
-    CHECK_MSG(s != NULL, "%s", err.msg);
+    if (!test_have_default_model(__func__)) return;
+    CHECK_OK(gm_source_open(GM_DEFAULT_MODEL, false, &s, &err), &err);
     if (!s) return;
     CHECK_OK(gm_config_load(s, &c, &err), &err);
     CHECK(!strcmp(c.arch, "gemma3") && c.generation == 3);

@@ -1051,10 +1051,7 @@ TEST(isa_options) {
  * positions (10 blocks, past the 512-token window) and gets the same logits; two sequences decoding in one
  * batch equal each alone. */
 static void default_model_case(gm_isa isa) {
-    if (access(GM_DEFAULT_MODEL, R_OK) != 0) {
-        fprintf(stderr, "  (default model missing: skipped)\n");
-        return;
-    }
+    if (!test_have_default_model(__func__)) return;
     gm_error err = {0};
     gm_model *m = NULL;
     CHECK_OK(gm_model_open(GM_DEFAULT_MODEL, &(gm_model_options){.isa = isa}, &m, &err), &err);
@@ -1118,10 +1115,7 @@ static void default_model_case(gm_isa isa) {
  * token, 699 adopted (past the window), with the bits of an engine without a prefix index; so does a prompt of
  * exactly 640 tokens (10 full blocks: 9 adopted whole, 63 rows of the tenth). */
 TEST(default_model_repeat) {
-    if (access(GM_DEFAULT_MODEL, R_OK) != 0) {
-        fprintf(stderr, "  (default model missing: skipped)\n");
-        return;
-    }
+    if (!test_have_default_model(__func__)) return;
     gm_error err = {0};
     gm_model *m = NULL;
     CHECK_OK(gm_model_open(GM_DEFAULT_MODEL, NULL, &m, &err), &err);

@@ -120,6 +120,7 @@ out:
 }
 
 int main(void) {
+    if (!test_have_default_model(NULL)) return TEST_SKIP;
     RUN(default_model_vs_exact_reference);
     return test_summary();
 }

@@ -341,11 +341,8 @@ TEST(open_errors_name_the_file) {
 TEST(default_model) {
     gm_error err = {0};
     gguf_file *f = NULL;
-    if (gguf_open(GM_DEFAULT_MODEL, NULL, &f, &err) == GM_ERR_IO) {
-        fprintf(stderr, "  (default model not installed: %s)\n", err.msg);
-        return;
-    }
-    CHECK_MSG(f != NULL, "%s", err.msg);
+    if (!test_have_default_model(__func__)) return;
+    CHECK_OK(gguf_open(GM_DEFAULT_MODEL, NULL, &f, &err), &err);
     if (!f) return;
     CHECK_EQ_INT(f->n_tensors, 236);
     uint32_t n = 0;

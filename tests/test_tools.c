@@ -372,9 +372,10 @@ TEST(round_trip) {
 
 int main(void) {
     gm_error err = {0};
+    if (!test_have_default_model(NULL)) return TEST_SKIP;
     if (gm_tokenizer_open(GM_DEFAULT_MODEL, &g_tok, &err) != GM_OK) {
-        fprintf(stderr, "skip: %s\n", err.msg);
-        return 77;
+        fprintf(stderr, "FAIL: %s\n", err.msg);
+        return 1;
     }
     RUN(gemma4_like_the_official_template);
     RUN(functiongemma_documented_example);

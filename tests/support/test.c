@@ -2,6 +2,7 @@
 #include "support/test.h"
 
 #include <string.h>
+#include <unistd.h>
 
 int gm_test_failures = 0;
 int gm_test_checks = 0;
@@ -9,6 +10,13 @@ int gm_test_checks = 0;
 int test_summary(void) {
     fprintf(stderr, "%d checks, %d failed\n", gm_test_checks, gm_test_failures);
     return gm_test_failures ? 1 : 0;
+}
+
+bool test_have_default_model(const char *part) {
+    if (access(GM_DEFAULT_MODEL, R_OK) == 0) return true;
+    fprintf(stderr, "  (skipped%s%s: the default model %s is not installed: make model)\n", part ? ": " : "",
+            part ? part : "", GM_DEFAULT_MODEL);
+    return false;
 }
 
 int gm_test_threads(int n) {

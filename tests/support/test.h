@@ -6,6 +6,7 @@
 #define GM_TEST_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -60,6 +61,12 @@ extern int gm_test_checks;
     } while (0)
 
 int test_summary(void);
+/* The default model (models/, `make model`): the tests that need it skip the same way without it. A test that
+ * needs it throughout starts main with `if (!test_have_default_model(NULL)) return TEST_SKIP;` (CTest's skip
+ * code); a test with a part that needs it returns from that part when test_have_default_model("what") is false.
+ * Both print one line saying what was skipped and how to install the model. */
+enum { TEST_SKIP = 77 };
+bool test_have_default_model(const char *part);
 /* Path of a file under tests/data (static buffer, valid until the next call). */
 const char *test_data_path(const char *rel);
 /* n, or $GM_TEST_MAX_THREADS when that is set and smaller: scripts/test-aarch64.sh runs the suite a second time
