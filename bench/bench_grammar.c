@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
     if (gm_tokenizer_open(files[0], &tok, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
     double t0 = now_ms();
     gm_gvocab *v = NULL;
-    if (gm_gvocab_from_tokenizer(tok, &v, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    if (gm_gvocab_from_tokenizer(tok, NULL, &v, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
     double t1 = now_ms();
     size_t glen;
     char *gtext = slurp(files[1], &glen);

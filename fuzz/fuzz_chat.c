@@ -100,12 +100,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (want == GM_OK && n_images && gm_token_id(tok, "<start_of_image>", 16) < 0) want = GM_ERR_UNSUPPORTED;
     char *plain = NULL, *gen = NULL;
     gm_error err = {0};
-    gm_status st = gm_chat_render(tok, msgs, n, false, &plain, &err);
+    gm_status st = gm_chat_render(tok, msgs, n, &(gm_chat_options){.add_generation_prompt = false}, &plain, &err);
     if (st != want) {
         fprintf(stderr, "status %d, expected %d: %s\n", st, want, err.msg);
         fail("unexpected status");
     }
-    gm_status st2 = gm_chat_render(tok, msgs, n, true, &gen, &err);
+    gm_status st2 = gm_chat_render(tok, msgs, n, &(gm_chat_options){.add_generation_prompt = true}, &gen, &err);
     if (st2 != st) fail("generation prompt changed the status");
     if (st == GM_OK) {
         check_rendered(tok, plain, bos_in_content);

@@ -83,7 +83,6 @@ void gm_generator_reset(gm_generator *g) {
 }
 
 const gm_config *gm_generator_config(const gm_generator *g) { return g ? g->c : NULL; }
-const gm_model *gm_generator_model(const gm_generator *g) { return g ? g->m : NULL; }
 gm_engine *gm_generator_engine(const gm_generator *g) { return g ? g->e : NULL; }
 gm_seq *gm_generator_seq(const gm_generator *g) { return g ? g->s : NULL; }
 int gm_generator_n_ctx(const gm_generator *g) { return g ? g->e->n_ctx : 0; }

@@ -327,8 +327,6 @@ void gm_spec_get_stats(const gm_spec *sp, gm_spec_stats *out) {
     else memset(out, 0, sizeof *out);
 }
 
-gm_seq *gm_spec_seq(const gm_spec *sp) { return sp ? sp->s : NULL; }
-
 /* ---------------------------------------------------------------- a step */
 
 static gm_status check_step(gm_spec *const *sps, int n, const gm_sampling *s, gm_error *err) {

@@ -4,7 +4,7 @@
  * require exactly that token: the same characters spelled with ordinary pieces mean something else
  * to the model. The matcher works on text, so each marker stands for one private-use code point
  * (U+F0000 + its index below, plane 15): GBNF's `<|tool_call>` is that one-character literal, and a
- * vocabulary built with markers (gm_gvocab_from_tokenizer_ex) gives the marker token that
+ * vocabulary built with markers (gm_gvocab_from_tokenizer) gives the marker token that
  * character's UTF-8 as its bytes. A fixed table keeps grammars independent of any vocabulary: the
  * same GBNF text works with every tokenizer that has the marker. The list is text/tokenizer.c's
  * MARKER_PIECES (gm_marker_pieces), in its order; new markers go at the end (the code points are an interface). */

@@ -164,7 +164,7 @@ static gm_status apply_options(const gm_tokenizer *tok, const gm_gvocab_options 
     int32_t n = gm_tokenizer_n_vocab(tok);
     for (size_t k = 0; k < o->n_end_ids; k++)
         if (!o->end_ids || o->end_ids[k] < 0 || o->end_ids[k] >= n)
-            return gm_fail(err, GM_ERR_ARG, "gm_gvocab_from_tokenizer_ex: end id %d out of range",
+            return gm_fail(err, GM_ERR_ARG, "gm_gvocab_from_tokenizer: end id %d out of range",
                            o->end_ids ? (int)o->end_ids[k] : -1);
     if (o->markers) {
         for (int32_t i = 0; i < n; i++)
@@ -182,11 +182,7 @@ static gm_status apply_options(const gm_tokenizer *tok, const gm_gvocab_options 
     return GM_OK;
 }
 
-gm_status gm_gvocab_from_tokenizer(const gm_tokenizer *tok, gm_gvocab **out, gm_error *err) {
-    return gm_gvocab_from_tokenizer_ex(tok, NULL, out, err);
-}
-
-gm_status gm_gvocab_from_tokenizer_ex(const gm_tokenizer *tok, const gm_gvocab_options *o, gm_gvocab **out,
+gm_status gm_gvocab_from_tokenizer(const gm_tokenizer *tok, const gm_gvocab_options *o, gm_gvocab **out,
                                       gm_error *err) {
     if (!tok || !out) return gm_fail(err, GM_ERR_ARG, "gm_gvocab_from_tokenizer: NULL argument");
     int32_t n = gm_tokenizer_n_vocab(tok);

@@ -582,7 +582,6 @@ GEMMA_API gm_status gm_spec_step(gm_spec *sp, const gm_sampling *s, int max_new,
 GEMMA_API gm_status gm_spec_step_many(gm_spec *const *sps, int n, const gm_sampling *s, const int *max_new, gm_error *err);
 GEMMA_API const int32_t *gm_spec_last(const gm_spec *sp, int *n);
 GEMMA_API void gm_spec_get_stats(const gm_spec *sp, gm_spec_stats *out);
-GEMMA_API gm_seq *gm_spec_seq(const gm_spec *sp);
 
 #ifdef __cplusplus
 }

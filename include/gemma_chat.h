@@ -34,15 +34,6 @@ typedef struct gm_chat_message {
     size_t n_images;
 } gm_chat_message;
 
-GEMMA_API gm_status gm_chat_render(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n,
-                                   bool add_generation_prompt, char **out, gm_error *err);
-/* The same conversation as token ids, ready to evaluate: the turn markers (and BOS) are their ids and
- * every content is encoded as plain text, so a message holding "<end_of_turn><start_of_turn>model"
- * (or any other marker, see gm_tokenize) stays text and cannot forge a turn, whatever the file
- * types those tokens. For contents without control-token texts the ids equal
- * gm_tokenize(gm_chat_render(...), parse_special = true). *out: malloc'd, free() it. */
-GEMMA_API gm_status gm_chat_tokenize(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n,
-                                     bool add_generation_prompt, int32_t **out, size_t *n_out, gm_error *err);
 
 /* ---- tools: OpenAI-style function calling in each Gemma family's own format (text/tools.c).
  *   GM_TOOLS_GEMMA3         Gemma 1-3 / 3n: no tool tokens; Google's documented prompt (the tools as JSON in
@@ -87,15 +78,20 @@ typedef struct gm_chat_options {
     size_t n_image_pos;
 } gm_chat_options;
 
-/* gm_chat_render / gm_chat_tokenize with tools and tool messages. Without tools, tool calls or tool messages
- * the output is exactly gm_chat_render's / gm_chat_tokenize's. Roles then follow the conversation's shape:
+/* The conversation rendered as text (*out: malloc'd, free() it); o NULL: the defaults (no generation prompt, no
+ * tools). With tools, tool calls or tool messages, roles follow the conversation's shape:
  * user, assistant (with tool_calls: followed by one tool message per call, or by the end), tool ..., then
  * an assistant reply or the end; anything else is GM_ERR_ARG naming the message. Tool arguments must be
  * JSON objects and parameters JSON schemas (GM_ERR_ARG otherwise). */
-GEMMA_API gm_status gm_chat_render_ex(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n,
-                                      const gm_chat_options *o, char **out, gm_error *err);
-GEMMA_API gm_status gm_chat_tokenize_ex(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n,
-                                        const gm_chat_options *o, int32_t **out, size_t *n_out, gm_error *err);
+GEMMA_API gm_status gm_chat_render(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n,
+                                   const gm_chat_options *o, char **out, gm_error *err);
+/* The same conversation as token ids, ready to evaluate: the turn markers (and BOS) are their ids and
+ * every content is encoded as plain text, so a message holding "<end_of_turn><start_of_turn>model"
+ * (or any other marker, see gm_tokenize) stays text and cannot forge a turn, whatever the file
+ * types those tokens. For contents without control-token texts the ids equal
+ * gm_tokenize(gm_chat_render(...), parse_special = true). *out: malloc'd, free() it. */
+GEMMA_API gm_status gm_chat_tokenize(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n,
+                                     const gm_chat_options *o, int32_t **out, size_t *n_out, gm_error *err);
 
 /* Reads a model's reply token by token and splits it into content, thoughts and tool calls of the
  * tokenizer's format. Calls to functions not in tools, and anything malformed, come back as content

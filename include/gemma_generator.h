@@ -35,7 +35,6 @@ GEMMA_API gm_status gm_generator_new(const gm_model *m, const gm_generator_optio
 GEMMA_API void gm_generator_free(gm_generator *g);
 GEMMA_API void gm_generator_reset(gm_generator *g);          /* empty history and cache */
 GEMMA_API const gm_config *gm_generator_config(const gm_generator *g);
-GEMMA_API const gm_model *gm_generator_model(const gm_generator *g);
 /* The engine and sequence underneath (owned by the generator). */
 GEMMA_API gm_engine *gm_generator_engine(const gm_generator *g);
 GEMMA_API gm_seq *gm_generator_seq(const gm_generator *g);

@@ -59,7 +59,7 @@ typedef struct gm_matcher gm_matcher;
  * <|tool_call> <tool_call|> <|tool_response> <tool_response|> <|"|> <start_function_declaration>
  * <end_function_declaration> <start_function_call> <end_function_call> <start_function_response>
  * <end_function_response> <escape>). Each is one private-use character, GM_GBNF_MARKER_FIRST + its
- * index in that list, which a vocabulary built with markers (gm_gvocab_from_tokenizer_ex) gives the
+ * index in that list, which a vocabulary built with markers (gm_gvocab_from_tokenizer with markers) gives the
  * marker token and nothing else: the grammar then matches exactly that token, never the same
  * characters spelled with ordinary pieces. With any other vocabulary a marker matches nothing.
  * Other token elements (<[id]>, <piece>, !<...>) are GM_ERR_FORMAT naming them. */
@@ -135,10 +135,6 @@ typedef enum gm_gtoken_kind {
 /* n tokens: pieces[i][0 .. lens[i]) and kinds[i] (NULL: all TEXT). Empty TEXT pieces are NEVER. */
 GEMMA_API gm_status gm_gvocab_new(int32_t n, const char *const *pieces, const size_t *lens, const uint8_t *kinds,
                                   gm_gvocab **out, gm_error *err);
-/* From a tokenizer: gm_token_to_piece bytes; control / unknown / unused tokens and chat markers are
- * NEVER; <eos> and <end_of_turn> are END. */
-GEMMA_API gm_status gm_gvocab_from_tokenizer(const gm_tokenizer *tok, gm_gvocab **out, gm_error *err);
-
 typedef struct gm_gvocab_options {
     /* Each marker token the tokenizer has (the GBNF marker list above) is TEXT whose bytes are its
      * private-use character's UTF-8, so grammars can require it. Ordinary tokens that could spell a
@@ -150,9 +146,11 @@ typedef struct gm_gvocab_options {
     const int32_t *end_ids;
     size_t n_end_ids;
 } gm_gvocab_options;
-/* gm_gvocab_from_tokenizer with options (NULL: the same as it). An end id out of range is GM_ERR_ARG. */
-GEMMA_API gm_status gm_gvocab_from_tokenizer_ex(const gm_tokenizer *tok, const gm_gvocab_options *o, gm_gvocab **out,
-                                                gm_error *err);
+/* From a tokenizer: gm_token_to_piece bytes; control / unknown / unused tokens and chat markers are
+ * NEVER; <eos> and <end_of_turn> are END; o (NULL: none) adds markers and END tokens. An end id out of range is
+ * GM_ERR_ARG. */
+GEMMA_API gm_status gm_gvocab_from_tokenizer(const gm_tokenizer *tok, const gm_gvocab_options *o, gm_gvocab **out,
+                                             gm_error *err);
 GEMMA_API int32_t gm_gvocab_size(const gm_gvocab *v);
 GEMMA_API void gm_gvocab_free(gm_gvocab *v);
 

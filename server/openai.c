@@ -337,7 +337,7 @@ static bool chat_prompt(parse *ps, const cJSON *root, const gm_tokenizer *tok, i
         const gm_chat_options co = {.add_generation_prompt = true, .tools = offer ? rq->tools : NULL,
                                     .n_tools = offer ? (size_t)rq->n_tools : 0, .image_pos = image_pos,
                                     .n_image_pos = (size_t)ps->n_img};
-        if (gm_chat_tokenize_ex(tok, m, (size_t)n, &co, &ps->rq->prompt, &nid, &err)) {
+        if (gm_chat_tokenize(tok, m, (size_t)n, &co, &ps->rq->prompt, &nid, &err)) {
             srv_error_set(ps->e, err.code == GM_ERR_NOMEM ? 500 : 400, "invalid_request_error", NULL, "messages: %s", err.msg);
             ok = false;
         }

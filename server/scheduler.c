@@ -198,14 +198,14 @@ static gm_status markers_vocab(srv_sched *s, gm_error *err) {
         if (id >= 0) ids[n++] = id;
     }
     const gm_gvocab_options o = {.markers = true, .end_ids = ids, .n_end_ids = n};
-    return gm_gvocab_from_tokenizer_ex(s->tok, &o, &s->gv_markers, err);
+    return gm_gvocab_from_tokenizer(s->tok, &o, &s->gv_markers, err);
 }
 
 static gm_status start_grammar(srv_sched *s, job *j, gm_error *err) {
     if (!j->rq.grammar) return GM_OK;
     const bool markers = j->rq.grammar_markers;
     gm_status st = markers ? (s->gv_markers ? GM_OK : markers_vocab(s, err))
-                           : (s->gv ? GM_OK : gm_gvocab_from_tokenizer(s->tok, &s->gv, err));
+                           : (s->gv ? GM_OK : gm_gvocab_from_tokenizer(s->tok, NULL, &s->gv, err));
     if (!st) st = grammar_context(s, j, markers ? s->gv_markers : s->gv, err);
     for (int i = 0; i < j->rq.n && !st; i++)
         if (!(st = gm_matcher_new(j->gctx, &j->gm[i], err))) st = gm_seq_set_grammar(j->seq[i], j->gm[i], err);

@@ -632,7 +632,7 @@ TEST(mask_real_vocab_walks) {
     CHECK_OK(gm_tokenizer_open(GM_DEFAULT_MODEL, &tok, &err), &err);
     if (!tok) return;
     gm_gvocab *v = NULL;
-    CHECK_OK(gm_gvocab_from_tokenizer(tok, &v, &err), &err);
+    CHECK_OK(gm_gvocab_from_tokenizer(tok, NULL, &v, &err), &err);
     /* markers and control tokens are never allowed */
     int32_t sot = gm_token_id(tok, "<start_of_turn>", 15);
     cJSON *cases = load_cases();
@@ -1015,10 +1015,10 @@ TEST(vocab_markers) {
     gm_gvocab *plain = NULL, *mk = NULL, *bad = NULL;
     int32_t ends[] = {RESP}, wrong[] = {n};
     gm_gvocab_options opt = {.markers = true, .end_ids = ends, .n_end_ids = 1};
-    CHECK_OK(gm_gvocab_from_tokenizer(tok, &plain, &err), &err);
-    CHECK_OK(gm_gvocab_from_tokenizer_ex(tok, &opt, &mk, &err), &err);
+    CHECK_OK(gm_gvocab_from_tokenizer(tok, NULL, &plain, &err), &err);
+    CHECK_OK(gm_gvocab_from_tokenizer(tok, &opt, &mk, &err), &err);
     opt.end_ids = wrong;
-    CHECK_EQ_INT(gm_gvocab_from_tokenizer_ex(tok, &opt, &bad, &err), GM_ERR_ARG);
+    CHECK_EQ_INT(gm_gvocab_from_tokenizer(tok, &opt, &bad, &err), GM_ERR_ARG);
     CHECK(bad == NULL);
     gm_grammar *g = gbnf("root ::= <|tool_call> \"call:f{a:\" <|\"|> [^\\U000F0000-\\U000F00FF]* <|\"|> \"}\" <tool_call|>");
     gm_grammar_ctx *c = NULL, *cp = NULL;

@@ -485,7 +485,7 @@ typedef struct constraint {
 static bool constraint_open(const gm_model *model, const char *text, bool schema, constraint *k) {
     gm_error err = {0};
     memset(k, 0, sizeof *k);
-    CHECK_OK(gm_gvocab_from_tokenizer(gm_model_tokenizer(model), &k->v, &err), &err);
+    CHECK_OK(gm_gvocab_from_tokenizer(gm_model_tokenizer(model), NULL, &k->v, &err), &err);
     CHECK_OK(schema ? gm_grammar_from_json_schema(text, strlen(text), NULL, &k->g, &err)
                     : gm_grammar_from_gbnf(text, strlen(text), &k->g, &err), &err);
     if (k->v && k->g) CHECK_OK(gm_grammar_ctx_new(k->g, k->v, &k->c, &err), &err);

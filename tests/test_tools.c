@@ -108,13 +108,13 @@ TEST(gemma4_like_the_official_template) {
         const gm_chat_options o = {.add_generation_prompt = true, .tools = v.tools, .n_tools = v.n_tools};
         char *out = NULL;
         gm_error err = {0};
-        CHECK_OK(gm_chat_render_ex(t, v.msgs, v.n, &o, &out, &err), &err);
+        CHECK_OK(gm_chat_render(t, v.msgs, v.n, &o, &out, &err), &err);
         const char *want = str(c, "rendered");
         CHECK_MSG(out && !strcmp(out, want), "case %d:\n got  %s\n want %s", k, out ? out : "(null)", want);
         /* ids: the markers' ids, the rest text; equal to the rendered text parsed for specials */
         int32_t *a = NULL, *b = NULL;
         size_t na = 0, nb = 0;
-        CHECK_OK(gm_chat_tokenize_ex(t, v.msgs, v.n, &o, &a, &na, &err), &err);
+        CHECK_OK(gm_chat_tokenize(t, v.msgs, v.n, &o, &a, &na, &err), &err);
         if (out) CHECK_OK(gm_tokenize(t, out, strlen(out), false, true, &b, &nb, &err), &err);
         CHECK_MSG(na == nb && a && b && !memcmp(a, b, na * sizeof *a), "case %d: ids differ", k);
         free(a), free(b), free(out);
@@ -143,7 +143,7 @@ TEST(functiongemma_documented_example) {
     const gm_chat_options o = {.add_generation_prompt = false, .tools = &tool, .n_tools = 1};
     char *out = NULL;
     gm_error err = {0};
-    CHECK_OK(gm_chat_render_ex(t, m, 4, &o, &out, &err), &err);
+    CHECK_OK(gm_chat_render(t, m, 4, &o, &out, &err), &err);
     const char *want =
         "<bos><start_of_turn>developer\nYou are a model that can do function calling with the following functions"
         "<start_function_declaration>declaration:get_current_weather{description:<escape>Gets the current weather<escape>,"
@@ -157,7 +157,7 @@ TEST(functiongemma_documented_example) {
     free(out);
     /* waiting for the result: the turn stays open after the call; no generation prompt after it */
     const gm_chat_options g = {.add_generation_prompt = true, .tools = &tool, .n_tools = 1};
-    CHECK_OK(gm_chat_render_ex(t, m, 2, &g, &out, &err), &err);
+    CHECK_OK(gm_chat_render(t, m, 2, &g, &out, &err), &err);
     CHECK(out && strstr(out, "<end_function_call><start_function_response>") &&
           !strcmp(out + strlen(out) - strlen("<start_function_response>"), "<start_function_response>"));
     free(out);
@@ -178,7 +178,7 @@ TEST(gemma3_pythonic_prompt) {
     const gm_chat_options o = {.add_generation_prompt = true, .tools = &tool, .n_tools = 1};
     char *out = NULL;
     gm_error err = {0};
-    CHECK_OK(gm_chat_render_ex(g_tok, m, 5, &o, &out, &err), &err);
+    CHECK_OK(gm_chat_render(g_tok, m, 5, &o, &out, &err), &err);
     const char *want =
         "<bos><start_of_turn>user\nBe brief.\n\nYou have access to functions. If you decide to invoke any of the "
         "function(s), you MUST put it in the format of\n[func_name1(params_name1=params_value1, "
@@ -193,8 +193,8 @@ TEST(gemma3_pythonic_prompt) {
     /* without tools the plain template, bit for bit */
     char *plain = NULL;
     const gm_chat_options none = {.add_generation_prompt = true};
-    CHECK_OK(gm_chat_render_ex(g_tok, m, 2, &none, &out, &err), &err);
-    CHECK_OK(gm_chat_render(g_tok, m, 2, true, &plain, &err), &err);
+    CHECK_OK(gm_chat_render(g_tok, m, 2, &none, &out, &err), &err);
+    CHECK_OK(gm_chat_render(g_tok, m, 2, &(gm_chat_options){.add_generation_prompt = true}, &plain, &err), &err);
     CHECK(out && plain && !strcmp(out, plain));
     free(out), free(plain);
 }
@@ -205,18 +205,18 @@ TEST(conversation_shape_errors) {
     char *out = NULL;
     const gm_chat_options o = {.add_generation_prompt = true};
     gm_chat_message bad1[2] = {{.role = "user", .content = "x"}, {.role = "tool", .content = "r"}};
-    CHECK_EQ_INT(gm_chat_render_ex(g_tok, bad1, 2, &o, &out, &err), GM_ERR_ARG);
+    CHECK_EQ_INT(gm_chat_render(g_tok, bad1, 2, &o, &out, &err), GM_ERR_ARG);
     CHECK(strstr(err.msg, "tool result") != NULL);
     gm_chat_message bad2[3] = {{.role = "user", .content = "x"}, {.role = "assistant", .tool_calls = &call, .n_tool_calls = 1},
                                {.role = "user", .content = "y"}};
-    CHECK_EQ_INT(gm_chat_render_ex(g_tok, bad2, 3, &o, &out, &err), GM_ERR_ARG);
+    CHECK_EQ_INT(gm_chat_render(g_tok, bad2, 3, &o, &out, &err), GM_ERR_ARG);
     const gm_tool_call notobj = {"a", "f", "[1]"};
     gm_chat_message bad3[2] = {{.role = "user", .content = "x"}, {.role = "assistant", .tool_calls = &notobj, .n_tool_calls = 1}};
-    CHECK_EQ_INT(gm_chat_render_ex(g_tok, bad3, 2, &o, &out, &err), GM_ERR_ARG);
+    CHECK_EQ_INT(gm_chat_render(g_tok, bad3, 2, &o, &out, &err), GM_ERR_ARG);
     CHECK(strstr(err.msg, "not a JSON object") != NULL);
     const gm_tool badparams = {"f", NULL, "{oops"};
     const gm_chat_options ob = {.add_generation_prompt = true, .tools = &badparams, .n_tools = 1};
-    CHECK_EQ_INT(gm_chat_render_ex(g_tok, bad1, 1, &ob, &out, &err), GM_ERR_ARG);
+    CHECK_EQ_INT(gm_chat_render(g_tok, bad1, 1, &ob, &out, &err), GM_ERR_ARG);
     CHECK(out == NULL);
 }
 
@@ -352,7 +352,7 @@ TEST(round_trip) {
         const gm_chat_options o = {.tools = &tool, .n_tools = 1};
         char *out = NULL;
         gm_error err = {0};
-        CHECK_OK(gm_chat_render_ex(toks[k], m, 2, &o, &out, &err), &err);
+        CHECK_OK(gm_chat_render(toks[k], m, 2, &o, &out, &err), &err);
         const char *open = k == 0 ? "<|turn>model\n" : "<start_of_turn>model\n";
         const char *reply = out ? strstr(out, open) : NULL;
         CHECK(reply != NULL);

@@ -11,7 +11,7 @@
  *   '<turn|>\n'; each message '<|turn>' + role + '\n' + content|trim + '<turn|>\n'; the generation
  *   prompt '<|turn>model\n<|channel>thought\n<channel|>' (an empty thought channel: no thinking).
  * The format is Gemma 4's when the vocabulary has its turn tokens and no Gemma 3 ones.
- * Tools (gm_chat_render_ex): the declarations, the calls of assistant messages and the tool results in
+ * Tools (gm_chat_render): the declarations, the calls of assistant messages and the tool results in
  * the vocabulary's tool format (text/tools.c writes them): Gemma 3's prompt and pythonic calls, with the
  * results as a user turn of <tool_response> blocks; FunctionGemma's and Gemma 4's marker formats, where
  * calls, results and the reply share one model turn, left open while results are awaited. */
@@ -436,8 +436,10 @@ static void render_gemma4(emit *e, const chat_format *f, gm_tool_format tf, cons
 
 static gm_status chat_emit(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n, const gm_chat_options *o,
                            bool ids, emit *e, gm_error *err) {
+    static const gm_chat_options defaults;
+    if (!o) o = &defaults;
     *e = (emit){.tok = tok, .ids = ids, .err = err, .o = o};
-    if (!tok || (!msgs && n) || !o || (!o->tools && o->n_tools)) return gm_fail(err, GM_ERR_ARG, "gm_chat_render: NULL argument");
+    if (!tok || (!msgs && n) || (!o->tools && o->n_tools)) return gm_fail(err, GM_ERR_ARG, "gm_chat_render: NULL argument");
     const chat_format *f = format_of(tok);
     if (!f)
         return gm_fail(err, GM_ERR_UNSUPPORTED, "chat: the vocabulary has neither <start_of_turn> / <end_of_turn> "
@@ -481,7 +483,7 @@ static gm_status chat_emit(const gm_tokenizer *tok, const gm_chat_message *msgs,
     return e->st;
 }
 
-gm_status gm_chat_render_ex(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n, const gm_chat_options *o,
+gm_status gm_chat_render(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n, const gm_chat_options *o,
                             char **out, gm_error *err) {
     if (out) *out = NULL;
     if (!out) return gm_fail(err, GM_ERR_ARG, "gm_chat_render: NULL argument");
@@ -496,7 +498,7 @@ gm_status gm_chat_render_ex(const gm_tokenizer *tok, const gm_chat_message *msgs
     return GM_OK;
 }
 
-gm_status gm_chat_tokenize_ex(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n, const gm_chat_options *o,
+gm_status gm_chat_tokenize(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n, const gm_chat_options *o,
                               int32_t **out, size_t *n_out, gm_error *err) {
     if (out) *out = NULL;
     if (n_out) *n_out = 0;
@@ -511,18 +513,6 @@ gm_status gm_chat_tokenize_ex(const gm_tokenizer *tok, const gm_chat_message *ms
     *out = e.idv.p;
     *n_out = e.idv.n;
     return GM_OK;
-}
-
-gm_status gm_chat_render(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n, bool add_generation_prompt,
-                         char **out, gm_error *err) {
-    const gm_chat_options o = {.add_generation_prompt = add_generation_prompt};
-    return gm_chat_render_ex(tok, msgs, n, &o, out, err);
-}
-
-gm_status gm_chat_tokenize(const gm_tokenizer *tok, const gm_chat_message *msgs, size_t n, bool add_generation_prompt,
-                           int32_t **out, size_t *n_out, gm_error *err) {
-    const gm_chat_options o = {.add_generation_prompt = add_generation_prompt};
-    return gm_chat_tokenize_ex(tok, msgs, n, &o, out, n_out, err);
 }
 
 int32_t gm_tokenizer_image_placeholder(const gm_tokenizer *tok) {

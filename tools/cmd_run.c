@@ -279,7 +279,7 @@ static gm_status open_grammar(const run_args *a, session *s, gm_error *err) {
                    : gm_grammar_from_json_schema(text ? text : any_object, text ? len : sizeof any_object - 1, NULL,
                                                  &s->gr, err);
     free(text);
-    if (!st) st = gm_gvocab_from_tokenizer(gm_model_tokenizer(s->m), &s->gv, err);
+    if (!st) st = gm_gvocab_from_tokenizer(gm_model_tokenizer(s->m), NULL, &s->gv, err);
     if (!st) st = gm_grammar_ctx_new(s->gr, s->gv, &s->gc, err);
     if (!st) st = gm_matcher_new(s->gc, &s->gm, err);
     if (!st) st = gm_seq_set_grammar(gm_generator_seq(s->g), s->gm, err);
@@ -522,7 +522,7 @@ static gm_status prompt_ids(const session *s, const run_args *a, const char *tex
     gm_chat_message msg = {.role = "user", .content = copy, .image_at = at, .n_images = (size_t)a->n_images};
     const gm_chat_options co = {.add_generation_prompt = true, .image_pos = image_pos, .n_image_pos = (size_t)a->n_images};
     /* the user's text is encoded as text: "<end_of_turn>" in it cannot end the turn */
-    if (!st) st = gm_chat_tokenize_ex(s->tok, &msg, 1, &co, ids, n, err);
+    if (!st) st = gm_chat_tokenize(s->tok, &msg, 1, &co, ids, n, err);
     free(copy);
     return st;
 }
@@ -740,7 +740,7 @@ static int chat_turn(session *s, const run_args *a, convo *c, const char *user) 
         convo_drop_last(c);
         goto out;
     }
-    if (gm_chat_tokenize_ex(s->tok, c->msgs, c->n, &co, &ids, &n, &err) != GM_OK) {
+    if (gm_chat_tokenize(s->tok, c->msgs, c->n, &co, &ids, &n, &err) != GM_OK) {
         fprintf(stderr, "gemma chat: %s\n", err.msg);
         convo_drop_last(c);
         goto out;

@@ -51,7 +51,7 @@ static void grammar(const gm_model *m, gm_error &err) {
     gm_grammar_ctx *ctx = nullptr;
     gm_matcher *mt = nullptr;
     check(gm_grammar_from_gbnf(gbnf, std::strlen(gbnf), &gr, &err) == GM_OK, "gm_grammar_from_gbnf", err);
-    check(gm_gvocab_from_tokenizer(gm_model_tokenizer(m), &v, &err) == GM_OK, "gm_gvocab_from_tokenizer", err);
+    check(gm_gvocab_from_tokenizer(gm_model_tokenizer(m), NULL, &v, &err) == GM_OK, "gm_gvocab_from_tokenizer", err);
     if (gr && v) check(gm_grammar_ctx_new(gr, v, &ctx, &err) == GM_OK, "gm_grammar_ctx_new", err);
     if (ctx) check(gm_matcher_new(ctx, &mt, &err) == GM_OK, "gm_matcher_new", err);
     if (mt) {
