@@ -11,7 +11,7 @@ B=${1:-build-aarch64}
 # several compare 1 against 2), then the C tests again with GM_TEST_MAX_THREADS=1 (tests/support/test.h:
 # every engine, generator and pool on one thread). The CLI scripts pass -t themselves (cli_run: 1 and 2).
 RUN=(test_bad_files test_chat test_config test_embedding test_error test_family test_forward test_gemma4
-     test_generator test_gguf test_grammar test_image test_kvcache test_llama_tiny test_matmul test_ops_simd
+     test_generator test_gguf test_gbnf test_schema test_grammar test_image test_kvcache test_llama_tiny test_matmul test_ops_simd
      test_pack test_pool_chunk test_quant test_safetensors test_scheduler test_thread_start test_threadpool
      test_threadpool_race test_tokenizer_json_mem test_vision test_vision_gemma4 test_vision_hf
      test_exact_ref test_gemma3n test_tokenizer test_tools

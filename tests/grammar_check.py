@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/grammar_check.py — the oracle side of tests/test_grammar.c (run by tests/cli_grammar.sh).
+"""tests/grammar_check.py — the oracle side of tests/test_schema.c and tests/test_grammar.c (run by tests/cli_grammar.sh).
 
 1. tests/data/grammar/schemas.json is right: every "valid" instance validates with the Python
    `jsonschema` package (Draft 2020-12, formats checked), every "invalid" one does not (or is not

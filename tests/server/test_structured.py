@@ -363,7 +363,7 @@ def viable(p, s):
 
 
 def test_python_grammar_checkers(env):
-    """The Python parsers agree with the cases tests/test_grammar.c checks on the GBNF files."""
+    """The Python parsers agree with the cases tests/test_gbnf.c checks on the GBNF files."""
     assert matches(ARITHMETIC, "1+2=3\n") and matches(ARITHMETIC, "(a *b1) -4 = x_2\nq=1\n")
     assert viable(ARITHMETIC, "(1+") and not matches(ARITHMETIC, "(1+")
     assert not viable(ARITHMETIC, "1+=3\n") and not viable(ARITHMETIC, "A=1\n") and not viable(ARITHMETIC, "1+ 2=3\n")
