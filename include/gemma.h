@@ -1001,6 +1001,21 @@ int32_t gm_tokenizer_image_placeholder(const gm_tokenizer *tok);
 
 /* @end images */
 
+/* ------------------------------------------------------------------ added for the CLI (tools/)
+ * What the `gemma` command needed from inside the library; declared here so that tools/ includes only the
+ * public API (issue 38). One block, to be moved where it belongs when the header is split. */
+
+/* Physical cores of this machine (online CPUs where that is unknown): the thread count an engine, embedder
+ * or encoder takes when its n_threads is 0 (defined in kernels/threadpool.c). */
+int gm_physical_cores(void);
+
+/* Describes the model file or folder at path as gm_model_describe does (human text, or one JSON object when
+ * json is true), without opening the model, so that it also works on files the engine cannot run: when the
+ * config cannot be read it prints what it can (format, metadata, tensors) and returns the config's error.
+ * keep_mtp: also list MTP / nextn tensors. An error opening the file is returned before anything is printed;
+ * a write error on FILE_stream is GM_ERR_IO. */
+gm_status gm_model_describe_path(const char *path, bool json, bool keep_mtp, void *FILE_stream, gm_error *err);
+
 #ifdef __cplusplus
 }
 #endif
