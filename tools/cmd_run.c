@@ -1,8 +1,6 @@
 /* tools/cmd_run.c — `gemma run` (one prompt, streamed continuation) and `gemma chat` (interactive
  * multi-turn chat over stdin, the KV cache reused across turns). */
 #include <errno.h>
-#include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
