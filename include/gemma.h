@@ -205,9 +205,15 @@ GEMMA_API void gm_model_wait_packed(gm_model *m);
 GEMMA_API const gm_config *gm_model_config(const gm_model *m);
 /* The level m was opened for (gm_model_options.isa lowered to the CPU's; AUTO only for a NULL m). */
 GEMMA_API gm_isa gm_model_isa(const gm_model *m);
-/* Prints a human (json=false) or machine (json=true) description: architecture, config,
- * tokenizer summary, tensor table, totals. */
-GEMMA_API gm_status gm_model_describe(const gm_model *m, bool json, void *FILE_stream, gm_error *err);
+/* Describes the model file or folder at path (`gemma inspect`): architecture, config, tokenizer summary, tensor
+ * table, totals, as human text or one JSON object when json is true. It does not open the model, so it also
+ * describes files the engine cannot run: when the config cannot be read it prints what it can (format, metadata,
+ * tensors) and returns the config's error. keep_mtp: also list MTP / nextn tensors. An error opening the file
+ * is returned before anything is printed; a write error on FILE_stream (a FILE *) is GM_ERR_IO. */
+GEMMA_API gm_status gm_model_describe(const char *path, bool json, bool keep_mtp, void *FILE_stream, gm_error *err);
+/* Physical cores of this machine (online CPUs where that is unknown): the thread count an engine, embedder or
+ * encoder takes when its n_threads is 0. */
+GEMMA_API int gm_physical_cores(void);
 
 /* ------------------------------------------------------------------ tokenizer (text/) */
 /* @section tokenizer: owned by text/ */

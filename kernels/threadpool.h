@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include "gemma.h"
+
 typedef struct gm_pool gm_pool;
 
 /* fn processes items [begin, end); thread is in [0, gm_pool_size). */
@@ -25,7 +27,6 @@ void gm_pool_parallel_for(gm_pool *p, int64_t n, int64_t grain, gm_task_fn fn, v
  * the last big chunk. */
 void gm_pool_parallel_for_chunk(gm_pool *p, int64_t n, int64_t chunk, gm_task_fn fn, void *ctx);
 
-/* Physical cores of this machine (falls back to online CPUs). */
-int gm_physical_cores(void);
+/* gm_physical_cores (the physical cores of this machine) is public: gemma.h. */
 
 #endif

@@ -447,7 +447,16 @@ gm_status gm_source_describe(const gm_source *s, const gm_config *cfg, const cha
     return GM_OK;
 }
 
-gm_status gm_model_describe(const gm_model *m, bool json, void *FILE_stream, gm_error *err) {
-    if (!m) return gm_fail(err, GM_ERR_ARG, "gm_model_describe: model is NULL");
-    return gm_source_describe(m->src, &m->cfg, NULL, json, FILE_stream, err);
+gm_status gm_model_describe(const char *path, bool json, bool keep_mtp, void *FILE_stream, gm_error *err) {
+    gm_source *s = NULL;
+    gm_status st = gm_source_open(path, keep_mtp, &s, err);
+    if (st) return st;
+    gm_config c;
+    gm_error cerr = {0};
+    const bool have_cfg = gm_config_load(s, &c, &cerr) == GM_OK;
+    st = gm_source_describe(s, have_cfg ? &c : NULL, cerr.msg, json, FILE_stream, err);
+    gm_source_close(s);
+    if (st || have_cfg) return st; /* a write error comes first */
+    if (err) *err = cerr;
+    return cerr.code;
 }

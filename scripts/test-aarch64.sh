@@ -15,6 +15,7 @@ RUN=(test_bad_files test_chat test_config test_embedding test_error test_family 
      test_pack test_pool_chunk test_quant test_safetensors test_scheduler test_thread_start test_threadpool
      test_threadpool_race test_tokenizer_json_mem test_vision test_vision_gemma4 test_vision_hf
      test_exact_ref test_gemma3n test_tokenizer test_tools
+     test_cli_opts
      cli_args cli_embed cli_gemma3n cli_gemma4 cli_grammar cli_grammar_files cli_inspect cli_output cli_run
      cli_tokenize cli_vision)
 # what they need built: the C tests themselves, and for the CLI scripts the gemma binary and test_grammar

@@ -75,18 +75,50 @@ expect "detokenize id past int32" 1 "not a token id" -- "$GEMMA" detokenize -m "
 expect "detokenize garbage" 1 "not a token id" -- "$GEMMA" detokenize -m "$TOK" 12abc
 expect "perplexity -f missing" 1 "No such file" -- "$GEMMA" perplexity -m "$TINY" -f "$TMP/nope.txt"
 expect "perplexity -f a folder" 1 "Is a directory" -- "$GEMMA" perplexity -m "$TINY" -f "$TMP"
-expect "perplexity -c 7" 2 "invalid value '7' for -c" -- "$GEMMA" perplexity -m "$TINY" -c 7
-expect "perplexity -t 0" 2 "for -t" -- "$GEMMA" perplexity -m "$TINY" -t 0
-expect "perplexity --chunks 0" 2 "for --chunks" -- "$GEMMA" perplexity -m "$TINY" --chunks 0
+expect "perplexity -c 7" 2 "-c expects an integer in \[8, 1048576\], got '7'" -- "$GEMMA" perplexity -m "$TINY" -c 7
+expect "perplexity -t 0" 2 "-t expects an integer in \[1, 1024\]" -- "$GEMMA" perplexity -m "$TINY" -t 0
+expect "perplexity --chunks 0" 2 "--chunks expects" -- "$GEMMA" perplexity -m "$TINY" --chunks 0
 expect "perplexity text shorter than a chunk" 1 "fewer than one chunk" -- "$GEMMA" perplexity -m "$TINY" -f "$TMP/empty.txt" -c 16
 expect "perplexity -c past the model's context" 1 "n_ctx" -- "$GEMMA" perplexity -m "$TINY" -c 100000
-expect "bench -t 0" 2 "for -t" -- "$GEMMA" bench -m "$TINY" -t 0
-expect "bench -t ''" 2 "for -t" -- "$GEMMA" bench -m "$TINY" -t ""
-expect "bench -t ," 2 "for -t" -- "$GEMMA" bench -m "$TINY" -t ,
-expect "bench -p -1" 2 "for -p" -- "$GEMMA" bench -m "$TINY" -p -1
-expect "bench -r 0" 2 "for -r" -- "$GEMMA" bench -m "$TINY" -r 0
+expect "bench -t 0" 2 "-t expects a comma-separated list" -- "$GEMMA" bench -m "$TINY" -t 0
+expect "bench -t ''" 2 "-t expects" -- "$GEMMA" bench -m "$TINY" -t ""
+expect "bench -t ," 2 "-t expects" -- "$GEMMA" bench -m "$TINY" -t ,
+expect "bench -p -1" 2 "-p expects an integer in \[0," -- "$GEMMA" bench -m "$TINY" -p -1
+expect "bench -r 0" 2 "-r expects" -- "$GEMMA" bench -m "$TINY" -r 0
 expect "bench past the model's context" 1 "n_ctx" -- "$GEMMA" bench -m "$TINY" -p 100000 -n 1 -r 1
 expect "inspect missing file" 1 "No such file" -- "$GEMMA" inspect "$TMP/nope.gguf"
+# one option table for every command (tools/cli_opts.c): the same messages and statuses everywhere
+for c in run chat serve bench perplexity embed tokenize detokenize inspect; do
+  expect "$c --help" 0 "" -- "$GEMMA" $c --help
+  grep -q "^usage: gemma $c" "$TMP/out" && ok "$c --help: usage line" || bad "$c --help: $(head -c 200 "$TMP/out")"
+  expect "$c unknown option" 2 "gemma $c: unknown option '--bogus'" -- "$GEMMA" $c --bogus
+  grep -q "^usage: gemma $c" "$TMP/err" && ok "$c unknown option: usage line" || bad "$c unknown option: no usage line"
+  expect "$c -m without a value" 2 "gemma $c: -m needs a value" -- "$GEMMA" $c -m
+done
+for c in run chat serve embed perplexity; do
+  expect "$c -t x" 2 "gemma $c: -t expects an integer in \[1, 1024\], got 'x'" -- "$GEMMA" $c -m "$TINY" -t x
+  expect "$c --threads 0" 2 "--threads expects" -- "$GEMMA" $c -m "$TINY" --threads 0
+done
+for c in run chat serve bench perplexity; do
+  expect "$c --kv-type f8" 2 "gemma $c: --kv-type expects f32 or f16, got 'f8'" -- "$GEMMA" $c -m "$TINY" --kv-type f8
+done
+for c in run chat serve bench; do
+  expect "$c --kv-mem 0" 2 "--kv-mem expects MiB in \[1, 1048576\]" -- "$GEMMA" $c -m "$TINY" --kv-mem 0
+done
+expect "run --backend gpu" 2 "--backend expects cpu or reference, got 'gpu'" -- "${R[@]}" --backend gpu
+expect "serve --port 70000" 2 "--port expects an integer in \[0, 65535\]" -- "$GEMMA" serve -m "$TINY" --port 70000
+expect "serve -c 8" 2 "-c expects an integer in \[16," -- "$GEMMA" serve -m "$TINY" -c 8
+expect "serve --host ''" 2 "--host expects a non-empty value" -- "$GEMMA" serve -m "$TINY" --host ""
+expect "serve --prefix-cache-scope all" 2 "expects one of global, key" -- "$GEMMA" serve -m "$TINY" --prefix-cache-scope all
+expect "serve --api-key-file missing" 2 "--api-key-file" -- "$GEMMA" serve -m "$TINY" --api-key-file "$TMP/nope"
+expect "serve --lookup --draft-model" 2 "give one" -- "$GEMMA" serve -m "$TINY" --lookup --draft-model "$TINY"
+expect "serve --image (a run option)" 2 "unknown option '--image'" -- "$GEMMA" serve -m "$TINY" --image x.png
+expect "run 17 images" 2 "--image expects a value, at most 16 times" -- "${R[@]}" $(for i in $(seq 17); do echo --image x.png; done)
+expect "embed --task nope" 2 "--task expects one of query, document" -- "$GEMMA" embed -m "$TINY" --task nope -p x
+expect "embed -c 0" 2 "-c expects an integer in \[1," -- "$GEMMA" embed -m "$TINY" -c 0 -p x
+expect "inspect two paths" 2 "unexpected argument" -- "$GEMMA" inspect "$TINY" "$TINY"
+expect "inspect -m and a path" 2 "unexpected argument" -- "$GEMMA" inspect -m "$TINY" "$TINY"
+expect "tokenize -- --ids" 0 "" -- "$GEMMA" tokenize -m "$TOK" -- --ids
 expect "unknown command" 2 "unknown command" -- "$GEMMA" bogus
 expect "no command" 2 "usage" -- "$GEMMA"
 exit $fail

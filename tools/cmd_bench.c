@@ -16,25 +16,9 @@
 
 #include "gemma.h"
 #include "gemma_generator.h"
-#include "kernels/threadpool.h"
+#include "tools/cli_opts.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
-
-#define MAX_THREAD_COUNTS 16
-#define MAX_SEQ_COUNTS 16
-#define MAX_REPS 100
-
-typedef struct {
-    const char *model;
-    int pp, tg, reps;
-    int threads[MAX_THREAD_COUNTS];
-    int n_threads;
-    int seqs[MAX_SEQ_COUNTS];
-    int n_seqs;
-    size_t kv_mem;
-    gm_kv_dtype kv_type;
-    bool json;
-} bench_args;
 
 typedef struct {
     const char *test;
@@ -59,80 +43,6 @@ static double file_huge_mib(void) {
         if (sscanf(line, "FilePmdMapped: %lf kB", &kib) == 1) break;
     if (f) fclose(f);
     return kib < 0 ? -1 : kib / 1024.0;
-}
-
-static void usage(FILE *out) {
-    fprintf(out,
-            "usage: gemma bench [-m MODEL] [-p N] [-n N] [-t LIST] [-s LIST] [-r REPS] [--kv-type f32|f16]\n"
-            "                   [--kv-mem MIB] [--json]\n"
-            "  -p N      prompt-processing test of N tokens (default 512; 0 = skip)\n"
-            "  -n N      generation test of N tokens (default 128; 0 = skip)\n"
-            "  -t LIST   thread counts, comma-separated (default: physical cores)\n"
-            "  -s LIST   sequences decoding together in the generation test, comma-separated (default 1):\n"
-            "            aggregate tokens/s of all of them\n"
-            "  -r REPS   repetitions per test (default 3)\n"
-            "  --kv-type f32|f16   KV cache storage (default f32)\n"
-            "  --kv-mem MIB        KV cache budget (default: what the test needs)\n"
-            "  --json    machine-readable output\n");
-}
-
-/* "1,2,4" into out[0..max): each in [1, hi] */
-static bool parse_list(const char *v, int hi, int *out, int max, int *n) {
-    char buf[256];
-    if (snprintf(buf, sizeof buf, "%s", v) >= (int)sizeof buf) return false;
-    *n = 0;
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        if (*n >= max || !cli_parse_int(tok, 1, hi, &out[*n])) return false;
-        (*n)++;
-    }
-    return *n > 0;
-}
-
-static int parse_args(int argc, char **argv, bench_args *a) {
-    *a = (bench_args){.model = gm_cli_default_model(), .pp = 512, .tg = 128, .reps = 3};
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool ok = true;
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(o, "--json")) {
-            a->json = true;
-            continue;
-        } else if (!v) {
-            fprintf(stderr, "gemma bench: option %s needs a value\n", o);
-            return 2;
-        } else if (!strcmp(o, "-m")) {
-            a->model = v;
-        } else if (!strcmp(o, "-p")) {
-            ok = cli_parse_int(v, 0, 1 << 20, &a->pp);
-        } else if (!strcmp(o, "-n")) {
-            ok = cli_parse_int(v, 0, 1 << 20, &a->tg);
-        } else if (!strcmp(o, "-r")) {
-            ok = cli_parse_int(v, 1, MAX_REPS, &a->reps);
-        } else if (!strcmp(o, "-t")) {
-            ok = parse_list(v, 1024, a->threads, MAX_THREAD_COUNTS, &a->n_threads);
-        } else if (!strcmp(o, "-s")) {
-            ok = parse_list(v, 256, a->seqs, MAX_SEQ_COUNTS, &a->n_seqs);
-        } else if (!strcmp(o, "--kv-type")) {
-            ok = cli_parse_kv_type(v, &a->kv_type);
-        } else if (!strcmp(o, "--kv-mem")) {
-            ok = cli_parse_mib(v, &a->kv_mem);
-        } else {
-            fprintf(stderr, "gemma bench: unknown option %s\n", o);
-            usage(stderr);
-            return 2;
-        }
-        if (!ok) {
-            fprintf(stderr, "gemma bench: invalid value '%s' for %s\n", v, o);
-            return 2;
-        }
-        i++;
-    }
-    if (a->n_threads == 0) a->threads[a->n_threads++] = gm_physical_cores();
-    if (a->n_seqs == 0) a->seqs[a->n_seqs++] = 1;
-    return -1;
 }
 
 /* Ordinary (non-control) token ids drawn from a fixed seed, so every run scores the same input. */
@@ -207,7 +117,7 @@ static size_t kv_need(const gm_model *m, int n, gm_kv_dtype kt) {
 
 /* One warm-up pass (page faults, caches), then reps timed passes; tokens/s counts every sequence's. */
 static gm_status measure(const bench_job *j, const int32_t *ids, int n, int reps, bench_row *row, gm_error *err) {
-    double secs, tps[MAX_REPS], sum = 0, sq = 0;
+    double secs, tps[CLI_MAX_REPS], sum = 0, sq = 0;
     gm_status st = job_pass(j, ids, n, &secs, err);
     for (int r = 0; r < reps && st == GM_OK; r++) {
         st = job_pass(j, ids, n, &secs, err);
@@ -223,7 +133,7 @@ static gm_status measure(const bench_job *j, const int32_t *ids, int n, int reps
 
 /* Start to first generated token: open the model, prefill a short prompt, sample one token; then the time until
  * the model's background copies are in place (gm_model_wait_packed). */
-static gm_status first_token_ms(const bench_args *a, double *open_ms, double *ttft_ms, double *packed_ms,
+static gm_status first_token_ms(const cli_args *a, double *open_ms, double *ttft_ms, double *packed_ms,
                                 gm_error *err) {
     double t0 = cli_now_s();
     gm_model *m = NULL;
@@ -231,7 +141,7 @@ static gm_status first_token_ms(const bench_args *a, double *open_ms, double *tt
     const gm_model_options mo = gm_cli_model_options();
     gm_status st = gm_model_open(a->model, &mo, &m, err);
     *open_ms = 1e3 * (cli_now_s() - t0);
-    gm_generator_options o = {.n_threads = a->threads[a->n_threads - 1], .n_ctx = 64};
+    gm_generator_options o = {.n_threads = a->thread_list.v[a->thread_list.n - 1], .n_ctx = 64};
     if (st == GM_OK) st = gm_generator_new(m, &o, &g, err);
     int32_t ids[8];
     if (st == GM_OK) {
@@ -249,7 +159,7 @@ static gm_status first_token_ms(const bench_args *a, double *open_ms, double *tt
     return st;
 }
 
-static void print_rows(const bench_args *a, const gm_model *m, const bench_row *rows, int n_rows, double open_ms,
+static void print_rows(const cli_args *a, const gm_model *m, const bench_row *rows, int n_rows, double open_ms,
                        double ttft_ms, double packed_ms) {
     const gm_config *c = gm_model_config(m);
     const double huge = file_huge_mib();
@@ -278,63 +188,80 @@ static void print_rows(const bench_args *a, const gm_model *m, const bench_row *
                huge < 64 ? " (the page cache holds it in small pages: decode is slower; see docs/performance.md)" : "");
 }
 
-int cmd_bench(int argc, char **argv) {
-    bench_args a;
-    int rc = parse_args(argc, argv, &a);
-    if (rc >= 0) return rc;
+/* pp: no prefix index, so that every repetition computes the whole prompt. */
+static gm_status bench_pp(const gm_model *m, const cli_args *a, const int32_t *ids, int threads, bench_row *row,
+                          gm_error *err) {
+    gm_generator *g = NULL;
+    const gm_generator_options o = {.n_threads = threads, .n_ctx = a->pp + 1, .kv_full = true, .kv_mem = a->kv_mem,
+                                    .kv_type = a->kv_type, .no_prefix_cache = true};
+    gm_status st = gm_generator_new(m, &o, &g, err);
+    *row = (bench_row){"pp", a->pp, threads, 1, 0, 0};
+    const bench_job j = {.g = g};
+    if (st == GM_OK) st = measure(&j, ids, a->pp, a->reps, row, err);
+    gm_generator_free(g);
+    return st;
+}
+
+/* tg with S sequences; the default KV budget: every sequence's blocks of every layer. */
+static gm_status bench_tg(const gm_model *m, const cli_args *a, const int32_t *ids, int threads, int S, bench_row *row,
+                          gm_error *err) {
+    gm_engine *e = NULL;
+    const gm_engine_options o = {.n_threads = threads, .n_ctx = a->tg + 1, .kv_type = a->kv_type,
+                                 .no_prefix_cache = true, .n_batch = S > 512 ? S : 512,
+                                 .kv_mem = a->kv_mem ? a->kv_mem : kv_need(m, a->tg + 1, a->kv_type) * (size_t)S};
+    gm_status st = gm_engine_new(m, &o, &e, err);
+    *row = (bench_row){"tg", a->tg, threads, S, 0, 0};
+    const bench_job j = {.e = e, .seqs = S, .logits = malloc((size_t)S * (size_t)gm_model_config(m)->n_vocab * sizeof(float))};
+    if (st == GM_OK && !j.logits) st = gm_fail_oom(err);
+    if (st == GM_OK) st = measure(&j, ids, a->tg, a->reps, row, err);
+    free(j.logits);
+    if (e) gm_engine_free(e);
+    return st;
+}
+
+/* Every test at every thread count, into rows. */
+static gm_status bench_all(const gm_model *m, const cli_args *a, bench_row *rows, int *n_rows, gm_error *err) {
+    const int n_ids = a->pp > a->tg ? a->pp : a->tg;
+    int32_t *ids = malloc(sizeof *ids * (size_t)(n_ids > 0 ? n_ids : 1));
+    if (!ids) return gm_fail_oom(err);
+    bench_tokens(m, ids, n_ids);
+    gm_status st = GM_OK;
+    for (int t = 0; t < a->thread_list.n && st == GM_OK; t++) {
+        const int threads = a->thread_list.v[t];
+        if (a->pp > 0 && (st = bench_pp(m, a, ids, threads, &rows[*n_rows], err)) == GM_OK) ++*n_rows;
+        for (int k = 0; k < a->seq_list.n && a->tg > 0 && st == GM_OK; k++)
+            if ((st = bench_tg(m, a, ids, threads, a->seq_list.v[k], &rows[*n_rows], err)) == GM_OK) ++*n_rows;
+    }
+    free(ids);
+    return st;
+}
+
+static int bench(cli_args *a) {
+    if (a->thread_list.n == 0) a->thread_list.v[a->thread_list.n++] = gm_physical_cores();
+    if (a->seq_list.n == 0) a->seq_list.v[a->seq_list.n++] = 1;
     gm_error err = {0};
     double open_ms = 0, ttft_ms = 0, packed_ms = 0;
-    if (first_token_ms(&a, &open_ms, &ttft_ms, &packed_ms, &err) != GM_OK) {
-        fprintf(stderr, "gemma bench: %s\n", err.msg);
-        return 1;
-    }
     gm_model *m = NULL;
     const gm_model_options mo = gm_cli_model_options();
-    if (gm_model_open(a.model, &mo, &m, &err) != GM_OK) {
-        fprintf(stderr, "gemma bench: %s\n", err.msg);
-        return 1;
-    }
-    gm_model_wait_packed(m); /* the speed of the copies, not of the minutes before they are ready */
-    int n_ids = a.pp > a.tg ? a.pp : a.tg;
-    int32_t *ids = malloc(sizeof *ids * (size_t)(n_ids > 0 ? n_ids : 1));
-    bench_row rows[MAX_THREAD_COUNTS * (1 + MAX_SEQ_COUNTS)];
+    bench_row rows[CLI_MAX_INTS * (1 + CLI_MAX_INTS)];
     int n_rows = 0;
-    gm_status st = ids ? GM_OK : GM_ERR_NOMEM;
-    if (ids) bench_tokens(m, ids, n_ids);
-    for (int t = 0; t < a.n_threads && st == GM_OK; t++) {
-        const int threads = a.threads[t];
-        if (a.pp > 0) { /* no prefix index: every repetition computes the whole prompt */
-            gm_generator *g = NULL;
-            gm_generator_options o = {.n_threads = threads, .n_ctx = a.pp + 1, .kv_full = true, .kv_mem = a.kv_mem,
-                                      .kv_type = a.kv_type, .no_prefix_cache = true};
-            st = gm_generator_new(m, &o, &g, &err);
-            rows[n_rows] = (bench_row){"pp", a.pp, threads, 1, 0, 0};
-            const bench_job j = {.g = g};
-            if (st == GM_OK) st = measure(&j, ids, a.pp, a.reps, &rows[n_rows], &err);
-            n_rows += st == GM_OK;
-            gm_generator_free(g);
-        }
-        for (int k = 0; k < a.n_seqs && a.tg > 0 && st == GM_OK; k++) {
-            const int S = a.seqs[k];
-            gm_engine *e = NULL;
-            /* default budget: every sequence's blocks of every layer */
-            const gm_engine_options o = {.n_threads = threads, .n_ctx = a.tg + 1, .kv_type = a.kv_type,
-                                         .no_prefix_cache = true, .n_batch = S > 512 ? S : 512,
-                                         .kv_mem = a.kv_mem ? a.kv_mem : kv_need(m, a.tg + 1, a.kv_type) * (size_t)S};
-            st = gm_engine_new(m, &o, &e, &err);
-            rows[n_rows] = (bench_row){"tg", a.tg, threads, S, 0, 0};
-            const bench_job j = {.e = e, .seqs = S,
-                                 .logits = malloc((size_t)S * (size_t)gm_model_config(m)->n_vocab * sizeof(float))};
-            if (st == GM_OK && !j.logits) st = gm_fail_oom(&err);
-            if (st == GM_OK) st = measure(&j, ids, a.tg, a.reps, &rows[n_rows], &err);
-            n_rows += st == GM_OK;
-            free(j.logits);
-            if (e) gm_engine_free(e);
-        }
+    gm_status st = first_token_ms(a, &open_ms, &ttft_ms, &packed_ms, &err);
+    if (st == GM_OK) st = gm_model_open(a->model, &mo, &m, &err);
+    if (st == GM_OK) {
+        gm_model_wait_packed(m); /* the speed of the copies, not of the minutes before they are ready */
+        st = bench_all(m, a, rows, &n_rows, &err);
     }
-    if (st == GM_OK) print_rows(&a, m, rows, n_rows, open_ms, ttft_ms, packed_ms);
+    if (st == GM_OK) print_rows(a, m, rows, n_rows, open_ms, ttft_ms, packed_ms);
     else fprintf(stderr, "gemma bench: %s\n", err.msg);
-    free(ids);
     gm_model_free(m);
     return st == GM_OK ? 0 : 1;
+}
+
+int cmd_bench(int argc, char **argv) {
+    cli_args a;
+    int rc = cli_parse(CLI_BENCH, argc, argv, &a);
+    if (rc != CLI_GO) return rc;
+    rc = bench(&a);
+    cli_args_free(&a);
+    return rc;
 }

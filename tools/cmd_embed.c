@@ -13,41 +13,9 @@
 
 #include "gemma.h"
 #include "gemma_generator.h"
+#include "tools/cli_opts.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
-
-/* EmbeddingGemma's prompt names (its model card / config_sentence_transformers.json) */
-static const struct { const char *name, *prefix; } TASKS[] = {
-    {"query", "task: search result | query: "},
-    {"document", "title: none | text: "},
-    {"qa", "task: question answering | query: "},
-    {"fact", "task: fact checking | query: "},
-    {"classification", "task: classification | query: "},
-    {"clustering", "task: clustering | query: "},
-    {"similarity", "task: sentence similarity | query: "},
-    {"code", "task: code retrieval | query: "},
-};
-
-static void usage(FILE *out) {
-    fprintf(out,
-            "usage: gemma embed [-m MODEL] [-p TEXT]... [-f FILE] [--task NAME | --prefix STR] [--normalize] [--json]\n"
-            "                   [-t THREADS] [-c CONTEXT]\n"
-            "  One vector per input with an embedding model (EmbeddingGemma, GGUF arch gemma-embedding):\n"
-            "  mean of the final hidden states over the tokens, then the model's dense projections.\n"
-            "  -p TEXT        an input (repeatable); without -p: each non-empty line of -f FILE, else of stdin\n"
-            "  --task NAME    put EmbeddingGemma's task prefix before every input:\n");
-    for (size_t i = 0; i < sizeof TASKS / sizeof TASKS[0]; i++)
-        fprintf(out, "                   %-14s \"%s\"\n", TASKS[i].name, TASKS[i].prefix);
-    fprintf(out,
-            "  --prefix STR   put STR before every input instead\n"
-            "  --normalize    scale each vector to unit L2 norm (cosine similarity = dot product)\n"
-            "  --json         one JSON object: {\"model\", \"dim\", \"data\": [{\"index\", \"tokens\", \"embedding\"}]}\n"
-            "  -t N           threads (default: physical cores)\n"
-            "  -c N           longest input in tokens (default: the model's context, at most %d)\n"
-            "  Output without --json: one line per input, the floats separated by spaces. BOS (and EOS) are\n"
-            "  added as the model's tokenizer config says. Default model: %s\n",
-            GM_DEFAULT_MAX_CTX, gm_cli_default_model());
-}
 
 typedef struct inputs {
     char **text;
@@ -118,88 +86,91 @@ static bool print_vector(const float *v, int dim, int index, int n_tok, bool jso
     return cli_stdout_flush();
 }
 
-int cmd_embed(int argc, char **argv) {
-    const char *model = gm_cli_default_model(), *file = NULL, *prefix = "";
-    bool normalize = false, json = false;
-    int threads = 0, n_ctx = 0, rc = 0;
-    inputs in = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const bool has_val = i + 1 < argc;
-        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has_val) model = argv[++i];
-        else if ((!strcmp(a, "-p") || !strcmp(a, "--prompt")) && has_val) {
-            if (!push(&in, argv[i + 1], strlen(argv[i + 1]))) { fprintf(stderr, "gemma embed: out of memory\n"); rc = 1; goto done; }
-            i++;
-        } else if ((!strcmp(a, "-f") || !strcmp(a, "--file")) && has_val) file = argv[++i];
-        else if (!strcmp(a, "--prefix") && has_val) prefix = argv[++i];
-        else if (!strcmp(a, "--task") && has_val) {
-            const char *name = argv[++i];
-            prefix = NULL;
-            for (size_t k = 0; k < sizeof TASKS / sizeof TASKS[0]; k++)
-                if (!strcmp(name, TASKS[k].name)) prefix = TASKS[k].prefix;
-            if (!prefix) { fprintf(stderr, "gemma embed: unknown task '%s' (see --help)\n", name); rc = 2; goto done; }
-        } else if (!strcmp(a, "--normalize")) normalize = true;
-        else if (!strcmp(a, "--json")) json = true;
-        else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && has_val) {
-            if (!cli_parse_int(argv[++i], 1, 1024, &threads)) { fprintf(stderr, "gemma embed: bad -t '%s'\n", argv[i]); rc = 2; goto done; }
-        } else if ((!strcmp(a, "-c") || !strcmp(a, "--ctx")) && has_val) {
-            if (!cli_parse_int(argv[++i], 1, 1 << 20, &n_ctx)) { fprintf(stderr, "gemma embed: bad -c '%s'\n", argv[i]); rc = 2; goto done; }
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); goto done; }
-        else { fprintf(stderr, "gemma embed: unknown option or missing value '%s'\n", a); usage(stderr); rc = 2; goto done; }
-    }
-    if (in.n == 0) { /* inputs from the file or stdin, one per line */
-        size_t len = 0;
-        char *buf = file ? cli_read_file(file, &len) : read_stdin(&len);
-        if (!buf) { fprintf(stderr, "gemma embed: cannot read %s\n", file ? file : "stdin"); rc = 1; goto done; }
-        const bool ok = push_lines(&in, buf, len);
-        free(buf);
-        if (!ok) { fprintf(stderr, "gemma embed: out of memory\n"); rc = 1; goto done; }
-        if (in.n == 0) { fprintf(stderr, "gemma embed: no input (give -p TEXT, -f FILE or lines on stdin)\n"); rc = 2; goto done; }
-    }
+/* One line on stderr; returns rc. */
+static int complain(int rc, const char *msg) {
+    fprintf(stderr, "gemma embed: %s\n", msg);
+    return rc;
+}
 
+/* The inputs: each -p TEXT, else each non-empty line of -f FILE or of stdin. Returns 0 or the exit status. */
+static int gather_inputs(const cli_args *a, inputs *in) {
+    for (int i = 0; i < a->prompts.n; i++)
+        if (!push(in, a->prompts.v[i], strlen(a->prompts.v[i]))) return complain(1, "out of memory");
+    if (in->n) return 0;
+    size_t len = 0;
+    char *buf = a->file ? cli_read_file(a->file, &len) : read_stdin(&len);
+    if (!buf) {
+        fprintf(stderr, "gemma embed: cannot read %s\n", a->file ? a->file : "stdin");
+        return 1;
+    }
+    const bool ok = push_lines(in, buf, len);
+    free(buf);
+    if (!ok) return complain(1, "out of memory");
+    if (in->n == 0) return complain(2, "no input (give -p TEXT, -f FILE or lines on stdin)");
+    return 0;
+}
+
+/* Input k with the prefix before it, into v; false after a message. */
+static bool embed_one(gm_embedder *e, const cli_args *a, const char *input, int k, float *v, int *n_tok) {
+    const size_t pl = strlen(a->prefix), tl = strlen(input);
+    char *text = malloc(pl + tl + 1);
+    if (!text) return complain(0, "out of memory");
+    memcpy(text, a->prefix, pl);
+    memcpy(text + pl, input, tl + 1);
+    gm_error err = {0};
+    const gm_status st = gm_embed_text(e, text, pl + tl, v, n_tok, &err);
+    free(text);
+    if (st) fprintf(stderr, "gemma embed: input %d: %s\n", k + 1, err.msg);
+    return st == GM_OK;
+}
+
+/* Every input's vector on stdout. Returns the exit status. */
+static int embed_all(gm_embedder *e, const cli_args *a, const inputs *in) {
+    const int dim = gm_embedder_dim(e);
+    float *v = malloc((size_t)dim * sizeof *v);
+    if (!v) return complain(1, "out of memory");
+    if (a->json) {
+        fputs("{\"model\": ", stdout);
+        print_json_string(a->model);
+        printf(", \"dim\": %d, \"data\": [", dim);
+    }
+    int rc = 0;
+    for (int k = 0; k < in->n && rc == 0; k++) {
+        int n_tok = 0;
+        if (!embed_one(e, a, in->text[k], k, v, &n_tok)) rc = 1;
+        else if (a->normalize) gm_embedding_normalize(v, dim);
+        if (rc == 0 && !print_vector(v, dim, k, n_tok, a->json)) rc = 1; /* cli_stdout_finish says why */
+    }
+    if (rc == 0 && a->json) fputs("\n]}\n", stdout);
+    free(v);
+    return rc;
+}
+
+static int embed_inputs(const cli_args *a, const inputs *in) {
     gm_error err = {0};
     gm_model *m = NULL;
     gm_embedder *e = NULL;
-    float *v = NULL;
-    char *text = NULL;
     const gm_model_options mo = gm_cli_model_options();
-    if (gm_model_open(model, &mo, &m, &err) || gm_embedder_new(m, &(gm_embedder_options){.n_threads = threads, .n_ctx = n_ctx}, &e, &err)) {
+    const gm_embedder_options eo = {.n_threads = a->threads, .n_ctx = a->n_ctx};
+    int rc = 1;
+    if (gm_model_open(a->model, &mo, &m, &err) || gm_embedder_new(m, &eo, &e, &err))
         fprintf(stderr, "gemma embed: %s\n", err.msg);
-        rc = 1;
-        goto out;
-    }
-    const int dim = gm_embedder_dim(e);
-    const size_t plen = strlen(prefix);
-    v = malloc((size_t)dim * sizeof *v);
-    if (!v) { fprintf(stderr, "gemma embed: out of memory\n"); rc = 1; goto out; }
-    if (json) {
-        fputs("{\"model\": ", stdout);
-        print_json_string(model);
-        printf(", \"dim\": %d, \"data\": [", dim);
-    }
-    for (int k = 0; k < in.n; k++) {
-        const size_t tl = strlen(in.text[k]);
-        free(text);
-        if (!(text = malloc(plen + tl + 1))) { fprintf(stderr, "gemma embed: out of memory\n"); rc = 1; goto out; }
-        memcpy(text, prefix, plen);
-        memcpy(text + plen, in.text[k], tl + 1);
-        int n_tok = 0;
-        if (gm_embed_text(e, text, plen + tl, v, &n_tok, &err)) {
-            fprintf(stderr, "gemma embed: input %d: %s\n", k + 1, err.msg);
-            rc = 1;
-            goto out;
-        }
-        if (normalize) gm_embedding_normalize(v, dim);
-        if (!print_vector(v, dim, k, n_tok, json)) { rc = 1; goto out; } /* cli_stdout_finish says why */
-    }
-    if (json) fputs("\n]}\n", stdout);
-out:
-    free(text);
-    free(v);
+    else
+        rc = embed_all(e, a, in);
     gm_embedder_free(e);
     gm_model_free(m);
-done:
+    return rc;
+}
+
+int cmd_embed(int argc, char **argv) {
+    cli_args a;
+    int rc = cli_parse(CLI_EMBED, argc, argv, &a);
+    if (rc != CLI_GO) return rc;
+    inputs in = {0};
+    rc = gather_inputs(&a, &in);
+    if (rc == 0) rc = embed_inputs(&a, &in);
     for (int k = 0; k < in.n; k++) free(in.text[k]);
     free(in.text);
+    cli_args_free(&a);
     return rc;
 }

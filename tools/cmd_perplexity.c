@@ -10,20 +10,12 @@
 
 #include "gemma.h"
 #include "gemma_generator.h"
-#include "kernels/threadpool.h"
+#include "tools/cli_opts.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 
-#define DEFAULT_TEXT "/usr/share/common-licenses/GPL-3"
 #define LOGITS_MAGIC "GMLG"
 #define MAX_TOPK 1024
-
-typedef struct {
-    const char *model, *text_path, *save_path, *base_path;
-    int ctx, max_chunks, n_threads, topk;
-    gm_kv_dtype kv_type;
-    gm_backend_kind backend;
-} ppl_args;
 
 /* The base file being compared against (docs/perplexity.md). */
 typedef struct {
@@ -56,58 +48,6 @@ typedef struct {
     bool failed;
 } score_ctx;
 
-static void usage(FILE *out) {
-    fprintf(out,
-            "usage: gemma perplexity [-m MODEL] [-f TEXT] [-c CTX] [--chunks N] [-t THREADS]\n"
-            "                        [--save-logits FILE] [--kl-divergence-base FILE] [--top-k K] [--kv-type f32|f16]\n"
-            "                        [--backend cpu|reference]\n"
-            "  -f TEXT      UTF-8 text to score (default " DEFAULT_TEXT ")\n"
-            "  -c CTX       tokens per chunk (default 512); the second half of each chunk is scored\n"
-            "  --chunks N   score at most N chunks\n"
-            "  --save-logits FILE          store each scored position's top-k log-probabilities\n"
-            "  --kl-divergence-base FILE   compare with a stored base: KL, top-token agreement, ppl ratio\n"
-            "  --top-k K    how many log-probabilities --save-logits stores (default 64)\n"
-            "  --kv-type f32|f16   KV cache storage (default f32)\n"
-            "  --backend cpu|reference  what runs the model (reference: plain loops in double, one thread)\n");
-}
-
-static int parse_args(int argc, char **argv, ppl_args *a) {
-    *a = (ppl_args){.model = gm_cli_default_model(), .text_path = DEFAULT_TEXT, .ctx = 512, .topk = 64};
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool ok = true;
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!v) {
-            fprintf(stderr, "gemma perplexity: option %s needs a value (or is unknown)\n", o);
-            return 2;
-        }
-        if (!strcmp(o, "-m")) a->model = v;
-        else if (!strcmp(o, "-f")) a->text_path = v;
-        else if (!strcmp(o, "--save-logits")) a->save_path = v;
-        else if (!strcmp(o, "--kl-divergence-base")) a->base_path = v;
-        else if (!strcmp(o, "-c")) ok = cli_parse_int(v, 8, 1 << 20, &a->ctx);
-        else if (!strcmp(o, "--kv-type")) ok = cli_parse_kv_type(v, &a->kv_type);
-        else if (!strcmp(o, "--backend")) ok = gm_backend_kind_parse(v, &a->backend);
-        else if (!strcmp(o, "--chunks")) ok = cli_parse_int(v, 1, 1 << 30, &a->max_chunks);
-        else if (!strcmp(o, "-t")) ok = cli_parse_int(v, 1, 1024, &a->n_threads);
-        else if (!strcmp(o, "--top-k")) ok = cli_parse_int(v, 1, MAX_TOPK, &a->topk);
-        else {
-            fprintf(stderr, "gemma perplexity: unknown option %s\n", o);
-            usage(stderr);
-            return 2;
-        }
-        if (!ok) {
-            fprintf(stderr, "gemma perplexity: invalid value '%s' for %s\n", v, o);
-            return 2;
-        }
-        i++;
-    }
-    return -1;
-}
-
 static char *read_text(const char *path, size_t *len) {
     char *buf = cli_read_file(path, len);
     if (!buf) fprintf(stderr, "gemma perplexity: cannot read %s: %s\n", path, strerror(errno));
@@ -117,7 +57,7 @@ static char *read_text(const char *path, size_t *len) {
 static bool read_u32s(FILE *f, uint32_t *v, size_t n) { return fread(v, sizeof *v, n, f) == n; }
 
 /* Opens a base file and checks it describes the same tokenization and chunking. */
-static bool base_open(logits_base *b, const char *path, const ppl_args *a, const int32_t *toks, size_t n_toks,
+static bool base_open(logits_base *b, const char *path, const cli_args *a, const int32_t *toks, size_t n_toks,
                       int n_vocab) {
     char magic[4];
     uint32_t hdr[7];
@@ -131,11 +71,11 @@ static bool base_open(logits_base *b, const char *path, const ppl_args *a, const
         return false;
     }
     b->n_vocab = hdr[1], b->k = hdr[2], b->ctx = hdr[3], b->n_chunks = hdr[4], b->n_pos = hdr[5], b->n_tokens = hdr[6];
-    if (b->n_vocab != (uint32_t)n_vocab || b->ctx != (uint32_t)a->ctx || b->k == 0 || b->k > MAX_TOPK ||
+    if (b->n_vocab != (uint32_t)n_vocab || b->ctx != (uint32_t)a->n_ctx || b->k == 0 || b->k > MAX_TOPK ||
         b->n_tokens != n_toks) {
         fprintf(stderr,
                 "gemma perplexity: %s does not match this run (vocab %u vs %d, ctx %u vs %d, tokens %u vs %zu, k %u)\n",
-                path, b->n_vocab, n_vocab, b->ctx, a->ctx, b->n_tokens, n_toks, b->k);
+                path, b->n_vocab, n_vocab, b->ctx, a->n_ctx, b->n_tokens, n_toks, b->k);
         return false;
     }
     for (size_t i = 0; i < n_toks; i++) {
@@ -262,34 +202,34 @@ static void report_kl(ppl_stats *s) {
     printf("base mass outside its stored top-k: mean %.5f\n", s->tail_mass / (double)s->n_kl);
 }
 
-static bool write_header(FILE *f, const ppl_args *a, int n_vocab, int n_chunks, const int32_t *toks, size_t n) {
-    uint32_t hdr[7] = {1, (uint32_t)n_vocab, (uint32_t)a->topk, (uint32_t)a->ctx, (uint32_t)n_chunks,
-                       (uint32_t)(n_chunks * (a->ctx - 1 - a->ctx / 2)), (uint32_t)n};
+static bool write_header(FILE *f, const cli_args *a, int n_vocab, int n_chunks, const int32_t *toks, size_t n) {
+    uint32_t hdr[7] = {1, (uint32_t)n_vocab, (uint32_t)a->topk, (uint32_t)a->n_ctx, (uint32_t)n_chunks,
+                       (uint32_t)(n_chunks * (a->n_ctx - 1 - a->n_ctx / 2)), (uint32_t)n};
     return fwrite(LOGITS_MAGIC, 1, 4, f) == 4 && fwrite(hdr, 4, 7, f) == 7 && fwrite(toks, 4, n, f) == n;
 }
 
-static int score_chunks(gm_generator *g, const ppl_args *a, const int32_t *toks, int n_chunks, score_ctx *c) {
-    int32_t *chunk = malloc(sizeof *chunk * (size_t)a->ctx);
+static int score_chunks(gm_generator *g, const cli_args *a, const int32_t *toks, int n_chunks, score_ctx *c) {
+    int32_t *chunk = malloc(sizeof *chunk * (size_t)a->n_ctx);
     if (!chunk) return 1;
     c->chunk = chunk;
     bool tty = isatty(2);
     double t0 = cli_now_s();
     int rc = 0;
     for (int ci = 0; ci < n_chunks && rc == 0; ci++) {
-        memcpy(chunk, toks + (size_t)ci * (size_t)a->ctx, sizeof *chunk * (size_t)a->ctx);
+        memcpy(chunk, toks + (size_t)ci * (size_t)a->n_ctx, sizeof *chunk * (size_t)a->n_ctx);
         chunk[0] = gm_generator_config(g)->bos_id;
         gm_generator_reset(g);
-        if (gm_generator_prefill(g, chunk, a->ctx, c->err) != GM_OK ||
-            gm_generator_score_with(g, a->ctx / 2, a->ctx - 1, on_logits, c, c->err) != GM_OK) {
+        if (gm_generator_prefill(g, chunk, a->n_ctx, c->err) != GM_OK ||
+            gm_generator_score_with(g, a->n_ctx / 2, a->n_ctx - 1, on_logits, c, c->err) != GM_OK) {
             fprintf(stderr, "gemma perplexity: %s\n", c->failed ? "stopped" : c->err->msg);
             rc = 1;
             break;
         }
         double ppl = exp(c->st->nll / (double)c->st->n), el = cli_now_s() - t0;
-        double tps = (double)(ci + 1) * a->ctx / el;
+        double tps = (double)(ci + 1) * a->n_ctx / el;
         if (tty)
             fprintf(stderr, "\r[%d/%d] ppl %.4f  %.1f tok/s  eta %.0fs   ", ci + 1, n_chunks, ppl, tps,
-                    (double)(n_chunks - ci - 1) * a->ctx / tps);
+                    (double)(n_chunks - ci - 1) * a->n_ctx / tps);
         printf("[%d]%.4f%s", ci + 1, ppl, ci + 1 == n_chunks ? "\n" : ",");
         if (!cli_stdout_flush()) { /* stdout is gone: stop scoring; main() reports it */
             rc = 1;
@@ -299,72 +239,94 @@ static int score_chunks(gm_generator *g, const ppl_args *a, const int32_t *toks,
     if (tty) fputc('\n', stderr);
     if (rc == 0)
         printf("Final estimate: PPL = %.4f +/- %.5f  (%d chunks of %d, %ld positions, %.1f tok/s)\n",
-               exp(c->st->nll / (double)c->st->n), ppl_error(c->st), n_chunks, a->ctx, c->st->n,
-               (double)n_chunks * a->ctx / (cli_now_s() - t0));
+               exp(c->st->nll / (double)c->st->n), ppl_error(c->st), n_chunks, a->n_ctx, c->st->n,
+               (double)n_chunks * a->n_ctx / (cli_now_s() - t0));
     free(chunk);
     return rc;
 }
 
-int cmd_perplexity(int argc, char **argv) {
-    ppl_args a;
-    int rc = parse_args(argc, argv, &a);
-    if (rc >= 0) return rc;
+/* The statistics over n_chunks chunks of toks, with the base file and the logits file if asked; the report.
+ * Returns the exit status. */
+static int score_text(gm_generator *g, const cli_args *a, const int32_t *toks, size_t n_toks, int n_chunks) {
+    const int n_vocab = gm_generator_config(g)->n_vocab;
     gm_error err = {0};
-    size_t len;
-    char *text = read_text(a.text_path, &len);
-    if (!text) return 1;
-    gm_model *m = NULL;
-    gm_generator *g = NULL;
-    int32_t *toks = NULL;
-    size_t n_toks = 0;
-    rc = 1;
-    gm_generator_options o = {.n_threads = a.n_threads ? a.n_threads : gm_physical_cores(), .n_ctx = a.ctx,
-                              .kv_full = true, .kv_type = a.kv_type, .backend = a.backend};
-    const gm_model_options mo = gm_cli_model_options();
-    if (gm_model_open(a.model, &mo, &m, &err) != GM_OK || !gm_model_tokenizer(m) ||
-        gm_tokenize(gm_model_tokenizer(m), text, len, true, false, &toks, &n_toks, &err) != GM_OK ||
-        gm_generator_new(m, &o, &g, &err) != GM_OK) {
-        fprintf(stderr, "gemma perplexity: %s\n", m && !gm_model_tokenizer(m) ? "the model has no tokenizer" : err.msg);
-        goto done;
-    }
-    int n_chunks = (int)(n_toks / (size_t)a.ctx);
-    if (a.max_chunks > 0 && n_chunks > a.max_chunks) n_chunks = a.max_chunks;
-    if (n_chunks == 0) {
-        fprintf(stderr, "gemma perplexity: %s has %zu tokens, fewer than one chunk of %d\n", a.text_path, n_toks,
-                a.ctx);
-        goto done;
-    }
-    int n_vocab = gm_model_config(m)->n_vocab;
-    fprintf(stderr, "%s: %zu tokens, %d chunks of %d, %d threads\n", a.text_path, n_toks, n_chunks, a.ctx, o.n_threads);
     ppl_stats st = {0};
     logits_base base = {0};
-    score_ctx c = {.n_vocab = n_vocab, .st = &st, .topk = a.topk, .err = &err};
+    score_ctx c = {.n_vocab = n_vocab, .st = &st, .topk = a->topk, .err = &err};
     c.logp = malloc(sizeof *c.logp * (size_t)n_vocab);
-    c.top_ids = malloc(sizeof *c.top_ids * (size_t)a.topk);
+    c.top_ids = malloc(sizeof *c.top_ids * (size_t)a->topk);
+    int rc = 1;
     if (!c.logp || !c.top_ids) {
         fprintf(stderr, "gemma perplexity: out of memory\n");
-    } else if (a.base_path && !base_open(&base, a.base_path, &a, toks, n_toks, n_vocab)) {
+    } else if (a->base_path && !base_open(&base, a->base_path, a, toks, n_toks, n_vocab)) {
         /* message printed */
-    } else if (a.save_path && (!(c.save = fopen(a.save_path, "wb")) ||
-                               !write_header(c.save, &a, n_vocab, n_chunks, toks, n_toks))) {
-        fprintf(stderr, "gemma perplexity: cannot write %s\n", a.save_path);
+    } else if (a->save_path && (!(c.save = fopen(a->save_path, "wb")) ||
+                                !write_header(c.save, a, n_vocab, n_chunks, toks, n_toks))) {
+        fprintf(stderr, "gemma perplexity: cannot write %s\n", a->save_path);
     } else {
-        c.base = a.base_path ? &base : NULL;
-        rc = score_chunks(g, &a, toks, n_chunks, &c);
+        c.base = a->base_path ? &base : NULL;
+        rc = score_chunks(g, a, toks, n_chunks, &c);
         if (rc == 0) report_kl(&st);
     }
     if (c.save && fclose(c.save) != 0 && rc == 0) {
-        fprintf(stderr, "gemma perplexity: writing %s failed\n", a.save_path);
+        fprintf(stderr, "gemma perplexity: writing %s failed\n", a->save_path);
         rc = 1;
     }
     if (base.f) fclose(base.f);
     free(c.logp);
     free(c.top_ids);
     free(st.kl);
-done:
+    return rc;
+}
+
+/* The model, its tokens of the text and a generator of one chunk's context; false after a message. */
+static bool open_scoring(const cli_args *a, const char *text, size_t len, gm_model **m, gm_generator **g,
+                         int32_t **toks, size_t *n_toks) {
+    gm_error err = {0};
+    const gm_generator_options o = {.n_threads = a->threads ? a->threads : gm_physical_cores(), .n_ctx = a->n_ctx,
+                                    .kv_full = true, .kv_type = a->kv_type, .backend = a->backend};
+    const gm_model_options mo = gm_cli_model_options();
+    if (gm_model_open(a->model, &mo, m, &err) != GM_OK || !gm_model_tokenizer(*m) ||
+        gm_tokenize(gm_model_tokenizer(*m), text, len, true, false, toks, n_toks, &err) != GM_OK ||
+        gm_generator_new(*m, &o, g, &err) != GM_OK) {
+        fprintf(stderr, "gemma perplexity: %s\n", *m && !gm_model_tokenizer(*m) ? "the model has no tokenizer" : err.msg);
+        return false;
+    }
+    return true;
+}
+
+static int perplexity(const cli_args *a, const char *text, size_t len) {
+    gm_model *m = NULL;
+    gm_generator *g = NULL;
+    int32_t *toks = NULL;
+    size_t n_toks = 0;
+    int rc = 1;
+    if (open_scoring(a, text, len, &m, &g, &toks, &n_toks)) {
+        int n_chunks = (int)(n_toks / (size_t)a->n_ctx);
+        if (a->max_chunks > 0 && n_chunks > a->max_chunks) n_chunks = a->max_chunks;
+        if (n_chunks == 0) {
+            fprintf(stderr, "gemma perplexity: %s has %zu tokens, fewer than one chunk of %d\n", a->file, n_toks,
+                    a->n_ctx);
+        } else {
+            fprintf(stderr, "%s: %zu tokens, %d chunks of %d, %d threads\n", a->file, n_toks, n_chunks, a->n_ctx,
+                    a->threads ? a->threads : gm_physical_cores());
+            rc = score_text(g, a, toks, n_toks, n_chunks);
+        }
+    }
     free(toks);
-    free(text);
     gm_generator_free(g);
     gm_model_free(m);
+    return rc;
+}
+
+int cmd_perplexity(int argc, char **argv) {
+    cli_args a;
+    int rc = cli_parse(CLI_PPL, argc, argv, &a);
+    if (rc != CLI_GO) return rc;
+    size_t len;
+    char *text = read_text(a.file, &len);
+    rc = text ? perplexity(&a, text, len) : 1;
+    free(text);
+    cli_args_free(&a);
     return rc;
 }

@@ -1,8 +1,6 @@
 /* tools/cmd_run.c — `gemma run` (one prompt, streamed continuation) and `gemma chat` (interactive
  * multi-turn chat over stdin, the KV cache reused across turns). */
 #include <errno.h>
-#include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,218 +12,48 @@
 #include "gemma_vision.h"
 #include "gemma_generator.h"
 #include "core/error.h"
-#include "kernels/threadpool.h"
 #include "tools/cli_media.h"
+#include "tools/cli_opts.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 
 /* ---------------------------------------------------------------- options */
 
-typedef struct run_args {
-    const char *model, *prompt, *file, *system, *draft_model;
-    int n_predict, n_threads, n_ctx, draft_max;
-    size_t kv_mem;
-    gm_kv_dtype kv_type;
-    gm_backend_kind backend;
-    gm_sampling s;
-    bool naive, no_bos, chat, truncate, ignore_eos, verbose, lookup;
-    const char *grammar_file, *schema_file; /* --grammar-file, --json-schema */
-    bool json;                              /* --json: any JSON object */
-    const char *mmproj;                     /* --mmproj: the vision encoder */
-    const char *images[CLI_MAX_IMAGES];     /* --image (run) */
-    int n_images;
-} run_args;
+/* The options' values are cli_args (tools/cli_opts.c); these are the combinations that do not go together. */
+typedef cli_args run_args;
 
-static bool parse_int(const char *flag, const char *v, long lo, long hi, int *out) {
-    if (cli_parse_int(v, lo, hi, out)) return true;
-    fprintf(stderr, "gemma: %s expects an integer in [%ld, %ld], got '%s'\n", flag, lo, hi, v ? v : "");
-    return false;
+/* The first rule a breaks, or NULL. */
+static const char *bad_combination(const run_args *a) {
+    const int n_images = a->images.n;
+    if (a->n_ctx == 1) /* 0 = the model's; 1 holds no prompt and no generated token */
+        return "-c 1 leaves no room for a prompt and a generated token; use 0 (the model's context) or at least 2";
+    if (!!a->grammar_file + !!a->schema_file + a->json > 1)
+        return "--grammar-file, --json-schema and --json are three constraints: give one";
+    if (a->lookup && a->draft_model) return "--lookup and --draft-model are two ways to propose tokens: give one";
+    if (a->naive && (a->lookup || a->draft_model))
+        return "--naive recomputes every token; it does not combine with speculation";
+    if (n_images && !a->mmproj) return "--image needs the model's vision encoder: --mmproj PATH";
+    if (n_images && (a->naive || a->truncate || a->no_bos))
+        return "--image does not combine with --naive, --truncate or --no-bos";
+    if (a->draft_max && !a->lookup && !a->draft_model) return "--draft-max needs --lookup or --draft-model";
+    return NULL;
 }
 
-/* A finite number. Overflow (1e39: strtof's HUGE_VALF), inf and nan are refused; an underflow
- * (1e-50: ERANGE with 0 or a subnormal) is accepted as that tiny value, which the range checks of
- * gm_sampling_validate then judge (a tiny temperature samples greedily). */
-static bool parse_float(const char *flag, const char *v, float *out) {
-    char *end;
-    float x = v ? strtof(v, &end) : 0;
-    if (!v || end == v || *end || !isfinite(x)) {
-        fprintf(stderr, "gemma: %s expects a finite number, got '%s'\n", flag, v ? v : "");
-        return false;
-    }
-    *out = x;
-    return true;
-}
-
-static bool parse_u64(const char *flag, const char *v, uint64_t *out) {
-    char *end;
-    errno = 0;
-    unsigned long long x = v ? strtoull(v, &end, 10) : 0;
-    if (!v || errno || end == v || *end || v[0] == '-') {
-        fprintf(stderr, "gemma: %s expects a non-negative integer, got '%s'\n", flag, v ? v : "");
-        return false;
-    }
-    *out = x;
-    return true;
-}
-
-static void usage(FILE *out, bool chat) {
-    if (chat)
-        fprintf(out, "usage: gemma chat [-m MODEL] [-s SYSTEM] [-n N] [-t THREADS] [-c CTX] [sampling options]\n"
-                     "                  [--lookup | --draft-model PATH] [--draft-max K]\n"
-                     "                  [--mmproj MMPROJ]\n"
-                     "  reads user turns from stdin, one per line; /reset clears the conversation, /exit quits;\n"
-                     "  /image PATH attaches an image to the next turn (needs --mmproj)\n"
-                     "  -s TEXT   system prompt (folded into the first user turn)\n"
-                     "  -n N      at most N tokens per reply (default 512)\n");
-    else
-        fprintf(out, "usage: gemma run [-m MODEL] -p PROMPT | -f FILE [-n N] [-t THREADS] [-c CTX] [sampling options]\n"
-                     "                 [--naive] [--no-bos] [--chat] [--truncate] [--ignore-eos] [-v]\n"
-                     "                 [--lookup | --draft-model PATH] [--draft-max K]\n"
-                     "  -p TEXT   prompt (special tokens such as <start_of_turn> are parsed)\n"
-                     "  -f FILE   read the prompt from FILE\n"
-                     "  -n N      tokens to generate (default 64)\n"
-                     "  --chat    wrap the prompt in the model's chat template (one user turn)\n"
-                     "  --naive   recompute the whole history for every token (reference path; slow)\n"
-                     "  --no-bos  do not prepend <bos>\n"
-                     "  --truncate keep <bos> and the last tokens of a prompt longer than the context (default: refuse)\n"
-                     "  --ignore-eos keep generating past <eos> / <end_of_turn>\n"
-                     "  --image PATH  an image for the prompt (PNG, JPEG, WebP; up to %d; needs --mmproj; implies --chat):\n"
-                     "            at each <__media__> in the prompt, in order, or all before the text\n", CLI_MAX_IMAGES);
-    fprintf(out, "common:\n"
-                 "  -m PATH   model (.gguf or HF folder; default %s)\n"
-                 "  -t N      threads (default: physical cores, %d)\n"
-                 "  -c N      context size (default: the model's, capped at %d)\n"
-                 "  --kv-type f32|f16  KV cache storage (default f32)\n"
-                 "  --kv-mem MIB       KV cache budget (default: one context of every layer)\n"
-                 "  --backend cpu|reference  what runs the model (default cpu; reference: plain loops in double,\n"
-                 "                     one thread, very slow: for checking numbers)\n"
-                 "  --temp T --top-k K --top-p P --min-p M --repeat-penalty R --repeat-last-n N\n"
-                 "  --frequency-penalty F --presence-penalty P --seed S   (default: greedy, temperature 0)\n"
-                 "  --grammar-file F   (run) constrain the output to a GBNF grammar (llama.cpp's syntax; start rule root)\n"
-                 "  --json-schema F    (run) constrain the output to JSON valid under the JSON schema in F\n"
-                 "  --json             (run) constrain the output to a JSON object\n"
-                 "  --lookup           speculative decoding by prompt lookup: an n-gram that ends the text and\n"
-                 "                     occurred earlier in it proposes what followed; the model checks the\n"
-                 "                     proposals in one pass (greedy output unchanged, sampling distribution kept)\n"
-                 "                     (with a grammar too: the model's tokens are chosen under the grammar)\n"
-                 "  --draft-model PATH speculative decoding with a smaller model of the same vocabulary drafting\n"
-                 "  --draft-max K      most tokens proposed per pass, 1..%d (default 8; k adapts below it)\n"
-                 "  --mmproj PATH      the vision encoder for images (a llama.cpp mmproj GGUF of the model)\n"
-                 "  -v        verbose (with speculation: passes, acceptance rate, tokens per pass)\n",
-            gm_cli_default_model(), gm_physical_cores(), GM_DEFAULT_MAX_CTX, GM_SPEC_MAX_K);
-}
-
-/* Returns 0 to go on, 1 after --help (exit 0), 2 on a bad option. */
+/* cli_parse, then the checks only run and chat make. Returns CLI_GO, or the exit status (a freed). */
 static int parse_args(int argc, char **argv, bool chat, run_args *a) {
-    memset(a, 0, sizeof *a);
-    a->model = gm_cli_default_model();
-    a->n_predict = chat ? 512 : 64;
-    a->s = gm_sampling_default();
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool used = true, ok = true;
-#define IS(x) (!strcmp(o, x))
-        if (IS("-h") || IS("--help")) { usage(stdout, chat); return 1; }
-        else if (IS("-m") || IS("--model")) { a->model = v; ok = v != NULL; }
-        else if (!chat && (IS("-p") || IS("--prompt"))) { a->prompt = v; ok = v != NULL; }
-        else if (!chat && (IS("-f") || IS("--file"))) { a->file = v; ok = v != NULL; }
-        else if (chat && (IS("-s") || IS("--system"))) { a->system = v; ok = v != NULL; }
-        else if (IS("-n") || IS("--n-predict")) ok = parse_int(o, v, 0, INT_MAX, &a->n_predict);
-        else if (IS("-t") || IS("--threads")) ok = parse_int(o, v, 1, 1024, &a->n_threads);
-        else if (IS("-c") || IS("--ctx-size")) ok = parse_int(o, v, 0, INT_MAX, &a->n_ctx);
-        else if (IS("--kv-type")) {
-            ok = cli_parse_kv_type(v, &a->kv_type);
-            if (!ok && v) fprintf(stderr, "gemma: --kv-type expects f32 or f16, got '%s'\n", v);
-        } else if (!chat && IS("--grammar-file")) {
-            a->grammar_file = v;
-            ok = v != NULL;
-        } else if (!chat && IS("--json-schema")) {
-            a->schema_file = v;
-            ok = v != NULL;
-        } else if (IS("--backend")) {
-            ok = gm_backend_kind_parse(v, &a->backend);
-            if (!ok && v) fprintf(stderr, "gemma: --backend expects cpu or reference, got '%s'\n", v);
-        } else if (IS("--kv-mem")) {
-            ok = cli_parse_mib(v, &a->kv_mem);
-            if (!ok && v) fprintf(stderr, "gemma: --kv-mem expects MiB in [1, 1048576], got '%s'\n", v);
-        }
-        else if (IS("--temp")) ok = parse_float(o, v, &a->s.temperature);
-        else if (IS("--top-k")) ok = parse_int(o, v, INT_MIN, INT_MAX, &a->s.top_k);
-        else if (IS("--top-p")) ok = parse_float(o, v, &a->s.top_p);
-        else if (IS("--min-p")) ok = parse_float(o, v, &a->s.min_p);
-        else if (IS("--repeat-penalty")) ok = parse_float(o, v, &a->s.repeat_penalty);
-        else if (IS("--repeat-last-n")) ok = parse_int(o, v, INT_MIN, INT_MAX, &a->s.repeat_last_n);
-        else if (IS("--frequency-penalty")) ok = parse_float(o, v, &a->s.frequency_penalty);
-        else if (IS("--presence-penalty")) ok = parse_float(o, v, &a->s.presence_penalty);
-        else if (IS("--seed")) ok = parse_u64(o, v, &a->s.seed);
-        else if (IS("--draft-model")) { a->draft_model = v; ok = v != NULL; }
-        else if (IS("--mmproj")) { a->mmproj = v; ok = v != NULL; }
-        else if (!chat && IS("--image")) {
-            ok = v != NULL && a->n_images < CLI_MAX_IMAGES;
-            if (ok) a->images[a->n_images++] = v;
-            else if (v) fprintf(stderr, "gemma run: at most %d images\n", CLI_MAX_IMAGES);
-        }
-        else if (IS("--draft-max")) ok = parse_int(o, v, 1, GM_SPEC_MAX_K, &a->draft_max);
-        else {
-            used = false;
-            if (!chat && IS("--naive")) a->naive = true;
-            else if (!chat && IS("--no-bos")) a->no_bos = true;
-            else if (!chat && IS("--chat")) a->chat = true;
-            else if (!chat && IS("--truncate")) a->truncate = true;
-            else if (IS("--ignore-eos")) a->ignore_eos = true;
-            else if (IS("--lookup")) a->lookup = true;
-            else if (!chat && IS("--json")) a->json = true;
-            else if (IS("-v") || IS("--verbose")) a->verbose = true;
-            else {
-                fprintf(stderr, "gemma %s: unknown option '%s' (see --help)\n", chat ? "chat" : "run", o);
-                return 2;
-            }
-        }
-#undef IS
-        if (!ok) {
-            if (!v) fprintf(stderr, "gemma %s: %s needs a value\n", chat ? "chat" : "run", o);
-            return 2;
-        }
-        if (used) i++;
-    }
-    if (a->n_ctx == 1) { /* 0 = the model's; 1 holds no prompt and no generated token */
-        fprintf(stderr, "gemma %s: -c 1 leaves no room for a prompt and a generated token; use 0 (the model's "
-                        "context) or at least 2\n", chat ? "chat" : "run");
-        return 2;
-    }
     const char *cmd = chat ? "chat" : "run";
-    if (!!a->grammar_file + !!a->schema_file + a->json > 1) {
-        fprintf(stderr, "gemma %s: --grammar-file, --json-schema and --json are three constraints: give one\n", cmd);
-        return 2;
-    }
-    if (a->lookup && a->draft_model) {
-        fprintf(stderr, "gemma %s: --lookup and --draft-model are two ways to propose tokens: give one\n", cmd);
-        return 2;
-    }
-    if (a->naive && (a->lookup || a->draft_model)) {
-        fprintf(stderr, "gemma %s: --naive recomputes every token; it does not combine with speculation\n", cmd);
-        return 2;
-    }
-    if (a->n_images && !a->mmproj) {
-        fprintf(stderr, "gemma %s: --image needs the model's vision encoder: --mmproj PATH\n", cmd);
-        return 2;
-    }
-    if (a->n_images && (a->naive || a->truncate || a->no_bos)) {
-        fprintf(stderr, "gemma %s: --image does not combine with --naive, --truncate or --no-bos\n", cmd);
-        return 2;
-    }
-    if (a->n_images) a->chat = true; /* an image is part of a user turn */
-    if (a->draft_max && !a->lookup && !a->draft_model) {
-        fprintf(stderr, "gemma %s: --draft-max needs --lookup or --draft-model\n", cmd);
-        return 2;
-    }
+    int rc = cli_parse(chat ? CLI_CHAT : CLI_RUN, argc, argv, a);
+    if (rc != CLI_GO) return rc;
+    const char *why = bad_combination(a);
     gm_error err = {0};
-    if (gm_sampling_validate(&a->s, &err) != GM_OK) {
-        fprintf(stderr, "gemma %s: %s\n", chat ? "chat" : "run", err.msg);
+    if (!why && gm_sampling_validate(&a->s, &err) != GM_OK) why = err.msg;
+    if (why) {
+        fprintf(stderr, "gemma %s: %s\n", cmd, why);
+        cli_args_free(a);
         return 2;
     }
-    return 0;
+    if (a->images.n) a->chat = true; /* an image is part of a user turn */
+    return CLI_GO;
 }
 
 /* ---------------------------------------------------------------- shared set-up */
@@ -255,7 +83,7 @@ static gm_status open_speculation(const run_args *a, session *s, gm_error *err) 
         gm_status st = gm_model_open(a->draft_model, &mo, &s->dm, err);
         if (st) return st;
         const int dctx = gm_model_config(s->dm)->context_length, n_ctx = gm_generator_n_ctx(s->g);
-        const gm_engine_options eo = {.n_threads = a->n_threads, .n_ctx = n_ctx < dctx ? n_ctx : dctx,
+        const gm_engine_options eo = {.n_threads = a->threads, .n_ctx = n_ctx < dctx ? n_ctx : dctx,
                                       .kv_type = a->kv_type};
         if ((st = gm_engine_new(s->dm, &eo, &s->de, err))) return st;
         so.draft = s->de;
@@ -286,37 +114,29 @@ static gm_status open_grammar(const run_args *a, session *s, gm_error *err) {
     return st;
 }
 
+/* The model, its vision encoder (--mmproj) and the generator. */
+static gm_status open_generator(const run_args *a, session *s, gm_error *err) {
+    const gm_model_options mo = gm_cli_model_options();
+    gm_status st = gm_model_open(a->model, &mo, &s->m, err);
+    if (!st && a->mmproj) st = cli_media_open(a->mmproj, a->threads, s->m, &s->media, err);
+    if (st) return st;
+    const int image_rows = s->media.v ? gm_vision_n_tokens(s->media.v) : 0;
+    const gm_generator_options go = {.n_threads = a->threads, .n_ctx = a->n_ctx, .ignore_stop = a->ignore_eos,
+                                     .kv_mem = a->kv_mem, .kv_type = a->kv_type, .backend = a->backend,
+                                     .n_batch = image_rows > 512 ? image_rows : 0}; /* an image in one call */
+    return gm_generator_new(s->m, &go, &s->g, err);
+}
+
 static int open_session(const run_args *a, const char *cmd, session *s) {
     gm_error err = {0};
     memset(s, 0, sizeof *s);
     const double t0 = cli_now_s();
-    const gm_model_options mo = gm_cli_model_options();
-    if (gm_model_open(a->model, &mo, &s->m, &err) != GM_OK) {
-        fprintf(stderr, "gemma %s: %s\n", cmd, err.msg);
-        return 1;
-    }
-    if (a->mmproj && cli_media_open(a->mmproj, a->n_threads, s->m, &s->media, &err) != GM_OK) {
-        fprintf(stderr, "gemma %s: %s\n", cmd, err.msg);
-        gm_model_free(s->m);
-        return 1;
-    }
-    gm_generator_options go = {.n_threads = a->n_threads, .n_ctx = a->n_ctx, .ignore_stop = a->ignore_eos,
-                               .kv_mem = a->kv_mem, .kv_type = a->kv_type, .backend = a->backend,
-                               .n_batch = s->media.v && gm_vision_n_tokens(s->media.v) > 512
-                                              ? gm_vision_n_tokens(s->media.v) : 0}; /* an image in one call */
-    if (gm_generator_new(s->m, &go, &s->g, &err) != GM_OK) {
-        fprintf(stderr, "gemma %s: %s\n", cmd, err.msg);
-        cli_media_close(&s->media);
-        gm_model_free(s->m);
-        return 1;
-    }
-    if (open_speculation(a, s, &err) != GM_OK) {
-        fprintf(stderr, "gemma %s: %s%s\n", cmd, a->draft_model && !s->de ? "draft model: " : "", err.msg);
-        close_session(s);
-        return 1;
-    }
-    if (open_grammar(a, s, &err) != GM_OK) {
-        fprintf(stderr, "gemma %s: %s\n", cmd, err.msg);
+    const char *what = "";
+    gm_status st = open_generator(a, s, &err);
+    if (!st && (st = open_speculation(a, s, &err)) && a->draft_model && !s->de) what = "draft model: ";
+    if (!st) st = open_grammar(a, s, &err);
+    if (st) {
+        fprintf(stderr, "gemma %s: %s%s\n", cmd, what, err.msg);
         close_session(s);
         return 1;
     }
@@ -325,7 +145,7 @@ static int open_session(const run_args *a, const char *cmd, session *s) {
     if (a->verbose)
         fprintf(stderr, "gemma %s: %s: %s, %d layers, d=%d, context %d, %d threads\n", cmd, a->model,
                 gm_model_config(s->m)->arch, gm_model_config(s->m)->n_layers, gm_model_config(s->m)->d_model,
-                gm_generator_n_ctx(s->g), a->n_threads > 0 ? a->n_threads : gm_physical_cores());
+                gm_generator_n_ctx(s->g), a->threads > 0 ? a->threads : gm_physical_cores());
     return 0;
 }
 
@@ -502,7 +322,7 @@ static gm_status place_images(char *text, int n_images, size_t *at, gm_error *er
 }
 
 /* The prompt's token ids: raw text, or one chat turn rendered by the model's template, with the index where
- * each image's rows go in image_pos (a->n_images of them). */
+ * each image's rows go in image_pos (a->images.n of them). */
 static gm_status prompt_ids(const session *s, const run_args *a, const char *text, size_t len, int32_t **ids,
                             size_t *n, size_t *image_pos, gm_error *err) {
     if (!a->chat)
@@ -518,122 +338,163 @@ static gm_status prompt_ids(const session *s, const run_args *a, const char *tex
     char *copy = strndup(text, len);
     if (!copy) return GM_ERR_NOMEM;
     size_t at[CLI_MAX_IMAGES];
-    gm_status st = place_images(copy, a->n_images, at, err);
-    gm_chat_message msg = {.role = "user", .content = copy, .image_at = at, .n_images = (size_t)a->n_images};
-    const gm_chat_options co = {.add_generation_prompt = true, .image_pos = image_pos, .n_image_pos = (size_t)a->n_images};
+    gm_status st = place_images(copy, a->images.n, at, err);
+    gm_chat_message msg = {.role = "user", .content = copy, .image_at = at, .n_images = (size_t)a->images.n};
+    const gm_chat_options co = {.add_generation_prompt = true, .image_pos = image_pos, .n_image_pos = (size_t)a->images.n};
     /* the user's text is encoded as text: "<end_of_turn>" in it cannot end the turn */
     if (!st) st = gm_chat_tokenize(s->tok, &msg, 1, &co, ids, n, err);
     free(copy);
     return st;
 }
 
-int cmd_run(int argc, char **argv) {
-    run_args a;
-    int rc = parse_args(argc, argv, false, &a);
-    if (rc) return rc == 1 ? 0 : 2;
-    if ((a.prompt != NULL) == (a.file != NULL)) {
+/* The prompt's text: -p, or the file of -f (*text malloc'd). Returns 0, or the exit status after a message. */
+static int read_prompt(const run_args *a, char **text, size_t *len) {
+    if ((a->prompt != NULL) == (a->file != NULL)) {
         fprintf(stderr, "gemma run: give exactly one of -p PROMPT or -f FILE (see --help)\n");
         return 2;
     }
-    size_t plen = 0;
-    char *ptext = a.file ? cli_read_file(a.file, &plen) : strdup(a.prompt);
-    if (!ptext) {
-        fprintf(stderr, "gemma run: cannot read the prompt file %s: %s\n", a.file ? a.file : "-", strerror(errno));
+    *text = a->file ? cli_read_file(a->file, len) : strdup(a->prompt);
+    if (!*text) {
+        fprintf(stderr, "gemma run: cannot read the prompt file %s: %s\n", a->file ? a->file : "-", strerror(errno));
         return 1;
     }
-    if (!a.file) plen = strlen(ptext);
-    if (plen == 0) {
+    if (!a->file) *len = strlen(*text);
+    if (*len == 0) {
         fprintf(stderr, "gemma run: the prompt is empty\n");
-        free(ptext);
         return 2;
     }
-    session s;
-    if (open_session(&a, "run", &s)) { free(ptext); return 1; }
-    gm_error err = {0};
-    int32_t *ids = NULL;
-    size_t n_ids = 0;
-    int status = 1;
-    streamer st = {0};
-    gm_vision_rows imgs[CLI_MAX_IMAGES] = {{0}};
+    return 0;
+}
+
+/* The images of --image, encoded, and where their rows go in the prompt. */
+typedef struct run_images {
+    gm_vision_rows rows[CLI_MAX_IMAGES];
+    size_t pos[CLI_MAX_IMAGES]; /* token index (prompt_ids) */
     gm_prompt_span spans[CLI_MAX_IMAGES];
-    size_t image_pos[CLI_MAX_IMAGES];
-    int64_t n_rows = 0;
-    const double t_img = cli_now_s();
-    for (int i = 0; i < a.n_images; i++) {
-        if (cli_media_load(&s.media, a.images[i], &imgs[i], &err) != GM_OK) {
-            fprintf(stderr, "gemma run: %s\n", err.msg);
-            goto done;
-        }
-        n_rows += imgs[i].n_rows;
+    int64_t n_rows;             /* all of them together */
+} run_images;
+
+static gm_status load_images(session *s, const run_args *a, run_images *im, gm_error *err) {
+    const double t0 = cli_now_s();
+    for (int i = 0; i < a->images.n; i++) {
+        const gm_status st = cli_media_load(&s->media, a->images.v[i], &im->rows[i], err);
+        if (st) return st;
+        im->n_rows += im->rows[i].n_rows;
     }
-    if (a.n_images && a.verbose)
-        fprintf(stderr, "gemma run: %d image%s encoded in %.0f ms (%lld rows)\n", a.n_images, a.n_images > 1 ? "s" : "",
-                (cli_now_s() - t_img) * 1e3, (long long)n_rows);
-    if (prompt_ids(&s, &a, ptext, plen, &ids, &n_ids, image_pos, &err) != GM_OK) {
-        fprintf(stderr, "gemma run: %s\n", err.msg);
-        goto done;
+    if (a->images.n && a->verbose)
+        fprintf(stderr, "gemma run: %d image%s encoded in %.0f ms (%lld rows)\n", a->images.n,
+                a->images.n > 1 ? "s" : "", (cli_now_s() - t0) * 1e3, (long long)im->n_rows);
+    return GM_OK;
+}
+
+/* --truncate: the last tokens of a prompt that fills the context, leaving room for the generation (at least
+ * one token); a leading <bos> stays in front of them (the model expects it at position 0). */
+static void truncate_prompt(const session *s, const run_args *a, int32_t *ids, size_t n_ids, int n_ctx,
+                            const int32_t **use, size_t *n_use) {
+    int room = a->n_predict < n_ctx / 2 ? a->n_predict : n_ctx / 2;
+    if (room < 1) room = 1;
+    *n_use = (size_t)(n_ctx - room);
+    const int32_t bos = gm_tokenizer_bos(s->tok);
+    const bool keep_bos = bos >= 0 && ids[0] == bos; /* n_use >= 1: n_ctx >= 2 (parse_args) */
+    if (keep_bos) {
+        memmove(ids + 1, ids + (n_ids - (*n_use - 1)), (*n_use - 1) * sizeof *ids);
+        *use = ids;
+    } else {
+        *use = ids + (n_ids - *n_use);
     }
-    for (int i = 0; i < a.n_images; i++)
-        spans[i] = (gm_prompt_span){.at = image_pos[i], .span = cli_media_span(&s.media, &imgs[i])};
-    if (a.n_images && n_ids + (size_t)n_rows >= (size_t)gm_generator_n_ctx(s.g)) {
+    fprintf(stderr, "gemma run: prompt truncated from %zu to %zu tokens (%sthe last %zu)\n", n_ids, *n_use,
+            keep_bos ? "<bos> and " : "", keep_bos ? *n_use - 1 : *n_use);
+}
+
+/* The ids the generator gets (*use, *n_use): all of them, or cut by --truncate. False after a message when
+ * the prompt does not fit the context. */
+static bool fit_prompt(const session *s, const run_args *a, int32_t *ids, size_t n_ids, int64_t n_rows,
+                       const int32_t **use, size_t *n_use) {
+    const int n_ctx = gm_generator_n_ctx(s->g);
+    if (a->images.n && n_ids + (size_t)n_rows >= (size_t)n_ctx) {
         fprintf(stderr, "gemma run: the prompt has %zu tokens and %lld image rows but the context holds %d (with room "
-                        "for one more to generate); use -c to enlarge it\n", n_ids, (long long)n_rows,
-                gm_generator_n_ctx(s.g));
-        goto done;
+                        "for one more to generate); use -c to enlarge it\n", n_ids, (long long)n_rows, n_ctx);
+        return false;
     }
-    const int n_ctx = gm_generator_n_ctx(s.g);
-    const int32_t *use = ids;
-    size_t n_use = n_ids;
-    if (n_ids >= (size_t)n_ctx) {
-        if (!a.truncate) {
-            fprintf(stderr, "gemma run: the prompt has %zu tokens but the context holds %d (with room for one more "
-                            "to generate); use -c to enlarge it or --truncate to keep the last tokens\n", n_ids, n_ctx);
-            goto done;
-        }
-        /* keep the last tokens, leaving room for the generation (at least one token); a leading
-         * <bos> stays in front of them (the model expects it at position 0) */
-        int room = a.n_predict < n_ctx / 2 ? a.n_predict : n_ctx / 2;
-        if (room < 1) room = 1;
-        n_use = (size_t)(n_ctx - room);
-        const int32_t bos = gm_tokenizer_bos(s.tok);
-        const bool keep_bos = bos >= 0 && ids[0] == bos; /* n_use >= 1: n_ctx >= 2 (parse_args) */
-        if (keep_bos) {
-            memmove(ids + 1, ids + (n_ids - (n_use - 1)), (n_use - 1) * sizeof *ids);
-            use = ids;
-        } else {
-            use = ids + (n_ids - n_use);
-        }
-        fprintf(stderr, "gemma run: prompt truncated from %zu to %zu tokens (%sthe last %zu)\n", n_ids, n_use,
-                keep_bos ? "<bos> and " : "", keep_bos ? n_use - 1 : n_use);
+    *use = ids;
+    *n_use = n_ids;
+    if (n_ids < (size_t)n_ctx) return true;
+    if (!a->truncate) {
+        fprintf(stderr, "gemma run: the prompt has %zu tokens but the context holds %d (with room for one more "
+                        "to generate); use -c to enlarge it or --truncate to keep the last tokens\n", n_ids, n_ctx);
+        return false;
     }
-    if (a.verbose) print_ids("run: prompt ids", use, n_use);
-    if (gm_generator_prefill_spans(s.g, use, (int)n_use, spans, a.n_images, &err) != GM_OK ||
-        gm_detok_stream_new(s.tok, false, &st.ds, &err) != GM_OK) {
-        fprintf(stderr, "gemma run: %s\n", err.msg);
-        goto done;
-    }
+    truncate_prompt(s, a, ids, n_ids, n_ctx, use, n_use);
+    return true;
+}
+
+/* Prefills the prompt and its images, streams the continuation and reports the
+ * speeds on stderr. Returns the exit status. */
+static int generate_run(session *s, const run_args *a, const int32_t *ids, size_t n_ids, const run_images *im) {
+    gm_error err = {0};
+    streamer st = {0};
     double t_pp, t_tg;
-    int n_gen;
-    if (generate_stream(&s, &a, a.n_predict, &st, &t_pp, &t_tg, &n_gen, &err) != GM_OK) {
+    int n_gen, status = 1;
+    const size_t n_pos = n_ids + (size_t)im->n_rows;
+    if (gm_generator_prefill_spans(s->g, ids, (int)n_ids, im->spans, a->images.n, &err) != GM_OK ||
+        gm_detok_stream_new(s->tok, false, &st.ds, &err) != GM_OK) {
+        fprintf(stderr, "gemma run: %s\n", err.msg);
+        goto out;
+    }
+    if (generate_stream(s, a, a->n_predict, &st, &t_pp, &t_tg, &n_gen, &err) != GM_OK) {
         fprintf(stderr, "\ngemma run: %s\n", err.msg);
-        goto done;
+        goto out;
     }
     stream_flush(&st);
-    if (st.out_failed || fputc('\n', stdout) == EOF || !cli_stdout_flush()) goto done; /* main() reports it */
-    n_use += (size_t)n_rows; /* the prompt's positions */
+    if (st.out_failed || fputc('\n', stdout) == EOF || !cli_stdout_flush()) goto out; /* main() reports it */
     fprintf(stderr, "\nload: %.0f ms | prompt: %zu tokens, %.1f tokens/s | generation: %d tokens, %.1f tokens/s%s\n",
-            s.load_s * 1e3, n_use, t_pp > 0 ? (double)n_use / t_pp : 0.0, n_gen,
-            (n_gen > 1 && t_tg > 0) ? (n_gen - 1) / t_tg : 0.0, a.naive ? " (naive)" : "");
-    if (a.verbose) print_spec_stats(&s, &a, "run");
+            s->load_s * 1e3, n_pos, t_pp > 0 ? (double)n_pos / t_pp : 0.0, n_gen,
+            (n_gen > 1 && t_tg > 0) ? (n_gen - 1) / t_tg : 0.0, a->naive ? " (naive)" : "");
+    if (a->verbose) print_spec_stats(s, a, "run");
     status = st.failed ? 1 : 0;
-done:
-    for (int i = 0; i < a.n_images; i++) gm_vision_rows_free(&imgs[i]);
+out:
     gm_detok_stream_free(st.ds);
     free(st.reply);
-    free(ids);
-    free(ptext);
-    close_session(&s);
     return status;
+}
+
+/* The prompt text through the model: its images, its ids, the context check, the generation. */
+static int run_prompt(session *s, const run_args *a, const char *text, size_t len) {
+    gm_error err = {0};
+    run_images im = {0};
+    int32_t *ids = NULL;
+    size_t n_ids = 0, n_use = 0;
+    const int32_t *use = NULL;
+    int status = 1;
+    if (load_images(s, a, &im, &err) != GM_OK || prompt_ids(s, a, text, len, &ids, &n_ids, im.pos, &err) != GM_OK) {
+        fprintf(stderr, "gemma run: %s\n", err.msg);
+    } else if (fit_prompt(s, a, ids, n_ids, im.n_rows, &use, &n_use)) {
+        for (int i = 0; i < a->images.n; i++)
+            im.spans[i] = (gm_prompt_span){.at = im.pos[i], .span = cli_media_span(&s->media, &im.rows[i])};
+        if (a->verbose) print_ids("run: prompt ids", use, n_use);
+        status = generate_run(s, a, use, n_use, &im);
+    }
+    for (int i = 0; i < a->images.n; i++) gm_vision_rows_free(&im.rows[i]);
+    free(ids);
+    return status;
+}
+
+int cmd_run(int argc, char **argv) {
+    run_args a;
+    int rc = parse_args(argc, argv, false, &a);
+    if (rc != CLI_GO) return rc;
+    char *text = NULL;
+    size_t len = 0;
+    session s;
+    rc = read_prompt(&a, &text, &len);
+    if (rc == 0) rc = open_session(&a, "run", &s);
+    if (rc == 0) {
+        rc = run_prompt(&s, &a, text, len);
+        close_session(&s);
+    }
+    free(text);
+    cli_args_free(&a);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- gemma chat */
@@ -720,50 +581,64 @@ static int convo_spans(const session *s, const convo *c, const size_t *image_pos
     return k;
 }
 
-/* One turn: render the whole conversation, prefill it (only the part the cache lacks is computed),
- * stream the reply and record it. */
-static int chat_turn(session *s, const run_args *a, convo *c, const char *user) {
+/* The conversation as the chat template renders it: its ids, and its images' spans at their positions. */
+typedef struct rendered {
+    int32_t *ids;
+    size_t n, n_images, rows; /* rows: the images' rows, all of them */
+    size_t *image_pos;
+    gm_prompt_span *spans;
+    int n_spans;
+} rendered;
+
+static void rendered_free(rendered *r) {
+    free(r->ids);
+    free(r->image_pos);
+    free(r->spans);
+}
+
+/* Renders c into r. Returns -1 when it fits the context; else the turn's status (its user message dropped):
+ * 0 after the notice that the conversation no longer fits, 1 after an error. */
+static int render(const session *s, convo *c, rendered *r) {
     gm_error err = {0};
-    if (!convo_add(c, "user", user)) return 1;
-    int32_t *ids = NULL;
-    size_t n = 0, n_images = 0, rows = 0;
-    streamer st = {0};
-    int rc = 1;
     for (size_t i = 0; i < c->n; i++) {
-        n_images += (size_t)c->imgs[i].n;
-        for (int j = 0; j < c->imgs[i].n; j++) rows += (size_t)c->imgs[i].rows[j].n_rows;
+        r->n_images += (size_t)c->imgs[i].n;
+        for (int j = 0; j < c->imgs[i].n; j++) r->rows += (size_t)c->imgs[i].rows[j].n_rows;
     }
-    size_t *image_pos = malloc((n_images ? n_images : 1) * sizeof *image_pos);
-    gm_prompt_span *spans = malloc((n_images ? n_images : 1) * sizeof *spans);
-    const gm_chat_options co = {.add_generation_prompt = true, .image_pos = image_pos, .n_image_pos = n_images};
-    if (!image_pos || !spans) {
-        convo_drop_last(c);
-        goto out;
-    }
-    if (gm_chat_tokenize(s->tok, c->msgs, c->n, &co, &ids, &n, &err) != GM_OK) {
+    r->image_pos = malloc((r->n_images ? r->n_images : 1) * sizeof *r->image_pos);
+    r->spans = malloc((r->n_images ? r->n_images : 1) * sizeof *r->spans);
+    const gm_chat_options co = {.add_generation_prompt = true, .image_pos = r->image_pos, .n_image_pos = r->n_images};
+    int rc = -1;
+    if (!r->image_pos || !r->spans) {
+        rc = 1;
+    } else if (gm_chat_tokenize(s->tok, c->msgs, c->n, &co, &r->ids, &r->n, &err) != GM_OK) {
         fprintf(stderr, "gemma chat: %s\n", err.msg);
-        convo_drop_last(c);
-        goto out;
-    }
-    if (n + rows >= (size_t)gm_generator_n_ctx(s->g)) {
+        rc = 1;
+    } else if (r->n + r->rows >= (size_t)gm_generator_n_ctx(s->g)) {
         fprintf(stderr, "gemma chat: the conversation (%zu tokens) no longer fits the context (%d); /reset to start over\n",
-                n + rows, gm_generator_n_ctx(s->g));
-        convo_drop_last(c);
+                r->n + r->rows, gm_generator_n_ctx(s->g));
         rc = 0;
-        goto out;
     }
-    const int n_spans = convo_spans(s, c, image_pos, spans);
-    n += rows; /* positions, for the report below */
-    if (gm_generator_prefill_spans(s->g, ids, (int)(n - rows), spans, n_spans, &err) != GM_OK ||
+    if (rc >= 0) convo_drop_last(c);
+    else r->n_spans = convo_spans(s, c, r->image_pos, r->spans);
+    return rc;
+}
+
+/* Prefills the rendered conversation (only the part the cache lacks is computed), streams the reply and
+ * records it. Returns the turn's status. */
+static int reply(session *s, const run_args *a, convo *c, const rendered *r) {
+    gm_error err = {0};
+    streamer st = {0};
+    double t_pp, t_tg;
+    int n_gen, rc = 1;
+    const size_t n = r->n + r->rows; /* positions, for the report below */
+    run_args ra = *a;
+    ra.ignore_eos = false;
+    if (gm_generator_prefill_spans(s->g, r->ids, (int)r->n, r->spans, r->n_spans, &err) != GM_OK ||
         gm_detok_stream_new(s->tok, false, &st.ds, &err) != GM_OK) {
         fprintf(stderr, "gemma chat: %s\n", err.msg);
         goto out;
     }
     const int reused = gm_generator_n_cached(s->g);
-    double t_pp, t_tg;
-    int n_gen;
-    run_args ra = *a;
-    ra.ignore_eos = false;
     if (generate_stream(s, &ra, a->n_predict, &st, &t_pp, &t_tg, &n_gen, &err) != GM_OK) {
         fprintf(stderr, "\ngemma chat: %s\n", err.msg);
         goto out;
@@ -778,9 +653,16 @@ static int chat_turn(session *s, const run_args *a, convo *c, const char *user) 
 out:
     gm_detok_stream_free(st.ds);
     free(st.reply);
-    free(ids);
-    free(image_pos);
-    free(spans);
+    return rc;
+}
+
+/* One turn: render the whole conversation, prefill it, stream the reply and record it. */
+static int chat_turn(session *s, const run_args *a, convo *c, const char *user) {
+    if (!convo_add(c, "user", user)) return 1;
+    rendered r = {0};
+    int rc = render(s, c, &r);
+    if (rc < 0) rc = reply(s, a, c, &r);
+    rendered_free(&r);
     return rc;
 }
 
@@ -812,42 +694,55 @@ static void attach_image(session *s, convo *c, const char *path) {
             r.n_rows, (cli_now_s() - t0) * 1e3);
 }
 
-int cmd_chat(int argc, char **argv) {
-    run_args a;
-    int rc = parse_args(argc, argv, true, &a);
-    if (rc) return rc == 1 ? 0 : 2;
-    session s;
-    if (open_session(&a, "chat", &s)) return 1;
+/* A line that is a command (/exit, /image, /reset) instead of a user turn: done (true) or not one (false);
+ * *quit for /exit. */
+static bool chat_command(session *s, const run_args *a, convo *c, const char *line, bool *quit) {
+    if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) return *quit = true;
+    if (!strncmp(line, "/image", 6) && (line[6] == ' ' || line[6] == 0)) {
+        attach_image(s, c, line + 6);
+        return true;
+    }
+    if (strcmp(line, "/reset")) return false;
+    convo_clear(c, a->system);
+    gm_generator_reset(s->g);
+    fprintf(stderr, "[conversation cleared]\n");
+    return true;
+}
+
+/* User turns from stdin, one per line, until its end or /exit. Returns the exit status. */
+static int chat_loop(session *s, const run_args *a) {
     convo c = {0};
-    convo_clear(&c, a.system);
+    convo_clear(&c, a->system);
     const bool tty = isatty(0);
     char *line = NULL;
     size_t cap = 0;
     int status = 0;
-    for (;;) {
+    for (bool quit = false; !quit;) {
         if (tty) fprintf(stderr, "> ");
         ssize_t len = getline(&line, &cap, stdin);
         if (len < 0) break;
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
-        if (len == 0) continue;
-        if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
-        if (!strncmp(line, "/image", 6) && (line[6] == ' ' || line[6] == 0)) {
-            attach_image(&s, &c, line + 6);
-            continue;
-        }
-        if (!strcmp(line, "/reset")) {
-            convo_clear(&c, a.system);
-            gm_generator_reset(s.g);
-            fprintf(stderr, "[conversation cleared]\n");
-            continue;
-        }
-        if (chat_turn(&s, &a, &c, line)) {
+        if (len == 0 || chat_command(s, a, &c, line, &quit)) continue;
+        if (chat_turn(s, a, &c, line)) {
             status = 1;
             break;
         }
     }
     free(line);
     convo_free(&c);
-    close_session(&s);
     return status;
+}
+
+int cmd_chat(int argc, char **argv) {
+    run_args a;
+    int rc = parse_args(argc, argv, true, &a);
+    if (rc != CLI_GO) return rc;
+    session s;
+    rc = open_session(&a, "chat", &s);
+    if (rc == 0) {
+        rc = chat_loop(&s, &a);
+        close_session(&s);
+    }
+    cli_args_free(&a);
+    return rc;
 }

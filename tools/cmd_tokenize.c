@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "gemma.h"
+#include "tools/cli_opts.h"
 #include "tools/commands.h"
 
 static char *read_all(FILE *f, size_t *len) {
@@ -56,69 +57,70 @@ static int open_tok(const char *model, gm_tokenizer **tok) {
     return 0;
 }
 
-static void tokenize_usage(FILE *out) {
-    fprintf(out, "usage: gemma tokenize [-m MODEL] [--ids|--pieces] [--no-bos] [--no-special] [TEXT...]\n"
-                 "  reads stdin when no TEXT is given. Default model: %s\n", gm_cli_default_model());
+/* The arguments joined by single spaces, or stdin when there are none. */
+static char *input_text(const cli_args *a, size_t *len) {
+    if (!a->n_pos) return read_all(stdin, len);
+    size_t n = 0;
+    for (int i = 0; i < a->n_pos; i++) n += strlen(a->pos[i]) + 1;
+    char *text = malloc(n);
+    if (!text) return NULL;
+    n = 0;
+    for (int i = 0; i < a->n_pos; i++) {
+        if (i) text[n++] = ' ';
+        memcpy(text + n, a->pos[i], strlen(a->pos[i]));
+        n += strlen(a->pos[i]);
+    }
+    *len = n;
+    return text;
 }
 
-int cmd_tokenize(int argc, char **argv) {
-    const char *model = gm_cli_default_model();
-    bool pieces = false, add_bos = true, special = true;
-    int first_text = argc;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (++i >= argc) { tokenize_usage(stderr); return 2; }
-            model = argv[i];
-        } else if (!strcmp(a, "--ids")) pieces = false;
-        else if (!strcmp(a, "--pieces")) pieces = true;
-        else if (!strcmp(a, "--no-bos")) add_bos = false;
-        else if (!strcmp(a, "--no-special")) special = false;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { tokenize_usage(stdout); return 0; }
-        else if (!strcmp(a, "--")) { first_text = i + 1; break; }
-        else if (a[0] == '-' && a[1]) { fprintf(stderr, "gemma tokenize: unknown option '%s'\n", a); tokenize_usage(stderr); return 2; }
-        else { first_text = i; break; }
+static void print_ids(const gm_tokenizer *tok, const int32_t *ids, size_t n, bool pieces) {
+    if (!pieces) {
+        for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+        putchar('\n');
+        return;
     }
-    char *text = NULL;
-    size_t len = 0;
-    if (first_text < argc) {
-        for (int i = first_text; i < argc; i++) len += strlen(argv[i]) + 1;
-        text = malloc(len);
-        if (!text) { fprintf(stderr, "gemma tokenize: out of memory\n"); return 1; }
-        len = 0;
-        for (int i = first_text; i < argc; i++) {
-            if (i > first_text) text[len++] = ' ';
-            memcpy(text + len, argv[i], strlen(argv[i]));
-            len += strlen(argv[i]);
-        }
-    } else if (!(text = read_all(stdin, &len))) {
-        fprintf(stderr, "gemma tokenize: cannot read stdin\n");
-        return 1;
+    for (size_t i = 0; i < n; i++) {
+        size_t pl;
+        const char *p = gm_token_text(tok, ids[i], &pl);
+        printf("%d\t", ids[i]);
+        print_escaped(p, pl);
+        putchar('\n');
     }
+}
+
+static int tokenize(const cli_args *a, const char *text, size_t len) {
     gm_tokenizer *tok = NULL;
-    if (open_tok(model, &tok)) { free(text); return 1; }
+    if (open_tok(a->model, &tok)) return 1;
     int32_t *ids = NULL;
     size_t n = 0;
     gm_error err = {0};
     int rc = 0;
-    if (gm_tokenize(tok, text, len, add_bos, special, &ids, &n, &err) != GM_OK) {
+    if (gm_tokenize(tok, text, len, !a->no_bos, !a->no_special, &ids, &n, &err) != GM_OK) {
         fprintf(stderr, "gemma tokenize: %s\n", err.msg);
         rc = 1;
-    } else if (pieces) {
-        for (size_t i = 0; i < n; i++) {
-            size_t pl;
-            const char *p = gm_token_text(tok, ids[i], &pl);
-            printf("%d\t", ids[i]);
-            print_escaped(p, pl);
-            putchar('\n');
-        }
     } else {
-        for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
-        putchar('\n');
+        print_ids(tok, ids, n, a->pieces);
     }
     free(ids);
-    free(text);
     gm_tokenizer_free(tok);
+    return rc;
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    cli_args a;
+    int rc = cli_parse(CLI_TOKENIZE, argc, argv, &a);
+    if (rc != CLI_GO) return rc;
+    size_t len = 0;
+    char *text = input_text(&a, &len);
+    if (!text) {
+        fprintf(stderr, "gemma tokenize: %s\n", a.n_pos ? "out of memory" : "cannot read stdin");
+        rc = 1;
+    } else {
+        rc = tokenize(&a, text, len);
+    }
+    free(text);
+    cli_args_free(&a);
     return rc;
 }
 
@@ -148,56 +150,57 @@ static bool parse_ids(const char *s, int32_t **ids, size_t *n, size_t *cap) {
     }
 }
 
-int cmd_detokenize(int argc, char **argv) {
-    const char *model = gm_cli_default_model();
-    bool special = false;
-    int32_t *ids = NULL;
-    size_t n = 0, cap = 0;
-    bool any_arg = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (++i >= argc) { fprintf(stderr, "usage: gemma detokenize [-m MODEL] [--special] IDS...\n"); free(ids); return 2; }
-            model = argv[i];
-        } else if (!strcmp(a, "--special")) special = true;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: gemma detokenize [-m MODEL] [--special] IDS...   (ids from stdin when none)\n");
-            free(ids);
-            return 0;
-        } else {
-            any_arg = true;
-            if (!parse_ids(a, &ids, &n, &cap)) { free(ids); return 1; }
-        }
+/* The ids of the arguments, or of stdin when there are none (false after a message). */
+static bool input_ids(const cli_args *a, int32_t **ids, size_t *n) {
+    size_t cap = 0;
+    for (int i = 0; i < a->n_pos; i++)
+        if (!parse_ids(a->pos[i], ids, n, &cap)) return false;
+    if (a->n_pos) return true;
+    size_t len;
+    char *in = read_all(stdin, &len);
+    if (!in) {
+        fprintf(stderr, "gemma detokenize: cannot read stdin\n");
+        return false;
     }
-    if (!any_arg) {
-        size_t len;
-        char *in = read_all(stdin, &len);
-        if (!in) { fprintf(stderr, "gemma detokenize: cannot read stdin\n"); return 1; }
-        char *z = realloc(in, len + 1);
-        if (!z) { free(in); return 1; }
-        z[len] = 0;
-        if (strlen(z) != len || !parse_ids(z, &ids, &n, &cap)) {
-            if (strlen(z) != len) fprintf(stderr, "gemma detokenize: stdin holds a NUL byte\n");
-            free(z);
-            free(ids);
-            return 1;
-        }
-        free(z);
+    char *z = realloc(in, len + 1);
+    if (!z) {
+        free(in);
+        return false;
     }
+    z[len] = 0;
+    const bool nul = strlen(z) != len;
+    if (nul) fprintf(stderr, "gemma detokenize: stdin holds a NUL byte\n");
+    const bool ok = !nul && parse_ids(z, ids, n, &cap);
+    free(z);
+    return ok;
+}
+
+static int detokenize(const cli_args *a, const int32_t *ids, size_t n) {
     gm_tokenizer *tok = NULL;
-    if (open_tok(model, &tok)) { free(ids); return 1; }
+    if (open_tok(a->model, &tok)) return 1;
     char *text = NULL;
     size_t len = 0;
     gm_error err = {0};
     int rc = 0;
-    if (gm_detokenize(tok, ids, n, special, &text, &len, &err) != GM_OK) {
+    if (gm_detokenize(tok, ids, n, a->special, &text, &len, &err) != GM_OK) {
         fprintf(stderr, "gemma detokenize: %s\n", err.msg);
         rc = 1;
     } else {
         fwrite(text, 1, len, stdout);
     }
     free(text);
-    free(ids);
     gm_tokenizer_free(tok);
+    return rc;
+}
+
+int cmd_detokenize(int argc, char **argv) {
+    cli_args a;
+    int rc = cli_parse(CLI_DETOKENIZE, argc, argv, &a);
+    if (rc != CLI_GO) return rc;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    rc = input_ids(&a, &ids, &n) ? detokenize(&a, ids, n) : 1;
+    free(ids);
+    cli_args_free(&a);
     return rc;
 }
