@@ -33,8 +33,9 @@ struct gm_model {
     gm_matrix dense_2, dense_3;     /* embedding models: projections after pooling (rows 0 when absent) */
     gm_layer *layers;
     float *f32_store;               /* backing store of every f32 vector above */
-    struct gm_3n_weights *g3n;      /* Gemma 3n's AltUp / LAuReL / per-layer-input weights, NULL otherwise */
-    struct gm_4_weights *g4;        /* Gemma 4's per-layer inputs and layer output scales, NULL otherwise */
+    void *family_weights;           /* the family's weights beyond the Gemma block (3n: AltUp, LAuReL, per-layer
+                                       inputs; 4: per-layer inputs, output scales, experts), made by its row's load
+                                       hook and freed by its unload hook; opaque here, NULL for Gemma 1/2/3 */
     void *packed_store;             /* packed copies of layer matrices (kernels/pack.h), or NULL */
     struct gm_packer *packer;       /* makes the x8 copies after open (model/model.c), NULL when there are none */
     size_t packed_bytes;

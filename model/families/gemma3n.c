@@ -14,6 +14,28 @@
 
 #define NS GM_3N_STREAMS
 
+/* The model's Gemma 3n weights (gm_model.family_weights, which gm_3n_load made). */
+static gm_3n_weights *weights(const gm_model *m) { return m->family_weights; }
+
+/* ------------------------------------------------------------------ Hugging Face names */
+
+/* What 3n adds to a folder's names (beside the per-layer inputs, registry.c's): the AltUp projections, kept apart
+ * in HF as "altup_proj.<k>.weight" where the GGUF stacks them into one [d, d, 3] tensor (load_slices takes either
+ * form), and the AltUp / LAuReL tensors of each layer. */
+const gm_hf_name gm_3n_hf_names[] = {
+    {GM_HF_NUMBERED, "model.altup_projections.", "altup_proj."},
+    {GM_HF_NUMBERED, "model.altup_unembed_projections.", "altup_unembd_proj."},
+    {GM_HF_LAYER, "altup.correction_coefs.weight", "altup_correct_coef.weight"},
+    {GM_HF_LAYER, "altup.prediction_coefs.weight", "altup_predict_coef.weight"},
+    {GM_HF_LAYER, "altup.correct_output_scale", "altup_correct_scale.weight"},
+    {GM_HF_LAYER, "altup.modality_router.weight", "altup_router.weight"},
+    {GM_HF_LAYER, "altup.router_norm.weight", "altup_router_norm.weight"},
+    {GM_HF_LAYER, "laurel.linear_left.weight", "laurel_l.weight"},
+    {GM_HF_LAYER, "laurel.linear_right.weight", "laurel_r.weight"},
+    {GM_HF_LAYER, "laurel.post_laurel_norm.weight", "laurel_post_norm.weight"},
+    {GM_HF_END, NULL, NULL},
+};
+
 /* ------------------------------------------------------------------ config */
 
 /* An optional unsigned key that llama.cpp ignores: when present it must equal the hard-coded value. */
@@ -155,7 +177,7 @@ static float normal_quantile(double p) {
 
 /* The computation variant: llama.cpp's for GGUF, HF's (from config.json) for folders. */
 static gm_status load_variant(gm_model *m, gm_error *err) {
-    gm_3n_variant *v = &m->g3n->v;
+    gm_3n_variant *v = &weights(m)->v;
     const gm_config *c = &m->cfg;
     v->sparsity = calloc((size_t)c->n_layers, sizeof *v->sparsity);
     if (!v->sparsity) return gm_fail(err, GM_ERR_NOMEM, "model: out of memory");
@@ -244,7 +266,7 @@ static gm_status load_small(gm_model *m, const char *name, int64_t cols, int64_t
 
 static gm_status load_layer(gm_model *m, int il, float **store, gm_error *err) {
     const int64_t d = m->cfg.d_model;
-    gm_3n_layer *L = &m->g3n->layers[il];
+    gm_3n_layer *L = &weights(m)->layers[il];
     char name[96];
     gm_status st;
 #define MAT(field, suffix, cols, rows)                                                   \
@@ -272,7 +294,7 @@ static gm_status load_layer(gm_model *m, int il, float **store, gm_error *err) {
     if ((st = load_small(m, name, NS, NS * NS, L->predict, err))) return st;
     snprintf(name, sizeof name, "blk.%d.altup_correct_coef.weight", il);
     if ((st = load_small(m, name, NS, NS, L->correct, err))) return st;
-    const float clip = m->g3n->v.coef_clip; /* HF clamps the correction coefficients (llama.cpp does not) */
+    const float clip = weights(m)->v.coef_clip; /* HF clamps the correction coefficients (llama.cpp does not) */
     for (int k = 0; clip > 0.0f && k < NS * NS; k++)
         L->correct[k] = L->correct[k] > clip ? clip : L->correct[k] < -clip ? -clip : L->correct[k];
     return GM_OK;
@@ -289,7 +311,8 @@ static int64_t ple_rows(const gm_model *m) {
 gm_status gm_3n_load(gm_model *m, gm_error *err) {
     const gm_config *c = &m->cfg;
     const int64_t d = c->d_model, P = (int64_t)GM_3N_PLE * c->n_layers;
-    gm_3n_weights *w = m->g3n = calloc(1, sizeof *w);
+    gm_3n_weights *w = calloc(1, sizeof *w);
+    m->family_weights = w;
     if (!w) return gm_fail(err, GM_ERR_NOMEM, "model: out of memory");
     w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
     /* per layer: 4 norms and the router (4 x d); then the PLE norm */

@@ -12,6 +12,9 @@
 #include "model/model.h"
 #include "quant/quant.h"
 
+/* The model's Gemma 4 weights (gm_model.family_weights, which gm_4_load made). */
+static gm_4_weights *weights(const gm_model *m) { return m->family_weights; }
+
 /* ------------------------------------------------------------------ keys */
 
 static const gguf_kv *key_of(const gguf_file *f, const char *suffix, char *key, size_t n) {
@@ -332,7 +335,7 @@ static gm_status load_vector(gm_model *m, const char *name, int n, float *dst, g
 
 /* Layer il's experts, when it has a router (ffn_gate_inp). */
 static gm_status load_moe(gm_model *m, int il, float **store, gm_error *err) {
-    gm_4_weights *w = m->g4;
+    gm_4_weights *w = weights(m);
     gm_4_layer *l = &w->layers[il];
     const char *path = gm_source_path(m->src);
     const int64_t d = m->cfg.d_model;
@@ -400,7 +403,8 @@ gm_status gm_4_load(gm_model *m, gm_error *err) {
             return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: tensor %s: Gemma 4 fused-QKV layers are not supported yet", path,
                            name);
     }
-    gm_4_weights *w = m->g4 = calloc(1, sizeof *w);
+    gm_4_weights *w = calloc(1, sizeof *w);
+    m->family_weights = w;
     if (!w) return gm_fail(err, GM_ERR_NOMEM, "model: out of memory");
     const gguf_file *f = gm_source_gguf(m->src);
     gm_status st;
