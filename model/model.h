@@ -42,11 +42,12 @@ struct gm_model {
     gm_isa isa;                     /* the level the copies and the matrices' kernels were made for */
 };
 
-/* True when layer il attends through a sliding window (the config's pattern rule). */
-bool gm_layer_is_sliding(const gm_config *c, int il);
+/* True when layer il attends through a sliding window: the config's pattern, or the file's per-layer one
+ * (gm_config_gguf_slides). */
+bool gm_layer_is_sliding(const gm_source *s, const gm_config *c, int il);
 /* Layer il's facts under Gemma 1/2/3's uniform rules (shapes from the global config, window and RoPE
- * base by the sliding pattern). */
-gm_layer_config gm_layer_config_uniform(const gm_config *c, int il);
+ * base by the layer's kind). */
+gm_layer_config gm_layer_config_uniform(const gm_source *s, const gm_config *c, int il);
 /* The largest of a per-layer field over the model's layers (scratch sizes). */
 typedef struct gm_layer_max {
     int head_dim, n_heads, n_kv_heads, d_ff, q_dim, kv_dim, group; /* group: n_heads / n_kv_heads */

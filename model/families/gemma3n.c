@@ -52,40 +52,6 @@ static gm_status check_fixed(const gguf_file *f, const char *suffix, int64_t wan
     return GM_OK;
 }
 
-/* gemma3n.attention.sliding_window_pattern: a bool per layer (true = sliding) or a number n (layer il slides
- * iff il % n < n - 1; 0: every layer); absent: 5. We run repeating patterns: the array must be one. */
-static gm_status layer_pattern(const gguf_file *f, gm_config *c, gm_error *err) {
-    const char *key = "gemma3n.attention.sliding_window_pattern";
-    const gguf_kv *kv = gguf_find(f, key);
-    int p = 5;
-    if (kv && kv->val.type != GGUF_VT_ARRAY) {
-        int32_t v;
-        gm_status st = gguf_get_i32(f, key, &v, err);
-        if (st) return st;
-        if (v < 0) return gm_fail(err, GM_ERR_FORMAT, "%s: %s is negative", f->path, key);
-        p = v == 0 ? c->n_layers + 1 : v; /* 0: every layer slides, i.e. no full layer among them */
-    } else if (kv) {
-        const gguf_value *arr;
-        gm_status st = gguf_get_arr(f, key, GGUF_VT_BOOL, &arr, err);
-        if (st) return st;
-        if (arr->v.arr.n != (uint64_t)c->n_layers)
-            return gm_fail(err, GM_ERR_FORMAT, "%s: %s has %llu entries for %d layers", f->path, key,
-                           (unsigned long long)arr->v.arr.n, c->n_layers);
-        const uint8_t *b = arr->v.arr.data;
-        p = c->n_layers + 1;
-        for (int i = 0; i < c->n_layers; i++)
-            if (!b[i]) {
-                p = i + 1;
-                break;
-            }
-        for (int i = 0; i < c->n_layers; i++)
-            if ((b[i] != 0) != ((i + 1) % p != 0))
-                return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: %s is not a repeating sliding/full pattern", f->path, key);
-    }
-    c->sliding_pattern = p;
-    return GM_OK;
-}
-
 gm_status gm_3n_config_gguf(const gguf_file *f, gm_config *c, gm_error *err) {
     const char *path = f->path;
     int32_t window;
@@ -98,7 +64,7 @@ gm_status gm_3n_config_gguf(const gguf_file *f, gm_config *c, gm_error *err) {
         ((st = gguf_get_f32(f, "gemma3n.rope.freq_base_swa", &c->rope_base_local, err)) ||
          (st = gm_config_number(path, "gemma3n.rope.freq_base_swa", c->rope_base_local, GM_NUM_POSITIVE, err))))
         return st;
-    if ((st = layer_pattern(f, c, err))) return st;
+    if ((st = gm_config_gguf_pattern(f, c, 5, err))) return st; /* llama.cpp's default for gemma3n: 5 */
     if ((st = check_fixed(f, "altup.num_inputs", NS, err)) || (st = check_fixed(f, "altup.active_idx", 0, err)) ||
         (st = check_fixed(f, "embedding_length_per_layer_input", GM_3N_PLE, err)))
         return st;
@@ -117,11 +83,13 @@ gm_status gm_3n_config_gguf(const gguf_file *f, gm_config *c, gm_error *err) {
     }
     if (shared > 0) {
         /* sliding consumers read layer 18, full ones layer 19: those must be of the consumers' kinds */
-        const bool s18 = (GM_3N_KV_FROM - 1) % c->sliding_pattern != 0, s19 = GM_3N_KV_FROM % c->sliding_pattern != 0;
+        const bool s18 = gm_config_gguf_slides(f, c, GM_3N_KV_FROM - 2);
+        const bool s19 = gm_config_gguf_slides(f, c, GM_3N_KV_FROM - 1);
         if (!s18 || s19)
             return gm_fail(err, GM_ERR_UNSUPPORTED,
                            "%s: Gemma 3n layers >= 20 attend over layer 18 (sliding) or 19 (full): layer 18 must slide "
-                           "and layer 19 must be full, this layer pattern (%d) has them otherwise", path, c->sliding_pattern);
+                           "and layer 19 must be full, this layer pattern has layer 18 %s and layer 19 %s", path,
+                           s18 ? "sliding" : "full", s19 ? "sliding" : "full");
     }
     c->final_softcap = 30.0f;
     c->attn_softcap = 0.0f;
@@ -141,10 +109,6 @@ static const cJSON *hf_text_config_of(const gm_source *src) {
 
 static const cJSON *hf_text_config(const gm_model *m) { return hf_text_config_of(m->src); }
 
-static bool is_sliding(const gm_config *c, int il) {
-    return c->sliding_window > 0 && c->sliding_pattern > 0 && (il + 1) % c->sliding_pattern != 0;
-}
-
 int gm_3n_kv_source(const gm_source *src, const gm_config *c, int il) {
     const cJSON *hf = hf_text_config_of(src);
     if (hf) { /* HF: the last layer before the first shared one of il's kind */
@@ -154,12 +118,12 @@ int gm_3n_kv_source(const gm_source *src, const gm_config *c, int il) {
         const int first = c->n_layers - shared;
         if (shared == 0 || il < first) return il;
         for (int j = first - 1; j >= 0; j--)
-            if (is_sliding(c, j) == is_sliding(c, il)) return j;
+            if (gm_layer_is_sliding(src, c, j) == gm_layer_is_sliding(src, c, il)) return j;
         return -1; /* none of its kind: refused by the layer check */
     }
     if (il < GM_3N_KV_FROM) return il;
     /* llama.cpp: n_layer_kv_from_start - (is_swa(il) ? 2 : 1) */
-    return GM_3N_KV_FROM - (is_sliding(c, il) ? 2 : 1);
+    return GM_3N_KV_FROM - (gm_layer_is_sliding(src, c, il) ? 2 : 1);
 }
 
 /* HF's standard normal quantile for activation_sparsity_pattern (torch computes it in f32; for the 0.95 of the

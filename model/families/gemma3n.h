@@ -69,7 +69,7 @@ typedef struct gm_3n_weights {
 /* The HF tensor names 3n adds (the row's hf_names, with the per-layer inputs' table). */
 extern const gm_hf_name gm_3n_hf_names[];
 /* The gemma3n keys of a GGUF on top of the generic ones already in c: window, RoPE bases, the layer
- * pattern (a repeating one), the hard-coded constants checked against the converter's keys. */
+ * pattern (gm_config_gguf_pattern, default 5), the hard-coded constants checked against the converter's keys. */
 gm_status gm_3n_config_gguf(const gguf_file *f, gm_config *c, gm_error *err);
 /* The layer whose K/V layer il attends over: llama.cpp's rule for GGUF (from layer 20: 18 when sliding,
  * 19 when full), HF's for folders (from num_hidden_layers - num_kv_shared_layers: the last earlier layer of

@@ -76,19 +76,13 @@ static gm_status layer_int(const gguf_file *f, const char *suffix, int il, int n
     return gm_fail(err, GM_ERR_FORMAT, "%s: %s is unreadable", f->path, key);
 }
 
-/* Whether layer il slides: the required bool array attention.sliding_window_pattern (one entry per layer). */
+/* Whether layer il slides: the required array attention.sliding_window_pattern, one bool (or int32 / uint32, as
+ * llama.cpp's get_arr reads it) per layer. */
 static gm_status sliding_at(const gguf_file *f, int il, int n_layers, bool *out, gm_error *err) {
     const char *key = "gemma4.attention.sliding_window_pattern";
     if (!gguf_find(f, key))
         return gm_fail(err, GM_ERR_NOT_FOUND, "%s: metadata key '%s' (a bool per layer) is missing", f->path, key);
-    const gguf_value *arr;
-    gm_status st = gguf_get_arr(f, key, GGUF_VT_BOOL, &arr, err);
-    if (st) return st;
-    if (arr->v.arr.n != (uint64_t)n_layers)
-        return gm_fail(err, GM_ERR_FORMAT, "%s: %s has %llu entries for %d layers", f->path, key,
-                       (unsigned long long)arr->v.arr.n, n_layers);
-    *out = arr->v.arr.data[il] != 0;
-    return GM_OK;
+    return gm_config_gguf_layer_flag(f, key, n_layers, il, out, err);
 }
 
 /* The head sizes of full and sliding layers (key and value lengths must agree, as llama.cpp requires). */

@@ -48,7 +48,7 @@ static const gm_hf_name k_hf_ple[] = {
 
 /* Gemma 3's rules, shared by its text-only and embedding variants */
 #define GEMMA3_RULES                                                                                            \
-    .post_norms = true, .qk_norm = true, .sliding_pattern = 6, .window_default = 0, .pattern_from_config = true, \
+    .post_norms = true, .qk_norm = true, .sliding_pattern = 6, .pattern_from_config = true,                     \
     .final_softcap = true, .final_softcap_default = 0.0f, .local_rope = true, .rope_scaling = true,             \
     .hf_query_pre_attn_scalar = true
 
@@ -60,10 +60,11 @@ static const gm_family k_families[] = {
                .final_softcap = true, .final_softcap_default = 30.0f, .n_layers_27b = 46,
                .hf_query_pre_attn_scalar = true}},
     {.arch = "gemma3", .generation = 3, .gguf_archs = NAMES("gemma3"), .hf_types = NAMES("gemma3", "gemma3_text"),
-     .rules = {GEMMA3_RULES, .n_layers_27b = 62, .hf_bidirectional_embedding = true}},
-    /* EmbeddingGemma: in GGUF its own arch; in HF a gemma3_text config with use_bidirectional_attention */
+     .rules = {GEMMA3_RULES, .window_default = 0, .n_layers_27b = 62, .hf_bidirectional_embedding = true}},
+    /* EmbeddingGemma: in GGUF its own arch, whose window is required (llama.cpp too); in HF a gemma3_text config
+     * with use_bidirectional_attention */
     {.arch = "gemma-embedding", .generation = 3, .gguf_archs = NAMES("gemma-embedding"), .hf_types = NONE,
-     .rules = {GEMMA3_RULES, .embedding = true}},
+     .rules = {GEMMA3_RULES, .window_default = -1, .embedding = true}},
     /* Gemma 3 plus AltUp, LAuReL and per-layer inputs; its GGUF keys and constants are its own */
     {.arch = "gemma3n", .generation = 3, .gguf_archs = NAMES("gemma3n"), .hf_types = NAMES("gemma3n", "gemma3n_text"),
      .rules = {.post_norms = true, .qk_norm = true, .v_norm = true, .raw_norm_weights = true, .sliding_pattern = 6,
