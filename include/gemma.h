@@ -149,7 +149,9 @@ typedef struct gm_config {
     int d_ff;                /* feed-forward (intermediate) size */
     int context_length;      /* maximum positions */
     int sliding_window;      /* 0 = none */
-    int sliding_pattern;     /* layer i is global iff (i+1) % pattern == 0; 0 = all global, 2 = gemma2 */
+    int sliding_pattern;     /* layer i is global iff (i+1) % pattern == 0 (2 = gemma2); 0: all global without a window,
+                                else no repeating pattern: each layer its own (gm_model_layer: Gemma 4, and per-layer
+                                GGUF arrays that do not repeat) */
     float norm_eps;
     float rope_base_global;
     float rope_base_local;

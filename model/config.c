@@ -85,6 +85,88 @@ static gm_status g_float(const gguf_ctx *c, const char *suffix, float def, gm_nu
     return st ? st : gm_config_number(c->f->path, key, *out, rule, c->err);
 }
 
+/* ---- the layer pattern: which layers slide */
+
+/* Whether entry il of a per-layer pattern array is nonzero, i.e. the layer slides (llama.cpp's is_swa_impl[il]);
+ * byte by byte, so that bool (1 byte) and int32 / uint32 entries (4) read alike on any host. */
+static bool entry_nonzero(const gguf_value *arr, int il) {
+    const size_t size = gguf_vtype_size(arr->v.arr.elem);
+    const uint8_t *p = arr->v.arr.data + (size_t)il * size;
+    for (size_t k = 0; k < size; k++)
+        if (p[k]) return true;
+    return false;
+}
+
+/* The period p of a per-layer array that repeats one (layer il full iff (il + 1) % p == 0; n_layers + 1 when no
+ * layer is full), else 0. */
+static int array_period(const gguf_value *arr, int n_layers) {
+    int p = n_layers + 1;
+    for (int il = 0; il < n_layers; il++)
+        if (!entry_nonzero(arr, il)) {
+            p = il + 1;
+            break;
+        }
+    for (int il = 0; il < n_layers; il++)
+        if (entry_nonzero(arr, il) != ((il + 1) % p != 0)) return 0;
+    return p;
+}
+
+static bool pattern_elem(int elem) { return elem == GGUF_VT_BOOL || elem == GGUF_VT_I32 || elem == GGUF_VT_U32; }
+
+/* A per-layer flag array's element type and length, as llama.cpp's get_arr takes them (it also takes a shorter
+ * array, the rest 0, and ignores extra entries: we refuse both). */
+static gm_status check_flags(const gguf_file *f, const char *key, const gguf_value *arr, int n_layers, gm_error *err) {
+    if (!pattern_elem(arr->v.arr.elem))
+        return gm_fail(err, GM_ERR_TYPE, "%s: %s is an array of %s; a layer pattern is one bool (or int32 / uint32) "
+                       "per layer", f->path, key, gguf_vtype_name(arr->v.arr.elem));
+    if (arr->v.arr.n != (uint64_t)n_layers)
+        return gm_fail(err, GM_ERR_FORMAT, "%s: %s has %llu entries for %d layers", f->path, key,
+                       (unsigned long long)arr->v.arr.n, n_layers);
+    return GM_OK;
+}
+
+gm_status gm_config_gguf_layer_flag(const gguf_file *f, const char *key, int n_layers, int il, bool *out,
+                                    gm_error *err) {
+    const gguf_value *arr;
+    gm_status st = gguf_get_arr(f, key, -1, &arr, err);
+    if (st || (st = check_flags(f, key, arr, n_layers, err))) return st;
+    *out = il >= 0 && il < n_layers && entry_nonzero(arr, il);
+    return GM_OK;
+}
+
+gm_status gm_config_gguf_pattern(const gguf_file *f, gm_config *c, int def, gm_error *err) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", c->arch);
+    const gguf_kv *kv = gguf_find(f, key);
+    int n = def;
+    if (kv && kv->val.type == GGUF_VT_ARRAY) {
+        gm_status st = check_flags(f, key, &kv->val, c->n_layers, err);
+        if (!st) c->sliding_pattern = array_period(&kv->val, c->n_layers);
+        return st;
+    }
+    if (kv) {
+        int32_t v;
+        gm_status st = gguf_get_i32(f, key, &v, err);
+        if (st) return st;
+        if (v < 0) return gm_fail(err, GM_ERR_FORMAT, "%s: metadata key '%s' is negative (%d)", f->path, key, (int)v);
+        n = v;
+    }
+    c->sliding_pattern = n == 0 ? c->n_layers + 1 : n; /* 0: every layer slides, i.e. none is full */
+    return GM_OK;
+}
+
+bool gm_config_gguf_slides(const gguf_file *f, const gm_config *c, int il) {
+    if (c->sliding_window <= 0 || il < 0 || il >= c->n_layers) return false;
+    if (c->sliding_pattern > 0) return (il + 1) % c->sliding_pattern != 0;
+    char key[160];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", c->arch);
+    const gguf_kv *kv = f ? gguf_find(f, key) : NULL;
+    if (!kv || kv->val.type != GGUF_VT_ARRAY || !pattern_elem(kv->val.v.arr.elem) ||
+        kv->val.v.arr.n != (uint64_t)c->n_layers)
+        return false; /* no per-layer array: a config that did not come from this file's reader */
+    return entry_nonzero(&kv->val, il);
+}
+
 static int token_id(const gguf_file *f, const char *key, int def) {
     int32_t v;
     return gguf_get_i32(f, key, &v, NULL) == GM_OK ? v : def;
@@ -151,20 +233,15 @@ static gm_status g_ff(const gguf_ctx *c, int n_layers, int *out) {
 }
 
 /* EmbeddingGemma (arch gemma-embedding): Gemma 3 keys plus the pooling type and the optional dense
- * projections' sizes; the sliding window is required (llama.cpp too), the pattern may be given. */
+ * projections' sizes (the window, required as in llama.cpp, and the pattern are read by the rules). */
 static gm_status embedding_from_gguf(const gguf_ctx *g, gm_config *c) {
     gm_status st;
-    int window = 0, pattern = 6;
-    if ((st = g_int(g, "attention.sliding_window", -1, &window)) ||
-        (st = g_int(g, "attention.sliding_window_pattern", 6, &pattern)) ||
-        (st = g_float(g, "rope.freq_base_swa", 10000.0f, GM_NUM_POSITIVE, &c->rope_base_local)) ||
+    if ((st = g_float(g, "rope.freq_base_swa", 10000.0f, GM_NUM_POSITIVE, &c->rope_base_local)) ||
         (st = g_int(g, "pooling_type", GM_POOLING_MEAN, &c->pooling)) ||
         (st = g_int(g, "dense_2_feat_in", 0, &c->dense_2_in)) || (st = g_int(g, "dense_2_feat_out", 0, &c->dense_2_out)) ||
         (st = g_int(g, "dense_3_feat_in", 0, &c->dense_3_in)) || (st = g_int(g, "dense_3_feat_out", 0, &c->dense_3_out)))
         return st;
     c->is_embedding = true;
-    c->sliding_window = window;
-    c->sliding_pattern = window > 0 ? pattern : 0;
     bool add_eos = false;
     if (gguf_find(g->f, "tokenizer.ggml.add_eos_token") &&
         (st = gguf_get_bool(g->f, "tokenizer.ggml.add_eos_token", &add_eos, g->err)))
@@ -189,10 +266,11 @@ static gm_status rope_scaling_from_gguf(const gguf_ctx *g, gm_config *c) {
 static gm_status rules_from_gguf(const gguf_ctx *g, const gm_family_rules *r, gm_config *c) {
     gm_status st;
     int window = 0;
-    if (r->sliding_pattern) {
+    if (r->sliding_pattern) { /* the pattern only with a window, as llama.cpp reads Gemma 3's */
         if ((st = g_int(g, "attention.sliding_window", r->window_default, &window))) return st;
         c->sliding_window = window;
-        c->sliding_pattern = window > 0 ? r->sliding_pattern : 0;
+        c->sliding_pattern = 0;
+        if (window > 0 && (st = gm_config_gguf_pattern(g->f, c, r->sliding_pattern, g->err))) return st;
     }
     if ((r->attn_softcap > 0.0f &&
          (st = g_float(g, "attn_logit_softcapping", r->attn_softcap, GM_NUM_NONNEG, &c->attn_softcap))) ||

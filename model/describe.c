@@ -317,7 +317,7 @@ static bool same_layer(const shown_layer *sa, const shown_layer *sb, int ia, int
 /* layer il's facts: the uniform rules, then the family's per-layer facts and extras (3n's KV sharing, 4's
  * per-layer keys and tensors; read without error here: the config loaded, so they were checked) */
 static shown_layer layer_at(const gm_source *s, const gm_config *c, int il) {
-    shown_layer r = {.l = gm_layer_config_uniform(c, il), .x = {.rotated_pairs = -1, .out_scale = 1.0f}};
+    shown_layer r = {.l = gm_layer_config_uniform(s, c, il), .x = {.rotated_pairs = -1, .out_scale = 1.0f}};
     const gm_family *f = c->family;
     if (f && f->layer_config && f->layer_config(s, c, il, &r.l, NULL) == GM_OK && f->layer_extras)
         f->layer_extras(s, &r.l, il, &r.x);

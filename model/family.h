@@ -56,12 +56,28 @@ typedef struct gm_layer_extras {
     int n_expert, n_expert_used, ff_exp; /* mixture-of-experts layers; 0 otherwise */
 } gm_layer_extras;
 
+/* A family's Hugging Face tensor names beyond the Gemma block's, as their GGUF names: model/source.c renames an HF
+ * folder's text-model tensors by walking the row's tables (the Gemma 1/2/3 block it knows itself). A table ends
+ * with an entry of kind GM_HF_END. */
+typedef enum gm_hf_kind {
+    GM_HF_END,      /* the end of a table */
+    GM_HF_GLOBAL,   /* "model.<x>" -> gguf exactly; the module "model.<x minus its last part>." is the text model's */
+    GM_HF_NUMBERED, /* "<hf><k>.weight" -> "<gguf><k>.weight", 0 <= k < 8 (3n's AltUp projections, one per stream) */
+    GM_HF_LAYER,    /* "model.layers.<i>.<hf>" -> "blk.<i>.<gguf>" */
+} gm_hf_kind;
+
+typedef struct gm_hf_name {
+    gm_hf_kind kind;
+    const char *hf, *gguf;
+} gm_hf_name;
+
 typedef struct gm_family {
     const char *arch;               /* gm_config.arch: the name llama.cpp writes as general.architecture */
     int generation;                 /* gm_config.generation: 1, 2, 3 (3n and EmbeddingGemma too), 4 */
     const char *const *gguf_archs;  /* general.architecture values that select the row (NULL-terminated) */
     const char *const *hf_types;    /* config.json model_type values (text_config's, else the top level's) */
     gm_family_rules rules;
+    const gm_hf_name *const *hf_names; /* the tables of its HF tensor names (NULL-terminated; NULL: none) */
     /* Hooks, each NULL where the generic code does it all. Config: */
     gm_status (*config_gguf)(const gguf_file *f, gm_config *c, gm_error *err);      /* every key, in place of the
                                                                                        generic reader (4) */

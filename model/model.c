@@ -21,13 +21,12 @@
 #include "quant/quant.h"
 #include "text/tokenizer.h"
 
-bool gm_layer_is_sliding(const gm_config *c, int il) {
-    if (c->sliding_window <= 0 || c->sliding_pattern <= 0) return false;
-    return (il + 1) % c->sliding_pattern != 0;
+bool gm_layer_is_sliding(const gm_source *s, const gm_config *c, int il) {
+    return gm_config_gguf_slides(gm_source_gguf(s), c, il);
 }
 
-gm_layer_config gm_layer_config_uniform(const gm_config *c, int il) {
-    const bool sliding = gm_layer_is_sliding(c, il);
+gm_layer_config gm_layer_config_uniform(const gm_source *s, const gm_config *c, int il) {
+    const bool sliding = gm_layer_is_sliding(s, c, il);
     /* Gemma 3: local layers use the local base unscaled; global layers the global base with linear
      * scaling. Gemma 1/2 have one base (the config sets both). */
     return (gm_layer_config){.head_dim = c->head_dim, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
@@ -119,7 +118,7 @@ gm_status gm_model_load_norm(gm_model *m, const char *name, int n, bool required
 static gm_status layer_facts(gm_model *m, int il, gm_error *err) {
     const gm_config *c = &m->cfg;
     gm_layer *L = &m->layers[il];
-    L->lc = gm_layer_config_uniform(c, il);
+    L->lc = gm_layer_config_uniform(m->src, c, il);
     gm_status st = c->family->layer_config ? c->family->layer_config(m->src, c, il, &L->lc, err) : GM_OK;
     return st ? st : gm_config_check_layer(&L->lc, il, gm_source_path(m->src), err);
 }

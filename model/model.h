@@ -33,19 +33,21 @@ struct gm_model {
     gm_matrix dense_2, dense_3;     /* embedding models: projections after pooling (rows 0 when absent) */
     gm_layer *layers;
     float *f32_store;               /* backing store of every f32 vector above */
-    struct gm_3n_weights *g3n;      /* Gemma 3n's AltUp / LAuReL / per-layer-input weights, NULL otherwise */
-    struct gm_4_weights *g4;        /* Gemma 4's per-layer inputs and layer output scales, NULL otherwise */
+    void *family_weights;           /* the family's weights beyond the Gemma block (3n: AltUp, LAuReL, per-layer
+                                       inputs; 4: per-layer inputs, output scales, experts), made by its row's load
+                                       hook and freed by its unload hook; opaque here, NULL for Gemma 1/2/3 */
     void *packed_store;             /* packed copies of layer matrices (kernels/pack.h), or NULL */
     struct gm_packer *packer;       /* makes the x8 copies after open (model/model.c), NULL when there are none */
     size_t packed_bytes;
     gm_isa isa;                     /* the level the copies and the matrices' kernels were made for */
 };
 
-/* True when layer il attends through a sliding window (the config's pattern rule). */
-bool gm_layer_is_sliding(const gm_config *c, int il);
+/* True when layer il attends through a sliding window: the config's pattern, or the file's per-layer one
+ * (gm_config_gguf_slides). */
+bool gm_layer_is_sliding(const gm_source *s, const gm_config *c, int il);
 /* Layer il's facts under Gemma 1/2/3's uniform rules (shapes from the global config, window and RoPE
- * base by the sliding pattern). */
-gm_layer_config gm_layer_config_uniform(const gm_config *c, int il);
+ * base by the layer's kind). */
+gm_layer_config gm_layer_config_uniform(const gm_source *s, const gm_config *c, int il);
 /* The largest of a per-layer field over the model's layers (scratch sizes). */
 typedef struct gm_layer_max {
     int head_dim, n_heads, n_kv_heads, d_ff, q_dim, kv_dim, group; /* group: n_heads / n_kv_heads */

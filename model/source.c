@@ -102,31 +102,50 @@ static gm_status open_gguf(gm_source *s, bool keep_mtp, gm_error *err) {
 
 /* ------------------------------------------------------------------ HF names */
 
-/* Strips multimodal prefixes; NULL for tensors that are not part of the text decoder. */
-static const char *text_name(const char *n) {
-    if (starts_with(n, "language_model.")) n += strlen("language_model.");
-    static const char *const keep[] = {"model.layers.", "model.embed_tokens.", "model.norm.", "lm_head.",
-                                       "model.embed_tokens_per_layer.", "model.altup_projections.",
-                                       "model.altup_unembed_projections.", "model.per_layer_model_projection.",
-                                       "model.per_layer_projection_norm."};
-    static const char *const keep_mm[] = {"model.language_model.layers.", "model.language_model.embed_tokens.",
-                                          "model.language_model.norm.",
-                                          /* Gemma 3n's AltUp and per-layer-input globals */
-                                          "model.language_model.embed_tokens_per_layer.",
-                                          "model.language_model.altup_projections.",
-                                          "model.language_model.altup_unembed_projections.",
-                                          "model.language_model.per_layer_model_projection.",
-                                          "model.language_model.per_layer_projection_norm."};
-    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++)
-        if (starts_with(n, keep[i])) return n;
-    for (size_t i = 0; i < sizeof keep_mm / sizeof keep_mm[0]; i++)
-        if (starts_with(n, keep_mm[i])) return n + strlen("model.language_model.") - strlen("model.");
+/* The entries of one kind in the family's HF name tables (model/family.h), one at a time: it = NULL to start. */
+static const gm_hf_name *next_name(const gm_family *fam, gm_hf_kind kind, int *table, const gm_hf_name *it) {
+    for (it = it ? it + 1 : NULL; fam && fam->hf_names && fam->hf_names[*table]; (*table)++, it = NULL)
+        for (it = it ? it : fam->hf_names[*table]; it->kind != GM_HF_END; it++)
+            if (it->kind == kind) return it;
     return NULL;
 }
 
-/* Per-layer HF suffix -> GGUF suffix. Gemma 1's post_attention_layernorm is its pre-FFN norm;
- * Gemma 2/3 have a real post-attention norm and call the pre-FFN one pre_feedforward_layernorm. */
-static const char *layer_suffix(const char *hf, bool gemma1_names) {
+/* The module of a family name: a global's name up to its last part ("model.x." of "model.x.weight"), a
+ * numbered list's prefix. */
+static bool in_module(const char *n, const gm_hf_name *e) {
+    const char *dot = e->kind == GM_HF_GLOBAL ? strrchr(e->hf, '.') : NULL;
+    const size_t k = dot ? (size_t)(dot - e->hf) + 1 : strlen(e->hf);
+    return !strncmp(n, e->hf, k);
+}
+
+/* Whether n ("model.*") lies in a module the family adds to the text model (3n's AltUp, the per-layer inputs). */
+static bool family_module(const gm_family *fam, const char *n) {
+    const gm_hf_kind kinds[] = {GM_HF_GLOBAL, GM_HF_NUMBERED};
+    for (int k = 0; k < 2; k++) {
+        int table = 0;
+        for (const gm_hf_name *e = NULL; (e = next_name(fam, kinds[k], &table, e));)
+            if (in_module(n, e)) return true;
+    }
+    return false;
+}
+
+/* Strips multimodal prefixes ("language_model.", "model.language_model." -> "model."); NULL for tensors that are
+ * not part of the text decoder: the Gemma block's modules and the ones the family adds are. */
+static const char *text_name(const char *n, const gm_family *fam) {
+    if (starts_with(n, "language_model.")) n += strlen("language_model.");
+    const bool mm = starts_with(n, "model.language_model.");
+    if (mm) n += strlen("model.language_model.") - strlen("model."); /* the tail "model." of "language_model." */
+    static const char *const keep[] = {"model.layers.", "model.embed_tokens.", "model.norm."};
+    if (!mm && starts_with(n, "lm_head.")) return n;
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++)
+        if (starts_with(n, keep[i])) return n;
+    return family_module(fam, n) ? n : NULL;
+}
+
+/* Per-layer HF suffix -> GGUF suffix: the Gemma block's names, then the family's. Gemma 1's
+ * post_attention_layernorm is its pre-FFN norm; Gemma 2/3 have a real post-attention norm and call the pre-FFN
+ * one pre_feedforward_layernorm. */
+static const char *layer_suffix(const char *hf, const gm_family *fam) {
     static const char *const map[][2] = {
         {"input_layernorm.weight", "attn_norm.weight"},
         {"self_attn.q_proj.weight", "attn_q.weight"},
@@ -140,67 +159,46 @@ static const char *layer_suffix(const char *hf, bool gemma1_names) {
         {"mlp.gate_proj.weight", "ffn_gate.weight"},
         {"mlp.up_proj.weight", "ffn_up.weight"},
         {"mlp.down_proj.weight", "ffn_down.weight"},
-        /* Gemma 3n */
-        {"per_layer_input_gate.weight", "inp_gate.weight"},
-        {"per_layer_projection.weight", "proj.weight"},
-        {"post_per_layer_input_norm.weight", "post_norm.weight"},
-        {"altup.correction_coefs.weight", "altup_correct_coef.weight"},
-        {"altup.prediction_coefs.weight", "altup_predict_coef.weight"},
-        {"altup.correct_output_scale", "altup_correct_scale.weight"},
-        {"altup.modality_router.weight", "altup_router.weight"},
-        {"altup.router_norm.weight", "altup_router_norm.weight"},
-        {"laurel.linear_left.weight", "laurel_l.weight"},
-        {"laurel.linear_right.weight", "laurel_r.weight"},
-        {"laurel.post_laurel_norm.weight", "laurel_post_norm.weight"},
-        /* Gemma 4: the layer scalar, mixture-of-experts router, experts ([E, 2F, d] gate rows first, and
-         * [E, d, F]) and the extra FFN norms of MoE layers */
-        {"layer_scalar", "layer_output_scale.weight"},
-        {"router.proj.weight", "ffn_gate_inp.weight"},
-        {"router.scale", "ffn_gate_inp.scale"},
-        {"router.per_expert_scale", "ffn_down_exps.scale"},
-        {"experts.gate_up_proj", "ffn_gate_up_exps.weight"},
-        {"experts.down_proj", "ffn_down_exps.weight"},
-        {"pre_feedforward_layernorm_2.weight", "pre_ffw_norm_2.weight"},
-        {"post_feedforward_layernorm_1.weight", "post_ffw_norm_1.weight"},
-        {"post_feedforward_layernorm_2.weight", "post_ffw_norm_2.weight"},
     };
     if (!strcmp(hf, "post_attention_layernorm.weight"))
-        return gemma1_names ? "ffn_norm.weight" : "post_attention_norm.weight";
+        return fam && fam->rules.hf_gemma1_names ? "ffn_norm.weight" : "post_attention_norm.weight";
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (!strcmp(hf, map[i][0])) return map[i][1];
+    int table = 0;
+    for (const gm_hf_name *e = NULL; (e = next_name(fam, GM_HF_LAYER, &table, e));)
+        if (!strcmp(hf, e->hf)) return e->gguf;
+    return NULL;
+}
+
+/* "<prefix><k>.weight" -> "<gguf prefix><k>.weight" for a numbered list of the family (malloc'd), or NULL. */
+static char *numbered_name(const char *n, const gm_family *fam) {
+    int table = 0;
+    for (const gm_hf_name *e = NULL; (e = next_name(fam, GM_HF_NUMBERED, &table, e));) {
+        const char *rest = n + strlen(e->hf);
+        int k = -1, used = 0;
+        if (!starts_with(n, e->hf) || sscanf(rest, "%d.weight%n", &k, &used) != 1 || used <= 0 || rest[used] || k < 0 ||
+            k >= 8)
+            continue;
+        char buf[128];
+        snprintf(buf, sizeof buf, "%s%d.weight", e->gguf, k);
+        return strdup(buf);
+    }
     return NULL;
 }
 
 /* GGUF name for a text-model HF name (malloc'd); unknown tensors keep their HF name. */
-static char *gguf_name(const char *n, bool gemma1_names) {
+static char *gguf_name(const char *n, const gm_family *fam) {
     if (!strcmp(n, "model.embed_tokens.weight")) return strdup("token_embd.weight");
     if (!strcmp(n, "model.norm.weight")) return strdup("output_norm.weight");
     if (!strcmp(n, "lm_head.weight")) return strdup("output.weight");
-    /* Gemma 3n: the GGUF stacks the three AltUp projections into one [d, d, 3] tensor; an HF folder's
-     * stay apart as "altup_proj.<k>.weight" (model/families/gemma3n.c takes either form) */
-    static const char *const g3n[][2] = {
-        {"model.embed_tokens_per_layer.weight", "per_layer_token_embd.weight"},
-        {"model.per_layer_model_projection.weight", "per_layer_model_proj.weight"},
-        {"model.per_layer_projection_norm.weight", "per_layer_proj_norm.weight"},
-    };
-    for (size_t i = 0; i < sizeof g3n / sizeof g3n[0]; i++)
-        if (!strcmp(n, g3n[i][0])) return strdup(g3n[i][1]);
-    int k = -1, used_k = 0;
-    if (sscanf(n, "model.altup_projections.%d.weight%n", &k, &used_k) == 1 && used_k > 0 && !n[used_k] && k >= 0 &&
-        k < 8) {
-        char buf[64];
-        snprintf(buf, sizeof buf, "altup_proj.%d.weight", k);
-        return strdup(buf);
-    }
-    if (sscanf(n, "model.altup_unembed_projections.%d.weight%n", &k, &used_k) == 1 && used_k > 0 && !n[used_k] &&
-        k >= 0 && k < 8) {
-        char buf[64];
-        snprintf(buf, sizeof buf, "altup_unembd_proj.%d.weight", k);
-        return strdup(buf);
-    }
+    int table = 0;
+    for (const gm_hf_name *e = NULL; (e = next_name(fam, GM_HF_GLOBAL, &table, e));)
+        if (!strcmp(n, e->hf)) return strdup(e->gguf);
+    char *numbered = numbered_name(n, fam);
+    if (numbered) return numbered;
     int layer = -1, used = 0;
     if (sscanf(n, "model.layers.%d.%n", &layer, &used) == 1 && used > 0 && layer >= 0) {
-        const char *suf = layer_suffix(n + used, gemma1_names);
+        const char *suf = layer_suffix(n + used, fam);
         if (suf) {
             char buf[256];
             snprintf(buf, sizeof buf, "blk.%d.%s", layer, suf);
@@ -238,17 +236,16 @@ static gm_status load_config(gm_source *s, gm_error *err) {
     return st;
 }
 
-/* Whether the family of config.json's model_type names its norms as Gemma 1 (unknown types: as Gemma 2 on;
- * gm_config_load refuses them later). */
-static bool hf_gemma1_names(const cJSON *cfg) {
+/* The family config.json's model_type names (text_config's, else the top level's), whose tables rename the
+ * tensors; NULL for an unknown type (the Gemma block's names only: gm_config_load refuses it later). */
+static const gm_family *hf_family(const cJSON *cfg) {
     const cJSON *tc = cJSON_GetObjectItemCaseSensitive(cfg, "text_config");
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(cJSON_IsObject(tc) ? tc : cfg, "model_type");
-    const gm_family *f = cJSON_IsString(mt) ? gm_family_by_hf_type(mt->valuestring) : NULL;
-    return f && f->rules.hf_gemma1_names;
+    return cJSON_IsString(mt) ? gm_family_by_hf_type(mt->valuestring) : NULL;
 }
 
-static gm_status hf_tensor(gm_source *s, const st_set *set, const st_tensor *t, const char *text, bool gemma1_names,
-                           gm_error *err) {
+static gm_status hf_tensor(gm_source *s, const st_set *set, const st_tensor *t, const char *text,
+                           const gm_family *fam, gm_error *err) {
     const char *file = st_set_file_of(set, t);
     int type;
     gm_status st = st_tensor_type(t, file, &type, err);
@@ -257,7 +254,7 @@ static gm_status hf_tensor(gm_source *s, const st_set *set, const st_tensor *t, 
         return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: tensor '%s' has %d dimensions (at most 4)", file, t->name,
                        t->n_dims);
     gm_tensor *o = &s->tensors[s->n_tensors];
-    o->name = gguf_name(text, gemma1_names);
+    o->name = gguf_name(text, fam);
     if (!o->name) return gm_fail(err, GM_ERR_NOMEM, "out of memory");
     s->n_tensors++;
     o->orig_name = t->name;
@@ -312,7 +309,7 @@ static gm_status open_dense_modules(gm_source *s, gm_error *err) {
         if (st_set_find(s->dense[k], "linear.bias"))
             return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: a dense module with a bias is not supported", path);
         snprintf(name, sizeof name, "dense_%d.weight", k + 2);
-        if ((st = hf_tensor(s, s->dense[k], w, name, false, err))) return st;
+        if ((st = hf_tensor(s, s->dense[k], w, name, NULL, err))) return st;
     }
     return GM_OK;
 }
@@ -320,14 +317,14 @@ static gm_status open_dense_modules(gm_source *s, gm_error *err) {
 static gm_status open_hf(gm_source *s, const char *st_path, gm_error *err) {
     gm_status st = load_config(s, err);
     if (st || (st = st_set_open(st_path, &s->st, err))) return st;
-    const bool gemma1_names = hf_gemma1_names(s->hf_config);
+    const gm_family *fam = hf_family(s->hf_config);
     s->tensors = calloc((size_t)s->st->n_tensors + 2, sizeof *s->tensors); /* + the dense modules */
     if (!s->tensors) return gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", s->path);
     for (uint64_t i = 0; i < s->st->n_tensors; i++) {
         const st_tensor *t = s->st->tensors[i];
-        const char *text = text_name(t->name);
+        const char *text = text_name(t->name, fam);
         if (!text) continue; /* vision tower, projector, ... */
-        if ((st = hf_tensor(s, s->st, t, text, gemma1_names, err))) return st;
+        if ((st = hf_tensor(s, s->st, t, text, fam, err))) return st;
     }
     if ((st = open_dense_modules(s, err))) return st;
     qsort(s->tensors, (size_t)s->n_tensors, sizeof *s->tensors, cmp_order);

@@ -67,6 +67,21 @@ gm_status gm_config_check(const char *path, const gm_config *c, gm_error *err);
 gm_status gm_config_check_layer(const gm_layer_config *l, int il, const char *path, gm_error *err);
 gm_status gm_config_check_layer_count(const char *path, int n_layers, gm_error *err);
 
+/* The layer pattern of a GGUF, <arch>.attention.sliding_window_pattern, in the forms llama.cpp 0.3.36 reads
+ * (llama_model_base::load_swa_pattern, for gemma2, gemma3, gemma3n and gemma-embedding alike): absent, def; a number
+ * n, layer il slides iff (il + 1) % n != 0 (n = 0: every layer slides); or one entry per layer, bool / int32 /
+ * uint32, nonzero = sliding. Into c->sliding_pattern (c's arch, n_layers and window already read): an array that
+ * repeats becomes its period, so a file reads the same whichever way it was written; one that does not leaves 0,
+ * and each layer's kind is then read from the file. Another element type or length is an error. */
+gm_status gm_config_gguf_pattern(const gguf_file *f, gm_config *c, int def, gm_error *err);
+/* Entry il of the per-layer flag array key (bool / int32 / uint32, nonzero = set: the layer pattern as Gemma 4
+ * requires it), its type and length (n_layers) checked: GM_ERR_TYPE / GM_ERR_FORMAT naming the key. */
+gm_status gm_config_gguf_layer_flag(const gguf_file *f, const char *key, int n_layers, int il, bool *out,
+                                    gm_error *err);
+/* Whether layer il slides: by c's pattern, or (pattern 0 with a window) by the file's per-layer array; f may be
+ * NULL (an HF folder: its patterns repeat). */
+bool gm_config_gguf_slides(const gguf_file *f, const gm_config *c, int il);
+
 /* A config number checked where it is read, so that the message names its key: it must be finite and,
  * by rule, > 0 or >= 0. An infinite RoPE base, soft-cap or epsilon passes a sign test but turns every
  * logit into NaN (RoPE tables of 0 * inf, cap * tanh(x / cap) = inf * 0), so the sign alone is not

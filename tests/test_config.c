@@ -428,6 +428,112 @@ TEST(hf_layer_types) {
     rm_folder(dir);
 }
 
+/* ---- a GGUF's layer pattern key in the forms llama.cpp 0.3.36 reads (load_swa_pattern, for gemma2, gemma3, gemma3n
+ * and gemma-embedding alike): a number, or one bool / int32 / uint32 per layer, repeating or not */
+
+/* The runs of alike layers `gemma inspect --json` shows, as kinds ("s,f,ss,f,sss" for sfssfsss). */
+static void describe_runs(const char *path, char *out, size_t n) {
+    gm_source *s;
+    gm_config c;
+    gm_error err;
+    out[0] = 0;
+    if (!load(path, &s, &c, &err)) return;
+    FILE *f = tmpfile();
+    CHECK_OK(gm_source_describe(s, &c, NULL, true, f, &err), &err);
+    const long len = ftell(f);
+    rewind(f);
+    char *text = calloc(1, (size_t)len + 1);
+    CHECK(fread(text, 1, (size_t)len, f) == (size_t)len);
+    fclose(f);
+    cJSON *j = cJSON_Parse(text);
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(j, "layers");
+    for (const cJSON *r = layers ? layers->child : NULL; r; r = r->next) {
+        const int first = cJSON_GetObjectItemCaseSensitive(r, "first")->valueint;
+        const int last = cJSON_GetObjectItemCaseSensitive(r, "last")->valueint;
+        const bool sl = !strcmp(cJSON_GetObjectItemCaseSensitive(r, "kind")->valuestring, "sliding");
+        for (int il = first; il <= last && strlen(out) + 2 < n; il++) strcat(out, sl ? "s" : "f");
+        if (r->next && strlen(out) + 2 < n) strcat(out, ",");
+    }
+    cJSON_Delete(j);
+    free(text);
+    gm_source_close(s);
+}
+
+TEST(gguf_layer_pattern_forms) {
+    tm_options o;
+    tm_options_default(&o, "gemma3");
+    o.n_layers = 8;
+    char e[256], *src = tmp_path("pat.gguf"), *dst = tmp_path("pat_v.gguf");
+    CHECK(tm_write_gguf(&o, src, e, sizeof e));
+    test_check_layer_kinds(src, "sssssfss", "no key: Gemma 3's 6");
+    static const struct {
+        gguf_vtype elem;
+        const char *flags; /* NULL: the number n */
+        int n;
+        const char *kinds;
+        int pattern; /* gm_config.sliding_pattern: the period, or 0 (per layer) */
+    } ok[] = {
+        {GGUF_VT_U32, NULL, 4, "sssfsssf", 4},
+        {GGUF_VT_U32, NULL, 0, "ssssssss", 9}, /* 0: every layer slides */
+        {GGUF_VT_U32, NULL, 1, "ffffffff", 1},
+        {GGUF_VT_BOOL, "sssfsssf", 0, "sssfsssf", 4}, /* a repeating array is its period */
+        {GGUF_VT_I32, "sssfsssf", 0, "sssfsssf", 4},
+        {GGUF_VT_BOOL, "sfssfsss", 0, "sfssfsss", 0}, /* one that does not repeat: per layer */
+        {GGUF_VT_I32, "fsssssss", 0, "fsssssss", 0},
+        {GGUF_VT_U32, "ssssssff", 0, "ssssssff", 0},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        char what[64];
+        snprintf(what, sizeof what, "%s %s", gguf_vtype_name(ok[i].elem), ok[i].flags ? ok[i].flags : "number");
+        CHECK(gw_copy_pattern(src, dst, "gemma3", ok[i].elem, ok[i].flags, ok[i].n));
+        gm_source *s;
+        gm_config c;
+        gm_error err;
+        CHECK_MSG(load(dst, &s, &c, &err), "%s: %s", what, err.msg);
+        if (s) {
+            CHECK_MSG(c.sliding_pattern == ok[i].pattern, "%s: pattern %d", what, c.sliding_pattern);
+            gm_source_close(s);
+        }
+        test_check_layer_kinds(dst, ok[i].kinds, what);
+    }
+    char runs[64];
+    CHECK(gw_copy_pattern(src, dst, "gemma3", GGUF_VT_BOOL, "sfssfsss", 0));
+    describe_runs(dst, runs, sizeof runs);
+    CHECK_MSG(!strcmp(runs, "s,f,ss,f,sss"), "inspect shows %s", runs);
+    static const struct {
+        gguf_vtype elem;
+        const char *flags;
+        int n;
+        const char *needle;
+    } bad[] = {
+        {GGUF_VT_F32, "sssfsssf", 0, "is an array of f32"}, /* llama.cpp: "has wrong array element type" */
+        {GGUF_VT_U8, "sssfsssf", 0, "is an array of u8"},
+        {GGUF_VT_BOOL, "sssf", 0, "has 4 entries for 8 layers"},
+        {GGUF_VT_I32, "sssfsssfs", 0, "has 9 entries for 8 layers"},
+        {GGUF_VT_I32, NULL, -2, "is negative"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(gw_copy_pattern(src, dst, "gemma3", bad[i].elem, bad[i].flags, bad[i].n));
+        gm_source *s;
+        gm_config c;
+        gm_error err = {0};
+        const bool refused = !load(dst, &s, &c, &err);
+        CHECK_MSG(refused && strstr(err.msg, bad[i].needle) && strstr(err.msg, "sliding_window_pattern"), "%s: \"%s\"",
+                  bad[i].needle, err.msg);
+    }
+    /* Gemma 2 reads the key too (its default 2) */
+    tm_options_default(&o, "gemma2");
+    o.n_layers = 6;
+    CHECK(tm_write_gguf(&o, src, e, sizeof e));
+    test_check_layer_kinds(src, "sfsfsf", "gemma2, no key");
+    CHECK(gw_copy_pattern(src, dst, "gemma2", GGUF_VT_U32, NULL, 3));
+    test_check_layer_kinds(dst, "ssfssf", "gemma2, 3");
+    CHECK(gw_copy_pattern(src, dst, "gemma2", GGUF_VT_BOOL, "ffssss", 0));
+    test_check_layer_kinds(dst, "ffssss", "gemma2, per layer");
+    remove(src);
+    remove(dst);
+}
+
 /* gm_source_describe: valid JSON with the config, tokenizer summary, every tensor and totals;
  * the text form names every tensor. */
 TEST(describe) {
@@ -709,6 +815,7 @@ int main(void) {
     RUN(gemma3_options);
     RUN(gemma3_27b_query_scale);
     RUN(hf_layer_types);
+    RUN(gguf_layer_pattern_forms);
     RUN(hf_rope_parameters);
     RUN(describe);
     RUN(quantized_weights_round_trip);

@@ -15,6 +15,7 @@
 #include "gemma.h"
 #include "gemma_generator.h"
 #include "engine/engine.h"
+#include "support/gguf_writer.h"
 #include "support/test.h"
 
 #define MAX_SEQ 4
@@ -91,11 +92,15 @@ static gm_model *open_model(const char *name) {
     return m;
 }
 
-/* Pooled vectors of both files against llama.cpp's, at 1 and 2 threads (same bits). */
-static void pooled_parity(const char *gguf, const char *ref) {
+/* Pooled vectors of the file at path against llama.cpp's, at 1 and 2 threads (same bits). */
+static void pooled_parity_at(const char *path, const char *ref) {
+    char gguf[4096];
+    snprintf(gguf, sizeof gguf, "%s", path);
     fixture fx;
     CHECK(load_fixture(test_data_path(ref), &fx));
-    gm_model *m = open_model(gguf);
+    gm_error open_err = {0};
+    gm_model *m = NULL;
+    CHECK_OK(gm_model_open(gguf, NULL, &m, &open_err), &open_err);
     if (!m || fx.n_seq != 3) return;
     const gm_config *c = gm_model_config(m);
     CHECK(c->is_embedding);
@@ -111,7 +116,8 @@ static void pooled_parity(const char *gguf, const char *ref) {
         CHECK_OK(gm_embed_tokens(e2, fx.tok[s], fx.n_tok[s], w, &err), &err);
         CHECK(!memcmp(v, w, sizeof v));
         const double cd = cos_dist(v, fx.pooled[s], DIM), md = max_diff(v, fx.pooled[s], DIM);
-        fprintf(stderr, "  %s, %d tokens: cosine distance %.3g, max |diff| %.3g\n", gguf, fx.n_tok[s], cd, md);
+        const char *file = strrchr(gguf, '/') ? strrchr(gguf, '/') + 1 : gguf;
+        fprintf(stderr, "  %s, %d tokens: cosine distance %.3g, max |diff| %.3g\n", file, fx.n_tok[s], cd, md);
         CHECK_MSG(cd <= COS_TOL, "cosine distance %g", cd);
         CHECK_MSG(md <= ABS_TOL, "max |diff| %g", md);
         /* normalisation is the caller's: unit length, same direction */
@@ -125,6 +131,8 @@ static void pooled_parity(const char *gguf, const char *ref) {
     gm_model_free(m);
     free_fixture(&fx);
 }
+
+static void pooled_parity(const char *gguf, const char *ref) { pooled_parity_at(test_data_path(gguf), ref); }
 
 TEST(plain_matches_llama_cpp) { pooled_parity("embedding/plain.gguf", "embedding/plain.emb.txt"); }
 TEST(dense_matches_llama_cpp) { pooled_parity("embedding/dense.gguf", "embedding/dense.emb.txt"); }
@@ -266,6 +274,53 @@ TEST(bad_files_are_refused) {
     }
 }
 
+/* The layer pattern key in the forms llama.cpp 0.3.36 reads (load_swa_pattern), which our reader refused before
+ * ("should be i32 but is array"): plain.gguf (6 layers, no key: layer 5 full) with its own pattern written as an
+ * array or the number 6 gives llama.cpp's vectors; an array that does not repeat is read layer by layer. */
+TEST(layer_pattern_forms) {
+    char src[4096], path[600];
+    snprintf(src, sizeof src, "%s", test_data_path("embedding/plain.gguf"));
+    snprintf(path, sizeof path, "%s/gm_emb_pattern_%d.gguf", GM_BUILD_DIR, (int)getpid());
+    static const struct { gguf_vtype elem; const char *flags; int n; } same[] = {
+        {GGUF_VT_BOOL, "sssssf", 0}, {GGUF_VT_I32, "sssssf", 0}, {GGUF_VT_U32, NULL, 6}};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        CHECK(gw_copy_pattern(src, path, "gemma-embedding", same[i].elem, same[i].flags, same[i].n));
+        test_check_layer_kinds(path, "sssssf", gguf_vtype_name(same[i].elem));
+        pooled_parity_at(path, "embedding/plain.emb.txt");
+    }
+    CHECK(gw_copy_pattern(src, path, "gemma-embedding", GGUF_VT_BOOL, "sfssss", 0));
+    test_check_layer_kinds(path, "sfssss", "a bool per layer, not repeating");
+    fixture fx;
+    CHECK(load_fixture(test_data_path("embedding/plain.emb.txt"), &fx));
+    gm_error err = {0};
+    gm_model *m = NULL;
+    gm_embedder *e = NULL;
+    CHECK_OK(gm_model_open(path, NULL, &m, &err), &err);
+    if (m) CHECK_OK(gm_embedder_new(m, NULL, &e, &err), &err);
+    for (int s = 0; e && s < fx.n_seq; s++) { /* layers 1 and 5 swapped kinds: windows apart past 5 tokens */
+        float v[DIM];
+        CHECK_OK(gm_embed_tokens(e, fx.tok[s], fx.n_tok[s], v, &err), &err);
+        const double cd = cos_dist(v, fx.pooled[s], DIM);
+        fprintf(stderr, "  not repeating, %d tokens: cosine distance %.3g from the file's own pattern\n", fx.n_tok[s], cd);
+        CHECK_MSG(fx.n_tok[s] <= 5 ? cd <= COS_TOL : cd > 10 * COS_TOL, "%d tokens: cosine distance %g", fx.n_tok[s],
+                  cd);
+    }
+    gm_embedder_free(e);
+    gm_model_free(m);
+    free_fixture(&fx);
+    static const struct { gguf_vtype elem; const char *flags, *needle; } bad[] = {
+        {GGUF_VT_F32, "sssssf", "is an array of f32"}, {GGUF_VT_BOOL, "sssss", "has 5 entries for 6 layers"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(gw_copy_pattern(src, path, "gemma-embedding", bad[i].elem, bad[i].flags, 0));
+        m = NULL;
+        const gm_status st = gm_model_open(path, NULL, &m, &err);
+        CHECK_MSG(st != GM_OK && strstr(err.msg, bad[i].needle), "%s: status %d, \"%s\"", bad[i].needle, (int)st,
+                  err.msg);
+        gm_model_free(m);
+    }
+    unlink(path);
+}
+
 /* The sentence-transformers folder of dense.gguf (config.json + model.safetensors with norms as w, 1_Pooling,
  * 2_Dense / 3_Dense linear.weight, written by the generator from the GGUF's tensors) gives the GGUF's vectors:
  * the weights differ only by the +1 of the norms rounded through f32. */
@@ -363,6 +418,7 @@ int main(void) {
     RUN(bad_inputs_are_errors);
     RUN(refusals);
     RUN(bad_files_are_refused);
+    RUN(layer_pattern_forms);
     RUN(hf_folder_equals_gguf);
     RUN(add_eos_from_tokenizer_config);
     return test_summary();

@@ -21,10 +21,16 @@
 #include "gemma.h"
 #include "gemma_generator.h"
 #include "model/source.h"
+#include "support/gguf_writer.h"
 #include "support/test.h"
 #include "support/tiny_gemma3n.h"
 
 #define MAX_TOK 64
+/* Layer kinds ('s' sliding, 'f' full) of the 25 layers: the model's (il % 5 < 4), and one that does not repeat
+ * (layer 3 full and 4 sliding, layer 21 full) with layer 18 sliding and 19 full as llama.cpp's sharing rule needs
+ * (layers 20 and 22-24 read 18's K/V, 21 reads 19's) */
+#define KINDS_DEFAULT "ssssfssssfssssfssssfssssf"
+#define KINDS_IRREGULAR "sssfsssssfssssfssssfsfsss"
 #define MAX_SUMS 1024
 #define REL_TOL 1e-3
 
@@ -389,6 +395,23 @@ TEST(bad_variants_are_refused) {
     t3n_options_default(&o);
     o.non_uniform_ff = true;
     refused(&o, "non-uniform FFN widths", "differs between layers");
+    static const struct { gguf_vtype elem; const char *flags, *what, *needle; } pattern[] = {
+        {GGUF_VT_F32, KINDS_DEFAULT, "pattern of floats", "is an array of f32"},
+        {GGUF_VT_BOOL, "ssssfssssf", "pattern of 10 layers", "has 10 entries for 25 layers"},
+        {GGUF_VT_BOOL, "ssssfssssfssssfsssfsssssf", "irregular pattern with layer 19 sliding", "layer 19 must be full"},
+    };
+    char path[300];
+    snprintf(path, sizeof path, "%s.bad", model_path);
+    for (size_t i = 0; i < sizeof pattern / sizeof pattern[0]; i++) {
+        CHECK(gw_copy_pattern(model_path, path, "gemma3n", pattern[i].elem, pattern[i].flags, 0));
+        gm_error err = {0};
+        gm_model *m = NULL;
+        const gm_status st = gm_model_open(path, NULL, &m, &err);
+        CHECK_MSG(st != GM_OK && strstr(err.msg, pattern[i].needle), "%s: status %d, message \"%s\"", pattern[i].what,
+                  (int)st, err.msg);
+        gm_model_free(m);
+    }
+    unlink(path);
 }
 
 /* Fewer than 21 layers and no sharing expected: a valid model that simply shares nothing. */
@@ -415,6 +438,69 @@ TEST(twenty_layers_run_without_sharing) {
     }
     gm_generator_free(g);
     gm_model_free(m);
+    unlink(path);
+}
+
+/* ---- the layer pattern key in the forms llama.cpp 0.3.36 reads (load_swa_pattern): the model's bool array as
+ * int32 or as the number 5 reads the same; a per-layer array that does not repeat is read layer by layer */
+
+/* Our logits of fx.tok for the model at path (NULL on failure). */
+static float *logits_at(const char *path) {
+    gm_error err = {0};
+    gm_model *m = NULL;
+    gm_generator *g = NULL;
+    float *out = NULL;
+    CHECK_OK(gm_model_open(path, NULL, &m, &err), &err);
+    gm_generator_options go = {.n_threads = gm_test_threads(1), .n_ctx = 64};
+    if (m) CHECK_OK(gm_generator_new(m, &go, &g, &err), &err);
+    if (g) {
+        out = malloc(sizeof(float) * (size_t)fx.n_tok * (size_t)fx.n_vocab);
+        CHECK_OK(gm_generator_prefill(g, fx.tok, fx.n_tok, &err), &err);
+        if (gm_generator_score(g, out, &err) != GM_OK) {
+            CHECK_MSG(false, "score: %s", err.msg);
+            free(out);
+            out = NULL;
+        }
+    }
+    gm_generator_free(g);
+    gm_model_free(m);
+    return out;
+}
+
+TEST(layer_pattern_forms) {
+    char path[300];
+    snprintf(path, sizeof path, "%s.pattern", model_path);
+    float *base = logits_at(model_path);
+    static const struct { gguf_vtype elem; const char *flags; int n; } same[] = {
+        {GGUF_VT_I32, KINDS_DEFAULT, 0}, {GGUF_VT_U32, KINDS_DEFAULT, 0}, {GGUF_VT_U32, NULL, 5}};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        CHECK(gw_copy_pattern(model_path, path, "gemma3n", same[i].elem, same[i].flags, same[i].n));
+        test_check_layer_kinds(path, KINDS_DEFAULT, gguf_vtype_name(same[i].elem));
+        float *v = logits_at(path);
+        CHECK_MSG(base && v && !memcmp(base, v, sizeof(float) * (size_t)fx.n_tok * (size_t)fx.n_vocab),
+                  "the pattern as %s gives other logits", same[i].flags ? "an int array" : "a number");
+        free(v);
+    }
+    CHECK(strlen(KINDS_IRREGULAR) == 25);
+    CHECK(gw_copy_pattern(model_path, path, "gemma3n", GGUF_VT_BOOL, KINDS_IRREGULAR, 0));
+    test_check_layer_kinds(path, KINDS_IRREGULAR, "a bool per layer, not repeating");
+    gm_error err = {0};
+    gm_model *m = NULL;
+    CHECK_OK(gm_model_open(path, NULL, &m, &err), &err);
+    for (int il = 0; m && il < 25; il++) {
+        const int want = il < 20 ? il : KINDS_IRREGULAR[il] == 's' ? 18 : 19;
+        CHECK_MSG(gm_model_layer(m, il)->kv_source == want, "layer %d reads layer %d's K/V", il,
+                  gm_model_layer(m, il)->kv_source);
+    }
+    CHECK_EQ_INT(m ? gm_model_config(m)->sliding_pattern : -1, 0);
+    gm_model_free(m);
+    float *v = logits_at(path);
+    bool finite = v != NULL, differs = false;
+    for (size_t i = 0; v && base && i < (size_t)fx.n_tok * (size_t)fx.n_vocab; i++)
+        finite &= isfinite(v[i]), differs |= v[i] != base[i];
+    CHECK(finite && differs);
+    free(v);
+    free(base);
     unlink(path);
 }
 
@@ -566,6 +652,7 @@ int main(int argc, char **argv) {
         unlink(engine_path);
         RUN(bad_variants_are_refused);
         RUN(twenty_layers_run_without_sharing);
+        RUN(layer_pattern_forms);
         RUN(hf_matches_gguf_where_the_math_agrees);
         RUN(hf_sparsity_divides_by_n);
         RUN(hf_clamps_correction_coefficients);

@@ -300,77 +300,13 @@ TEST(engine_prefix_reuse_past_window) {
 /* ---- broken variants: the dense file copied with one key or tensor dropped or replaced, refused at open
  * with a message that names the problem */
 
-typedef struct edit {
-    const char *drop_key, *drop_tensor;
-    void (*add)(gw_writer *w); /* replacement keys / extra tensors */
-} edit;
-
-/* one metadata value re-encoded as GGUF bytes (scalars, strings, arrays of either) */
-static void encode_value(gw_buf *b, const gguf_value *v) {
-    const size_t sz = gguf_vtype_size(v->type);
-    if (v->type == GGUF_VT_STRING) {
-        gw_buf_u64(b, v->v.str.len);
-        gw_buf_bytes(b, v->v.str.ptr, v->v.str.len);
-    } else if (v->type == GGUF_VT_ARRAY) {
-        gw_buf_u32(b, v->v.arr.elem);
-        gw_buf_u64(b, v->v.arr.n);
-        if (v->v.arr.elem != GGUF_VT_STRING && v->v.arr.elem != GGUF_VT_ARRAY) {
-            gw_buf_bytes(b, v->v.arr.data, v->v.arr.nbytes);
-            return;
-        }
-        gguf_arr_iter it;
-        gguf_value e;
-        gguf_arr_iter_init(&it, v);
-        while (gguf_arr_iter_next(&it, &e)) encode_value(b, &e);
-    } else if (v->type == GGUF_VT_F32) {
-        const float f = (float)v->v.f;
-        gw_buf_bytes(b, &f, 4);
-    } else if (v->type == GGUF_VT_F64) {
-        gw_buf_bytes(b, &v->v.f, 8);
-    } else { /* integers and bool, little-endian */
-        const uint64_t u = v->type == GGUF_VT_I8 || v->type == GGUF_VT_I16 || v->type == GGUF_VT_I32 ||
-                                   v->type == GGUF_VT_I64
-                               ? (uint64_t)v->v.i
-                               : v->v.u;
-        for (size_t i = 0; i < sz; i++) {
-            const uint8_t byte = (uint8_t)(u >> (8 * i));
-            gw_buf_bytes(b, &byte, 1);
-        }
-    }
-}
-
-static bool copy_with(const char *src, const char *dst, const edit *ed) {
-    gguf_file *f = NULL;
-    gm_error err = {0};
-    if (gguf_open(src, NULL, &f, &err)) return false;
-    gw_writer *w = gw_new();
-    bool ok = true;
-    for (uint64_t i = 0; ok && i < f->n_kv; i++) {
-        if (ed->drop_key && !strcmp(f->kv[i].key, ed->drop_key)) continue;
-        if (!strcmp(f->kv[i].key, "general.alignment")) continue;
-        gw_buf b = {0};
-        encode_value(&b, &f->kv[i].val);
-        ok = gw_add_raw(w, f->kv[i].key, f->kv[i].val.type, b.p, b.n);
-        gw_buf_free(&b);
-    }
-    for (uint64_t i = 0; ok && i < f->n_tensors; i++) {
-        const gguf_tensor *t = &f->tensors[i];
-        if (ed->drop_tensor && !strcmp(t->name, ed->drop_tensor)) continue;
-        ok = gw_add_tensor_raw(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes);
-    }
-    if (ok && ed->add) ed->add(w);
-    ok = ok && gw_write_file(w, dst);
-    if (!ok) fprintf(stderr, "copy_with: %s\n", gw_error(w));
-    gw_free(w);
-    gguf_close(f);
-    return ok;
-}
+typedef gw_edit edit; /* a key or tensor dropped; add: replacement keys / extra tensors */
 
 static void refused(const edit *ed, const char *what, const char *needle) {
     char path[600];
     snprintf(path, sizeof path, "%s/gm_bad_gemma4_%d.gguf", getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
              (int)getpid());
-    CHECK_MSG(copy_with(model_path, path, ed), "%s: cannot write the variant", what);
+    CHECK_MSG(gw_copy_gguf(model_path, path, ed), "%s: cannot write the variant", what);
     gm_error err = {0};
     gm_model *m = NULL;
     gm_status st = gm_model_open(path, NULL, &m, &err);
@@ -395,6 +331,10 @@ static void pattern_short(gw_writer *w) {
     const uint8_t b[5] = {1, 0, 1, 1, 0};
     gw_add_arr(w, "gemma4.attention.sliding_window_pattern", GGUF_VT_BOOL, 5, b);
 }
+static void pattern_f32(gw_writer *w) {
+    const float v[7] = {1, 0, 1, 1, 0, 1, 1};
+    gw_add_arr(w, "gemma4.attention.sliding_window_pattern", GGUF_VT_F32, 7, v);
+}
 static void vlen_swa(gw_writer *w) { gw_add_u32(w, "gemma4.attention.value_length_swa", 16); }
 static void experts(gw_writer *w) { gw_add_u32(w, "gemma4.expert_count", 4); }
 static void router(gw_writer *w) {
@@ -411,6 +351,8 @@ TEST(bad_variants_are_refused) {
     refused(&(edit){.drop_key = "gemma4.attention.sliding_window_pattern"}, "no layer pattern", "sliding_window_pattern");
     refused(&(edit){.drop_key = "gemma4.attention.sliding_window_pattern", .add = pattern_short}, "short layer pattern",
             "has 5 entries for 7 layers");
+    refused(&(edit){.drop_key = "gemma4.attention.sliding_window_pattern", .add = pattern_f32},
+            "layer pattern of floats", "is an array of f32");
     refused(&(edit){.drop_key = "gemma4.attention.head_count_kv", .add = kv6}, "short KV-head array",
             "head_count_kv has 6 entries for 7 layers");
     refused(&(edit){.drop_key = "gemma4.feed_forward_length", .add = ff8}, "long FFN array",
@@ -596,6 +538,32 @@ TEST(hf_layer_facts) {
     remove_hf();
 }
 
+/* The layer pattern as an int32 or uint32 array (llama.cpp's get_arr takes them as it takes bool): the same layers,
+ * the same logits bit for bit. */
+TEST(pattern_as_int_arrays) {
+    char flags[64] = "", path[400];
+    gguf_file *f = NULL;
+    gm_error err = {0};
+    CHECK_OK(gguf_open(model_path, NULL, &f, &err), &err);
+    const gguf_kv *kv = f ? gguf_find(f, "gemma4.attention.sliding_window_pattern") : NULL;
+    for (uint64_t i = 0; kv && i < kv->val.v.arr.n && i + 1 < sizeof flags; i++)
+        flags[i] = kv->val.v.arr.data[i] ? 's' : 'f';
+    gguf_close(f);
+    CHECK(flags[0] != 0);
+    const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(path, sizeof path, "%s/gm_gemma4_pattern_%d.gguf", tmp, (int)getpid());
+    char saved[sizeof model_path];
+    memcpy(saved, model_path, sizeof saved);
+    const gguf_vtype elems[] = {GGUF_VT_I32, GGUF_VT_U32};
+    for (int i = 0; i < 2; i++) {
+        CHECK(gw_copy_pattern(saved, path, "gemma4", elems[i], flags, 0));
+        snprintf(model_path, sizeof model_path, "%s", path);
+        check_logits(1, 0); /* against the bool file's first run: bit for bit */
+    }
+    memcpy(model_path, saved, sizeof saved);
+    unlink(path);
+}
+
 static void run_variant(const char *name, bool full, bool moe) {
     stem = name;
     char rel[128];
@@ -613,6 +581,7 @@ static void run_variant(const char *name, bool full, bool moe) {
         RUN(engine_prefix_reuse_past_window);
         if (full) {
             RUN(layer_facts);
+            RUN(pattern_as_int_arrays);
             RUN(bad_variants_are_refused);
         }
         if (moe) RUN(bad_moe_variants_are_refused);

@@ -1,7 +1,6 @@
-/* vision/vision.c — gm_vision: the public calls, dispatched to the family the mmproj names (Gemma 3: siglip.c,
- * Gemma 4: gemma4v.c), and each family's preprocessing as llama.cpp does it (mtmd-image.cpp: the fixed-size
- * letterbox for Gemma 3, the dynamic size rule and a bicubic letterbox for Gemma 4). */
-#include <math.h>
+/* vision/vision.c — gm_vision: the public calls over the encoder family's row (vision_internal.h; the rows and
+ * each family's preprocessing as llama.cpp does it are in encoders.c), chosen by the projector type the mmproj
+ * names. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,17 +10,30 @@
 #include "vision/mmproj_hf.h"
 #include "vision/vision_internal.h"
 
-/* Which family the file (or folder) is: Gemma 4 for "gemma4v"; anything else goes to the Gemma 3 loader, whose checks
- * name what is wrong (not an mmproj, no vision encoder, another projector). */
-static gm_status peek_family(const char *path, int *family, gm_error *err) {
-    if (mmp_is_folder(path)) return mmp_hf_family(path, family, err); /* a Hugging Face folder: its config.json */
+/* Gemma 3's first: the row for a file of another or no projector type, whose loader's checks name what is wrong
+ * (not an mmproj, no vision encoder, another projector). */
+static const gm_vision_kind *const k_families[] = {&gm_vision_kind_gemma3, &gm_vision_kind_gemma4};
+enum { N_FAMILIES = sizeof k_families / sizeof k_families[0] };
+
+/* The row of the file's projector type, or of the family a Hugging Face folder's config.json names. */
+static gm_status peek_family(const char *path, const gm_vision_kind **out, gm_error *err) {
+    *out = k_families[0];
+    if (mmp_is_folder(path)) {
+        int family = 0;
+        gm_status st = mmp_hf_family(path, &family, err);
+        for (int i = 0; !st && i < N_FAMILIES; i++)
+            if (k_families[i]->family == family) *out = k_families[i];
+        return st;
+    }
     gguf_file *f;
     gm_status st = gguf_open(path, NULL, &f, err);
     if (st) return st;
     gguf_str type;
     const char *key;
     gm_error quiet = {0};
-    *family = !mmp_projector(f, &type, &key, &quiet) && mmp_str_is(type, "gemma4v") ? 4 : 3;
+    const bool typed = !mmp_projector(f, &type, &key, &quiet);
+    for (int i = 0; typed && i < N_FAMILIES; i++)
+        if (mmp_str_is(type, k_families[i]->projector)) *out = k_families[i];
     gguf_close(f);
     return GM_OK;
 }
@@ -36,74 +48,44 @@ gm_status gm_vision_open(const char *path, const gm_vision_options *o, gm_vision
         return gm_fail(err, GM_ERR_ARG, "gm_vision_open: image tokens %d..%d", o->image_min_tokens, o->image_max_tokens);
     gm_vision *v = calloc(1, sizeof *v);
     if (!v) return gm_fail(err, GM_ERR_NOMEM, "gm_vision_open");
-    gm_status st = peek_family(path, &v->family, err);
-    if (!st) st = v->family == 4 ? g4v_open(path, o, &v->g4, err) : siglip_open(path, o, &v->g3, err);
+    gm_status st = peek_family(path, &v->fam, err);
+    if (!st) st = v->fam->open(path, o, &v->enc, err);
     if (st) {
         free(v);
         return st;
     }
+    v->fam->info(v->enc, &v->info);
+    v->info.family = v->fam->family;
+    v->info.projector = v->fam->projector;
     *out = v;
     return GM_OK;
 }
 
 void gm_vision_free(gm_vision *v) {
     if (!v) return;
-    siglip_free(v->g3);
-    g4v_free(v->g4);
+    v->fam->free(v->enc);
     free(v);
 }
 
-int gm_vision_family(const gm_vision *v) { return v ? v->family : 0; }
-int gm_vision_image_size(const gm_vision *v) { return v && v->g3 ? siglip_config(v->g3)->image_size : 0; }
-
-int gm_vision_n_tokens(const gm_vision *v) {
-    if (!v) return 0;
-    return v->g3 ? siglip_config(v->g3)->n_tokens : g4v_get_config(v->g4)->max_tokens;
-}
-
-int gm_vision_embd_dim(const gm_vision *v) {
-    if (!v) return 0;
-    return v->g3 ? siglip_config(v->g3)->proj_dim : g4v_get_config(v->g4)->proj_dim;
-}
+int gm_vision_family(const gm_vision *v) { return v ? v->info.family : 0; }
+int gm_vision_image_size(const gm_vision *v) { return v ? v->info.image_size : 0; }
+int gm_vision_n_tokens(const gm_vision *v) { return v ? v->info.n_tokens : 0; }
+int gm_vision_embd_dim(const gm_vision *v) { return v ? v->info.embd_dim : 0; }
 
 void gm_vision_mean_std(const gm_vision *v, float mean[3], float std[3]) {
-    const float *m = NULL, *s = NULL;
-    if (v && v->g3) m = siglip_config(v->g3)->mean, s = siglip_config(v->g3)->std;
-    if (v && v->g4) m = g4v_get_config(v->g4)->mean, s = g4v_get_config(v->g4)->std;
     for (int i = 0; i < 3; i++) {
-        if (mean) mean[i] = m ? m[i] : 0.0f;
-        if (std) std[i] = s ? s[i] : 1.0f;
+        if (mean) mean[i] = v ? v->info.mean[i] : 0.0f;
+        if (std) std[i] = v ? v->info.std[i] : 1.0f;
     }
 }
 
 gm_status gm_vision_encode(gm_vision *v, const float *chw, float *out, gm_error *err) {
     if (!v || !chw || !out) return gm_fail(err, GM_ERR_ARG, "gm_vision_encode: NULL %s", !v ? "encoder" : !chw ? "image" : "out");
-    if (!v->g3) return gm_fail(err, GM_ERR_ARG, "gm_vision_encode: Gemma 4 has no fixed size: use gm_vision_encode_chw");
-    return siglip_encode(v->g3, chw, out, err);
-}
-
-/* ---- Gemma 4's size rule (llama.cpp img_tool::calc_size_preserved_ratio, in its float arithmetic) */
-
-static int round_by(float x, int a) { return (int)roundf(x / (float)a) * a; }
-static int ceil_by(float x, int a) { return (int)ceilf(x / (float)a) * a; }
-static int floor_by(float x, int a) { return (int)floorf(x / (float)a) * a; }
-static int at_least(int x, int a) { return x > a ? x : a; }
-
-static void g4_size(const g4v_config *c, int w, int h, int *ow, int *oh) {
-    const int a = c->align;
-    const int min_px = c->min_tokens * a * a, max_px = c->max_tokens * a * a;
-    int wb = at_least(round_by((float)w, a), a), hb = at_least(round_by((float)h, a), a);
-    if ((int64_t)wb * hb > max_px) {
-        const float beta = sqrtf((float)h * (float)w / (float)max_px);
-        hb = at_least(floor_by((float)h / beta, a), a);
-        wb = at_least(floor_by((float)w / beta, a), a);
-    } else if ((int64_t)wb * hb < min_px) {
-        const float beta = sqrtf((float)min_px / ((float)h * (float)w));
-        hb = ceil_by((float)h * beta, a);
-        wb = ceil_by((float)w * beta, a);
-    }
-    *ow = wb;
-    *oh = hb;
+    const int S = v->info.image_size;
+    if (!S)
+        return gm_fail(err, GM_ERR_ARG, "gm_vision_encode: %s has no fixed size: use gm_vision_encode_chw",
+                       v->info.projector);
+    return v->fam->encode(v->enc, chw, S, S, out, err);
 }
 
 gm_status gm_vision_input_size(const gm_vision *v, int w, int h, int *out_w, int *out_h, int *n_tokens, gm_error *err) {
@@ -111,15 +93,7 @@ gm_status gm_vision_input_size(const gm_vision *v, int w, int h, int *out_w, int
     if (w <= 0 || h <= 0 || w > GM_IMAGE_MAX_SIDE * 8 || h > GM_IMAGE_MAX_SIDE * 8)
         return gm_fail(err, GM_ERR_ARG, "gm_vision_input_size: image %d x %d", w, h);
     int W, H, T;
-    if (v->g3) {
-        const vit_config *c = siglip_config(v->g3);
-        W = H = c->image_size;
-        T = c->n_tokens;
-    } else {
-        const g4v_config *c = g4v_get_config(v->g4);
-        g4_size(c, w, h, &W, &H);
-        T = (W / c->align) * (H / c->align);
-    }
+    v->fam->input_size(v->enc, w, h, &W, &H, &T);
     if (out_w) *out_w = W;
     if (out_h) *out_h = H;
     if (n_tokens) *n_tokens = T;
@@ -128,27 +102,6 @@ gm_status gm_vision_input_size(const gm_vision *v, int w, int h, int *out_w, int
 
 /* ---- preprocessing and encoding of any family */
 
-/* A size the encoder takes: Gemma 3 its one size; Gemma 4 sides multiples of align, within its scratch
- * (max_tokens) and its position tables. */
-static gm_status check_encode_size(const gm_vision *v, int w, int h, gm_error *err) {
-    if (v->g3) {
-        const int S = siglip_config(v->g3)->image_size;
-        if (w != S || h != S)
-            return gm_fail(err, GM_ERR_ARG, "gm_vision_encode_chw: this encoder takes %d x %d, not %d x %d", S, S, w, h);
-        return GM_OK;
-    }
-    const g4v_config *c = g4v_get_config(v->g4);
-    if (w <= 0 || h <= 0 || w % c->align || h % c->align)
-        return gm_fail(err, GM_ERR_ARG, "gm_vision_encode_chw: %d x %d: sides must be positive multiples of %d", w, h, c->align);
-    if ((int64_t)(w / c->align) * (h / c->align) > c->max_tokens)
-        return gm_fail(err, GM_ERR_ARG, "gm_vision_encode_chw: %d x %d makes %lld tokens, more than the %d it was opened for",
-                       w, h, (long long)(w / c->align) * (h / c->align), c->max_tokens);
-    if (w / c->patch_size > c->pos_rows || h / c->patch_size > c->pos_rows)
-        return gm_fail(err, GM_ERR_ARG, "gm_vision_encode_chw: %d x %d has more than the %d patches per side of the position table",
-                       w, h, c->pos_rows);
-    return GM_OK;
-}
-
 gm_status gm_vision_preprocess(const gm_vision *v, const gm_image *img, float **chw, int *w, int *h, int *n_tokens,
                                gm_error *err) {
     if (!v || !img || !img->pixels || !chw)
@@ -156,15 +109,13 @@ gm_status gm_vision_preprocess(const gm_vision *v, const gm_image *img, float **
     *chw = NULL;
     int W, H, T;
     gm_status st = gm_vision_input_size(v, img->width, img->height, &W, &H, &T, err);
-    if (!st && v->g4) st = check_encode_size(v, W, H, err);
+    if (!st) st = v->fam->check_size(v->enc, W, H, err); /* a size rule may pick one the encoder cannot take */
     if (st) return st;
     gm_image sq = {0};
-    if ((st = gm_image_letterbox_filter(img, W, H, v->g4 ? GM_RESAMPLE_BICUBIC : GM_RESAMPLE_BILINEAR, &sq, err))) return st;
-    float mean[3], std[3];
-    gm_vision_mean_std(v, mean, std);
+    if ((st = gm_image_letterbox_filter(img, W, H, v->fam->resample, &sq, err))) return st;
     float *x = malloc((size_t)3 * W * H * sizeof *x);
     if (!x) st = gm_fail(err, GM_ERR_NOMEM, "gm_vision_preprocess: %d x %d", W, H);
-    if (!st) st = gm_image_to_chw(&sq, mean, std, x, err);
+    if (!st) st = gm_image_to_chw(&sq, v->info.mean, v->info.std, x, err);
     gm_image_free(&sq);
     if (st) {
         free(x);
@@ -180,9 +131,9 @@ gm_status gm_vision_preprocess(const gm_vision *v, const gm_image *img, float **
 gm_status gm_vision_encode_chw(gm_vision *v, const float *chw, int w, int h, float *out, gm_error *err) {
     if (!v || !chw || !out)
         return gm_fail(err, GM_ERR_ARG, "gm_vision_encode_chw: NULL %s", !v ? "encoder" : !chw ? "image" : "out");
-    gm_status st = check_encode_size(v, w, h, err);
+    gm_status st = v->fam->check_size(v->enc, w, h, err);
     if (st) return st;
-    return v->g3 ? siglip_encode(v->g3, chw, out, err) : g4v_encode(v->g4, chw, w, h, out, err);
+    return v->fam->encode(v->enc, chw, w, h, out, err);
 }
 
 gm_status gm_vision_encode_image(gm_vision *v, const gm_image *img, float **out, int *n_tokens, gm_error *err) {
@@ -207,24 +158,7 @@ gm_status gm_vision_encode_image(gm_vision *v, const gm_image *img, float **out,
 void gm_vision_get_info(const gm_vision *v, gm_vision_info *out) {
     if (!out) return;
     memset(out, 0, sizeof *out);
-    if (!v) return;
-    static const char *const act[] = {[VIT_GELU_TANH] = "gelu-tanh", [VIT_GELU_QUICK] = "gelu-quick", [VIT_SILU] = "silu"};
-    if (v->g3) {
-        const vit_config *c = siglip_config(v->g3);
-        *out = (gm_vision_info){.family = 3, .projector = "gemma3", .image_size = c->image_size,
-                                .patch_size = c->patch_size, .n_layers = c->n_layers, .n_embd = c->n_embd,
-                                .n_ff = c->n_ff, .n_head = c->n_head, .n_tokens = c->n_tokens,
-                                .embd_dim = c->proj_dim, .activation = act[c->act]};
-        memcpy(out->mean, c->mean, sizeof out->mean);
-        memcpy(out->std, c->std, sizeof out->std);
-    } else {
-        const g4v_config *c = g4v_get_config(v->g4);
-        *out = (gm_vision_info){.family = 4, .projector = "gemma4v", .image_size = 0, .patch_size = c->patch_size,
-                                .n_layers = c->n_layers, .n_embd = c->n_embd, .n_ff = c->n_ff, .n_head = c->n_head,
-                                .n_tokens = c->max_tokens, .embd_dim = c->proj_dim, .activation = act[c->act]};
-        memcpy(out->mean, c->mean, sizeof out->mean);
-        memcpy(out->std, c->std, sizeof out->std);
-    }
+    if (v) *out = v->info;
 }
 
 /* ---- an image file's bytes to the rows a sequence takes: what the CLI and the server call */

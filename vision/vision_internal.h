@@ -1,6 +1,6 @@
-/* vision/vision_internal.h — the encoder families behind gm_vision (vision.c dispatches on the mmproj's
- * projector type): Gemma 3's SigLIP at one fixed size (siglip.c) and Gemma 4's ViT at sizes chosen per image
- * (gemma4v.c). Internal to vision/. */
+/* vision/vision_internal.h — the encoder families behind gm_vision, one row each (gm_vision_kind; the rows in
+ * encoders.c, selected by the mmproj's projector type): Gemma 3's SigLIP at one fixed size (siglip.c) and Gemma 4's
+ * ViT at sizes chosen per image (gemma4v.c). Internal to vision/. */
 #ifndef GM_VISION_INTERNAL_H
 #define GM_VISION_INTERNAL_H
 
@@ -26,14 +26,33 @@ const g4v_config *g4v_get_config(const g4v *g);
  * (checked by the caller); out: (w / a) (h / a) x proj_dim, a = patch * pool. */
 gm_status g4v_encode(g4v *g, const float *chw, int w, int h, float *out, gm_error *err);
 
-struct gm_vision {
-    int family; /* 3 or 4: which one of the two below is set */
-    siglip *g3;
-    g4v *g4;
-};
-
 /* Resampling filters of the letterbox (Pillow's, with llama.cpp's pass order: horizontal first). */
 typedef enum gm_resample { GM_RESAMPLE_BILINEAR, GM_RESAMPLE_BICUBIC } gm_resample;
+
+/* An encoder family as a row (vision/encoders.c): the data that tells the families apart, and hooks over the
+ * family's encoder (enc: what open made). vision.c reads the row and names no family. */
+typedef struct gm_vision_kind {
+    int family;            /* gm_vision_family(): 3, 4 */
+    const char *projector; /* the mmproj's clip.projector_type that selects the row; gm_vision_info.projector */
+    gm_resample resample;  /* the letterbox's filter */
+    gm_status (*open)(const char *path, const gm_vision_options *o, void **enc, gm_error *err); /* o not NULL */
+    void (*free)(void *enc);
+    void (*info)(const void *enc, gm_vision_info *out); /* every field but family and projector */
+    /* The input size the family's reference picks for a w x h image (its one size, or a size rule) and the
+     * rows it makes. */
+    void (*input_size)(const void *enc, int w, int h, int *out_w, int *out_h, int *n_tokens);
+    gm_status (*check_size)(const void *enc, int w, int h, gm_error *err); /* a size encode takes, or GM_ERR_ARG */
+    /* chw: 3 x h x w normalised floats of a size check_size took; out: rows x embd_dim. */
+    gm_status (*encode)(void *enc, const float *chw, int w, int h, float *out, gm_error *err);
+} gm_vision_kind;
+
+extern const gm_vision_kind gm_vision_kind_gemma3, gm_vision_kind_gemma4;
+
+struct gm_vision {
+    const gm_vision_kind *fam;
+    void *enc;           /* the family's encoder */
+    gm_vision_info info; /* the row's and the encoder's facts, fixed at open */
+};
 gm_status gm_image_letterbox_filter(const gm_image *src, int width, int height, gm_resample f, gm_image *out,
                                     gm_error *err);
 

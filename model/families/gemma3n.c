@@ -14,6 +14,28 @@
 
 #define NS GM_3N_STREAMS
 
+/* The model's Gemma 3n weights (gm_model.family_weights, which gm_3n_load made). */
+static gm_3n_weights *weights(const gm_model *m) { return m->family_weights; }
+
+/* ------------------------------------------------------------------ Hugging Face names */
+
+/* What 3n adds to a folder's names (beside the per-layer inputs, registry.c's): the AltUp projections, kept apart
+ * in HF as "altup_proj.<k>.weight" where the GGUF stacks them into one [d, d, 3] tensor (load_slices takes either
+ * form), and the AltUp / LAuReL tensors of each layer. */
+const gm_hf_name gm_3n_hf_names[] = {
+    {GM_HF_NUMBERED, "model.altup_projections.", "altup_proj."},
+    {GM_HF_NUMBERED, "model.altup_unembed_projections.", "altup_unembd_proj."},
+    {GM_HF_LAYER, "altup.correction_coefs.weight", "altup_correct_coef.weight"},
+    {GM_HF_LAYER, "altup.prediction_coefs.weight", "altup_predict_coef.weight"},
+    {GM_HF_LAYER, "altup.correct_output_scale", "altup_correct_scale.weight"},
+    {GM_HF_LAYER, "altup.modality_router.weight", "altup_router.weight"},
+    {GM_HF_LAYER, "altup.router_norm.weight", "altup_router_norm.weight"},
+    {GM_HF_LAYER, "laurel.linear_left.weight", "laurel_l.weight"},
+    {GM_HF_LAYER, "laurel.linear_right.weight", "laurel_r.weight"},
+    {GM_HF_LAYER, "laurel.post_laurel_norm.weight", "laurel_post_norm.weight"},
+    {GM_HF_END, NULL, NULL},
+};
+
 /* ------------------------------------------------------------------ config */
 
 /* An optional unsigned key that llama.cpp ignores: when present it must equal the hard-coded value. */
@@ -30,40 +52,6 @@ static gm_status check_fixed(const gguf_file *f, const char *suffix, int64_t wan
     return GM_OK;
 }
 
-/* gemma3n.attention.sliding_window_pattern: a bool per layer (true = sliding) or a number n (layer il slides
- * iff il % n < n - 1; 0: every layer); absent: 5. We run repeating patterns: the array must be one. */
-static gm_status layer_pattern(const gguf_file *f, gm_config *c, gm_error *err) {
-    const char *key = "gemma3n.attention.sliding_window_pattern";
-    const gguf_kv *kv = gguf_find(f, key);
-    int p = 5;
-    if (kv && kv->val.type != GGUF_VT_ARRAY) {
-        int32_t v;
-        gm_status st = gguf_get_i32(f, key, &v, err);
-        if (st) return st;
-        if (v < 0) return gm_fail(err, GM_ERR_FORMAT, "%s: %s is negative", f->path, key);
-        p = v == 0 ? c->n_layers + 1 : v; /* 0: every layer slides, i.e. no full layer among them */
-    } else if (kv) {
-        const gguf_value *arr;
-        gm_status st = gguf_get_arr(f, key, GGUF_VT_BOOL, &arr, err);
-        if (st) return st;
-        if (arr->v.arr.n != (uint64_t)c->n_layers)
-            return gm_fail(err, GM_ERR_FORMAT, "%s: %s has %llu entries for %d layers", f->path, key,
-                           (unsigned long long)arr->v.arr.n, c->n_layers);
-        const uint8_t *b = arr->v.arr.data;
-        p = c->n_layers + 1;
-        for (int i = 0; i < c->n_layers; i++)
-            if (!b[i]) {
-                p = i + 1;
-                break;
-            }
-        for (int i = 0; i < c->n_layers; i++)
-            if ((b[i] != 0) != ((i + 1) % p != 0))
-                return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: %s is not a repeating sliding/full pattern", f->path, key);
-    }
-    c->sliding_pattern = p;
-    return GM_OK;
-}
-
 gm_status gm_3n_config_gguf(const gguf_file *f, gm_config *c, gm_error *err) {
     const char *path = f->path;
     int32_t window;
@@ -76,7 +64,7 @@ gm_status gm_3n_config_gguf(const gguf_file *f, gm_config *c, gm_error *err) {
         ((st = gguf_get_f32(f, "gemma3n.rope.freq_base_swa", &c->rope_base_local, err)) ||
          (st = gm_config_number(path, "gemma3n.rope.freq_base_swa", c->rope_base_local, GM_NUM_POSITIVE, err))))
         return st;
-    if ((st = layer_pattern(f, c, err))) return st;
+    if ((st = gm_config_gguf_pattern(f, c, 5, err))) return st; /* llama.cpp's default for gemma3n: 5 */
     if ((st = check_fixed(f, "altup.num_inputs", NS, err)) || (st = check_fixed(f, "altup.active_idx", 0, err)) ||
         (st = check_fixed(f, "embedding_length_per_layer_input", GM_3N_PLE, err)))
         return st;
@@ -95,11 +83,13 @@ gm_status gm_3n_config_gguf(const gguf_file *f, gm_config *c, gm_error *err) {
     }
     if (shared > 0) {
         /* sliding consumers read layer 18, full ones layer 19: those must be of the consumers' kinds */
-        const bool s18 = (GM_3N_KV_FROM - 1) % c->sliding_pattern != 0, s19 = GM_3N_KV_FROM % c->sliding_pattern != 0;
+        const bool s18 = gm_config_gguf_slides(f, c, GM_3N_KV_FROM - 2);
+        const bool s19 = gm_config_gguf_slides(f, c, GM_3N_KV_FROM - 1);
         if (!s18 || s19)
             return gm_fail(err, GM_ERR_UNSUPPORTED,
                            "%s: Gemma 3n layers >= 20 attend over layer 18 (sliding) or 19 (full): layer 18 must slide "
-                           "and layer 19 must be full, this layer pattern (%d) has them otherwise", path, c->sliding_pattern);
+                           "and layer 19 must be full, this layer pattern has layer 18 %s and layer 19 %s", path,
+                           s18 ? "sliding" : "full", s19 ? "sliding" : "full");
     }
     c->final_softcap = 30.0f;
     c->attn_softcap = 0.0f;
@@ -119,10 +109,6 @@ static const cJSON *hf_text_config_of(const gm_source *src) {
 
 static const cJSON *hf_text_config(const gm_model *m) { return hf_text_config_of(m->src); }
 
-static bool is_sliding(const gm_config *c, int il) {
-    return c->sliding_window > 0 && c->sliding_pattern > 0 && (il + 1) % c->sliding_pattern != 0;
-}
-
 int gm_3n_kv_source(const gm_source *src, const gm_config *c, int il) {
     const cJSON *hf = hf_text_config_of(src);
     if (hf) { /* HF: the last layer before the first shared one of il's kind */
@@ -132,12 +118,12 @@ int gm_3n_kv_source(const gm_source *src, const gm_config *c, int il) {
         const int first = c->n_layers - shared;
         if (shared == 0 || il < first) return il;
         for (int j = first - 1; j >= 0; j--)
-            if (is_sliding(c, j) == is_sliding(c, il)) return j;
+            if (gm_layer_is_sliding(src, c, j) == gm_layer_is_sliding(src, c, il)) return j;
         return -1; /* none of its kind: refused by the layer check */
     }
     if (il < GM_3N_KV_FROM) return il;
     /* llama.cpp: n_layer_kv_from_start - (is_swa(il) ? 2 : 1) */
-    return GM_3N_KV_FROM - (is_sliding(c, il) ? 2 : 1);
+    return GM_3N_KV_FROM - (gm_layer_is_sliding(src, c, il) ? 2 : 1);
 }
 
 /* HF's standard normal quantile for activation_sparsity_pattern (torch computes it in f32; for the 0.95 of the
@@ -155,7 +141,7 @@ static float normal_quantile(double p) {
 
 /* The computation variant: llama.cpp's for GGUF, HF's (from config.json) for folders. */
 static gm_status load_variant(gm_model *m, gm_error *err) {
-    gm_3n_variant *v = &m->g3n->v;
+    gm_3n_variant *v = &weights(m)->v;
     const gm_config *c = &m->cfg;
     v->sparsity = calloc((size_t)c->n_layers, sizeof *v->sparsity);
     if (!v->sparsity) return gm_fail(err, GM_ERR_NOMEM, "model: out of memory");
@@ -244,7 +230,7 @@ static gm_status load_small(gm_model *m, const char *name, int64_t cols, int64_t
 
 static gm_status load_layer(gm_model *m, int il, float **store, gm_error *err) {
     const int64_t d = m->cfg.d_model;
-    gm_3n_layer *L = &m->g3n->layers[il];
+    gm_3n_layer *L = &weights(m)->layers[il];
     char name[96];
     gm_status st;
 #define MAT(field, suffix, cols, rows)                                                   \
@@ -272,7 +258,7 @@ static gm_status load_layer(gm_model *m, int il, float **store, gm_error *err) {
     if ((st = load_small(m, name, NS, NS * NS, L->predict, err))) return st;
     snprintf(name, sizeof name, "blk.%d.altup_correct_coef.weight", il);
     if ((st = load_small(m, name, NS, NS, L->correct, err))) return st;
-    const float clip = m->g3n->v.coef_clip; /* HF clamps the correction coefficients (llama.cpp does not) */
+    const float clip = weights(m)->v.coef_clip; /* HF clamps the correction coefficients (llama.cpp does not) */
     for (int k = 0; clip > 0.0f && k < NS * NS; k++)
         L->correct[k] = L->correct[k] > clip ? clip : L->correct[k] < -clip ? -clip : L->correct[k];
     return GM_OK;
@@ -289,7 +275,8 @@ static int64_t ple_rows(const gm_model *m) {
 gm_status gm_3n_load(gm_model *m, gm_error *err) {
     const gm_config *c = &m->cfg;
     const int64_t d = c->d_model, P = (int64_t)GM_3N_PLE * c->n_layers;
-    gm_3n_weights *w = m->g3n = calloc(1, sizeof *w);
+    gm_3n_weights *w = calloc(1, sizeof *w);
+    m->family_weights = w;
     if (!w) return gm_fail(err, GM_ERR_NOMEM, "model: out of memory");
     w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
     /* per layer: 4 norms and the router (4 x d); then the PLE norm */

@@ -24,6 +24,7 @@
 #include "formats/gguf.h"
 #include "gemma.h"
 #include "kernels/matmul.h"
+#include "model/family.h"
 #include "model/source.h"
 
 /* llama.cpp hard-codes these for gemma3n (the converter's keys are ignored there; we check them). */
@@ -65,14 +66,16 @@ typedef struct gm_3n_weights {
     gm_3n_variant v;
 } gm_3n_weights;
 
+/* The HF tensor names 3n adds (the row's hf_names, with the per-layer inputs' table). */
+extern const gm_hf_name gm_3n_hf_names[];
 /* The gemma3n keys of a GGUF on top of the generic ones already in c: window, RoPE bases, the layer
- * pattern (a repeating one), the hard-coded constants checked against the converter's keys. */
+ * pattern (gm_config_gguf_pattern, default 5), the hard-coded constants checked against the converter's keys. */
 gm_status gm_3n_config_gguf(const gguf_file *f, gm_config *c, gm_error *err);
 /* The layer whose K/V layer il attends over: llama.cpp's rule for GGUF (from layer 20: 18 when sliding,
  * 19 when full), HF's for folders (from num_hidden_layers - num_kv_shared_layers: the last earlier layer of
  * the same kind). */
 int gm_3n_kv_source(const gm_source *src, const gm_config *c, int il);
-/* Binds the 3n tensors (m->g3n); shapes checked, clear errors for missing ones. */
+/* Binds the 3n tensors (gm_model.family_weights); shapes checked, clear errors for missing ones. */
 gm_status gm_3n_load(gm_model *m, gm_error *err);
 void gm_3n_free(gm_3n_weights *w);
 

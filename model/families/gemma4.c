@@ -12,6 +12,9 @@
 #include "model/model.h"
 #include "quant/quant.h"
 
+/* The model's Gemma 4 weights (gm_model.family_weights, which gm_4_load made). */
+static gm_4_weights *weights(const gm_model *m) { return m->family_weights; }
+
 /* ------------------------------------------------------------------ keys */
 
 static const gguf_kv *key_of(const gguf_file *f, const char *suffix, char *key, size_t n) {
@@ -73,19 +76,13 @@ static gm_status layer_int(const gguf_file *f, const char *suffix, int il, int n
     return gm_fail(err, GM_ERR_FORMAT, "%s: %s is unreadable", f->path, key);
 }
 
-/* Whether layer il slides: the required bool array attention.sliding_window_pattern (one entry per layer). */
+/* Whether layer il slides: the required array attention.sliding_window_pattern, one bool (or int32 / uint32, as
+ * llama.cpp's get_arr reads it) per layer. */
 static gm_status sliding_at(const gguf_file *f, int il, int n_layers, bool *out, gm_error *err) {
     const char *key = "gemma4.attention.sliding_window_pattern";
     if (!gguf_find(f, key))
         return gm_fail(err, GM_ERR_NOT_FOUND, "%s: metadata key '%s' (a bool per layer) is missing", f->path, key);
-    const gguf_value *arr;
-    gm_status st = gguf_get_arr(f, key, GGUF_VT_BOOL, &arr, err);
-    if (st) return st;
-    if (arr->v.arr.n != (uint64_t)n_layers)
-        return gm_fail(err, GM_ERR_FORMAT, "%s: %s has %llu entries for %d layers", f->path, key,
-                       (unsigned long long)arr->v.arr.n, n_layers);
-    *out = arr->v.arr.data[il] != 0;
-    return GM_OK;
+    return gm_config_gguf_layer_flag(f, key, n_layers, il, out, err);
 }
 
 /* The head sizes of full and sliding layers (key and value lengths must agree, as llama.cpp requires). */
@@ -332,7 +329,7 @@ static gm_status load_vector(gm_model *m, const char *name, int n, float *dst, g
 
 /* Layer il's experts, when it has a router (ffn_gate_inp). */
 static gm_status load_moe(gm_model *m, int il, float **store, gm_error *err) {
-    gm_4_weights *w = m->g4;
+    gm_4_weights *w = weights(m);
     gm_4_layer *l = &w->layers[il];
     const char *path = gm_source_path(m->src);
     const int64_t d = m->cfg.d_model;
@@ -400,7 +397,8 @@ gm_status gm_4_load(gm_model *m, gm_error *err) {
             return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: tensor %s: Gemma 4 fused-QKV layers are not supported yet", path,
                            name);
     }
-    gm_4_weights *w = m->g4 = calloc(1, sizeof *w);
+    gm_4_weights *w = calloc(1, sizeof *w);
+    m->family_weights = w;
     if (!w) return gm_fail(err, GM_ERR_NOMEM, "model: out of memory");
     const gguf_file *f = gm_source_gguf(m->src);
     gm_status st;

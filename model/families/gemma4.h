@@ -76,6 +76,8 @@ gm_status gm_4_layer_config(const gm_source *src, const gm_config *c, int il, gm
 /* What `gemma inspect` shows of a layer beyond gm_layer_config, from the file's tensors. */
 void gm_4_layer_extras_of(const gm_source *src, const gm_layer_config *l, int il, gm_layer_extras *out);
 /* model/families/gemma4_hf.c: the same facts from an HF folder's config.json (Gemma4TextConfig names; see there). */
+/* The HF tensor names Gemma 4 adds (the row's hf_names, with the per-layer inputs' table). */
+extern const gm_hf_name gm_4_hf_names[];
 gm_status gm_4_config_hf(const gm_source *src, gm_config *c, gm_error *err);
 gm_status gm_4_layer_config_hf(const gm_source *src, const gm_config *c, int il, gm_layer_config *out, gm_error *err);
 /* P (hidden_size_per_layer_input), experts, top-k and expert width (0s without experts). */
@@ -84,7 +86,7 @@ gm_status gm_4_hparams_hf(const gm_source *src, int *P, int *n_expert, int *n_us
 int gm_4_rotated_pairs_hf(const gm_source *src, int head_dim);
 /* Full layers' RoPE frequencies divided by rope_freqs (n = rope_dims / 2 of them). */
 gm_status gm_4_rope_factors(const gm_model *m, float *inv_freq, int n, gm_error *err);
-/* Binds the Gemma 4 tensors beyond the Gemma 3 block (m->g4): PLE, layer output scales, experts. */
+/* Binds the Gemma 4 tensors beyond the Gemma 3 block (gm_model.family_weights): PLE, layer output scales, experts. */
 gm_status gm_4_load(gm_model *m, gm_error *err);
 void gm_4_free(gm_4_weights *w);
 

@@ -25,6 +25,22 @@
 #include "model/families/gemma4.h"
 
 
+/* What Gemma 4 adds to a folder's names (beside the per-layer inputs, registry.c's): the layer scalar, the
+ * mixture-of-experts router, the experts ([E, 2F, d] gate rows first, and [E, d, F]) and the extra FFN norms of
+ * MoE layers. */
+const gm_hf_name gm_4_hf_names[] = {
+    {GM_HF_LAYER, "layer_scalar", "layer_output_scale.weight"},
+    {GM_HF_LAYER, "router.proj.weight", "ffn_gate_inp.weight"},
+    {GM_HF_LAYER, "router.scale", "ffn_gate_inp.scale"},
+    {GM_HF_LAYER, "router.per_expert_scale", "ffn_down_exps.scale"},
+    {GM_HF_LAYER, "experts.gate_up_proj", "ffn_gate_up_exps.weight"},
+    {GM_HF_LAYER, "experts.down_proj", "ffn_down_exps.weight"},
+    {GM_HF_LAYER, "pre_feedforward_layernorm_2.weight", "pre_ffw_norm_2.weight"},
+    {GM_HF_LAYER, "post_feedforward_layernorm_1.weight", "post_ffw_norm_1.weight"},
+    {GM_HF_LAYER, "post_feedforward_layernorm_2.weight", "post_ffw_norm_2.weight"},
+    {GM_HF_END, NULL, NULL},
+};
+
 static const cJSON *text_cfg(const gm_source *src) {
     const cJSON *root = gm_source_hf_config(src);
     const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");

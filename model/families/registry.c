@@ -18,14 +18,28 @@ static gm_status g3n_layer(const gm_source *s, const gm_config *c, int il, gm_la
 }
 
 static void g3n_unload(gm_model *m) {
-    gm_3n_free(m->g3n);
-    m->g3n = NULL;
+    gm_3n_free(m->family_weights);
+    m->family_weights = NULL;
 }
 
 static void g4_unload(gm_model *m) {
-    gm_4_free(m->g4);
-    m->g4 = NULL;
+    gm_4_free(m->family_weights);
+    m->family_weights = NULL;
 }
+
+/* ---- Hugging Face tensor names (model/family.h) */
+
+/* The per-layer inputs (3n, and 4 with PLE): the token table, the model projection and its norm, and each layer's
+ * gate, projection and norm. */
+static const gm_hf_name k_hf_ple[] = {
+    {GM_HF_GLOBAL, "model.embed_tokens_per_layer.weight", "per_layer_token_embd.weight"},
+    {GM_HF_GLOBAL, "model.per_layer_model_projection.weight", "per_layer_model_proj.weight"},
+    {GM_HF_GLOBAL, "model.per_layer_projection_norm.weight", "per_layer_proj_norm.weight"},
+    {GM_HF_LAYER, "per_layer_input_gate.weight", "inp_gate.weight"},
+    {GM_HF_LAYER, "per_layer_projection.weight", "proj.weight"},
+    {GM_HF_LAYER, "post_per_layer_input_norm.weight", "post_norm.weight"},
+    {GM_HF_END, NULL, NULL},
+};
 
 /* ---- the rows */
 
@@ -34,7 +48,7 @@ static void g4_unload(gm_model *m) {
 
 /* Gemma 3's rules, shared by its text-only and embedding variants */
 #define GEMMA3_RULES                                                                                            \
-    .post_norms = true, .qk_norm = true, .sliding_pattern = 6, .window_default = 0, .pattern_from_config = true, \
+    .post_norms = true, .qk_norm = true, .sliding_pattern = 6, .pattern_from_config = true,                     \
     .final_softcap = true, .final_softcap_default = 0.0f, .local_rope = true, .rope_scaling = true,             \
     .hf_query_pre_attn_scalar = true
 
@@ -46,21 +60,24 @@ static const gm_family k_families[] = {
                .final_softcap = true, .final_softcap_default = 30.0f, .n_layers_27b = 46,
                .hf_query_pre_attn_scalar = true}},
     {.arch = "gemma3", .generation = 3, .gguf_archs = NAMES("gemma3"), .hf_types = NAMES("gemma3", "gemma3_text"),
-     .rules = {GEMMA3_RULES, .n_layers_27b = 62, .hf_bidirectional_embedding = true}},
-    /* EmbeddingGemma: in GGUF its own arch; in HF a gemma3_text config with use_bidirectional_attention */
+     .rules = {GEMMA3_RULES, .window_default = 0, .n_layers_27b = 62, .hf_bidirectional_embedding = true}},
+    /* EmbeddingGemma: in GGUF its own arch, whose window is required (llama.cpp too); in HF a gemma3_text config
+     * with use_bidirectional_attention */
     {.arch = "gemma-embedding", .generation = 3, .gguf_archs = NAMES("gemma-embedding"), .hf_types = NONE,
-     .rules = {GEMMA3_RULES, .embedding = true}},
+     .rules = {GEMMA3_RULES, .window_default = -1, .embedding = true}},
     /* Gemma 3 plus AltUp, LAuReL and per-layer inputs; its GGUF keys and constants are its own */
     {.arch = "gemma3n", .generation = 3, .gguf_archs = NAMES("gemma3n"), .hf_types = NAMES("gemma3n", "gemma3n_text"),
      .rules = {.post_norms = true, .qk_norm = true, .v_norm = true, .raw_norm_weights = true, .sliding_pattern = 6,
                .window_default = -1, .pattern_from_config = true, .final_softcap = true,
                .final_softcap_default = 30.0f, .local_rope = true, .hf_query_pre_attn_scalar = true,
                .query_scale_one = true},
+     .hf_names = (const gm_hf_name *const[]){k_hf_ple, gm_3n_hf_names, NULL},
      .config_gguf_keys = gm_3n_config_gguf, .layer_config = g3n_layer, .load = gm_3n_load, .unload = g3n_unload},
     /* per-layer geometry, KV sharing, PLE, mixture of experts: readers of its own */
     {.arch = "gemma4", .generation = 4, .gguf_archs = NAMES("gemma4"), .hf_types = NAMES("gemma4", "gemma4_text"),
      .rules = {.post_norms = true, .qk_norm = true, .v_norm = true, .raw_norm_weights = true, .final_softcap = true,
                .query_scale_one = true, .per_layer_shapes = true, .kv_tensors_optional = true},
+     .hf_names = (const gm_hf_name *const[]){k_hf_ple, gm_4_hf_names, NULL},
      .config_gguf = gm_4_config_gguf, .config_hf = gm_4_config_hf, .layer_config = gm_4_layer_config,
      .rope_factors = gm_4_rope_factors, .load = gm_4_load, .unload = g4_unload, .layer_extras = gm_4_layer_extras_of},
 };

@@ -15,6 +15,9 @@
 
 #define NS GM_3N_STREAMS
 
+/* The model's Gemma 3n weights (gm_model.family_weights, which gm_3n_load made). */
+static const gm_3n_weights *weights(const gm_model *m) { return m->family_weights; }
+
 /* ------------------------------------------------------------------ forward steps */
 
 typedef struct gm_3n_state gm_3n_state;
@@ -88,7 +91,7 @@ static void rescale_to(float *y, int n, float target) {
 
 /* Before layer 0: x holds the scaled embeddings of n rows. Per-layer inputs and the 4 streams. */
 static gm_status gm_3n_begin(gm_3n_state *s, const gm_fwd_row *rows, const float *x, int n) {
-    const gm_3n_weights *w = s->m->g3n;
+    const gm_3n_weights *w = weights(s->m);
     const gm_config *c = &s->m->cfg;
     const int d = s->d;
     gm_status st = gm_ple_inputs(&w->ple_tok, &w->ple_proj, w->ple_norm, GM_3N_PLE, c->n_layers, c->norm_eps, rows, x, n,
@@ -114,7 +117,7 @@ static void router(const gm_3n_state *s, const gm_3n_layer *L, const float *x, f
 
 /* Layer start: predictions from the streams; x = the active prediction p0. */
 static void gm_3n_predict(gm_3n_state *s, int il, float *x, int n) {
-    const gm_3n_layer *L = &s->m->g3n->layers[il];
+    const gm_3n_layer *L = &weights(s->m)->layers[il];
     const int d = s->d;
     for (int i = 0; i < n; i++) {
         float r[NS], c[NS * NS];
@@ -139,7 +142,7 @@ static void gm_3n_predict(gm_3n_state *s, int il, float *x, int n) {
 
 /* LAuReL of the normed input xn (kept until gm_3n_attn_residual). */
 static gm_status gm_3n_laurel(gm_3n_state *s, int il, const float *xn, int n) {
-    const gm_3n_layer *L = &s->m->g3n->layers[il];
+    const gm_3n_layer *L = &weights(s->m)->layers[il];
     const int d = s->d;
     gm_status st;
     if ((st = gm_be_matmul(s->be, &L->laurel_l, xn, n, s->t)) ||
@@ -162,7 +165,7 @@ static void gm_3n_attn_residual(gm_3n_state *s, float *x, int n) {
 
 /* Activation sparsity of n rows of ff gate values (GGUF: layers < GM_3N_SPARSE_LAYERS; HF: by the config). */
 static void gm_3n_sparsify(const gm_3n_state *s, int il, float *gate, int n, int ff) {
-    const gm_3n_variant *v = &s->m->g3n->v;
+    const gm_3n_variant *v = &weights(s->m)->v;
     const float mul = v->sparsity[il]; /* the standard normal's quantile of the target sparsity (0.95) */
     if (mul == 0.0f) return;
     for (int i = 0; i < n; i++) {
@@ -181,7 +184,7 @@ static void gm_3n_sparsify(const gm_3n_state *s, int il, float *gate, int n, int
 
 /* Layer end: y (x) corrects the predictions into the new streams, plus the per-layer input. */
 static gm_status gm_3n_correct(gm_3n_state *s, int il, const float *y, int n) {
-    const gm_3n_layer *L = &s->m->g3n->layers[il];
+    const gm_3n_layer *L = &weights(s->m)->layers[il];
     const gm_config *c = &s->m->cfg;
     const int d = s->d, P = GM_3N_PLE;
     for (int i = 0; i < n; i++) {
@@ -201,7 +204,7 @@ static gm_status gm_3n_correct(gm_3n_state *s, int il, const float *y, int n) {
         /* the per-layer input's gate reads the corrected active stream times correct_scale */
         float *g = s->t2 + (size_t)i * d;
         const float *s0 = stream(s->s, s, 0, i);
-        if (s->m->g3n->v.correct_scale)
+        if (weights(s->m)->v.correct_scale)
             for (int e = 0; e < d; e++) g[e] = s0[e] * L->correct_scale[e];
         else
             memcpy(g, s0, (size_t)d * sizeof *g);
@@ -218,7 +221,7 @@ static gm_status gm_3n_correct(gm_3n_state *s, int il, const float *y, int n) {
 
 /* After the last layer: x = the mean of stream 0 and the unembedded streams 1..3. */
 static gm_status gm_3n_end(gm_3n_state *s, float *x, int n) {
-    const gm_3n_weights *w = s->m->g3n;
+    const gm_3n_weights *w = weights(s->m);
     const int d = s->d;
     /* streams 1..3 unembedded into p (free now), rescaled to stream 0's norm */
     for (int k = 1; k < NS; k++) {

@@ -13,6 +13,9 @@
 #include "model/families/gemma4.h"
 #include "runtime/families/ple.h"
 
+/* The model's Gemma 4 weights (gm_model.family_weights, which gm_4_load made). */
+static const gm_4_weights *weights(const gm_model *m) { return m->family_weights; }
+
 /* ------------------------------------------------------------------ forward steps */
 
 typedef struct gm_4_state gm_4_state;
@@ -36,12 +39,14 @@ static gm_status gm_4_state_new(const gm_model *m, int max_batch, gm_backend *be
     gm_4_state *s = calloc(1, sizeof *s);
     if (!s) return gm_fail(err, GM_ERR_NOMEM, "forward: out of memory");
     s->m = m, s->be = be;
-    const size_t B = (size_t)max_batch, d = (size_t)m->cfg.d_model, P = (size_t)m->g4->P,
+    const size_t B = (size_t)max_batch, d = (size_t)m->cfg.d_model, P = (size_t)weights(m)->P,
                  PL = P * (size_t)m->cfg.n_layers;
-    const size_t E = (size_t)m->g4->n_expert, K = (size_t)m->g4->n_expert_used;
+    const size_t E = (size_t)weights(m)->n_expert, K = (size_t)weights(m)->n_expert_used;
     size_t F = 0;
-    for (int il = 0; il < m->cfg.n_layers; il++)
-        if (m->g4->layers[il].moe && (size_t)m->g4->layers[il].n_ff_exp > F) F = (size_t)m->g4->layers[il].n_ff_exp;
+    for (int il = 0; il < m->cfg.n_layers; il++) {
+        const gm_4_layer *l = &weights(m)->layers[il];
+        if (l->moe && (size_t)l->n_ff_exp > F) F = (size_t)l->n_ff_exp;
+    }
     if (F > 0) {
         float **fl[] = {&s->rin, &s->z, &s->zin, &s->eo, &s->logits, &s->wt, &s->kout, &s->eg, &s->eu};
         const size_t fn[] = {B * d, B * d, B * d, B * d, B * E, B * K, B * K * d, B * F, B * F};
@@ -83,7 +88,7 @@ static void gm_4_state_free(gm_4_state *s) {
 
 /* Before layer 0 (x: the n rows' scaled embeddings): the per-layer inputs. */
 static gm_status gm_4_begin(gm_4_state *s, const gm_fwd_row *rows, const float *x, int n) {
-    const gm_4_weights *w = s->m->g4;
+    const gm_4_weights *w = weights(s->m);
     const gm_config *c = &s->m->cfg;
     if (w->P == 0) return GM_OK;
     return gm_ple_inputs(&w->ple_tok, &w->ple_proj, w->ple_norm, w->P, c->n_layers, c->norm_eps, rows, x, n, c->d_model,
@@ -92,7 +97,7 @@ static gm_status gm_4_begin(gm_4_state *s, const gm_fwd_row *rows, const float *
 
 /* After the FFN residual of layer il: the per-layer input, then the layer output scale. */
 static gm_status gm_4_layer_end(gm_4_state *s, int il, float *x, int n) {
-    const gm_4_weights *w = s->m->g4;
+    const gm_4_weights *w = weights(s->m);
     const gm_4_layer *l = &w->layers[il];
     const gm_config *c = &s->m->cfg;
     const int d = c->d_model, P = w->P;
@@ -132,7 +137,7 @@ static void route(const float *logits, int E, int K, int *sel, float *wt) {
  * RMS_post_ffw_norm_1(o) + RMS_post_ffw_norm_2(experts(a)); a: the n rows' attention residuals. A no-op on
  * other layers. */
 static gm_status gm_4_moe(gm_4_state *s, int il, const float *a, float *o, int n) {
-    const gm_4_weights *w = s->m->g4;
+    const gm_4_weights *w = weights(s->m);
     const gm_4_layer *l = &w->layers[il];
     if (!l->moe) return GM_OK;
     const gm_config *c = &s->m->cfg;

@@ -121,8 +121,8 @@ def gguf_cases():
     emb = [tinfo("token_embd.weight", [8, 2], T_F32, 0)]
     c["gemma3n_kv_sharing_12_layers.gguf"] = gguf(g3n + [kv_u32("gemma3n.block_count", 12),
                                                          kv_u32("gemma3n.attention.shared_kv_layers", 4)], emb, F32_8x2)
-    c["gemma3n_pattern_not_repeating.gguf"] = gguf(g3n + [kv_u32("gemma3n.block_count", 4), kv(
-        "gemma3n.attention.sliding_window_pattern", ARRAY, struct.pack("<IQ", BOOL, 4) + bytes([1, 0, 0, 1]))],
+    c["gemma3n_pattern_f32.gguf"] = gguf(g3n + [kv_u32("gemma3n.block_count", 4), kv(
+        "gemma3n.attention.sliding_window_pattern", ARRAY, struct.pack("<IQ4f", F32, 4, 1, 1, 1, 0))],
         emb, F32_8x2)
     c["gemma3n_pattern_wrong_length.gguf"] = gguf(g3n + [kv_u32("gemma3n.block_count", 4), kv(
         "gemma3n.attention.sliding_window_pattern", ARRAY, struct.pack("<IQ", BOOL, 3) + bytes([1, 1, 0]))],

@@ -256,3 +256,100 @@ bool gw_write_file(gw_writer *w, const char *path) {
     free(p);
     return ok;
 }
+
+/* ---- copies of a file, edited */
+
+void gw_encode_value(gw_buf *b, const gguf_value *v) {
+    const size_t sz = gguf_vtype_size(v->type);
+    if (v->type == GGUF_VT_STRING) {
+        gw_buf_u64(b, v->v.str.len);
+        gw_buf_bytes(b, v->v.str.ptr, v->v.str.len);
+    } else if (v->type == GGUF_VT_ARRAY) {
+        gw_buf_u32(b, v->v.arr.elem);
+        gw_buf_u64(b, v->v.arr.n);
+        if (v->v.arr.elem != GGUF_VT_STRING && v->v.arr.elem != GGUF_VT_ARRAY) {
+            gw_buf_bytes(b, v->v.arr.data, v->v.arr.nbytes);
+            return;
+        }
+        gguf_arr_iter it;
+        gguf_value e;
+        gguf_arr_iter_init(&it, v);
+        while (gguf_arr_iter_next(&it, &e)) gw_encode_value(b, &e);
+    } else if (v->type == GGUF_VT_F32) {
+        const float f = (float)v->v.f;
+        gw_buf_bytes(b, &f, 4);
+    } else if (v->type == GGUF_VT_F64) {
+        gw_buf_bytes(b, &v->v.f, 8);
+    } else { /* integers and bool, little-endian */
+        const uint64_t u = v->type == GGUF_VT_I8 || v->type == GGUF_VT_I16 || v->type == GGUF_VT_I32 ||
+                                   v->type == GGUF_VT_I64
+                               ? (uint64_t)v->v.i
+                               : v->v.u;
+        for (size_t i = 0; i < sz; i++) {
+            const uint8_t byte = (uint8_t)(u >> (8 * i));
+            gw_buf_bytes(b, &byte, 1);
+        }
+    }
+}
+
+bool gw_copy_gguf(const char *src, const char *dst, const gw_edit *ed) {
+    gguf_file *f = NULL;
+    gm_error err = {0};
+    if (gguf_open(src, NULL, &f, &err)) {
+        fprintf(stderr, "gw_copy_gguf: %s\n", err.msg);
+        return false;
+    }
+    gw_writer *w = gw_new();
+    bool ok = true;
+    for (uint64_t i = 0; ok && i < f->n_kv; i++) {
+        if (ed->drop_key && !strcmp(f->kv[i].key, ed->drop_key)) continue;
+        if (!strcmp(f->kv[i].key, "general.alignment")) continue;
+        gw_buf b = {0};
+        gw_encode_value(&b, &f->kv[i].val);
+        ok = gw_add_raw(w, f->kv[i].key, f->kv[i].val.type, b.p, b.n);
+        gw_buf_free(&b);
+    }
+    for (uint64_t i = 0; ok && i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        if (ed->drop_tensor && !strcmp(t->name, ed->drop_tensor)) continue;
+        ok = gw_add_tensor_raw(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes);
+    }
+    if (ok && ed->add_key) ok = gw_add_raw(w, ed->add_key, ed->add_type, ed->add_bytes, ed->add_len);
+    if (ok && ed->add) ed->add(w);
+    ok = ok && gw_write_file(w, dst);
+    if (!ok) fprintf(stderr, "gw_copy_gguf: %s\n", gw_error(w));
+    gw_free(w);
+    gguf_close(f);
+    return ok;
+}
+
+void gw_buf_flags(gw_buf *b, gguf_vtype elem, const char *flags) {
+    gw_buf_u32(b, (uint32_t)elem);
+    gw_buf_u64(b, strlen(flags));
+    for (const char *c = flags; *c; c++) {
+        const bool on = *c == 's';
+        const float f = on ? 1.0f : 0.0f;
+        const double d = on ? 1.0 : 0.0;
+        const uint8_t le[8] = {on}; /* integers and bool, little-endian */
+        if (elem == GGUF_VT_F32) gw_buf_bytes(b, &f, 4);
+        else if (elem == GGUF_VT_F64) gw_buf_bytes(b, &d, 8);
+        else gw_buf_bytes(b, le, gguf_vtype_size(elem));
+    }
+}
+
+bool gw_copy_pattern(const char *src, const char *dst, const char *arch, gguf_vtype elem, const char *flags,
+                     int64_t n) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+    gw_buf b = {0};
+    if (flags) gw_buf_flags(&b, elem, flags);
+    for (size_t i = 0; !flags && i < gguf_vtype_size(elem); i++) { /* little-endian */
+        const uint8_t byte = (uint8_t)((uint64_t)n >> (8 * i));
+        gw_buf_bytes(&b, &byte, 1);
+    }
+    const gw_edit ed = {.drop_key = key, .add_key = key, .add_type = flags ? GGUF_VT_ARRAY : (uint32_t)elem,
+                        .add_bytes = b.p, .add_len = b.n};
+    const bool ok = gw_copy_gguf(src, dst, &ed);
+    gw_buf_free(&b);
+    return ok;
+}

@@ -87,4 +87,28 @@ bool gw_add_tensor_raw(gw_writer *w, const char *name, int type, int n_dims, con
 bool gw_to_memory(gw_writer *w, uint8_t **out, size_t *len);
 bool gw_write_file(gw_writer *w, const char *path);
 
+/* One metadata value (as the reader holds it) encoded as GGUF bytes: scalars, strings, arrays of either. */
+void gw_encode_value(gw_buf *b, const gguf_value *v);
+
+/* Variants of a written or committed file: dst gets src's keys (general.alignment aside: the writer's own) and
+ * tensors, less drop_key and drop_tensor (NULL: none), then the key add_key (NULL: none) of type add_type whose
+ * encoded value is add_bytes (gw_add_raw), then what add appends (NULL: nothing). A replacement key is dropped,
+ * then added. */
+typedef struct gw_edit {
+    const char *drop_key, *drop_tensor;
+    void (*add)(gw_writer *w);
+    const char *add_key;
+    uint32_t add_type;
+    const void *add_bytes;
+    size_t add_len;
+} gw_edit;
+bool gw_copy_gguf(const char *src, const char *dst, const gw_edit *ed);
+
+/* A per-layer array value (element type, count, entries) for gw_add_raw / gw_edit.add_key: entry il is 1 where
+ * flags[il] is 's' (a sliding layer), else 0, as elem (BOOL, any integer, F32 or F64). */
+void gw_buf_flags(gw_buf *b, gguf_vtype elem, const char *flags);
+/* src copied to dst with <arch>.attention.sliding_window_pattern replaced: flags as an array of elem
+ * (gw_buf_flags), or (flags NULL) the number n as a value of type elem (an integer type). */
+bool gw_copy_pattern(const char *src, const char *dst, const char *arch, gguf_vtype elem, const char *flags, int64_t n);
+
 #endif

@@ -1,8 +1,11 @@
-/* tests/support/test.c — harness state and small file helpers. */
+/* tests/support/test.c — harness state, small file helpers and checks shared by several tests. */
 #include "support/test.h"
 
+#include <stdbool.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "gemma.h"
 
 int gm_test_failures = 0;
 int gm_test_checks = 0;
@@ -43,4 +46,22 @@ unsigned char *test_read_file(const char *path, size_t *len) {
     fclose(f);
     if (buf) { buf[n] = 0; if (len) *len = (size_t)n; }
     return buf;
+}
+
+void test_check_layer_kinds(const char *path, const char *kinds, const char *what) {
+    gm_error err = {0};
+    gm_model *m = NULL;
+    CHECK_MSG(gm_model_open(path, NULL, &m, &err) == GM_OK, "%s: %s", what, err.msg);
+    if (!m) return;
+    const gm_config *c = gm_model_config(m);
+    CHECK_MSG(c->n_layers == (int)strlen(kinds), "%s: %d layers", what, c->n_layers);
+    for (int il = 0; il < c->n_layers && il < (int)strlen(kinds); il++) {
+        const gm_layer_config *l = gm_model_layer(m, il);
+        const bool s = kinds[il] == 's';
+        CHECK_MSG(l->window == (s ? c->sliding_window : 0) &&
+                      l->rope_base == (s ? c->rope_base_local : c->rope_base_global),
+                  "%s: layer %d has window %d, RoPE base %g; wanted it %s", what, il, l->window, l->rope_base,
+                  s ? "sliding" : "full");
+    }
+    gm_model_free(m);
 }

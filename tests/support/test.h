@@ -73,6 +73,9 @@ const char *test_data_path(const char *rel);
  * with 1 so every engine, generator and pool the tests make runs on the caller's thread alone (the tests'
  * 1-against-2-threads checks then compare 1 with 1). */
 int gm_test_threads(int n);
+/* Opens the model at path and checks each layer's kind as it loaded (gm_model_layer): kinds[il] 's' sliding (the
+ * config's window and local RoPE base), 'f' full (no window, the global base); what names the case in failures. */
+void test_check_layer_kinds(const char *path, const char *kinds, const char *what);
 /* Reads a whole file; NULL on failure. Caller frees. */
 unsigned char *test_read_file(const char *path, size_t *len);
 
