@@ -134,6 +134,7 @@ typedef struct gm_backend_options {
     int max_batch;  /* rows per forward chunk */
     int max_ctx;    /* positions per sequence */
     gm_isa isa;     /* the CPU kernels' level (resolved by the engine: the model's); the reference backend has none */
+    gm_pool *pool;  /* NULL: the CPU backend starts its own of n_threads; else it runs on this one (borrowed) */
 } gm_backend_options;
 
 /* The CPU backend: a thread pool, ISA kernels, blocks in host memory. m and lay must outlive it. */

@@ -231,6 +231,7 @@ static int parse_args(int argc, char **argv, bool chat, run_args *a) {
 /* ---------------------------------------------------------------- shared set-up */
 
 typedef struct session {
+    gm_threadpool *pool;   /* the CPU backend's: shared by the generator, the draft engine and the encoder */
     gm_model *m, *dm;      /* dm, de: the draft model and its engine (--draft-model) */
     gm_engine *de;
     gm_generator *g;
@@ -256,7 +257,7 @@ static gm_status open_speculation(const run_args *a, session *s, gm_error *err) 
         if (st) return st;
         const int dctx = gm_model_config(s->dm)->context_length, n_ctx = gm_generator_n_ctx(s->g);
         const gm_engine_options eo = {.n_threads = a->n_threads, .n_ctx = n_ctx < dctx ? n_ctx : dctx,
-                                      .kv_type = a->kv_type};
+                                      .kv_type = a->kv_type, .pool = s->pool};
         if ((st = gm_engine_new(s->dm, &eo, &s->de, err))) return st;
         so.draft = s->de;
     }
@@ -295,18 +296,22 @@ static int open_session(const run_args *a, const char *cmd, session *s) {
         fprintf(stderr, "gemma %s: %s\n", cmd, err.msg);
         return 1;
     }
-    if (a->mmproj && cli_media_open(a->mmproj, a->n_threads, s->m, &s->media, &err) != GM_OK) {
+    /* one pool for every engine and the encoder (the reference backend runs on the calling thread alone) */
+    if ((a->backend == GM_BACKEND_CPU && gm_threadpool_new(a->n_threads, &s->pool, &err) != GM_OK) ||
+        (a->mmproj && cli_media_open(a->mmproj, s->pool, a->n_threads, s->m, &s->media, &err) != GM_OK)) {
         fprintf(stderr, "gemma %s: %s\n", cmd, err.msg);
+        gm_threadpool_free(s->pool);
         gm_model_free(s->m);
         return 1;
     }
     gm_generator_options go = {.n_threads = a->n_threads, .n_ctx = a->n_ctx, .ignore_stop = a->ignore_eos,
-                               .kv_mem = a->kv_mem, .kv_type = a->kv_type, .backend = a->backend,
+                               .kv_mem = a->kv_mem, .kv_type = a->kv_type, .backend = a->backend, .pool = s->pool,
                                .n_batch = s->media.v && gm_vision_n_tokens(s->media.v) > 512
                                               ? gm_vision_n_tokens(s->media.v) : 0}; /* an image in one call */
     if (gm_generator_new(s->m, &go, &s->g, &err) != GM_OK) {
         fprintf(stderr, "gemma %s: %s\n", cmd, err.msg);
         cli_media_close(&s->media);
+        gm_threadpool_free(s->pool);
         gm_model_free(s->m);
         return 1;
     }
@@ -339,6 +344,7 @@ static void close_session(session *s) {
     gm_engine_free(s->de);
     gm_model_free(s->dm);
     gm_model_free(s->m);
+    gm_threadpool_free(s->pool); /* after everything that ran on it */
 }
 
 /* -v: the speculative counters so far. */

@@ -45,6 +45,7 @@ typedef struct g4v_scratch {
 struct g4v {
     g4v_weights w;
     gm_pool *pool;
+    bool own_pool; /* started here (else the caller's, shared) */
     const gm_cpu_kernels *kern;
     gm_isa isa;
     gm_matmul_scratch mm;
@@ -355,7 +356,8 @@ gm_status g4v_open(const char *path, const gm_vision_options *o, g4v **out, gm_e
     if (g->w.cfg.head_dim / 2 > MAX_HALF_HEAD) st = gm_fail(err, GM_ERR_UNSUPPORTED, "%s: head dim %d", path, g->w.cfg.head_dim);
     g->isa = gm_isa_resolve(o->isa);
     g->kern = gm_cpu_kernels_for(g->isa);
-    if (!st && !(g->pool = gm_pool_new(o->n_threads))) st = gm_fail(err, GM_ERR_NOMEM, "%s: thread pool", path);
+    g->own_pool = !o->pool;
+    if (!st && !(g->pool = o->pool ? o->pool : gm_pool_new(o->n_threads))) st = gm_fail(err, GM_ERR_NOMEM, "%s: thread pool", path);
     if (!st) st = alloc_scratch(g, err);
     if (st) {
         g4v_free(g);
@@ -367,7 +369,7 @@ gm_status g4v_open(const char *path, const gm_vision_options *o, g4v **out, gm_e
 
 void g4v_free(g4v *g) {
     if (!g) return;
-    gm_pool_free(g->pool);
+    if (g->own_pool) gm_pool_free(g->pool);
     gm_matmul_scratch_free(&g->mm);
     free(g->buf);
     g4v_weights_free(&g->w);

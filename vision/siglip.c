@@ -47,6 +47,7 @@ typedef struct vit_scratch {
 struct siglip {
     vit_weights w;
     gm_pool *pool;
+    bool own_pool; /* started here (else the caller's, shared) */
     const gm_cpu_kernels *kern;
     gm_isa isa; /* resolved: the level of every matmul and row kernel */
     gm_matmul_scratch mm;
@@ -384,7 +385,8 @@ gm_status siglip_open(const char *path, const gm_vision_options *o, siglip **out
     }
     v->isa = gm_isa_resolve(o->isa);
     v->kern = gm_cpu_kernels_for(v->isa);
-    v->pool = gm_pool_new(o->n_threads);
+    v->own_pool = !o->pool;
+    v->pool = o->pool ? o->pool : gm_pool_new(o->n_threads);
     if (!v->pool) st = gm_fail(err, GM_ERR_NOMEM, "%s: thread pool", path);
     /* the float GEMM where the level has it; Q8_0 and other quantized matrices still take gm_matmul */
     v->sgemm = v->pool && gm_isa_at_least(v->isa, GM_ISA_AVX512) && gm_sgemm_avx512_supports(GM_TYPE_F32) &&
@@ -400,7 +402,7 @@ gm_status siglip_open(const char *path, const gm_vision_options *o, siglip **out
 
 void siglip_free(siglip *v) {
     if (!v) return;
-    gm_pool_free(v->pool);
+    if (v->own_pool) gm_pool_free(v->pool);
     gm_matmul_scratch_free(&v->mm);
     free(v->buf);
     vit_weights_free(&v->w);

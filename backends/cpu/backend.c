@@ -24,6 +24,7 @@ typedef struct cpu_backend {
     const gm_model *m;
     const gm_kv_layout *lay;
     gm_pool *pool;
+    bool own_pool; /* started here (else the caller's, shared) */
     const gm_cpu_kernels *kern; /* the small ops' kernels, of the level the engine chose (the model's) */
     gm_matmul_scratch mm;
     gm_attn_scratch attn;
@@ -150,7 +151,7 @@ static void cpu_free(gm_backend *be) {
     gm_attn_scratch_free(&c->attn);
     for (int k = 0; k < GM_ROPE_KINDS; k++) free(c->rope[k].cs);
     free(c->ones);
-    gm_pool_free(c->pool);
+    if (c->own_pool) gm_pool_free(c->pool);
     free(c);
 }
 
@@ -201,7 +202,8 @@ gm_status gm_backend_cpu_new(const gm_model *m, const gm_kv_layout *lay, const g
     c->base.ops = &cpu_ops;
     c->m = m, c->lay = lay, c->max_batch = opt->max_batch;
     c->kern = gm_cpu_kernels_for(opt->isa); /* once: no op asks for the level again */
-    c->pool = gm_pool_new(opt->n_threads);
+    c->own_pool = !opt->pool;
+    c->pool = opt->pool ? opt->pool : gm_pool_new(opt->n_threads);
     if (!c->pool) {
         free(c);
         return gm_fail(err, GM_ERR_NOMEM, "cpu backend: cannot start %d threads", opt->n_threads);
