@@ -108,6 +108,9 @@ typedef struct gm_vision_options {
     /* NULL: the encoder starts its own pool of n_threads; else it runs on this one (n_threads unused), which
      * must outlive it: share the text engine's (gm_engine_options.pool) so one process runs one pool. */
     gm_threadpool *pool;
+    /* What runs the layers: GM_BACKEND_CPU (0, default), or GM_BACKEND_REFERENCE (plain loops summing in double,
+     * one thread: slow, for checking the CPU's numbers). */
+    gm_backend_kind backend;
 } gm_vision_options;
 
 /* o may be NULL (defaults). path: an mmproj GGUF, or a Hugging Face folder of Gemma3ForConditionalGeneration /
