@@ -4,6 +4,7 @@
  *
  *   cmake --build build --target vision_embd
  *   build/vision_embd MM.gguf IMG.rgb W H [-t THREADS] [--isa scalar|avx2|avx512] [--reps R] [--out EMB.f32]
+ *                     [--min-tokens N] [--max-tokens N]  (Gemma 4's size rule's bounds)
  *                     [--text TEXT.gguf --layout LAYOUT.txt --logits LOGITS.f32 [--causal]]
  *
  * --text / --layout / --logits: the sequence mtmd_ref --layout wrote (text chunks' ids, the image's place)
@@ -23,6 +24,7 @@
 typedef struct args {
     const char *mmproj, *rgb, *out, *text, *layout, *logits;
     int w, h, threads, reps;
+    int min_tokens, max_tokens; /* --min-tokens / --max-tokens: Gemma 4's size rule's bounds (0: its defaults) */
     gm_isa isa;
     bool causal; /* --causal: the image causal (a sensitivity check of the logits comparison) */
     bool sliding_only; /* --sliding-only: both ways on sliding layers only (llama.cpp's Gemma 4 decode) */
@@ -49,6 +51,8 @@ static bool parse(int argc, char **argv, args *a) {
         const char *k = argv[i], *v = argv[i + 1];
         if (!strcmp(k, "-t")) a->threads = atoi(v);
         else if (!strcmp(k, "--reps")) a->reps = atoi(v);
+        else if (!strcmp(k, "--min-tokens")) a->min_tokens = atoi(v);
+        else if (!strcmp(k, "--max-tokens")) a->max_tokens = atoi(v);
         else if (!strcmp(k, "--out")) a->out = v;
         else if (!strcmp(k, "--text")) a->text = v;
         else if (!strcmp(k, "--layout")) a->layout = v;
@@ -153,7 +157,8 @@ int main(int argc, char **argv) {
     if (!read_rgb(&a, &img)) return fprintf(stderr, "vision_embd: %s is not %d x %d x 3 bytes\n", a.rgb, a.w, a.h), 1;
     gm_error err = {0};
     gm_vision *v = NULL;
-    const gm_vision_options o = {.n_threads = a.threads, .isa = a.isa, .llama_cpp_act = a.llama_act};
+    const gm_vision_options o = {.n_threads = a.threads, .isa = a.isa, .llama_cpp_act = a.llama_act,
+                                 .image_min_tokens = a.min_tokens, .image_max_tokens = a.max_tokens};
     int rc = gm_vision_open(a.mmproj, &o, &v, &err) ? fprintf(stderr, "vision_embd: %s\n", err.msg) > 0 : 0;
     if (!rc) rc = encode(v, &a, &img, &err);
     gm_vision_free(v);

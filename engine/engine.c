@@ -84,7 +84,7 @@ gm_status gm_engine_create(const gm_model *m, const gm_engine_options *opt, gm_e
     e->row_seq = malloc((size_t)e->n_batch * sizeof *e->row_seq);
     if (!e->rows || !e->row_seq) st = gm_fail(err, GM_ERR_NOMEM, "engine: out of memory");
     if (!st) st = gm_kv_layout_init(&e->lay, m, o.kv_type, err);
-    const gm_backend_options bo = {o.n_threads, e->n_batch, e->n_ctx, e->isa};
+    const gm_backend_options bo = {o.n_threads, e->n_batch, e->n_ctx, e->isa, o.pool, false};
     if (!st) st = (o.backend == GM_BACKEND_REFERENCE ? gm_backend_ref_new : gm_backend_cpu_new)(m, &e->lay, &bo, &e->be, err);
     if (!st) st = gm_forward_new(m, &e->lay, e->be, e->n_batch, e->n_ctx, &e->fwd, err);
     if (!st) {

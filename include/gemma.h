@@ -335,10 +335,24 @@ typedef struct gm_sampling {
 GEMMA_API gm_sampling gm_sampling_default(void);
 GEMMA_API gm_status gm_sampling_validate(const gm_sampling *s, gm_error *err);
 
+/* ------------------------------------------------------------------ thread pool */
+
+/* The threads the compute runs on. An engine (and a generator or embedder), and a vision encoder, start a
+ * pool of their own unless their options name one (the `pool` fields): a process that runs several (a
+ * server with an image encoder beside its engine) creates one and passes it to each, so it runs one
+ * thread per core, not one per core per user. Users on different threads may share it: their parallel
+ * steps take turns, in arrival order. It must outlive everything it was passed to. */
+typedef struct gm_threadpool gm_threadpool;
+/* n_threads <= 0: the machine's physical cores; more than 1024: GM_ERR_ARG. */
+GEMMA_API gm_status gm_threadpool_new(int n_threads, gm_threadpool **out, gm_error *err);
+GEMMA_API void gm_threadpool_free(gm_threadpool *p);
+GEMMA_API int gm_threadpool_size(const gm_threadpool *p); /* threads, the caller's included (NULL: 1) */
+
 /* ------------------------------------------------------------------ engine and sequences */
 
 /* An engine owns what every sequence shares: the model (read-only; several engines may share one),
- * the backend (CPU today), one thread pool, the forward pass's scratch, and the KV block pool.
+ * the backend (CPU today), a thread pool (its own, or one it was given), the forward pass's scratch, and
+ * the KV block pool.
  * A sequence owns a token history, its table of KV blocks, and its sampler state and RNG.
  *
  * KV cache. Keys and values live in blocks of GM_KV_BLOCK positions drawn from one pool with a byte
@@ -359,7 +373,8 @@ GEMMA_API gm_status gm_sampling_validate(const gm_sampling *s, gm_error *err);
  * token at a time or in chunks gives the same bits.
  *
  * Threads. An engine and all its sequences are used from one thread at a time (a scheduler thread);
- * the engine runs its own pool inside each call. Different engines are independent. */
+ * the engine runs its pool inside each call. Different engines are independent, also when they share a
+ * pool (gm_engine_options.pool). */
 typedef struct gm_engine gm_engine;
 typedef struct gm_seq gm_seq;
 
@@ -392,6 +407,9 @@ typedef struct gm_engine_options {
      * CPU's, must be the model's: its weight copies and matrix kernels were made for that level at open
      * (GM_ERR_ARG otherwise; open the model with gm_model_options.isa). The reference backend has none. */
     gm_isa isa;
+    /* NULL: the engine starts its own pool of n_threads; else it runs on this one (n_threads unused), which
+     * must outlive it. */
+    gm_threadpool *pool;
 } gm_engine_options;
 
 GEMMA_API gm_status gm_engine_new(const gm_model *m, const gm_engine_options *opt, gm_engine **out, gm_error *err);

@@ -24,6 +24,7 @@ typedef struct gm_generator_options {
     bool no_prefix_cache; /* do not index computed blocks (benchmarks that repeat one prompt) */
     gm_backend_kind backend; /* GM_BACKEND_CPU (0) by default */
     gm_isa isa;       /* as gm_engine_options.isa */
+    gm_threadpool *pool; /* as gm_engine_options.pool */
 } gm_generator_options;
 
 
@@ -144,6 +145,7 @@ typedef struct gm_embedder_options {
     int n_ctx;     /* longest input in tokens; 0: the model's context_length capped at GM_DEFAULT_MAX_CTX */
     gm_backend_kind backend; /* GM_BACKEND_CPU (0) by default */
     gm_isa isa;    /* as gm_engine_options.isa */
+    gm_threadpool *pool; /* as gm_engine_options.pool */
 } gm_embedder_options;
 
 GEMMA_API gm_status gm_embedder_new(const gm_model *m, const gm_embedder_options *opt, gm_embedder **out, gm_error *err);

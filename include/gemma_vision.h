@@ -89,9 +89,9 @@ GEMMA_API gm_status gm_image_to_chw(const gm_image *img, const float mean[3], co
  * An encoder turns one image, resized and normalised ((u8 / 255 - mean) / std per channel, planar CHW), into
  * rows of gm_vision_embd_dim floats: the rows that take the place of the image's soft tokens in the text
  * model's input (not scaled by sqrt(width): the text model's embedding scale is for token lookups only).
- * Weights F32, F16, BF16 or Q8_0 (the matrices; vectors are read as floats). The encoder owns a thread pool
- * and all its scratch, sized at open for the largest input: encoding allocates nothing after the first call.
- * One thread at a time per gm_vision. */
+ * Weights F32, F16, BF16 or Q8_0 (the matrices; vectors are read as floats). The encoder runs on a thread
+ * pool (its own, or gm_vision_options.pool) and owns all its scratch, sized at open for the largest input:
+ * encoding allocates nothing after the first call. One thread at a time per gm_vision. */
 typedef struct gm_vision gm_vision;
 
 typedef struct gm_vision_options {
@@ -105,6 +105,12 @@ typedef struct gm_vision_options {
      * form, what transformers trained the model with (gelu_pytorch_tanh); true: gelu_quick (x sigmoid(1.702 x)),
      * what llama.cpp runs on such files, for parity with it. A file with clip.use_gelu / use_silu gets that. */
     bool llama_cpp_act;
+    /* NULL: the encoder starts its own pool of n_threads; else it runs on this one (n_threads unused), which
+     * must outlive it: share the text engine's (gm_engine_options.pool) so one process runs one pool. */
+    gm_threadpool *pool;
+    /* What runs the layers: GM_BACKEND_CPU (0, default), or GM_BACKEND_REFERENCE (plain loops summing in double,
+     * one thread: slow, for checking the CPU's numbers). */
+    gm_backend_kind backend;
 } gm_vision_options;
 
 /* o may be NULL (defaults). path: an mmproj GGUF, or a Hugging Face folder of Gemma3ForConditionalGeneration /

@@ -8,6 +8,8 @@
  * has not woken up yet (on a loaded machine that could cost a whole scheduler time slice). */
 #include "kernels/threadpool.h"
 
+#include "core/error.h"
+
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -33,10 +35,12 @@
 
 /* ~ a few hundred microseconds of spinning before a worker sleeps (pause is 40-140 cycles). */
 #define GM_SPIN_ITERS 20000
+/* a caller waiting for another caller's job spins less: that job may be a long one (an image encoder's GEMM) */
+#define GM_TURN_SPINS 1000
 #define GEN_SHIFT 40
 #define IDX_MASK ((1ull << GEN_SHIFT) - 1)
 
-struct gm_pool {
+struct gm_threadpool {
     int n_threads; /* including the caller */
     pthread_t *threads;
     pthread_mutex_t mu;
@@ -50,6 +54,11 @@ struct gm_pool {
     atomic_llong n, chunk, n_chunks;
     atomic_ullong state;   /* (generation << GEN_SHIFT) | next chunk index */
     atomic_llong done;     /* chunks finished */
+    /* Callers take turns (a shared pool: an engine's scheduler thread and a vision encoder's caller): a ticket
+     * each, jobs run in ticket order; a caller whose turn is not up spins briefly, then sleeps on turn_cv. */
+    atomic_ullong next_ticket, serving;
+    atomic_int n_queued;   /* callers asleep on turn_cv */
+    pthread_cond_t turn_cv;
 };
 
 typedef struct { gm_pool *p; int id; } worker_arg;
@@ -144,6 +153,10 @@ gm_pool *gm_pool_new(int n_threads) {
     p->n_threads = n_threads;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
+    pthread_cond_init(&p->turn_cv, NULL);
+    atomic_init(&p->next_ticket, 0);
+    atomic_init(&p->serving, 0);
+    atomic_init(&p->n_queued, 0);
     atomic_init(&p->gen, 0);
     atomic_init(&p->stop, false);
     atomic_init(&p->n_sleeping, 0);
@@ -185,13 +198,38 @@ void gm_pool_free(gm_pool *p) {
     free(p->threads);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
+    pthread_cond_destroy(&p->turn_cv);
     free(p);
 }
 
 int gm_pool_size(const gm_pool *p) { return p ? p->n_threads : 1; }
 
-/* Runs fn over [0, n) in chunks of `chunk` items (the last may be shorter). */
-static void run_job(gm_pool *p, int64_t n, int64_t chunk, gm_task_fn fn, void *ctx) {
+/* Waits for this caller's turn: the jobs of callers sharing the pool run one at a time, in arrival order
+ * (fair: a decode step is not starved by an encoder that calls again the moment its job ends). */
+static void take_turn(gm_pool *p) {
+    const unsigned long long t = atomic_fetch_add(&p->next_ticket, 1);
+    for (int i = 0; i < GM_TURN_SPINS; i++) {
+        if (atomic_load_explicit(&p->serving, memory_order_acquire) == t) return;
+        GM_CPU_RELAX();
+    }
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add(&p->n_queued, 1); /* seq_cst: pairs with end_turn's serving increment then n_queued check */
+    while (atomic_load(&p->serving) != t) pthread_cond_wait(&p->turn_cv, &p->mu);
+    atomic_fetch_sub(&p->n_queued, 1);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void end_turn(gm_pool *p) {
+    atomic_fetch_add(&p->serving, 1);
+    if (atomic_load(&p->n_queued) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->turn_cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+/* One job, the pool's only one while it runs. */
+static void run_turn(gm_pool *p, int64_t n, int64_t chunk, gm_task_fn fn, void *ctx) {
     const long long n_chunks = (n + chunk - 1) / chunk;
     const unsigned g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
     const unsigned long long g24 = g & ((1u << (64 - GEN_SHIFT)) - 1);
@@ -225,6 +263,13 @@ static void run_job(gm_pool *p, int64_t n, int64_t chunk, gm_task_fn fn, void *c
     }
 }
 
+/* Runs fn over [0, n) in chunks of `chunk` items (the last may be shorter), in this caller's turn. */
+static void run_job(gm_pool *p, int64_t n, int64_t chunk, gm_task_fn fn, void *ctx) {
+    take_turn(p);
+    run_turn(p, n, chunk, fn, ctx);
+    end_turn(p);
+}
+
 void gm_pool_parallel_for(gm_pool *p, int64_t n, int64_t grain, gm_task_fn fn, void *ctx) {
     if (n <= 0) return;
     if (grain < 1) grain = 1;
@@ -248,3 +293,17 @@ void gm_pool_parallel_for_chunk(gm_pool *p, int64_t n, int64_t chunk, gm_task_fn
     }
     run_job(p, n, chunk, fn, ctx);
 }
+
+/* ---------------------------------------------------------------- the public handle (gemma.h) */
+
+gm_status gm_threadpool_new(int n_threads, gm_threadpool **out, gm_error *err) {
+    if (!out) return gm_fail(err, GM_ERR_ARG, "gm_threadpool_new: out is NULL");
+    *out = NULL;
+    if (n_threads > 1024) return gm_fail(err, GM_ERR_ARG, "thread pool: %d threads is more than 1024", n_threads);
+    if (!(*out = gm_pool_new(n_threads))) return gm_fail(err, GM_ERR_NOMEM, "thread pool: cannot start %d threads", n_threads);
+    return GM_OK;
+}
+
+void gm_threadpool_free(gm_threadpool *p) { gm_pool_free(p); }
+
+int gm_threadpool_size(const gm_threadpool *p) { return gm_pool_size(p); }

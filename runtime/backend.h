@@ -82,6 +82,34 @@ typedef struct gm_attn_call {
     int n_keys;
 } gm_attn_call;
 
+/* ---- the dense-row ops: an encoder's layers (the vision encoders: every patch of an image at once, no cache) */
+
+typedef enum gm_act {
+    GM_ACT_GELU_TANH,  /* 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) */
+    GM_ACT_GELU_QUICK, /* x sigmoid(1.702 x) */
+    GM_ACT_SILU,       /* x sigmoid(x) */
+} gm_act;
+
+/* The bounds of an encoder's dense calls, given once (dense_reserve) so the backend sizes its scratch then and
+ * the calls allocate nothing. */
+typedef struct gm_dense_shape {
+    int max_rows;   /* rows of any call (an image's patches, at the largest size) */
+    int max_width;  /* floats per row of any call: the widest matmul input or output, norm or activation */
+    int n_head, head_dim; /* attention_dense */
+    int attn_rows;  /* query rows per attention pass: the scores take attn_rows x max_rows floats (<= 0: all) */
+    int n_rope;     /* RoPE kinds [0, n_rope) prepared for max_rows rows (rope_prepare / rope), 0: none */
+} gm_dense_shape;
+
+/* Multi-head attention over n rows of one sequence, each attending to every row (an image's patches):
+ * o[i] in head h = softmax_j(scale q[i] . k[j]) v[j], over that head's columns [h head_dim, (h + 1) head_dim)
+ * of rows ld floats apart. Sums in the backend's order (the CPU's: f32). */
+typedef struct gm_dense_attn {
+    const float *q, *k, *v;
+    float *o;
+    int ld, n, n_head, head_dim;
+    float scale;
+} gm_dense_attn;
+
 typedef struct gm_backend gm_backend;
 
 typedef struct gm_backend_ops {
@@ -121,6 +149,21 @@ typedef struct gm_backend_ops {
     void (*add)(gm_backend *be, float *y, const float *x, size_t n); /* y += x */
     void (*scale)(gm_backend *be, float *x, size_t n, float s);
     void (*copy)(gm_backend *be, float *dst, const float *src, size_t n);
+
+    /* ---- dense rows (an encoder's; with matmul, rmsnorm, rope_prepare, rope, add and scale above): every call
+     * within the bounds given to dense_reserve, which comes first */
+    gm_status (*dense_reserve)(gm_backend *be, const gm_dense_shape *s, gm_error *err);
+    /* y[i] = LayerNorm(x[i]) * w + b over dim (mean and variance summed in double); y may alias x */
+    void (*layernorm)(gm_backend *be, float *y, const float *x, const float *w, const float *b, int n, int dim, float eps);
+    /* y[i] += b (x NULL), or y[i] += x[i] + b (a residual after a linear with a bias); b is one row of dim */
+    void (*bias_add)(gm_backend *be, float *y, const float *x, const float *b, int n, int dim);
+    /* y[i] = act(y[i] + b) (b NULL: act(y[i])), times up[i] unless up is NULL (a gated unit): n rows of dim */
+    void (*bias_act)(gm_backend *be, float *y, const float *b, const float *up, int n, int dim, gm_act act);
+    /* y = x clamped to [lo, hi] over n floats (NaN stays NaN); y may alias x */
+    void (*clamp)(gm_backend *be, float *y, const float *x, size_t n, float lo, float hi);
+    /* y[i] *= w over n rows: w is one row of dim (a per-channel scale) */
+    void (*mul_rows)(gm_backend *be, float *y, const float *w, int n, int dim);
+    gm_status (*attention_dense)(gm_backend *be, const gm_dense_attn *a);
 } gm_backend_ops;
 
 enum { GM_ROPE_KINDS = 8 }; /* distinct RoPE settings a model may have (Gemma 3: 2) */
@@ -134,12 +177,18 @@ typedef struct gm_backend_options {
     int max_batch;  /* rows per forward chunk */
     int max_ctx;    /* positions per sequence */
     gm_isa isa;     /* the CPU kernels' level (resolved by the engine: the model's); the reference backend has none */
+    gm_pool *pool;  /* NULL: the CPU backend starts its own of n_threads; else it runs on this one (borrowed) */
+    /* Matmuls of float matrices (and attention_dense) through the AVX-512 float GEMM where the CPU has it: faster
+     * over an image's thousands of rows, sums in another order than matmul's kernels (Gemma 3's encoder; the text
+     * model never sets it). */
+    bool float_gemm;
 } gm_backend_options;
 
-/* The CPU backend: a thread pool, ISA kernels, blocks in host memory. m and lay must outlive it. */
+/* The CPU backend: a thread pool, ISA kernels, blocks in host memory. m and lay must outlive it. m and lay NULL:
+ * a backend for the dense ops alone (an encoder's): no embed, head, KV storage or attention. */
 gm_status gm_backend_cpu_new(const gm_model *m, const gm_kv_layout *lay, const gm_backend_options *opt,
                              gm_backend **out, gm_error *err);
-/* The reference backend: plain loops over the scalar kernels, sums in double, one thread. */
+/* The reference backend: plain loops over the scalar kernels, sums in double, one thread (m, lay: as the CPU's). */
 gm_status gm_backend_ref_new(const gm_model *m, const gm_kv_layout *lay, const gm_backend_options *opt,
                              gm_backend **out, gm_error *err);
 

@@ -122,7 +122,7 @@ gm_status gm_forward_new(const gm_model *m, const gm_kv_layout *lay, gm_backend 
         return gm_fail(err, GM_ERR_ARG, "forward: bad arguments (batch %d, context %d)", max_batch, max_ctx);
     const gm_forward_hooks *hk = gm_forward_hooks_of(m->cfg.family);
     if (!hk) hk = &no_hooks;
-    if (hk != &no_hooks && !be->ops->host_memory)
+    if (hk->host_memory && !be->ops->host_memory)
         return gm_fail(err, GM_ERR_UNSUPPORTED, "forward: the %s backend cannot run %s (its hooks need host memory)",
                        be->ops->name, m->cfg.arch);
     gm_forward *f = calloc(1, sizeof *f);

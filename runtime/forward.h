@@ -18,9 +18,13 @@
 typedef struct gm_forward gm_forward;
 
 /* What a family adds to the Gemma block, at named points of the forward pass (model/family.h's row points at
- * its table; NULL entries are skipped). The state is the family's per-forward scratch; activations are host
- * memory (gm_backend_ops.host_memory), x / xn / gate / o the chunk's n rows. */
+ * its table; NULL entries are skipped). The state is the family's per-forward scratch; x / xn / gate / o the
+ * chunk's n rows. */
 typedef struct gm_forward_hooks {
+    /* The hooks are host code around the ops: they read and write the activations (and their state) as host
+     * memory, so they run only on a backend whose activations are (gm_backend_ops.host_memory); the forward pass
+     * refuses the family on another. false: every step goes through the backend's ops. */
+    bool host_memory;
     gm_status (*state_new)(const gm_model *m, int max_batch, gm_backend *be, void **state, gm_error *err);
     void (*state_free)(void *state);
     gm_status (*chunk_begin)(void *state, const gm_fwd_row *rows, const float *x, int n); /* x: the embeddings */

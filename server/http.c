@@ -41,6 +41,7 @@ struct srv {
     int host_warned;        /* (atomic) the first Host refusal was logged */
     gm_model *m;
     const gm_tokenizer *tok;
+    gm_threadpool *pool;    /* the one pool: the engine (or embedder) and the image encoder take turns on it */
     srv_sched *sched;       /* a generative model: the scheduler owns the engine */
     gm_embedder *emb;       /* an embedding model: no scheduler, requests take turns on this */
     srv_turns emb_turns;    /* embedding requests take the embedder input by input, in turn */
@@ -836,13 +837,17 @@ static bool open_model(server *s, char *msg, size_t n) {
     s->tok = gm_model_tokenizer(s->m);
     const gm_config *mc = gm_model_config(s->m);
     /* an embedding model gets an embedder (its context capped at the model's) instead of the scheduler */
-    const gm_embedder_options eo = {.n_threads = o->threads,
-                                    .n_ctx = o->n_ctx < mc->context_length ? o->n_ctx : mc->context_length};
     if (o->mmproj_path && mc->is_embedding) {
         snprintf(msg, n, "--mmproj: an embedding model reads text only");
         return false;
     }
-    if (media_new(o, s->m, &s->media, &err)) {
+    if (gm_threadpool_new(o->threads, &s->pool, &err)) {
+        snprintf(msg, n, "%s", err.msg);
+        return false;
+    }
+    const gm_embedder_options eo = {.n_threads = o->threads, .pool = s->pool,
+                                    .n_ctx = o->n_ctx < mc->context_length ? o->n_ctx : mc->context_length};
+    if (media_new(o, s->m, s->pool, &s->media, &err)) {
         snprintf(msg, n, "%s%s", o->mmproj_path ? "--mmproj: " : "", err.msg);
         return false;
     }
@@ -851,7 +856,7 @@ static bool open_model(server *s, char *msg, size_t n) {
         gm_vision_get_info(media_vision(s->media), &vi);
         s->opt.min_batch = vi.n_tokens + o->parallel;
     }
-    if (mc->is_embedding ? gm_embedder_new(s->m, &eo, &s->emb, &err) : sched_new(s->m, o, s->met, &s->sched, &err)) {
+    if (mc->is_embedding ? gm_embedder_new(s->m, &eo, &s->emb, &err) : sched_new(s->m, o, s->pool, s->met, &s->sched, &err)) {
         snprintf(msg, n, "%s", err.msg);
         return false;
     }
@@ -982,6 +987,7 @@ void srv_stop(srv *s) {
     sched_free(s->sched);
     gm_embedder_free(s->emb);
     media_free(s->media);
+    gm_threadpool_free(s->pool); /* after the engine, embedder and encoder that ran on it */
     guard_free(s->guard);
     metrics_free(s->met);
     gm_model_free(s->m);

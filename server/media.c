@@ -3,8 +3,9 @@
  * a keyed digest of its pixels, and encoded — once: an LRU cache of recent images' rows serves a repeated
  * image (a conversation resends every earlier image with each turn) without the encoder.
  *
- * Threads: connection threads call media_load; the encoder runs one image at a time, in arrival order (its
- * own thread pool; the scheduler's engine keeps decoding meanwhile). The cache is under mu. */
+ * Threads: connection threads call media_load; the encoder runs one image at a time, in arrival order, on the
+ * server's one thread pool: the scheduler's engine keeps decoding meanwhile, the two taking turns op by op
+ * (one thread per core, not two). The cache is under mu. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -43,7 +44,7 @@ struct srv_media {
     srv_media_stats st;
 };
 
-gm_status media_new(const srv_options *o, const gm_model *m, srv_media **out, gm_error *err) {
+gm_status media_new(const srv_options *o, const gm_model *m, gm_threadpool *pool, srv_media **out, gm_error *err) {
     *out = NULL;
     if (!o->mmproj_path) {
         if (o->media_path) return gm_fail(err, GM_ERR_ARG, "--media-path needs --mmproj (images need the encoder)");
@@ -51,7 +52,7 @@ gm_status media_new(const srv_options *o, const gm_model *m, srv_media **out, gm
     }
     srv_media *x = calloc(1, sizeof *x);
     if (!x) return gm_fail(err, GM_ERR_NOMEM, "out of memory");
-    const gm_vision_options vo = {.n_threads = o->threads};
+    const gm_vision_options vo = {.n_threads = o->threads, .pool = pool};
     gm_status st = gm_vision_open(o->mmproj_path, &vo, &x->v, err);
     if (!st && gm_vision_embd_dim(x->v) != gm_model_config(m)->d_model)
         st = gm_fail(err, GM_ERR_ARG, "the encoder makes rows of the wrong width for this model: it is another "

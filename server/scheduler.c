@@ -672,7 +672,8 @@ static gm_status open_drafter(srv_sched *s, const srv_options *o, const gm_engin
     return GM_OK;
 }
 
-gm_status sched_new(gm_model *m, const srv_options *o, srv_metrics *metrics, srv_sched **out, gm_error *err) {
+gm_status sched_new(gm_model *m, const srv_options *o, gm_threadpool *pool, srv_metrics *metrics, srv_sched **out,
+                    gm_error *err) {
     srv_sched *s = calloc(1, sizeof *s);
     if (!s) return GM_ERR_NOMEM;
     s->o = *o;
@@ -682,7 +683,7 @@ gm_status sched_new(gm_model *m, const srv_options *o, srv_metrics *metrics, srv
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     gm_engine_options eo = {.n_threads = o->threads, .n_ctx = o->n_ctx, .kv_type = o->kv_type,
-                            .no_prefix_cache = o->no_prefix_cache};
+                            .no_prefix_cache = o->no_prefix_cache, .pool = pool};
     eo.n_batch = o->parallel + o->chunk > 512 ? o->parallel + o->chunk : 512;
     if (eo.n_batch < o->min_batch) eo.n_batch = o->min_batch;
     /* default budget: every parallel sequence at full context with every position of every layer; the

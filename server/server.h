@@ -215,7 +215,9 @@ char *metrics_render(srv_metrics *m, const char *model, const char *replica, con
 /* ---------------------------------------------------------------- scheduler (scheduler.c) */
 
 typedef struct srv_sched srv_sched;
-gm_status sched_new(gm_model *m, const srv_options *o, srv_metrics *metrics, srv_sched **out, gm_error *err);
+/* The engine (and a draft engine) run on pool, the server's one pool (shared with the image encoder). */
+gm_status sched_new(gm_model *m, const srv_options *o, gm_threadpool *pool, srv_metrics *metrics, srv_sched **out,
+                    gm_error *err);
 typedef enum { SUBMIT_OK, SUBMIT_FULL, SUBMIT_STOPPING } submit_result;
 /* Queues j (the scheduler takes a reference) unless the queue is full or the server stops. */
 submit_result sched_submit(srv_sched *s, job *j);
@@ -255,8 +257,8 @@ typedef struct gen_endpoint {
 
 /* ---------------------------------------------------------------- images (media.c) */
 
-/* The encoder of o->mmproj_path for model m; *out NULL when the server has none. */
-gm_status media_new(const srv_options *o, const gm_model *m, srv_media **out, gm_error *err);
+/* The encoder of o->mmproj_path for model m, on pool (the engine's); *out NULL when the server has none. */
+gm_status media_new(const srv_options *o, const gm_model *m, gm_threadpool *pool, srv_media **out, gm_error *err);
 void media_free(srv_media *x);
 /* An image_url part's URL into rows (x NULL: a 400 saying the server reads text only). max_bytes bounds a
  * file:// image. false with a 400 (or 500) in e. */

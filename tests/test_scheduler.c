@@ -32,7 +32,7 @@ static srv_sched *new_sched(int parallel, bool lookup) {
                      .max_tokens = 120, .quiet = true, .lookup = lookup, .kv_type = GM_KV_DTYPE_F32};
     gm_error err = {0};
     srv_sched *s = NULL;
-    CHECK_OK(sched_new(M, &o, MET, &s, &err), &err);
+    CHECK_OK(sched_new(M, &o, NULL, MET, &s, &err), &err);
     return s;
 }
 

@@ -1,10 +1,12 @@
 /* tests/test_threadpool.c — every item is processed exactly once, by a thread id in range, for
  * many back-to-back calls (the spinning path) and after the workers went to sleep (the condvar
- * path); NULL pool runs serially; grain is honoured. */
+ * path); NULL pool runs serially; grain is honoured; callers on several threads share a pool. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "gemma.h"
 #include "kernels/threadpool.h"
 #include "support/test.h"
 
@@ -75,8 +77,41 @@ TEST(grain_respected) {
     gm_pool_free(d);
 }
 
+/* Several threads share one pool (a server's engine and image encoder): every job still sees each of its
+ * items once, by a thread id in range, whatever the interleaving; the sleeping path of a waiting caller too. */
+typedef struct {
+    gm_pool *p;
+    int bad;
+} sharer;
+
+static void *share_main(void *arg) {
+    sharer *sh = arg;
+    const int64_t sizes[] = {3, 64, 1001, 20000};
+    for (int rep = 0; rep < 400; rep++) {
+        sh->bad += run_once(sh->p, sizes[rep % 4], 1 + rep % 3);
+        if (rep % 100 == 99) usleep(3000); /* let the others' turns and the workers' sleep interleave */
+    }
+    return NULL;
+}
+
+TEST(shared_by_threads) {
+    gm_threadpool *tp = NULL;
+    gm_error err = {0};
+    CHECK_OK(gm_threadpool_new(3, &tp, &err), &err);
+    CHECK_EQ_INT(gm_threadpool_size(tp), 3);
+    sharer sh[3] = {{tp, 0}, {tp, 0}, {tp, 0}};
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) CHECK(pthread_create(&th[i], NULL, share_main, &sh[i]) == 0);
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++) CHECK_EQ_INT(sh[i].bad, 0);
+    gm_threadpool_free(tp);
+    CHECK(gm_threadpool_new(2000, &tp, &err) == GM_ERR_ARG && tp == NULL);
+    CHECK_EQ_INT(gm_threadpool_size(NULL), 1);
+}
+
 int main(void) {
     RUN(each_item_once);
+    RUN(shared_by_threads);
     RUN(null_pool_serial);
     RUN(grain_respected);
     return test_summary();

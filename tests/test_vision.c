@@ -5,6 +5,7 @@
  * too). Errors are measured relative to the largest output magnitude (about 3):
  *   F32, F16, gelu_quick: max |ours - ref| <= 1e-4 * max|ref|     (f32 sums over 48 terms and 2 blocks)
  *   Q8_0 attention:       max |ours - ref| <= 3e-2 * max|ref|     (activations rounded to 8 bits per matmul: ~1e-2)
+ * The reference backend (its dense ops in double) meets them within 1e-5, Q8_0 included.
  * Also: the sizes and normalisation reported, the thread count not changing the result, and files with a
  * missing tensor, a wrong shape, another projector, no vision encoder, a bad scale factor or the up / down
  * swap trap refused with the status and a message naming what is wrong. */
@@ -38,12 +39,12 @@ static double rel_err(const float *a, const double *ref, int n) {
     return md / mr;
 }
 
-static void check_file(const char *name, int threads, gm_isa isa, double tol) {
+static void check_file_on(const char *name, int threads, gm_isa isa, gm_backend_kind be, double tol) {
     char path[64];
     snprintf(path, sizeof path, "vision/%s.gguf", name);
     gm_error err = {0};
     gm_vision *v = NULL;
-    const gm_vision_options o = {.n_threads = gm_test_threads(threads), .isa = isa};
+    const gm_vision_options o = {.n_threads = gm_test_threads(threads), .isa = isa, .backend = be};
     CHECK_OK(gm_vision_open(test_data_path(path), &o, &v, &err), &err);
     if (!v) return;
     CHECK_EQ_INT(gm_vision_image_size(v), S);
@@ -64,10 +65,14 @@ static void check_file(const char *name, int threads, gm_isa isa, double tol) {
         else CHECK(!memcmp(first, out, sizeof out));
     }
     const double e = rel_err(out, ref, TOKENS * DIM);
-    fprintf(stderr, "  %s, %d threads, isa %s: max error %.3g of max |ref| (tolerance %g)\n", name, threads,
-            gm_isa_name(isa), e, tol);
+    fprintf(stderr, "  %s, %s backend, %d threads, isa %s: max error %.3g of max |ref| (tolerance %g)\n", name,
+            be == GM_BACKEND_REFERENCE ? "reference" : "cpu", threads, gm_isa_name(isa), e, tol);
     CHECK_MSG(e <= tol, "%s: relative error %g > %g", name, e, tol);
     gm_vision_free(v);
+}
+
+static void check_file(const char *name, int threads, gm_isa isa, double tol) {
+    check_file_on(name, threads, isa, GM_BACKEND_CPU, tol);
 }
 
 TEST(encode_f32) {
@@ -83,6 +88,13 @@ TEST(encode_gelu_quick) { check_file("quick", 2, GM_ISA_AUTO, 1e-4); }
 TEST(encode_q8_0) {
     check_file("q8", 2, GM_ISA_AUTO, 3e-2);
     check_file("q8", 1, GM_ISA_SCALAR, 3e-2);
+}
+
+/* The same encoders on the reference backend's dense ops (plain loops, sums in double): the references' numbers
+ * up to f32 rounding, Q8_0 too (no activation quantization there). */
+TEST(encode_reference_backend) {
+    const char *const names[] = {"f32", "f16", "quick", "q8"};
+    for (int i = 0; i < 4; i++) check_file_on(names[i], 1, GM_ISA_AUTO, GM_BACKEND_REFERENCE, 1e-5);
 }
 
 static void check_refused(const char *name, gm_status want, const char *needle) {
@@ -119,6 +131,7 @@ int main(void) {
     RUN(encode_f16);
     RUN(encode_gelu_quick);
     RUN(encode_q8_0);
+    RUN(encode_reference_backend);
     RUN(refuses_bad_files);
     return test_summary();
 }

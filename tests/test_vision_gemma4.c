@@ -35,15 +35,20 @@ static double rel_err(const float *a, const double *ref, int n) {
     return md / mr;
 }
 
-static gm_vision *open_g4(const char *model, int threads, gm_isa isa, bool quick, int min_tok, int max_tok) {
+static gm_vision *open_g4_on(const char *model, int threads, gm_isa isa, bool quick, int min_tok, int max_tok,
+                             gm_backend_kind be) {
     char path[64];
     snprintf(path, sizeof path, "vision/g4/%s.gguf", model);
     const gm_vision_options o = {.n_threads = gm_test_threads(threads), .isa = isa, .image_min_tokens = min_tok,
-                                 .image_max_tokens = max_tok, .llama_cpp_act = quick};
+                                 .image_max_tokens = max_tok, .llama_cpp_act = quick, .backend = be};
     gm_error err = {0};
     gm_vision *v = NULL;
     CHECK_OK(gm_vision_open(test_data_path(path), &o, &v, &err), &err);
     return v;
+}
+
+static gm_vision *open_g4(const char *model, int threads, gm_isa isa, bool quick, int min_tok, int max_tok) {
+    return open_g4_on(model, threads, isa, quick, min_tok, max_tok, GM_BACKEND_CPU);
 }
 
 /* image name ("a" 96 x 48, "b" 48 x 144) through gm_vision_encode_image against <ref>_<name>.f64 */
@@ -74,8 +79,9 @@ done:
     free(want);
 }
 
-static void check_model(const char *model, const char *ref, bool quick, int threads, gm_isa isa) {
-    gm_vision *v = open_g4(model, threads, isa, quick, 1, MAX_TOK);
+static void check_model_on(const char *model, const char *ref, bool quick, int threads, gm_isa isa,
+                           gm_backend_kind be) {
+    gm_vision *v = open_g4_on(model, threads, isa, quick, 1, MAX_TOK, be);
     if (!v) return;
     CHECK_EQ_INT(gm_vision_family(v), 4);
     CHECK_EQ_INT(gm_vision_image_size(v), 0);
@@ -89,6 +95,10 @@ static void check_model(const char *model, const char *ref, bool quick, int thre
     gm_vision_free(v);
 }
 
+static void check_model(const char *model, const char *ref, bool quick, int threads, gm_isa isa) {
+    check_model_on(model, ref, quick, threads, isa, GM_BACKEND_CPU);
+}
+
 TEST(encode_f32) {
     check_model("f32", "f32", false, 1, GM_ISA_AUTO);
     check_model("f32", "f32", false, 2, GM_ISA_AUTO);
@@ -100,6 +110,13 @@ TEST(encode_f16) {
 }
 TEST(encode_gelu_quick) { check_model("f32", "quick", true, 2, GM_ISA_AUTO); }
 TEST(encode_clamps) { check_model("clamp", "clamp", false, 2, GM_ISA_AUTO); }
+/* The reference backend's dense ops (sums in double, its own RoPE and GELU) meet the references too. */
+TEST(encode_reference_backend) {
+    check_model_on("f32", "f32", false, 1, GM_ISA_AUTO, GM_BACKEND_REFERENCE);
+    check_model_on("f16", "f16", false, 1, GM_ISA_AUTO, GM_BACKEND_REFERENCE);
+    check_model_on("f32", "quick", true, 1, GM_ISA_AUTO, GM_BACKEND_REFERENCE);
+    check_model_on("clamp", "clamp", false, 1, GM_ISA_AUTO, GM_BACKEND_REFERENCE);
+}
 
 /* sizes.txt: "w h min max -> W H" (0: the defaults 70 / 1120) */
 TEST(size_rule) {
@@ -212,6 +229,7 @@ int main(void) {
     RUN(encode_f16);
     RUN(encode_gelu_quick);
     RUN(encode_clamps);
+    RUN(encode_reference_backend);
     RUN(size_rule);
     RUN(bicubic_is_pillow);
     RUN(refuses_sizes);

@@ -13,9 +13,10 @@
 
 enum { MAX_IMAGE_FILE = 64 << 20 };
 
-gm_status cli_media_open(const char *mmproj, int n_threads, const gm_model *m, cli_media *out, gm_error *err) {
+gm_status cli_media_open(const char *mmproj, gm_threadpool *pool, int n_threads, const gm_model *m, cli_media *out,
+                         gm_error *err) {
     memset(out, 0, sizeof *out);
-    const gm_vision_options vo = {.n_threads = n_threads};
+    const gm_vision_options vo = {.n_threads = n_threads, .pool = pool};
     gm_status st = gm_vision_open(mmproj, &vo, &out->v, err);
     if (st) return st;
     const int want = gm_model_config(m)->d_model, got = gm_vision_embd_dim(out->v);

@@ -14,8 +14,10 @@ typedef struct cli_media {
     int32_t placeholder; /* the token image rows carry */
 } cli_media;
 
-/* Opens the mmproj for model m (its rows must be the model's width: GM_ERR_ARG otherwise). */
-gm_status cli_media_open(const char *mmproj, int n_threads, const gm_model *m, cli_media *out, gm_error *err);
+/* Opens the mmproj for model m (its rows must be the model's width: GM_ERR_ARG otherwise), on pool: the text
+ * engine's (NULL: a pool of its own, n_threads). */
+gm_status cli_media_open(const char *mmproj, gm_threadpool *pool, int n_threads, const gm_model *m, cli_media *out,
+                         gm_error *err);
 void cli_media_close(cli_media *c);
 /* The image file at path (at most 64 MiB) decoded and encoded. */
 gm_status cli_media_load(cli_media *c, const char *path, gm_vision_rows *out, gm_error *err);

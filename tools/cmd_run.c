@@ -59,6 +59,7 @@ static int parse_args(int argc, char **argv, bool chat, run_args *a) {
 /* ---------------------------------------------------------------- shared set-up */
 
 typedef struct session {
+    gm_threadpool *pool;   /* the CPU backend's: shared by the generator, the draft engine and the encoder */
     gm_model *m, *dm;      /* dm, de: the draft model and its engine (--draft-model) */
     gm_engine *de;
     gm_generator *g;
@@ -84,7 +85,7 @@ static gm_status open_speculation(const run_args *a, session *s, gm_error *err) 
         if (st) return st;
         const int dctx = gm_model_config(s->dm)->context_length, n_ctx = gm_generator_n_ctx(s->g);
         const gm_engine_options eo = {.n_threads = a->threads, .n_ctx = n_ctx < dctx ? n_ctx : dctx,
-                                      .kv_type = a->kv_type};
+                                      .kv_type = a->kv_type, .pool = s->pool};
         if ((st = gm_engine_new(s->dm, &eo, &s->de, err))) return st;
         so.draft = s->de;
     }
@@ -118,12 +119,14 @@ static gm_status open_grammar(const run_args *a, session *s, gm_error *err) {
 static gm_status open_generator(const run_args *a, session *s, gm_error *err) {
     const gm_model_options mo = gm_cli_model_options();
     gm_status st = gm_model_open(a->model, &mo, &s->m, err);
-    if (!st && a->mmproj) st = cli_media_open(a->mmproj, a->threads, s->m, &s->media, err);
+    /* one pool for every engine and the encoder (the reference backend runs on the calling thread alone) */
+    if (!st && a->backend == GM_BACKEND_CPU) st = gm_threadpool_new(a->threads, &s->pool, err);
+    if (!st && a->mmproj) st = cli_media_open(a->mmproj, s->pool, a->threads, s->m, &s->media, err);
     if (st) return st;
     const int image_rows = s->media.v ? gm_vision_n_tokens(s->media.v) : 0;
     const gm_generator_options go = {.n_threads = a->threads, .n_ctx = a->n_ctx, .ignore_stop = a->ignore_eos,
                                      .kv_mem = a->kv_mem, .kv_type = a->kv_type, .backend = a->backend,
-                                     .n_batch = image_rows > 512 ? image_rows : 0}; /* an image in one call */
+                                     .pool = s->pool, .n_batch = image_rows > 512 ? image_rows : 0}; /* an image in one call */
     return gm_generator_new(s->m, &go, &s->g, err);
 }
 
@@ -159,6 +162,7 @@ static void close_session(session *s) {
     gm_engine_free(s->de);
     gm_model_free(s->dm);
     gm_model_free(s->m);
+    gm_threadpool_free(s->pool); /* after everything that ran on it */
 }
 
 /* -v: the speculative counters so far. */

@@ -9,48 +9,45 @@
  *     h += RMS_post(o(attn)); h += RMS_ffnpost(down(act(gate m) * up m)), m = RMS_ln2(h); h *= out_scale
  *   pool x pool average (row-major tokens) -> x sqrt(n_embd) -> (x - std_bias) * std_scale -> RMS (no weight)
  *   -> projection
- * Each linear may clamp its input and output (Gemma4ClippableLinear). As siglip.c: every linear is one
- * gm_matmul over all patches on the pool (the FFN in slabs of FFN_ROWS patches, to bound its two n_ff wide
- * buffers), attention is two gm_matmuls per head and chunk of queries, and all scratch is allocated at open
- * for the largest image (max_tokens). */
+ * Each linear may clamp its input and output (Gemma4ClippableLinear). As siglip.c, the blocks run on the
+ * backend's ops: every linear over all patches at once (the FFN in slabs of FFN_ROWS patches, to bound its two
+ * n_ff wide buffers), the 2D RoPE as two RoPE kinds (x and y positions) on the halves of each head, the
+ * attention of every patch to every patch; the patch extraction, position tables and pooling are host code. All
+ * scratch is allocated at open for the largest image (max_tokens). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "gemma_vision.h"
-#include "kernels/cpu.h"
 #include "kernels/ops.h"
-#include "kernels/threadpool.h"
 #include "vision/vision_internal.h"
-#include "vision/vit_attention.h"
 
-/* Query rows per attention chunk (bounds the score matrix: chunk x n_patches floats, 20 MiB at 10080 patches)
+/* Query rows per attention pass (bounds the score matrix: chunk x n_patches floats, 20 MiB at 10080 patches)
  * and patches per FFN slab (two slab x n_ff buffers: 35 MiB at n_ff 4304). */
 enum { ATTN_CHUNK = 512, FFN_ROWS = 1024 };
-/* The RoPE frequencies of half a head live on the stack: head dims up to twice this (Gemma 4 has 64 or 72). */
+/* The RoPE frequencies of half a head live in the encoder: head dims up to twice this (Gemma 4 has 64 or 72). */
 enum { MAX_HALF_HEAD = 512 };
+/* The RoPE kinds of the 2D rotation: the first half of each head turns by the patch's column, the second by its
+ * row. */
+enum { ROPE_X, ROPE_Y };
 
 typedef struct g4v_scratch {
     float *patches;                     /* max_patches x 3 patch^2 */
     float *h, *a, *q, *k, *v, *o;       /* max_patches x n_embd each */
     float *fg, *fu;                     /* FFN_ROWS x n_ff: gate, up */
     float *xc;                          /* a clamped input (only when the file has input clamps) */
-    float *kh, *vt, *qh, *scores, *oh;  /* attention of one head, as siglip.c */
     float *pooled;                      /* max_tokens x n_embd */
-    float *cs, *sn;                     /* RoPE: pos_rows x hd/4 each, by position */
-    float *ones;                        /* n_embd ones: the weight of the weightless norms */
 } g4v_scratch;
 
 struct g4v {
     g4v_weights w;
-    gm_pool *pool;
-    const gm_cpu_kernels *kern;
-    gm_isa isa;
-    gm_matmul_scratch mm;
+    gm_backend *be;
     g4v_scratch s;
     float *buf;
-    int chunk, ffn_rows;
+    gm_fwd_row *at[2];                  /* max_patches each: the patches' columns (ROPE_X) and rows (ROPE_Y) */
+    float inv_freq[MAX_HALF_HEAD / 2];  /* RoPE: theta^(-2i / (hd/2)), i < hd/4 */
+    int ffn_rows;
     int gw, gh, n; /* this image: patches per row, per column, in all */
 };
 
@@ -66,147 +63,50 @@ static bool any_input_clamp(const g4v_weights *w) {
     return any;
 }
 
-static void rope_tables(const g4v_config *c, float *cs, float *sn) {
-    const int half = c->head_dim / 2, q = half / 2;
-    float inv[MAX_HALF_HEAD];
-    gm_rope_inv_freq(inv, half, G4V_ROPE_THETA, 1.0); /* i < hd/4: theta^(-2i / (hd/2)) */
-    for (int p = 0; p < c->pos_rows; p++) gm_rope_cos_sin(cs + (size_t)p * q, sn + (size_t)p * q, inv, half, p);
-}
-
 static gm_status alloc_scratch(g4v *g, gm_error *err) {
     const g4v_config *c = &g->w.cfg;
-    const size_t N = (size_t)c->max_patches, D = (size_t)c->n_embd, F = (size_t)c->n_ff, hd = (size_t)c->head_dim;
-    const size_t C = (size_t)(g->chunk = c->max_patches < ATTN_CHUNK ? c->max_patches : ATTN_CHUNK);
+    const size_t N = (size_t)c->max_patches, D = (size_t)c->n_embd, F = (size_t)c->n_ff;
     const size_t R = (size_t)(g->ffn_rows = c->max_patches < FFN_ROWS ? c->max_patches : FFN_ROWS);
     const size_t xc = any_input_clamp(&g->w) ? (N * D > R * F ? N * D : R * F) : 0;
-    const size_t P2 = (size_t)c->patch_size * (size_t)c->patch_size, rope = (size_t)c->pos_rows * hd / 4;
+    const size_t P2 = (size_t)c->patch_size * (size_t)c->patch_size;
     struct { float **p; size_t n; } parts[] = {
         {&g->s.patches, N * 3 * P2}, {&g->s.h, N * D}, {&g->s.a, N * D}, {&g->s.q, N * D}, {&g->s.k, N * D},
         {&g->s.v, N * D}, {&g->s.o, N * D}, {&g->s.fg, R * F}, {&g->s.fu, R * F}, {&g->s.xc, xc},
-        {&g->s.kh, N * hd}, {&g->s.vt, N * hd}, {&g->s.qh, C * hd}, {&g->s.scores, C * N}, {&g->s.oh, C * hd},
-        {&g->s.pooled, (size_t)c->max_tokens * D}, {&g->s.cs, rope}, {&g->s.sn, rope}, {&g->s.ones, D},
+        {&g->s.pooled, (size_t)c->max_tokens * D},
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) total += (parts[i].n + 15) / 16 * 16; /* 64-byte rows */
     g->buf = aligned_alloc(64, total * sizeof(float));
-    if (!g->buf) return gm_fail(err, GM_ERR_NOMEM, "vision encoder scratch: %zu MiB", total * sizeof(float) >> 20);
+    g->at[ROPE_X] = calloc(N, sizeof *g->at[ROPE_X]);
+    g->at[ROPE_Y] = calloc(N, sizeof *g->at[ROPE_Y]);
+    if (!g->buf || !g->at[ROPE_X] || !g->at[ROPE_Y])
+        return gm_fail(err, GM_ERR_NOMEM, "vision encoder scratch: %zu MiB", total * sizeof(float) >> 20);
     float *p = g->buf;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         *parts[i].p = parts[i].n ? p : NULL;
         p += (parts[i].n + 15) / 16 * 16;
     }
-    for (size_t i = 0; i < D; i++) g->s.ones[i] = 1.0f;
-    rope_tables(c, g->s.cs, g->s.sn);
+    gm_rope_inv_freq(g->inv_freq, c->head_dim / 2, G4V_ROPE_THETA, 1.0); /* i < hd/4: theta^(-2i / (hd/2)) */
     return GM_OK;
-}
-
-/* ---- row-wise ops on the pool */
-
-typedef struct row_job {
-    const g4v *g;
-    float *y;
-    const float *x, *w;
-    int n;     /* floats per row */
-    int n_w;   /* scale_task: 1 (one factor for all) or n */
-    float lo, hi, eps;
-} row_job;
-
-/* y = RMSNorm(x) * w (w: ones for the weightless norms); y may be x */
-static void rms_task(void *ctx, int64_t r0, int64_t r1, int thread) {
-    const row_job *j = ctx;
-    for (int64_t r = r0; r < r1; r++) j->g->kern->rmsnorm(j->y + r * j->n, j->x + r * j->n, j->w, j->n, j->eps);
-}
-
-/* y += RMSNorm(x) * w: a residual after its post-norm (x is overwritten as scratch) */
-static void residual_norm_task(void *ctx, int64_t r0, int64_t r1, int thread) {
-    const row_job *j = ctx;
-    for (int64_t r = r0; r < r1; r++) {
-        float *x = (float *)j->x + r * j->n;
-        j->g->kern->rmsnorm(x, x, j->w, j->n, j->eps);
-        gm_add(j->y + r * j->n, x, j->n);
-    }
-}
-
-/* y = clamp(x, lo, hi); y may be x */
-static void clamp_task(void *ctx, int64_t r0, int64_t r1, int thread) {
-    const row_job *j = ctx;
-    for (int64_t r = r0; r < r1; r++)
-        for (int i = 0; i < j->n; i++) {
-            const float v = j->x[r * j->n + i];
-            j->y[r * j->n + i] = v < j->lo ? j->lo : v > j->hi ? j->hi : v;
-        }
-}
-
-/* gate = act(gate) * up (x: up) */
-static void glu_task(void *ctx, int64_t r0, int64_t r1, int thread) {
-    const row_job *j = ctx;
-    const vit_act act = j->g->w.cfg.act;
-    for (int64_t r = r0; r < r1; r++) {
-        float *y = j->y + r * j->n;
-        const float *u = j->x + r * j->n;
-        if (act == VIT_GELU_TANH) {
-            j->g->kern->geglu(y, u, j->n);
-        } else {
-            const float k = act == VIT_GELU_QUICK ? 1.702f : 1.0f; /* x sigmoid(k x): gelu_quick, SiLU */
-            for (int i = 0; i < j->n; i++) y[i] = y[i] / (1.0f + expf(-k * y[i])) * u[i];
-        }
-    }
-}
-
-/* 2D RoPE of one patch's heads (x: q or k): first half of each head by px, second by py */
-static void rope_task(void *ctx, int64_t r0, int64_t r1, int thread) {
-    const row_job *j = ctx;
-    const g4v *g = j->g;
-    const int hd = g->w.cfg.head_dim, nh = g->w.cfg.n_head, q = hd / 4;
-    for (int64_t p = r0; p < r1; p++) {
-        const int px = (int)(p % g->gw), py = (int)(p / g->gw);
-        float *row = j->y + p * j->n;
-        for (int h = 0; h < nh; h++) {
-            gm_rope_neox(row + h * hd, 1, hd / 2, g->s.cs + (size_t)px * q, g->s.sn + (size_t)px * q);
-            gm_rope_neox(row + h * hd + hd / 2, 1, hd / 2, g->s.cs + (size_t)py * q, g->s.sn + (size_t)py * q);
-        }
-    }
-}
-
-/* y *= w (n_w: 1, the same for every element, or n) */
-static void scale_task(void *ctx, int64_t r0, int64_t r1, int thread) {
-    const row_job *j = ctx;
-    for (int64_t r = r0; r < r1; r++) {
-        float *y = j->y + r * j->n;
-        for (int i = 0; i < j->n; i++) y[i] *= j->n_w == 1 ? j->w[0] : j->w[i];
-    }
-}
-
-static void run_rows(const g4v *g, gm_task_fn fn, row_job j, int64_t n_rows) {
-    j.g = g;
-    /* a few thousand floats per chunk at least: below that the pool's wake-up costs more than the work */
-    const int64_t grain = j.n >= 4096 ? 1 : 4096 / j.n;
-    gm_pool_parallel_for(g->pool, n_rows, grain, fn, &j);
 }
 
 /* ---- linears */
 
-static gm_status matmul(g4v *g, const gm_matrix *W, const float *x, int64_t n, float *y) {
-    return gm_matmul(W, x, n, y, g->pool, &g->mm);
-}
-
-static void clamp_out(g4v *g, const g4v_linear *l, float *y, int64_t n) {
-    if (l->clamp_out) run_rows(g, clamp_task, (row_job){.y = y, .x = y, .n = (int)l->w.rows, .lo = l->out_min, .hi = l->out_max}, n);
-}
-
 /* y = clamp(W clamp(x)) over n rows */
-static gm_status linear(g4v *g, const g4v_linear *l, const float *x, int64_t n, float *y) {
+static gm_status linear(g4v *g, const g4v_linear *l, const float *x, int n, float *y) {
+    gm_backend *be = g->be;
     if (l->clamp_in) {
-        run_rows(g, clamp_task, (row_job){.y = g->s.xc, .x = x, .n = (int)l->w.cols, .lo = l->in_min, .hi = l->in_max}, n);
+        be->ops->clamp(be, g->s.xc, x, (size_t)n * l->w.cols, l->in_min, l->in_max);
         x = g->s.xc;
     }
-    gm_status st = matmul(g, &l->w, x, n, y);
-    if (!st) clamp_out(g, l, y, n);
+    gm_status st = gm_be_matmul(be, &l->w, x, n, y);
+    if (!st && l->clamp_out) be->ops->clamp(be, y, y, (size_t)n * l->w.rows, l->out_min, l->out_max);
     return st;
 }
 
-/* count linears of one input: one pool dispatch when none clamps its input (the usual file) */
-static gm_status linears(g4v *g, const g4v_linear *const *l, float *const *y, int count, const float *x, int64_t n) {
+/* count linears of one input: one backend call when none clamps its input (the usual file) */
+static gm_status linears(g4v *g, const g4v_linear *const *l, float *const *y, int count, const float *x, int n) {
+    gm_backend *be = g->be;
     bool clamp_in = false;
     for (int i = 0; i < count; i++) clamp_in = clamp_in || l[i]->clamp_in;
     gm_status st = GM_OK;
@@ -216,8 +116,9 @@ static gm_status linears(g4v *g, const g4v_linear *const *l, float *const *y, in
     }
     const gm_matrix *W[4] = {NULL, NULL, NULL, NULL}; /* count <= 4 */
     for (int i = 0; i < count && i < 4; i++) W[i] = &l[i]->w;
-    if ((st = gm_matmul_multi(W, y, count, x, n, g->pool, &g->mm))) return st;
-    for (int i = 0; i < count; i++) clamp_out(g, l[i], y[i], n);
+    if ((st = be->ops->matmul(be, W, y, count, x, n))) return st;
+    for (int i = 0; i < count; i++)
+        if (l[i]->clamp_out) be->ops->clamp(be, y[i], y[i], (size_t)n * l[i]->w.rows, l[i]->out_min, l[i]->out_max);
     return GM_OK;
 }
 
@@ -247,31 +148,36 @@ static void add_positions(const g4v *g, float *h) {
     }
 }
 
-/* every patch attends to every patch; scale 1: the q / k norms set it */
-static gm_status attention(g4v *g) {
-    const g4v_scratch *s = &g->s;
-    const g4v_config *c = &g->w.cfg;
-    const vit_attn a = {.pool = g->pool, .mm = &g->mm, .isa = g->isa, .kern = g->kern, .q = s->q, .k = s->k,
-                        .v = s->v, .o = s->o, .ld = c->n_embd, .kh = s->kh, .vt = s->vt, .qh = s->qh,
-                        .scores = s->scores, .oh = s->oh, .n = g->n, .n_head = c->n_head, .head_dim = c->head_dim,
-                        .chunk = g->chunk, .scale = 1.0f};
-    return vit_attention(&a);
+/* The rotation tables of this image's patches: kind ROPE_X at each patch's column, ROPE_Y at its row. */
+static void rope_prepare(g4v *g) {
+    for (int p = 0; p < g->n; p++) g->at[ROPE_X][p].pos = p % g->gw, g->at[ROPE_Y][p].pos = p / g->gw;
+    const int half = g->w.cfg.head_dim / 2;
+    g->be->ops->rope_prepare(g->be, ROPE_X, g->inv_freq, half, g->at[ROPE_X], g->n);
+    g->be->ops->rope_prepare(g->be, ROPE_Y, g->inv_freq, half, g->at[ROPE_Y], g->n);
+}
+
+/* 2D RoPE of every patch's heads (x: q or k): each head's first half by its column, its second by its row */
+static void rope_2d(g4v *g, float *x) {
+    const int hd = g->w.cfg.head_dim, nh = g->w.cfg.n_head;
+    g->be->ops->rope(g->be, x, g->n, nh, hd, hd / 2, ROPE_X);
+    g->be->ops->rope(g->be, x + hd / 2, g->n, nh, hd, hd / 2, ROPE_Y);
 }
 
 /* q, k, v of the normed input a: projections, per-head norms, RoPE */
 static gm_status qkv(g4v *g, const g4v_layer *l) {
+    gm_backend *be = g->be;
     const g4v_config *c = &g->w.cfg;
     const g4v_scratch *s = &g->s;
     const g4v_linear *lin[3] = {&l->q, &l->k, &l->v};
     float *const out[3] = {s->q, s->k, s->v};
     gm_status st = linears(g, lin, out, 3, s->a, g->n);
     if (st) return st;
-    const int64_t heads = (int64_t)g->n * c->n_head;
-    run_rows(g, rms_task, (row_job){.y = s->q, .x = s->q, .w = l->q_norm, .n = c->head_dim, .eps = c->eps}, heads);
-    run_rows(g, rms_task, (row_job){.y = s->k, .x = s->k, .w = l->k_norm, .n = c->head_dim, .eps = c->eps}, heads);
-    run_rows(g, rms_task, (row_job){.y = s->v, .x = s->v, .w = s->ones, .n = c->head_dim, .eps = c->eps}, heads);
-    run_rows(g, rope_task, (row_job){.y = s->q, .n = c->n_embd}, g->n);
-    run_rows(g, rope_task, (row_job){.y = s->k, .n = c->n_embd}, g->n);
+    const int heads = g->n * c->n_head;
+    be->ops->rmsnorm(be, s->q, s->q, l->q_norm, heads, c->head_dim, c->eps, NULL);
+    be->ops->rmsnorm(be, s->k, s->k, l->k_norm, heads, c->head_dim, c->eps, NULL);
+    be->ops->rmsnorm(be, s->v, s->v, NULL, heads, c->head_dim, c->eps, NULL);
+    rope_2d(g, s->q);
+    rope_2d(g, s->k);
     return GM_OK;
 }
 
@@ -285,24 +191,33 @@ static gm_status ffn(g4v *g, const g4v_layer *l) {
     for (int r0 = 0; r0 < g->n && !st; r0 += g->ffn_rows) {
         const int n = g->n - r0 < g->ffn_rows ? g->n - r0 : g->ffn_rows;
         if ((st = linears(g, lin, out, 2, s->a + (size_t)r0 * c->n_embd, n))) break;
-        run_rows(g, glu_task, (row_job){.y = s->fg, .x = s->fu, .n = c->n_ff}, n);
+        g->be->ops->bias_act(g->be, s->fg, NULL, s->fu, n, c->n_ff, vit_act_op(c->act));
         st = linear(g, &l->down, s->fg, n, s->o + (size_t)r0 * c->n_embd);
     }
     return st;
 }
 
 static gm_status block(g4v *g, const g4v_layer *l) {
+    gm_backend *be = g->be;
+    const gm_backend_ops *ops = be->ops;
     const g4v_config *c = &g->w.cfg;
     const g4v_scratch *s = &g->s;
-    const int D = c->n_embd;
-    run_rows(g, rms_task, (row_job){.y = s->a, .x = s->h, .w = l->ln1, .n = D, .eps = c->eps}, g->n);
+    const int D = c->n_embd, N = g->n;
+    const size_t ND = (size_t)N * D;
+    ops->rmsnorm(be, s->a, s->h, l->ln1, N, D, c->eps, NULL);
     gm_status st = qkv(g, l);
-    if (st || (st = attention(g)) || (st = linear(g, &l->o, s->o, g->n, s->a))) return st;
-    run_rows(g, residual_norm_task, (row_job){.y = s->h, .x = s->a, .w = l->attn_post, .n = D, .eps = c->eps}, g->n);
-    run_rows(g, rms_task, (row_job){.y = s->a, .x = s->h, .w = l->ln2, .n = D, .eps = c->eps}, g->n);
+    /* every patch attends to every patch; scale 1: the q / k norms set it */
+    const gm_dense_attn at = {.q = s->q, .k = s->k, .v = s->v, .o = s->o, .ld = D, .n = N, .n_head = c->n_head,
+                              .head_dim = c->head_dim, .scale = 1.0f};
+    if (st || (st = ops->attention_dense(be, &at)) || (st = linear(g, &l->o, s->o, N, s->a))) return st;
+    ops->rmsnorm(be, s->a, s->a, l->attn_post, N, D, c->eps, NULL); /* the residual after its post-norm */
+    ops->add(be, s->h, s->a, ND);
+    ops->rmsnorm(be, s->a, s->h, l->ln2, N, D, c->eps, NULL);
     if ((st = ffn(g, l))) return st;
-    run_rows(g, residual_norm_task, (row_job){.y = s->h, .x = s->o, .w = l->ffn_post, .n = D, .eps = c->eps}, g->n);
-    if (l->out_scale) run_rows(g, scale_task, (row_job){.y = s->h, .w = l->out_scale, .n = D, .n_w = l->out_scale_n}, g->n);
+    ops->rmsnorm(be, s->o, s->o, l->ffn_post, N, D, c->eps, NULL);
+    ops->add(be, s->h, s->o, ND);
+    if (l->out_scale && l->out_scale_n == 1) ops->scale(be, s->h, ND, l->out_scale[0]);
+    else if (l->out_scale) ops->mul_rows(be, s->h, l->out_scale, N, D);
     return GM_OK;
 }
 
@@ -327,9 +242,10 @@ static gm_status encode(g4v *g, const float *chw, float *out) {
     const g4v_config *c = &w->cfg;
     const g4v_scratch *s = &g->s;
     extract_patches(g, chw, s->patches);
-    gm_status st = matmul(g, &w->patch, s->patches, g->n, s->h);
+    gm_status st = gm_be_matmul(g->be, &w->patch, s->patches, g->n, s->h);
     if (st) return st;
     add_positions(g, s->h);
+    rope_prepare(g);
     for (int il = 0; il < c->n_layers && !st; il++) st = block(g, &w->layers[il]);
     if (st) return st;
     const int T = pool_tokens(g, s->h, s->pooled), D = c->n_embd;
@@ -337,7 +253,7 @@ static gm_status encode(g4v *g, const float *chw, float *out) {
         float *row = s->pooled + (size_t)t * D;
         for (int i = 0; i < D; i++) row[i] = (row[i] - w->std_bias[i]) * w->std_scale[i];
     }
-    run_rows(g, rms_task, (row_job){.y = s->pooled, .x = s->pooled, .w = s->ones, .n = D, .eps = c->eps}, T);
+    g->be->ops->rmsnorm(g->be, s->pooled, s->pooled, NULL, T, D, c->eps, NULL);
     return linear(g, &w->proj, s->pooled, T, out);
 }
 
@@ -352,10 +268,12 @@ gm_status g4v_open(const char *path, const gm_vision_options *o, g4v **out, gm_e
         free(g);
         return st;
     }
-    if (g->w.cfg.head_dim / 2 > MAX_HALF_HEAD) st = gm_fail(err, GM_ERR_UNSUPPORTED, "%s: head dim %d", path, g->w.cfg.head_dim);
-    g->isa = gm_isa_resolve(o->isa);
-    g->kern = gm_cpu_kernels_for(g->isa);
-    if (!st && !(g->pool = gm_pool_new(o->n_threads))) st = gm_fail(err, GM_ERR_NOMEM, "%s: thread pool", path);
+    const g4v_config *c = &g->w.cfg;
+    if (c->head_dim / 2 > MAX_HALF_HEAD) st = gm_fail(err, GM_ERR_UNSUPPORTED, "%s: head dim %d", path, c->head_dim);
+    const int pix = 3 * c->patch_size * c->patch_size, wide = c->n_ff > c->n_embd ? c->n_ff : c->n_embd;
+    const gm_dense_shape shape = {.max_rows = c->max_patches, .max_width = wide > pix ? wide : pix,
+                                  .n_head = c->n_head, .head_dim = c->head_dim, .attn_rows = ATTN_CHUNK, .n_rope = 2};
+    if (!st && (st = vit_backend_new(o, false, &shape, &g->be, err))) st = gm_fail_prefix(err, "%s: ", path);
     if (!st) st = alloc_scratch(g, err);
     if (st) {
         g4v_free(g);
@@ -367,9 +285,10 @@ gm_status g4v_open(const char *path, const gm_vision_options *o, g4v **out, gm_e
 
 void g4v_free(g4v *g) {
     if (!g) return;
-    gm_pool_free(g->pool);
-    gm_matmul_scratch_free(&g->mm);
+    if (g->be) g->be->ops->free(g->be);
     free(g->buf);
+    free(g->at[ROPE_X]);
+    free(g->at[ROPE_Y]);
     g4v_weights_free(&g->w);
     free(g);
 }

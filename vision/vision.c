@@ -44,6 +44,9 @@ gm_status gm_vision_open(const char *path, const gm_vision_options *o, gm_vision
     const gm_vision_options def = {0};
     if (!o) o = &def;
     if (!gm_isa_valid(o->isa)) return gm_fail(err, GM_ERR_ARG, "gm_vision_open: isa %d", (int)o->isa);
+    if (o->backend != GM_BACKEND_CPU && o->backend != GM_BACKEND_REFERENCE)
+        return gm_fail(err, GM_ERR_ARG, "gm_vision_open: unknown backend %d", (int)o->backend);
+    if (o->n_threads > 1024) return gm_fail(err, GM_ERR_ARG, "gm_vision_open: %d threads is more than 1024", o->n_threads);
     if (o->image_min_tokens < 0 || o->image_max_tokens < 0)
         return gm_fail(err, GM_ERR_ARG, "gm_vision_open: image tokens %d..%d", o->image_min_tokens, o->image_max_tokens);
     gm_vision *v = calloc(1, sizeof *v);
@@ -59,6 +62,23 @@ gm_status gm_vision_open(const char *path, const gm_vision_options *o, gm_vision
     v->info.projector = v->fam->projector;
     *out = v;
     return GM_OK;
+}
+
+gm_status vit_backend_new(const gm_vision_options *o, bool float_gemm, const gm_dense_shape *s, gm_backend **out,
+                          gm_error *err) {
+    const gm_backend_options bo = {.n_threads = o->n_threads, .max_batch = s->max_rows, .isa = gm_isa_resolve(o->isa),
+                                   .pool = o->pool, .float_gemm = float_gemm};
+    gm_status st = (o->backend == GM_BACKEND_REFERENCE ? gm_backend_ref_new : gm_backend_cpu_new)(NULL, NULL, &bo, out, err);
+    if (st) return st;
+    if (!(*out)->ops->host_memory) /* none today: both backends keep activations in host memory */
+        st = gm_fail(err, GM_ERR_UNSUPPORTED, "the %s backend's activations are not host memory: the encoder's "
+                     "patch, position and pooling steps need them", (*out)->ops->name);
+    if (!st) st = (*out)->ops->dense_reserve(*out, s, err);
+    if (st) {
+        (*out)->ops->free(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 void gm_vision_free(gm_vision *v) {

@@ -6,8 +6,19 @@
 
 #include "gemma.h"
 #include "gemma_vision.h"
+#include "runtime/backend.h"
 #include "vision/mmproj.h"
 #include "vision/mmproj_gemma4.h"
+
+/* The backend an encoder runs on (o->backend, on o->pool or a pool of its own), its dense scratch reserved for
+ * shape s. float_gemm: as gm_backend_options.float_gemm (Gemma 3's). The encoders' patch extraction, position
+ * tables and pooling are host code between the ops, so the backend's activations must be host memory (both
+ * backends' are; a device backend would need those steps as ops, and an upload). */
+gm_status vit_backend_new(const gm_vision_options *o, bool float_gemm, const gm_dense_shape *s, gm_backend **out,
+                          gm_error *err);
+static inline gm_act vit_act_op(vit_act a) {
+    return a == VIT_GELU_TANH ? GM_ACT_GELU_TANH : a == VIT_GELU_QUICK ? GM_ACT_GELU_QUICK : GM_ACT_SILU;
+}
 
 /* Gemma 3 (siglip.c). o is never NULL here. */
 typedef struct siglip siglip;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backends/cpu/attention.h"
+#include "backends/cpu/dense.h"
 #include "backends/host.h"
 #include "core/error.h"
 #include "kernels/matmul.h"
@@ -24,19 +25,23 @@ typedef struct cpu_backend {
     const gm_model *m;
     const gm_kv_layout *lay;
     gm_pool *pool;
+    bool own_pool; /* started here (else the caller's, shared) */
     const gm_cpu_kernels *kern; /* the small ops' kernels, of the level the engine chose (the model's) */
     gm_matmul_scratch mm;
     gm_attn_scratch attn;
     int max_batch;
     rope_table rope[GM_ROPE_KINDS];
-    float *ones; /* max(d_model, head_dim) ones: the weightless norm */
+    float *ones; /* max(d_model, head_dim) ones: the weightless norm (no model: the dense scratch's) */
+    gm_cpu_dense dense; /* the dense-row ops' state and scratch (dense.c) */
 } cpu_backend;
 
 static cpu_backend *cpu(gm_backend *be) { return (cpu_backend *)be; }
 
 /* Row-wise ops over at most this many floats run on the calling thread: a pool round trip (~5-10 us on two
- * threads) costs more than the op itself (8 decode rows of q/k norms and RoPE are a few microseconds). */
-enum { INLINE_FLOATS = 16384 };
+ * threads) costs more than the op itself (8 decode rows of q/k norms and RoPE are a few microseconds).
+ * Elementwise adds and scales stay on it up to POOL_FLOATS (they are cheaper per float): an encoder's residual
+ * over an image's thousands of rows goes to the pool. */
+enum { INLINE_FLOATS = 16384, POOL_FLOATS = 1 << 18 };
 
 /* ---------------------------------------------------------------- row-wise ops */
 
@@ -75,6 +80,37 @@ static void cpu_geglu(gm_backend *be, float *gate, const float *up, int n, int f
     rows_job j = {cpu(be)->kern, gate, up, NULL, 0, 0.0f, NULL};
     if ((size_t)n * ff <= INLINE_FLOATS) j.kern->geglu(gate, up, n * ff); /* same bits per element whatever n */
     else gm_pool_parallel_for(cpu(be)->pool, (int64_t)n * ff, 1024, geglu_task, &j);
+}
+
+typedef struct elem_job {
+    float *y;
+    const float *x;
+    float s;
+} elem_job;
+
+static void add_task(void *ctx, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const elem_job *j = ctx;
+    gm_add(j->y + begin, j->x + begin, (int)(end - begin));
+}
+
+static void scale_task(void *ctx, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const elem_job *j = ctx;
+    gm_scale(j->y + begin, (int)(end - begin), j->s);
+}
+
+/* y += x (elementwise: the same bits whatever the split) */
+static void cpu_add(gm_backend *be, float *y, const float *x, size_t n) {
+    elem_job j = {y, x, 0.0f};
+    if (n <= POOL_FLOATS) add_task(&j, 0, (int64_t)n, 0);
+    else gm_pool_parallel_for(cpu(be)->pool, (int64_t)n, 4096, add_task, &j);
+}
+
+static void cpu_scale(gm_backend *be, float *x, size_t n, float s) {
+    elem_job j = {x, NULL, s};
+    if (n <= POOL_FLOATS) scale_task(&j, 0, (int64_t)n, 0);
+    else gm_pool_parallel_for(cpu(be)->pool, (int64_t)n, 4096, scale_task, &j);
 }
 
 static void cpu_rope_prepare(gm_backend *be, int kind, const float *inv_freq, int dims, const gm_fwd_row *rows, int n) {
@@ -124,6 +160,7 @@ static void cpu_attention(gm_backend *be, const gm_attn_call *c) {
 static gm_status cpu_matmul(gm_backend *be, const gm_matrix *const *W, float *const *y, int count, const float *x,
                             int n) {
     cpu_backend *c = cpu(be);
+    if (c->dense.sgemm) return gm_cpu_dense_matmul(&c->dense, c->pool, &c->mm, W, y, count, x, n); /* float_gemm */
     if (count == 1) return gm_matmul(W[0], x, n, y[0], c->pool, &c->mm);
     return gm_matmul_multi(W, y, count, x, n, c->pool, &c->mm);
 }
@@ -139,6 +176,50 @@ static gm_status cpu_embed(gm_backend *be, float *x, const gm_fwd_row *rows, int
     return gm_host_embed(cpu(be)->m, x, rows, n);
 }
 
+/* ---------------------------------------------------------------- dense rows (dense.c) */
+
+/* The dense scratch; without a model, also the weightless norm's ones and the RoPE tables the encoder asks for. */
+static gm_status cpu_dense_reserve(gm_backend *be, const gm_dense_shape *s, gm_error *err) {
+    cpu_backend *c = cpu(be);
+    gm_status st = gm_cpu_dense_reserve(&c->dense, c->pool, s, err);
+    if (st || c->m) return st;
+    c->ones = c->dense.ones;
+    const size_t rows = (size_t)(s->max_rows > 0 ? s->max_rows : 1), rh = (size_t)s->head_dim / 2;
+    for (int k = 0; k < s->n_rope && k < GM_ROPE_KINDS; k++) {
+        free(c->rope[k].cs);
+        if (!(c->rope[k].cs = malloc(2 * (rows * rh + 1) * sizeof(float))))
+            return gm_fail(err, GM_ERR_NOMEM, "cpu backend: out of memory");
+        c->rope[k].sn = c->rope[k].cs + rows * rh + 1;
+    }
+    return GM_OK;
+}
+
+static void cpu_layernorm(gm_backend *be, float *y, const float *x, const float *w, const float *b, int n, int dim,
+                          float eps) {
+    gm_cpu_layernorm(cpu(be)->pool, y, x, w, b, n, dim, eps);
+}
+
+static void cpu_bias_add(gm_backend *be, float *y, const float *x, const float *b, int n, int dim) {
+    gm_cpu_bias_add(cpu(be)->pool, y, x, b, n, dim);
+}
+
+static void cpu_bias_act(gm_backend *be, float *y, const float *b, const float *up, int n, int dim, gm_act act) {
+    gm_cpu_bias_act(cpu(be)->pool, cpu(be)->kern, cpu(be)->dense.ones, y, b, up, n, dim, act);
+}
+
+static void cpu_clamp(gm_backend *be, float *y, const float *x, size_t n, float lo, float hi) {
+    gm_cpu_clamp(cpu(be)->pool, y, x, n, lo, hi);
+}
+
+static void cpu_mul_rows(gm_backend *be, float *y, const float *w, int n, int dim) {
+    gm_cpu_mul_rows(cpu(be)->pool, y, w, n, dim);
+}
+
+static gm_status cpu_attention_dense(gm_backend *be, const gm_dense_attn *a) {
+    cpu_backend *c = cpu(be);
+    return gm_cpu_dense_attention(&c->dense, c->kern, c->pool, &c->mm, a);
+}
+
 /* ---------------------------------------------------------------- the backend */
 
 static int cpu_threads(const gm_backend *be) { return gm_pool_size(((const cpu_backend *)be)->pool); }
@@ -149,8 +230,9 @@ static void cpu_free(gm_backend *be) {
     gm_matmul_scratch_free(&c->mm);
     gm_attn_scratch_free(&c->attn);
     for (int k = 0; k < GM_ROPE_KINDS; k++) free(c->rope[k].cs);
-    free(c->ones);
-    gm_pool_free(c->pool);
+    if (c->m) free(c->ones); /* else the dense scratch's */
+    gm_cpu_dense_free(&c->dense);
+    if (c->own_pool) gm_pool_free(c->pool);
     free(c);
 }
 
@@ -172,9 +254,16 @@ static const gm_backend_ops cpu_ops = {
     .kv_store = cpu_kv_store,
     .attention = cpu_attention,
     .geglu = cpu_geglu,
-    .add = gm_host_add,
-    .scale = gm_host_scale,
+    .add = cpu_add,
+    .scale = cpu_scale,
     .copy = gm_host_copy,
+    .dense_reserve = cpu_dense_reserve,
+    .layernorm = cpu_layernorm,
+    .bias_add = cpu_bias_add,
+    .bias_act = cpu_bias_act,
+    .clamp = cpu_clamp,
+    .mul_rows = cpu_mul_rows,
+    .attention_dense = cpu_attention_dense,
 };
 
 static gm_status cpu_scratch(cpu_backend *c, const gm_backend_options *opt, gm_error *err) {
@@ -201,12 +290,14 @@ gm_status gm_backend_cpu_new(const gm_model *m, const gm_kv_layout *lay, const g
     c->base.ops = &cpu_ops;
     c->m = m, c->lay = lay, c->max_batch = opt->max_batch;
     c->kern = gm_cpu_kernels_for(opt->isa); /* once: no op asks for the level again */
-    c->pool = gm_pool_new(opt->n_threads);
+    c->own_pool = !opt->pool;
+    c->pool = opt->pool ? opt->pool : gm_pool_new(opt->n_threads);
     if (!c->pool) {
         free(c);
         return gm_fail(err, GM_ERR_NOMEM, "cpu backend: cannot start %d threads", opt->n_threads);
     }
-    gm_status st = cpu_scratch(c, opt, err);
+    gm_cpu_dense_init(&c->dense, opt, c->pool);
+    gm_status st = m ? cpu_scratch(c, opt, err) : GM_OK; /* no model: an encoder's backend, sized by dense_reserve */
     if (st) {
         cpu_free(&c->base);
         return st;

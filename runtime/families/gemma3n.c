@@ -25,7 +25,7 @@ static void gm_3n_state_free(gm_3n_state *s);
 
 struct gm_3n_state {
     const gm_model *m;
-    gm_backend *be; /* runs the matmuls */
+    gm_backend *be; /* runs the matmuls and the attention residual's add and scale */
     int max_batch, d;
     float *s;    /* streams: stream k of row i at (k * max_batch + i) * d */
     float *p;    /* predictions, same layout */
@@ -156,11 +156,11 @@ static gm_status gm_3n_laurel(gm_3n_state *s, int il, const float *xn, int n) {
     return GM_OK;
 }
 
-/* x holds p0 + attention: x = (x + lau) / sqrt 2. */
+/* x holds p0 + attention: x = (x + lau) / sqrt 2 (elementwise ops: the host loops' bits). */
 static void gm_3n_attn_residual(gm_3n_state *s, float *x, int n) {
     const size_t nd = (size_t)n * (size_t)s->d;
-    gm_add(x, s->lau, (int)nd);
-    gm_scale(x, (int)nd, 1.0f / sqrtf(2.0f));
+    s->be->ops->add(s->be, x, s->lau, nd);
+    s->be->ops->scale(s->be, x, nd, 1.0f / sqrtf(2.0f));
 }
 
 /* Activation sparsity of n rows of ff gate values (GGUF: layers < GM_3N_SPARSE_LAYERS; HF: by the config). */
@@ -266,7 +266,14 @@ static gm_status hk_sparsify(void *s, int il, float *gate, int n, int ff) {
 static gm_status hk_correct(void *s, int il, float *x, int n) { return gm_3n_correct(s, il, x, n); }
 static gm_status hk_end(void *s, float *x, int n) { return gm_3n_end(s, x, n); }
 
+/* A declared host fallback: the matmuls (per-layer inputs, AltUp projections, LAuReL) are ops, and so are the
+ * attention residual's add and scale; the rest is host code over host memory: the router (the scalar RMSNorm,
+ * the model level's dot, tanh), the stream predictions and corrections, the activation sparsity (a per-row mean
+ * and deviation), the rescales to a norm and the per-layer input's GELU and norms. As ops they would be new ones
+ * (AltUp's 4 x 4 mixing, a sparsity cut, a norm rescale) and their norms the backend's (whose sums run in the
+ * ISA's order, not the scalar one's: other bits). */
 const gm_forward_hooks gm_3n_forward_hooks = {
+    .host_memory = true,
     .state_new = hk_new,
     .state_free = hk_free,
     .chunk_begin = hk_begin,

@@ -23,7 +23,7 @@ static void gm_4_state_free(gm_4_state *s);
 
 struct gm_4_state {
     const gm_model *m;
-    gm_backend *be; /* runs the matmuls and GeGLU */
+    gm_backend *be; /* runs the matmuls, GeGLU and the layer end's add and scale */
     float *ple;     /* per row: P L per-layer inputs */
     float *t;       /* per row: max(P L, d) */
     float *scratch; /* per row: P */
@@ -105,9 +105,9 @@ static gm_status gm_4_layer_end(gm_4_state *s, int il, float *x, int n) {
         gm_status st = gm_ple_residual(&l->inp_gate, &l->proj, l->post_norm, c->norm_eps, x, s->ple + (size_t)il * P,
                                        (size_t)P * c->n_layers, n, P, s->scratch, s->t, s->be);
         if (st) return st;
-        gm_add(x, s->t, n * d);
+        s->be->ops->add(s->be, x, s->t, (size_t)n * d);
     }
-    if (l->out_scale != 1.0f) gm_scale(x, n * d, l->out_scale);
+    if (l->out_scale != 1.0f) s->be->ops->scale(s->be, x, (size_t)n * d, l->out_scale); /* elementwise: same bits */
     return GM_OK;
 }
 
@@ -202,7 +202,13 @@ static gm_status hk_begin(void *s, const gm_fwd_row *rows, const float *x, int n
 static gm_status hk_moe(void *s, int il, const float *x, float *o, int n) { return gm_4_moe(s, il, x, o, n); }
 static gm_status hk_layer_end(void *s, int il, float *x, int n) { return gm_4_layer_end(s, il, x, n); }
 
+/* A declared host fallback: the matmuls (per-layer inputs, router, experts), the experts' GeGLU and the layer's
+ * per-layer-input add and output scale are ops; the rest is host code over host memory: the per-layer input's
+ * GELU and norms, the MoE norms (the scalar RMSNorm: the backend's would sum in the ISA's order, other bits), the
+ * routing (softmax, top-k) and the gather / scatter of each expert's rows. As ops: a top-k router and a
+ * gather / scatter by row lists, and the norms through the backend's. */
 const gm_forward_hooks gm_4_forward_hooks = {
+    .host_memory = true,
     .state_new = hk_new,
     .state_free = hk_free,
     .chunk_begin = hk_begin,

@@ -2,8 +2,8 @@
 data URI and gets a reply whose usage counts the image's rows; the same pixels sent again (or as another
 format) come from the prefix cache and the encoder cache; a conversation resending its image reuses it;
 streaming works; file:// reads only under --media-path; every kind of bad image or misuse is a 400 that says
-why. The encoder is a tiny random one for the default model (tests/data/vision/mmproj-640.gguf): plumbing, not
-quality.
+why; --mmproj adds no thread pool (the encoder shares the engine's). The encoder is a tiny random one for the
+default model (tests/data/vision/mmproj-640.gguf): plumbing, not quality.
 
 usage: test_vision.py GEMMA MODEL MMPROJ IMAGES_DIR"""
 import base64
@@ -178,13 +178,23 @@ def test_text_only_server(env):
         assert st == 400 and "--mmproj" in r["error"]["message"], r
 
 
+def test_one_pool(env):
+    """--mmproj adds no compute threads: the encoder runs on the engine's pool (one thread per core, not two),
+    also after it encoded an image."""
+    with Server(env["bin"], model=env["model"], threads=4, parallel=2) as text, \
+            Server(env["bin"], "--mmproj", env["mmproj"], model=env["model"], threads=4, parallel=2) as both:
+        st, r = chat(both, ask(data_uri(gradient())))
+        assert st == 200, r
+        assert both.threads() == text.threads(), (both.threads(), text.threads())
+
+
 def main():
     binary, model, mmproj, images = sys.argv[1:5]
     env = {"bin": binary, "model": model, "mmproj": mmproj, "images": images}
     with Server(binary, "--mmproj", mmproj, model=model) as srv:
         env["srv"] = srv
         rc = run_tests([test_openai_client, test_cache, test_lossless_formats_same_image, test_errors, test_media_path,
-                        test_text_only_server], env)
+                        test_text_only_server, test_one_pool], env)
         if rc:
             print("".join(srv.log[-30:]))
     return rc
