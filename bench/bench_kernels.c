@@ -78,7 +78,7 @@ static unsigned char *pack_copies(int type, const unsigned char *w, int64_t rows
 
 /* M over w (packed: its x8 copy p too), bound for level isa */
 static gm_matrix matrix_of(int type, shape sh, unsigned char *w, unsigned char *p, gm_isa isa) {
-    gm_matrix M = {type, sh.rows, sh.cols, w, 0, NULL, NULL};
+    gm_matrix M = {type, sh.rows, sh.cols, w, 0, NULL, NULL, 0};
     if (p) M.packed_type = GM_KTYPE_X8(type), M.packed = p;
     gm_matrix_bind(&M, isa);
     return M;

@@ -121,8 +121,8 @@ static const gm_mm_kernel *lookup(const gm_matrix *W, gm_isa isa) {
         return &none;
     }
     const bool x8 = W->packed_type == GM_KTYPE_X8(W->type);
-    /* a quantized x8 copy still being made (model/model.c packs them in the background): the AVX2 kernels on the
-     * file's rows, whose bits the x8 kernels give, so a matrix's results do not change when its copy arrives */
+    /* a quantized x8 copy still being made (backends/cpu/repack.c packs them in the background): the AVX2 kernels on
+     * the file's rows, whose bits the x8 kernels give, so a matrix's results do not change when its copy arrives */
     if (x8 && !W->packed && gm_isa_at_least(isa, GM_ISA_AVX2) && gm_avx2_qx8_tiles(W->type)) return &table[isa][PENDING_SLOT + W->type];
     const int slot = !W->packed                                 ? W->type
                      : W->packed_type == GM_KTYPE_Q5_0X16        ? PACKED_SLOT

@@ -50,10 +50,12 @@ typedef struct gm_matrix {
      * there is none. Same bytes per row as data. */
     int packed_type;   /* GM_KTYPE_* */
     const void *packed;
-    /* The kernels, bound (gm_matrix_bind) at model open for the model's level, and bound again when the model's
-     * background packer (model/model.c) has set `packed`: atomic, read once per call; both bindings give the same
-     * bits. NULL (a matrix built by hand that nobody bound): the CPU's best level's, looked up on each call. */
+    /* The kernels, bound (gm_matrix_bind) by the CPU backend for its level, and bound again when its background
+     * packer (backends/cpu/repack.c) has set `packed`: atomic, read once per call; both bindings give the same
+     * bits. NULL (a view nobody bound, as the model's are): the CPU's best level's, looked up on each call. */
     _Atomic(const gm_mm_kernel *) kern;
+    int id;            /* the model's number for it (1 ..: model/model.c), by which a backend finds its own copy;
+                          0: a view the model does not number (a caller's, a slice) */
 } gm_matrix;
 
 /* Binds W's kernels for level isa (gm_isa_resolve'd), after its packed copy, if any, is set. Every

@@ -73,7 +73,7 @@ static void check_type(int type, int64_t rows, int64_t cols, int64_t n_tok, gm_p
         wt->dequant_row(W + r * rb, wf + r * cols, cols);
     }
     for (int64_t i = 0; i < n_tok * cols; i++) x[i] = frand() * 4;
-    gm_matrix M = {type, rows, cols, W, 0, NULL, NULL};
+    gm_matrix M = {type, rows, cols, W, 0, NULL, NULL, 0};
     gm_matmul_scratch s = {0};
     CHECK_EQ_INT(gm_matmul(&M, x, n_tok, y0, NULL, &s), GM_OK);
     CHECK_EQ_INT(gm_matmul(&M, x, n_tok, y1, p1, &s), GM_OK);
@@ -121,11 +121,11 @@ TEST(matmul_bad_args) {
     float x[64] = {0}, y[64];
     unsigned char w[64 * 40] = {0};
     gm_matmul_scratch s = {0};
-    gm_matrix bad_type = {GM_TYPE_Q2_K, 1, 256, w, 0, NULL, NULL};
+    gm_matrix bad_type = {GM_TYPE_Q2_K, 1, 256, w, 0, NULL, NULL, 0};
     CHECK_EQ_INT(gm_matmul(&bad_type, x, 1, y, NULL, &s), GM_ERR_UNSUPPORTED);
-    gm_matrix bad_cols = {GM_TYPE_Q8_0, 1, 33, w, 0, NULL, NULL};
+    gm_matrix bad_cols = {GM_TYPE_Q8_0, 1, 33, w, 0, NULL, NULL, 0};
     CHECK_EQ_INT(gm_matmul(&bad_cols, x, 1, y, NULL, &s), GM_ERR_ARG);
-    gm_matrix ok = {GM_TYPE_Q8_0, 1, 32, w, 0, NULL, NULL};
+    gm_matrix ok = {GM_TYPE_Q8_0, 1, 32, w, 0, NULL, NULL, 0};
     CHECK_EQ_INT(gm_matmul(&ok, x, 0, y, NULL, &s), GM_OK);
     gm_matmul_scratch_free(&s);
     gm_matmul_scratch_free(NULL);
@@ -171,7 +171,7 @@ static void simd_case(int type, int64_t rows, int64_t cols, int64_t n_tok, gm_po
     }
     for (int64_t i = 0; i < n_tok * cols; i++) x[i] = frand() * ((i / cols) % 2 ? 0.01f : 8.f);
     if (n_tok > 1) memset(x + cols, 0, cols * 4); /* an all-zero token */
-    gm_matrix M = {type, rows, cols, W, 0, NULL, NULL};
+    gm_matrix M = {type, rows, cols, W, 0, NULL, NULL, 0};
     gm_matmul_scratch s = {0};
     for (int isa = GM_ISA_SCALAR + 1; isa < GM_ISA_LEVELS; isa++) if (gm_isa_runs((gm_isa)isa)) { /* x86 or NEON */
         gm_matrix_bind(&M, (gm_isa)isa);
@@ -422,7 +422,7 @@ static void x8_case(int type, int64_t n, gm_pool *p2) {
                     else bad_out += !isnan(v);
                 }
         }
-    gm_matrix M = {type, rows, n, w, type == GM_TYPE_F16 ? GM_KTYPE_F16X8 : GM_KTYPE_BF16X8, wp, NULL};
+    gm_matrix M = {type, rows, n, w, type == GM_TYPE_F16 ? GM_KTYPE_F16X8 : GM_KTYPE_BF16X8, wp, NULL, 0};
     gm_matmul_scratch s = {0};
     gm_matrix_bind(&M, GM_ISA_AVX2);
     for (int k = 0; k < 2; k++) {
@@ -488,10 +488,10 @@ static void qx8_case(int type, int64_t n, int64_t rows, const int *nts, int n_nt
                     else bad_out += !isnan(v);
                 }
         }
-    /* F: the file rows at AVX2; M: the copy; P: a copy still being made (model/model.c packs in the background),
-     * both bound at AVX2 and, where the CPU has it, at AVX-512, which runs the same kernels */
-    gm_matrix F = {type, rows, n, w, 0, NULL, NULL}, M = {type, rows, n, w, GM_KTYPE_X8(type), wp, NULL},
-              P = {type, rows, n, w, GM_KTYPE_X8(type), NULL, NULL};
+    /* F: the file rows at AVX2; M: the copy; P: a copy still being made (backends/cpu/repack.c packs in the
+     * background), both bound at AVX2 and, where the CPU has it, at AVX-512, which runs the same kernels */
+    gm_matrix F = {type, rows, n, w, 0, NULL, NULL, 0}, M = {type, rows, n, w, GM_KTYPE_X8(type), wp, NULL, 0},
+              P = {type, rows, n, w, GM_KTYPE_X8(type), NULL, NULL, 0};
     gm_matmul_scratch s = {0};
     gm_matrix_bind(&F, GM_ISA_AVX2);
     for (int isa = GM_ISA_AVX2; isa <= GM_ISA_AVX512; isa++) if (gm_isa_runs((gm_isa)isa)) {
@@ -582,7 +582,7 @@ static void mtok_case(int type, int64_t n, int64_t rows, bool x8, gm_pool *p2) {
                 }
         }
     }
-    gm_matrix M = {type, rows, n, w, x8 ? GM_KTYPE_X8(type) : 0, x8 ? wp : NULL, NULL};
+    gm_matrix M = {type, rows, n, w, x8 ? GM_KTYPE_X8(type) : 0, x8 ? wp : NULL, NULL, 0};
     gm_matmul_scratch s = {0};
     gm_matrix_bind(&M, GM_ISA_AVX2);
     CHECK(gm_matrix_kernel(&M)->mtok2 == fn);
@@ -640,7 +640,7 @@ TEST(avx2_mtok_multi_same_bits_as_one_token) {
             gm_type_traits_of(types[i])->quant_row(row, data[i] + rb * r, cols);
         }
         gm_pack_qx8(types[i], data[i], pk[i], rows[i], cols);
-        W[i] = (gm_matrix){types[i], rows[i], cols, data[i], GM_KTYPE_X8(types[i]), pk[i], NULL};
+        W[i] = (gm_matrix){types[i], rows[i], cols, data[i], GM_KTYPE_X8(types[i]), pk[i], NULL, 0};
         gm_matrix_bind(&W[i], GM_ISA_AVX2);
     }
     for (int64_t i = 0; i < NT * cols; i++) x[i] = frand() * 2;
@@ -720,7 +720,7 @@ static void multi_case(const int64_t rows[3], bool packed) {
             gm_type_traits_of(types[i])->quant_row(row, (char *)data[i] + rb * (size_t)r, cols);
         }
         free(row);
-        W[i] = (gm_matrix){types[i], rows[i], cols, data[i], 0, NULL, NULL};
+        W[i] = (gm_matrix){types[i], rows[i], cols, data[i], 0, NULL, NULL, 0};
         if (packed) {
             gm_pack_qx8(types[i], data[i], pk[i], rows[i], cols);
             W[i].packed_type = GM_KTYPE_X8(types[i]), W[i].packed = pk[i];
@@ -780,7 +780,7 @@ TEST(decode_split_with_stealing_covers_every_row) {
         wt->quant_row(tmp, W + r * rb, cols);
     }
     for (int i = 0; i < cols; i++) x[i] = frand();
-    gm_matrix M = {GM_TYPE_Q8_0, rows, cols, W, 0, NULL, NULL};
+    gm_matrix M = {GM_TYPE_Q8_0, rows, cols, W, 0, NULL, NULL, 0};
     gm_matmul_scratch s = {0};
     CHECK_EQ_INT(gm_matmul(&M, x, 1, y0, NULL, &s), GM_OK);
     int bad = 0;
@@ -816,7 +816,7 @@ TEST(batch_invariance_every_type_and_isa) {
             wt->quant_row(tmp, W + r * rb, cols);
         }
         for (int64_t i = 0; i < 70 * cols; i++) x[i] = frand() * ((i / cols) % 3 ? 1.f : 7.f);
-        gm_matrix M = {type, rows, cols, W, 0, NULL, NULL};
+        gm_matrix M = {type, rows, cols, W, 0, NULL, NULL, 0};
         gm_matmul_scratch s = {0};
         for (int isa = GM_ISA_SCALAR; isa < GM_ISA_LEVELS; isa++) if (gm_isa_runs((gm_isa)isa)) {
             gm_matrix_bind(&M, (gm_isa)isa);
@@ -1000,7 +1000,7 @@ TEST(isa_clamp) {
     CHECK(!gm_isa_parse("sse", &p) && !gm_isa_parse(NULL, &p) && p == GM_ISA_AVX2);
     CHECK(!strcmp(gm_isa_name(GM_ISA_SCALAR), "scalar") && !strcmp(gm_isa_name((gm_isa)9), "?"));
     unsigned char w[34] = {0}; /* one Q8_0 row of 32 */
-    gm_matrix M = {GM_TYPE_Q8_0, 1, 32, w, 0, NULL, NULL};
+    gm_matrix M = {GM_TYPE_Q8_0, 1, 32, w, 0, NULL, NULL, 0};
     CHECK(gm_matrix_kernel(&M)->isa == (int)top); /* unbound: the CPU's best */
     gm_matrix_bind(&M, GM_ISA_SCALAR);
     CHECK(gm_matrix_kernel(&M)->isa == GM_ISA_SCALAR);

@@ -53,8 +53,8 @@ static void same_outputs(int64_t rows, int64_t cols, int64_t n_tok, gm_pool *poo
     make(rows, cols, &file, &packed);
     float *x = malloc(n_tok * cols * sizeof *x), *y0 = malloc(n_tok * rows * 4), *y1 = malloc(n_tok * rows * 4);
     for (int64_t i = 0; i < n_tok * cols; i++) x[i] = frand() * 3;
-    gm_matrix F = {GM_TYPE_Q5_0, rows, cols, file, 0, NULL, NULL};
-    gm_matrix P = {GM_TYPE_Q5_0, rows, cols, file, GM_KTYPE_Q5_0X16, packed, NULL};
+    gm_matrix F = {GM_TYPE_Q5_0, rows, cols, file, 0, NULL, NULL, 0};
+    gm_matrix P = {GM_TYPE_Q5_0, rows, cols, file, GM_KTYPE_Q5_0X16, packed, NULL, 0};
     gm_matmul_scratch s = {0};
     CHECK_EQ_INT(gm_matmul(&F, x, n_tok, y0, pool, &s), GM_OK);
     memset(y1, 0xff, n_tok * rows * 4);
@@ -97,8 +97,8 @@ TEST(scalar_ignores_packed) {
     make(rows, cols, &file, &packed);
     float x[640], y0[5], y1[5];
     for (int i = 0; i < 640; i++) x[i] = frand();
-    gm_matrix F = {GM_TYPE_Q5_0, rows, cols, file, 0, NULL, NULL};
-    gm_matrix P = {GM_TYPE_Q5_0, rows, cols, file, GM_KTYPE_Q5_0X16, packed, NULL};
+    gm_matrix F = {GM_TYPE_Q5_0, rows, cols, file, 0, NULL, NULL, 0};
+    gm_matrix P = {GM_TYPE_Q5_0, rows, cols, file, GM_KTYPE_Q5_0X16, packed, NULL, 0};
     gm_matmul_scratch s = {0};
     gm_matrix_bind(&F, GM_ISA_SCALAR);
     gm_matrix_bind(&P, GM_ISA_SCALAR);
