@@ -187,7 +187,8 @@ static void run_rows(const g4v *g, gm_task_fn fn, row_job j, int64_t n_rows) {
 /* ---- linears */
 
 static gm_status matmul(g4v *g, const gm_matrix *W, const float *x, int64_t n, float *y) {
-    return gm_matmul(W, x, n, y, g->pool, &g->mm);
+    const gm_mm_weight w = gm_mm_view(W, g->isa);
+    return gm_mm(&w, x, n, y, g->pool, &g->mm);
 }
 
 static void clamp_out(g4v *g, const g4v_linear *l, float *y, int64_t n) {
@@ -214,9 +215,10 @@ static gm_status linears(g4v *g, const g4v_linear *const *l, float *const *y, in
         for (int i = 0; i < count && !st; i++) st = linear(g, l[i], x, n, y[i]);
         return st;
     }
-    const gm_matrix *W[4] = {NULL, NULL, NULL, NULL}; /* count <= 4 */
-    for (int i = 0; i < count && i < 4; i++) W[i] = &l[i]->w;
-    if ((st = gm_matmul_multi(W, y, count, x, n, g->pool, &g->mm))) return st;
+    gm_mm_weight w[GM_MM_MULTI_MAX];
+    const gm_mm_weight *W[GM_MM_MULTI_MAX] = {NULL, NULL, NULL, NULL}; /* count <= 4 */
+    for (int i = 0; i < count && i < GM_MM_MULTI_MAX; i++) w[i] = gm_mm_view(&l[i]->w, g->isa), W[i] = &w[i];
+    if ((st = gm_mm_multi(W, y, count, x, n, g->pool, &g->mm))) return st;
     for (int i = 0; i < count; i++) clamp_out(g, l[i], y[i], n);
     return GM_OK;
 }

@@ -236,7 +236,8 @@ static gm_status matmul(siglip *v, const gm_matrix *W, const float *x, int64_t n
         sgemm(v, w, x, W->cols, n, y, W->rows);
         return GM_OK;
     }
-    return gm_matmul(W, x, n, y, v->pool, &v->mm);
+    const gm_mm_weight w = gm_mm_view(W, v->isa);
+    return gm_mm(&w, x, n, y, v->pool, &v->mm);
 }
 
 /* im2col: patch p's values in the patch matrix's column order (channel, y, x) */
@@ -320,9 +321,10 @@ static gm_status block(siglip *v, const vit_layer *l) {
             (st = matmul(v, &l->v, s->a, N, s->v)))
             return st;
     } else {
-        const gm_matrix *qkv[3] = {&l->q, &l->k, &l->v};
+        const gm_mm_weight w[3] = {gm_mm_view(&l->q, v->isa), gm_mm_view(&l->k, v->isa), gm_mm_view(&l->v, v->isa)};
+        const gm_mm_weight *qkv[3] = {&w[0], &w[1], &w[2]};
         float *const out[3] = {s->q, s->k, s->v};
-        if ((st = gm_matmul_multi(qkv, out, 3, s->a, N, v->pool, &v->mm))) return st;
+        if ((st = gm_mm_multi(qkv, out, 3, s->a, N, v->pool, &v->mm))) return st;
     }
     run_rows(v, bias_task, (row_job){.y = s->q, .b = l->bq, .n = D}, N);
     run_rows(v, bias_task, (row_job){.y = s->k, .b = l->bk, .n = D}, N);
@@ -377,7 +379,7 @@ gm_status siglip_open(const char *path, const gm_vision_options *o, siglip **out
     *out = NULL;
     siglip *v = calloc(1, sizeof *v);
     if (!v) return gm_fail(err, GM_ERR_NOMEM, "gm_vision_open");
-    gm_status st = vit_load(path, o->isa, &v->w, err);
+    gm_status st = vit_load(path, &v->w, err);
     if (st) {
         free(v);
         return st;

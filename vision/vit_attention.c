@@ -36,16 +36,15 @@ static gm_status attend_chunk(const vit_attn *a, int hh, int q0, int n) {
     const int N = a->n, D = a->ld, hd = a->head_dim;
     for (int r = 0; r < n; r++)
         for (int d = 0; d < hd; d++) a->qh[(size_t)r * hd + d] = a->q[(size_t)(q0 + r) * D + hh * hd + d] * a->scale;
-    gm_matrix K = {.type = GM_TYPE_F32, .rows = N, .cols = hd, .data = a->kh};
-    gm_matrix Vt = {.type = GM_TYPE_F32, .rows = hd, .cols = N, .data = a->vt};
-    gm_matrix_bind(&K, a->isa);
-    gm_matrix_bind(&Vt, a->isa);
-    gm_status st = gm_matmul(&K, a->qh, n, a->scores, a->pool, a->mm);
+    const gm_matrix Kv = {.type = GM_TYPE_F32, .rows = N, .cols = hd, .data = a->kh};
+    const gm_matrix Vv = {.type = GM_TYPE_F32, .rows = hd, .cols = N, .data = a->vt};
+    const gm_mm_weight K = gm_mm_view(&Kv, a->isa), Vt = gm_mm_view(&Vv, a->isa);
+    gm_status st = gm_mm(&K, a->qh, n, a->scores, a->pool, a->mm);
     if (st) return st;
     softmax_job j = {a->kern, a->scores, N};
     /* a few thousand floats per chunk at least: below that the pool's wake-up costs more than the work */
     gm_pool_parallel_for(a->pool, n, N >= 4096 ? 1 : 4096 / N, softmax_task, &j);
-    if ((st = gm_matmul(&Vt, a->scores, n, a->oh, a->pool, a->mm))) return st;
+    if ((st = gm_mm(&Vt, a->scores, n, a->oh, a->pool, a->mm))) return st;
     for (int r = 0; r < n; r++) memcpy(a->o + (size_t)(q0 + r) * D + hh * hd, a->oh + (size_t)r * hd, hd * sizeof(float));
     return GM_OK;
 }

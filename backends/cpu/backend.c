@@ -130,31 +130,28 @@ static void cpu_attention(gm_backend *be, const gm_attn_call *c) {
 
 /* W as this backend's kernels run it: its copy in the weight set, or (a matrix the set holds nothing for: the
  * embedding / LM head, a family's extra matrices) the file's rows bound for this call at the backend's level */
-static const gm_matrix *weight_of(const cpu_backend *c, const gm_matrix *W, gm_matrix *tmp) {
-    const gm_matrix *w = gm_cpu_weights_find(c->weights, W);
+static const gm_mm_weight *weight_of(const cpu_backend *c, const gm_matrix *W, gm_mm_weight *tmp) {
+    const gm_mm_weight *w = gm_cpu_weights_find(c->weights, W);
     if (w) return w;
-    *tmp = *W;
-    gm_matrix_bind(tmp, c->isa);
+    *tmp = gm_mm_view(W, c->isa);
     return tmp;
 }
-
-enum { MATMUL_MAX = 4 }; /* matrices of one matmul op */
 
 static gm_status cpu_matmul(gm_backend *be, const gm_matrix *const *W, float *const *y, int count, const float *x,
                             int n) {
     cpu_backend *c = cpu(be);
-    if (count < 1 || count > MATMUL_MAX) return GM_ERR_ARG;
-    gm_matrix tmp[MATMUL_MAX];
-    const gm_matrix *w[MATMUL_MAX];
+    if (count < 1 || count > GM_MM_MULTI_MAX) return GM_ERR_ARG;
+    gm_mm_weight tmp[GM_MM_MULTI_MAX];
+    const gm_mm_weight *w[GM_MM_MULTI_MAX];
     for (int i = 0; i < count; i++) w[i] = weight_of(c, W[i], &tmp[i]);
-    if (count == 1) return gm_matmul(w[0], x, n, y[0], c->pool, &c->mm);
-    return gm_matmul_multi(w, y, count, x, n, c->pool, &c->mm);
+    if (count == 1) return gm_mm(w[0], x, n, y[0], c->pool, &c->mm);
+    return gm_mm_multi(w, y, count, x, n, c->pool, &c->mm);
 }
 
 static gm_status cpu_head(gm_backend *be, const gm_matrix *W, const float *x, int n, float *y, float softcap) {
     cpu_backend *c = cpu(be);
-    gm_matrix tmp;
-    gm_status st = gm_matmul(weight_of(c, W, &tmp), x, n, y, c->pool, &c->mm);
+    gm_mm_weight tmp;
+    gm_status st = gm_mm(weight_of(c, W, &tmp), x, n, y, c->pool, &c->mm);
     if (!st && softcap > 0.0f) gm_softcap(y, (int)(W->rows * n), softcap);
     return st;
 }

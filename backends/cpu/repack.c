@@ -38,7 +38,7 @@ enum { PER_LAYER = 7 }; /* q, k, v, o, gate, up, down */
 
 /* a matrix to copy: packed (packed_type set), or moved whole into anonymous memory (dst) */
 typedef struct {
-    gm_matrix *w;
+    gm_mm_weight *w;
     char *dst;
 } pack_item;
 
@@ -49,7 +49,7 @@ struct gm_cpu_weights {
     gm_isa isa;
     int refs;          /* under m->share->mu */
     int n;             /* the model's matrix ids, 1 .. n */
-    gm_matrix *w;      /* by id: the layer matrices'; w[id].data NULL for the others (they run as they are) */
+    gm_mm_weight *w;   /* by id: the layer matrices'; w[id].m.data NULL for the others (they run as they are) */
     void *store;       /* every copy, in one anonymous map */
     size_t store_bytes;
     gm_packer *packer; /* makes the x8 copies after acquire; NULL when there are none */
@@ -67,7 +67,7 @@ static void release_file_pages(const gm_model *m, const gm_matrix *w) {
     if (e > b) (void)madvise((void *)b, e - b, MADV_DONTNEED);
 }
 
-static bool is_x8(const gm_matrix *w) { return w->packed_type == GM_KTYPE_X8(w->type); }
+static bool is_x8(const gm_mm_weight *w) { return w->packed_type == GM_KTYPE_X8(w->m.type); }
 
 static void pack_x8(const gm_matrix *w, char *dst) {
     if (w->type == GM_TYPE_F16 || w->type == GM_TYPE_BF16) gm_pack_x8(w->data, dst, w->rows, w->cols);
@@ -76,29 +76,29 @@ static void pack_x8(const gm_matrix *w, char *dst) {
 
 /* x8 copies made after acquire returns: those whose kernels on the file's rows give the same bits (the
  * quantized types; F16x8 / BF16x8 sum in another order than the F16 / BF16 kernels on the file's rows) */
-static bool packs_later(const gm_matrix *w) { return is_x8(w) && gm_avx2_qx8_tiles(w->type) != NULL; }
+static bool packs_later(const gm_mm_weight *w) { return is_x8(w) && gm_avx2_qx8_tiles(w->m.type) != NULL; }
 
 /* One copy: a plain move, or a packed layout, published (set, then the kernels re-bound: release, so a reader
  * that sees the packed kernels sees the copy). The file's pages go where nothing reads them any more (the
  * Q5_0x16 kernels still read the file's rows); readers still on them fault them back in: the same bytes. */
 static void pack_item_do(const gm_cpu_weights *s, const pack_item *it) {
-    gm_matrix *w = it->w;
+    gm_mm_weight *w = it->w;
     if (!w->packed_type) {
-        memcpy(it->dst, w->data, matrix_bytes(w));
-        release_file_pages(s->m, w);
-        w->data = it->dst; /* the same bytes (made before any kernel runs: acquire has not returned) */
+        memcpy(it->dst, w->m.data, matrix_bytes(&w->m));
+        release_file_pages(s->m, &w->m);
+        w->m.data = it->dst; /* the same bytes (made before any kernel runs: acquire has not returned) */
         return;
     }
     if (is_x8(w)) {
-        pack_x8(w, it->dst);
+        pack_x8(&w->m, it->dst);
     } else {
-        const size_t rb = gm_row_bytes(w->type, w->cols);
-        for (int64_t r = 0; r < w->rows; r++)
-            gm_pack_q5_0x16_row((const char *)w->data + (size_t)r * rb, it->dst + (size_t)r * rb, w->cols);
+        const size_t rb = gm_row_bytes(w->m.type, w->m.cols);
+        for (int64_t r = 0; r < w->m.rows; r++)
+            gm_pack_q5_0x16_row((const char *)w->m.data + (size_t)r * rb, it->dst + (size_t)r * rb, w->m.cols);
     }
     w->packed = it->dst;
-    gm_matrix_bind(w, s->isa);
-    if (is_x8(w)) release_file_pages(s->m, w);
+    gm_mm_bind(w, s->isa);
+    if (is_x8(w)) release_file_pages(s->m, &w->m);
 }
 
 /* The quantized x8 copies are made after the set is acquired, by up to two threads, matrix by matrix in layer
@@ -195,15 +195,14 @@ typedef struct {
 static gm_status plan_layer(gm_cpu_weights *s, int il, pack_plan *p, gm_error *err) {
     const gm_layer *L = &s->m->layers[il];
     const gm_matrix *v[PER_LAYER] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
-    gm_matrix *w[PER_LAYER] = {0};
+    gm_mm_weight *w[PER_LAYER] = {0};
     bool x8 = false;
     for (int i = 0; i < PER_LAYER; i++) {
         if (!v[i]->data) continue; /* Gemma 4 may omit K/V */
         if (v[i]->id <= 0 || v[i]->id > s->n)
             return gm_fail(err, GM_ERR_STATE, "cpu backend: layer %d matrix %d has no id", il, i);
         w[i] = &s->w[v[i]->id];
-        *w[i] = *v[i];
-        w[i]->packed_type = pack_layout(v[i], s->m->repack, s->isa);
+        *w[i] = (gm_mm_weight){.m = *v[i], .packed_type = pack_layout(v[i], s->m->repack, s->isa)};
         x8 |= is_x8(w[i]);
     }
     for (int i = 0; i < PER_LAYER; i++) {
@@ -233,8 +232,8 @@ static gm_status make_copies(gm_cpu_weights *s, gm_error *err) {
     }
     s->store_bytes = p.total;
     char *q = s->store;
-    for (int i = 0; i < p.n_now; i++) p.now[i].dst = q, q += packed_span(p.now[i].w);
-    for (int i = 0; i < p.n_later; i++) p.later[i].dst = q, q += packed_span(p.later[i].w);
+    for (int i = 0; i < p.n_now; i++) p.now[i].dst = q, q += packed_span(&p.now[i].w->m);
+    for (int i = 0; i < p.n_later; i++) p.later[i].dst = q, q += packed_span(&p.later[i].w->m);
     gm_packer sync = {.s = s, .items = p.now, .n = p.n_now}; /* the same two threads, joined before acquire returns */
     packer_start(&sync);
     packer_join(&sync);
@@ -270,7 +269,7 @@ static gm_status weights_new(const gm_model *m, gm_isa isa, gm_cpu_weights **out
         return st;
     }
     for (int id = 1; id <= s->n; id++) /* kernel choice once per matrix, after the copies made now */
-        if (s->w[id].data) gm_matrix_bind(&s->w[id], isa);
+        if (s->w[id].m.data) gm_mm_bind(&s->w[id], isa);
     if (s->packer) packer_start(s->packer); /* after the binding: the packer binds its matrices again */
     *out = s;
     return GM_OK;
@@ -303,8 +302,8 @@ void gm_cpu_weights_release(gm_cpu_weights *s) {
     if (last) weights_free(s);
 }
 
-const gm_matrix *gm_cpu_weights_find(const gm_cpu_weights *s, const gm_matrix *W) {
+const gm_mm_weight *gm_cpu_weights_find(const gm_cpu_weights *s, const gm_matrix *W) {
     if (W->id <= 0 || W->id > s->n) return NULL;
-    const gm_matrix *w = &s->w[W->id];
-    return w->data ? w : NULL;
+    const gm_mm_weight *w = &s->w[W->id];
+    return w->m.data ? w : NULL;
 }

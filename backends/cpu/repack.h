@@ -1,5 +1,5 @@
 /* backends/cpu/repack.h — the CPU backend's weights: the model's layer matrices in the layouts its kernels read
- * fastest (kernels/pack.h), each bound to the kernels of the backend's level (kernels/matmul.h gm_matrix_bind): the
+ * fastest (kernels/pack.h), each bound to the kernels of the backend's level (kernels/matmul.h gm_mm_weight): the
  * CPU's weight "buffer type", in ggml's words. The model keeps views of the file only; the reference backend, or
  * any other, never sees these copies.
  *
@@ -24,7 +24,7 @@ gm_status gm_cpu_weights_acquire(const gm_model *m, gm_isa isa, gm_cpu_weights *
 void gm_cpu_weights_release(gm_cpu_weights *w);
 /* W (a view of the model) as the set's kernels run it, or NULL where the set holds nothing for W: then W runs
  * as it is, in the file's layout. */
-const gm_matrix *gm_cpu_weights_find(const gm_cpu_weights *w, const gm_matrix *W);
+const gm_mm_weight *gm_cpu_weights_find(const gm_cpu_weights *w, const gm_matrix *W);
 /* Returns once every copy is in place. */
 void gm_cpu_weights_wait(gm_cpu_weights *w);
 
