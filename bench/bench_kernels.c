@@ -77,10 +77,10 @@ static unsigned char *pack_copies(int type, const unsigned char *w, int64_t rows
 }
 
 /* M over w (packed: its x8 copy p too), bound for level isa */
-static gm_matrix matrix_of(int type, shape sh, unsigned char *w, unsigned char *p, gm_isa isa) {
-    gm_matrix M = {type, sh.rows, sh.cols, w, 0, NULL, NULL};
+static gm_mm_weight matrix_of(int type, shape sh, unsigned char *w, unsigned char *p, gm_isa isa) {
+    gm_mm_weight M = {.m = {type, sh.rows, sh.cols, w, 0}};
     if (p) M.packed_type = GM_KTYPE_X8(type), M.packed = p;
-    gm_matrix_bind(&M, isa);
+    gm_mm_bind(&M, isa);
     return M;
 }
 
@@ -104,9 +104,9 @@ static void bench_matvec(int type, shape sh, gm_isa isa, bool x8, gm_pool *pool,
     int64_t calls = 0;
     double t_start = now();
     while (calls < 2 * copies || now() - t_start < 0.3) {
-        gm_matrix M = matrix_of(type, sh, w + (calls % copies) * mbytes, p ? p + (calls % copies) * mbytes : NULL, isa);
+        gm_mm_weight M = matrix_of(type, sh, w + (calls % copies) * mbytes, p ? p + (calls % copies) * mbytes : NULL, isa);
         double t0 = now();
-        gm_matmul(&M, x, 1, y, pool, &sc);
+        gm_mm(&M, x, 1, y, pool, &sc);
         double dt = now() - t0;
         if (calls >= copies && dt < best) best = dt; /* first pass warms the page tables */
         if (copies == 1 && dt < best) best = dt;
@@ -130,11 +130,11 @@ static void bench_matmul(int type, shape sh, int64_t n_tok, gm_isa isa, bool x8,
     unsigned s = 9;
     for (int64_t i = 0; i < n_tok * sh.cols; i++) x[i] = frand(&s);
     gm_matmul_scratch sc = {0};
-    gm_matrix M = matrix_of(type, sh, w, p, isa);
+    gm_mm_weight M = matrix_of(type, sh, w, p, isa);
     double best = 1e30, t_start = now();
     for (int it = 0; it < 50 && (it < 2 || now() - t_start < 1.0); it++) {
         double t0 = now();
-        gm_matmul(&M, x, n_tok, y, pool, &sc);
+        gm_mm(&M, x, n_tok, y, pool, &sc);
         double dt = now() - t0;
         if (dt < best) best = dt;
     }

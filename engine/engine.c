@@ -36,13 +36,13 @@ static gm_status check_engine_options(const gm_config *c, const gm_engine_option
     return GM_OK;
 }
 
-/* The model's level: its weight copies and matrix kernels were made for it at open, so a request for
- * another (once lowered to what the CPU runs) cannot be honoured without reopening it. */
+/* The model's level: the CPU backends on a model share one set of weight copies (backends/cpu/repack.c), made for
+ * it, so a request for another (once lowered to what the CPU runs) cannot be honoured without reopening it. */
 static gm_status engine_isa(const gm_model *m, gm_isa want, gm_isa *out, gm_error *err) {
     *out = m->isa;
     if (want == GM_ISA_AUTO || gm_isa_resolve(want) == m->isa) return GM_OK;
     return gm_fail(err, GM_ERR_ARG, "engine: ISA level %s asked, but the model was opened for %s "
-                   "(gm_model_options.isa: its weight copies and kernels are made at open)",
+                   "(gm_model_options.isa: the level its CPU engines share weight copies for)",
                    gm_isa_name(gm_isa_resolve(want)), gm_isa_name(m->isa));
 }
 
@@ -118,6 +118,10 @@ gm_status gm_engine_free(gm_engine *e) {
 
 const gm_model *gm_engine_model(const gm_engine *e) { return e ? e->m : NULL; }
 int gm_engine_n_ctx(const gm_engine *e) { return e ? e->n_ctx : 0; }
+
+void gm_engine_wait_weights(gm_engine *e) {
+    if (e && e->be->ops->wait_weights) e->be->ops->wait_weights(e->be);
+}
 
 void gm_engine_kv_stats(const gm_engine *e, gm_kv_stats *out) {
     if (!out) return;

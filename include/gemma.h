@@ -102,7 +102,8 @@ GEMMA_API const char *gm_type_name(int type);
 
 typedef struct gm_model gm_model;
 
-/* The CPU copies of layer matrices made at open. Default: with AVX2 or AVX-512 the model's level (isa, below), an
+/* The CPU copies of layer matrices, made by the first CPU engine on the model and shared by every engine on it
+ * (gm_engine_wait_weights). Default: with AVX2 or AVX-512 the model's level (isa, below), an
  * 8-rows-interleaved copy of every F16 / BF16 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q6_K layer matrix
  * (decode +10-20%; the file's pages of those matrices are dropped: the same resident size). OFF: none (the file's layout).
  * Q5_0X16: at the AVX-512 level, Q5_0 matrices get the AVX-512 kernels' decode-friendly copy instead. The CLI reads $GEMMA_REPACK (0 / 1) into this. */
@@ -130,8 +131,8 @@ GEMMA_API const char *gm_isa_name(gm_isa isa);
 
 typedef struct gm_model_options {
     bool keep_mtp;    /* keep MTP / nextn tensors of a GGUF visible (hidden by default) */
-    gm_repack repack; /* the CPU copies made at open (above) */
-    gm_isa isa;       /* the level the copies are made and the matrices' kernels bound for (above) */
+    gm_repack repack; /* the CPU copies its CPU engines make (above) */
+    gm_isa isa;       /* the level of its CPU engines: their copies and kernels (above) */
 } gm_model_options;
 
 /* Architectural facts, all read from the file (GGUF metadata or config.json) or from the
@@ -200,12 +201,8 @@ GEMMA_API gm_status gm_model_open(const char *path, const gm_model_options *opt,
 /* Layer il's facts (NULL when il is out of range). */
 GEMMA_API const gm_layer_config *gm_model_layer(const gm_model *m, int il);
 GEMMA_API void gm_model_free(gm_model *m);
-/* The CPU copies of layer matrices (gm_repack) are made after gm_model_open returns, by up to two threads:
- * until a matrix's copy is ready its kernels read the file's layout, more slowly, with the same results. This
- * returns once every copy is in place (benchmarks; a server before it takes traffic). */
-GEMMA_API void gm_model_wait_packed(gm_model *m);
 GEMMA_API const gm_config *gm_model_config(const gm_model *m);
-/* The level m was opened for (gm_model_options.isa lowered to the CPU's; AUTO only for a NULL m). */
+/* The level m's CPU engines run (gm_model_options.isa lowered to the CPU's; AUTO only for a NULL m). */
 GEMMA_API gm_isa gm_model_isa(const gm_model *m);
 /* Describes the model file or folder at path (`gemma inspect`): architecture, config, tokenizer summary, tensor
  * table, totals, as human text or one JSON object when json is true. It does not open the model, so it also
@@ -404,7 +401,7 @@ typedef struct gm_engine_options {
     bool no_prefix_cache; /* do not index computed blocks for reuse across sequences */
     gm_backend_kind backend; /* GM_BACKEND_CPU (0) by default */
     /* The CPU backend's kernels. AUTO: the model's level (gm_model_isa). Another level, once lowered to the
-     * CPU's, must be the model's: its weight copies and matrix kernels were made for that level at open
+     * CPU's, must be the model's: the CPU engines on a model share one set of weight copies, made for that level
      * (GM_ERR_ARG otherwise; open the model with gm_model_options.isa). The reference backend has none. */
     gm_isa isa;
     /* NULL: the engine starts its own pool of n_threads; else it runs on this one (n_threads unused), which
@@ -417,6 +414,11 @@ GEMMA_API gm_status gm_engine_new(const gm_model *m, const gm_engine_options *op
 GEMMA_API gm_status gm_engine_free(gm_engine *e);
 GEMMA_API const gm_model *gm_engine_model(const gm_engine *e);
 GEMMA_API int gm_engine_n_ctx(const gm_engine *e);
+/* The CPU backend copies the model's layer matrices into its kernels' layouts (gm_repack) when the first engine on
+ * the model is made; the quantized ones by up to two threads after gm_engine_new returns: until a matrix's copy is
+ * ready its kernels read the file's layout, more slowly, with the same results. This returns once every copy is in
+ * place (benchmarks; a server before it takes traffic). The engines on one model share the copies. */
+GEMMA_API void gm_engine_wait_weights(gm_engine *e);
 
 /* KV pool figures: blocks in use by sequences, blocks held only by the prefix index (evictable), blocks
  * that still fit the budget, bytes per block of each kind, positions served from the index so far. */

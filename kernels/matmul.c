@@ -1,8 +1,8 @@
 /* kernels/matmul.c — y = x W^T over weights of any supported type, read in place. Activations are
  * quantized once per call and per token, then output rows are split across the pool. The kernels of a
- * weight come from its record (gm_mm_kernel: a table indexed by type and ISA, bound at open); every
- * path of one ISA computes a (row, token) output with the same operations in the same order, so the
- * result depends neither on the row split nor on the other tokens of the call. */
+ * weight come from its record (gm_mm_kernel: a table indexed by ISA, layout and type, bound into its
+ * gm_mm_weight); every path of one ISA computes a (row, token) output with the same operations in the same order,
+ * so the result depends neither on the row split nor on the other tokens of the call. */
 #include "kernels/matmul.h"
 
 #include <pthread.h>
@@ -38,18 +38,19 @@ typedef struct {
 
 static gm_status scratch_reserve(gm_matmul_scratch *s, size_t bytes);
 
-/* ---- the kernel table: [ISA][type slot], filled once */
+/* ---- the kernel table: [ISA][layout][type], filled once */
 
 enum {
     TYPE_SLOTS = 32,
-    X8_SLOT = TYPE_SLOTS,          /* X8_SLOT + t: type t packed as x8 */
-    PACKED_SLOT = 2 * TYPE_SLOTS,  /* Q5_0x16 */
-    PENDING_SLOT = PACKED_SLOT + 1, /* PENDING_SLOT + t: type t whose x8 copy is being made (file rows, x8 bits) */
-    N_SLOTS = 3 * TYPE_SLOTS + 1,
+    FILE_ROWS = 0,  /* the file's layout */
+    X8,             /* an x8 copy (kernels/pack.h) */
+    X8_PENDING,     /* an x8 copy being made (backends/cpu/repack.c): the file's rows, the x8 kernels' bits */
+    Q5_0X16,        /* the Q5_0x16 copy (type Q5_0 only) */
+    N_LAYOUTS,
     N_ISA = GM_ISA_LEVELS /* row GM_ISA_AUTO unused */
 };
 
-static gm_mm_kernel table[N_ISA][N_SLOTS];
+static gm_mm_kernel table[N_ISA][N_LAYOUTS][TYPE_SLOTS];
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
 gm_avx2_tiles_fn gm_avx2_x8_tiles(int type) {
@@ -83,67 +84,74 @@ static gm_mm_kernel resolve(gm_isa isa, int type, bool packed) {
 
 static void table_init(void) {
     for (int isa = GM_ISA_SCALAR; isa < N_ISA; isa++) {
-        for (int t = 0; t < TYPE_SLOTS; t++) {
-            table[isa][t] = resolve((gm_isa)isa, t, false);
+        gm_mm_kernel(*t)[TYPE_SLOTS] = table[isa];
+        for (int ty = 0; ty < TYPE_SLOTS; ty++) {
+            t[FILE_ROWS][ty] = resolve((gm_isa)isa, ty, false);
             /* the x8 copies serve the AVX2 level (and AVX-512, below); the others read the file's rows */
-            table[isa][X8_SLOT + t] = table[isa][t];
+            t[X8][ty] = t[X8_PENDING][ty] = t[Q5_0X16][ty] = t[FILE_ROWS][ty];
             /* a few tokens: the AVX2 level's own kernels, where tiles2 is the quantized types' (the same bits) */
-            const bool q = isa == GM_ISA_AVX2 && table[isa][t].tiles2 && table[isa][t].tiles2 == gm_avx2_qtiles(t);
-            table[isa][t].mtok2 = q ? gm_avx2_mtok(t) : NULL;
-            if (isa == GM_ISA_AVX2 && gm_avx2_x8_tiles(t) && table[isa][t].tiles2) {
-                table[isa][X8_SLOT + t].tiles2 = gm_avx2_x8_tiles(t);
-                table[isa][X8_SLOT + t].packed = true;
-                table[isa][X8_SLOT + t].mtok2 = q ? gm_avx2_x8_mtok(t) : NULL;
+            const gm_avx2_tiles_fn t2 = t[FILE_ROWS][ty].tiles2;
+            const bool q = isa == GM_ISA_AVX2 && t2 && t2 == gm_avx2_qtiles(ty);
+            t[FILE_ROWS][ty].mtok2 = q ? gm_avx2_mtok(ty) : NULL;
+            if (isa == GM_ISA_AVX2 && gm_avx2_x8_tiles(ty) && t[FILE_ROWS][ty].tiles2) {
+                t[X8][ty].tiles2 = gm_avx2_x8_tiles(ty);
+                t[X8][ty].packed = true;
+                t[X8][ty].mtok2 = q ? gm_avx2_x8_mtok(ty) : NULL;
             }
         }
         /* the packed Q5_0 copy serves the AVX-512 kernels only; lower levels read the file's Q5_0 */
-        table[isa][PACKED_SLOT] = resolve((gm_isa)isa, GM_TYPE_Q5_0, gm_isa_at_least((gm_isa)isa, GM_ISA_AVX512));
+        t[Q5_0X16][GM_TYPE_Q5_0] = resolve((gm_isa)isa, GM_TYPE_Q5_0, gm_isa_at_least((gm_isa)isa, GM_ISA_AVX512));
     }
     /* At the AVX-512 level an x8 copy runs the AVX2 kernels: rows in lanes (one convert and one fmadd per 8 rows
      * and 32 codes) beat the AVX-512 tiles' codes in lanes (a convert, a multiply and an fmadd per row, token and
      * 64 codes) on Zen 4 (docs/performance.md). The record keeps isa = AVX2: those matrices give the AVX2 level's
-     * bits. A pending copy (PENDING_SLOT) runs the file-row kernels with those bits at both levels. */
-    for (int t = 0; t < TYPE_SLOTS; t++) {
-        table[GM_ISA_AVX2][PENDING_SLOT + t] = table[GM_ISA_AVX512][PENDING_SLOT + t] = table[GM_ISA_AVX2][t];
-        if (table[GM_ISA_AVX2][X8_SLOT + t].packed) table[GM_ISA_AVX512][X8_SLOT + t] = table[GM_ISA_AVX2][X8_SLOT + t];
+     * bits. A pending quantized copy runs the file-row kernels with those bits at both levels. */
+    gm_mm_kernel(*a2)[TYPE_SLOTS] = table[GM_ISA_AVX2], (*a5)[TYPE_SLOTS] = table[GM_ISA_AVX512];
+    for (int ty = 0; ty < TYPE_SLOTS; ty++) {
+        if (gm_avx2_qx8_tiles(ty)) a2[X8_PENDING][ty] = a5[X8_PENDING][ty] = a2[FILE_ROWS][ty];
+        if (a2[X8][ty].packed) a5[X8][ty] = a2[X8][ty];
         /* the prefill tiles with VNNI, where this build has them (this row serves AVX-512 CPUs only): the same bits */
-        if (gm_vnni_qx8_tiles(t) && table[GM_ISA_AVX512][X8_SLOT + t].packed)
-            table[GM_ISA_AVX512][X8_SLOT + t].tiles2 = gm_vnni_qx8_tiles(t);
-        if (gm_vnni_qtiles(t) && table[GM_ISA_AVX512][PENDING_SLOT + t].tiles2 == gm_avx2_qtiles(t))
-            table[GM_ISA_AVX512][PENDING_SLOT + t].tiles2 = gm_vnni_qtiles(t);
+        if (gm_vnni_qx8_tiles(ty) && a5[X8][ty].packed) a5[X8][ty].tiles2 = gm_vnni_qx8_tiles(ty);
+        if (gm_vnni_qtiles(ty) && gm_avx2_qx8_tiles(ty) && a5[X8_PENDING][ty].tiles2 == gm_avx2_qtiles(ty))
+            a5[X8_PENDING][ty].tiles2 = gm_vnni_qtiles(ty);
     }
 }
 
-static const gm_mm_kernel *lookup(const gm_matrix *W, gm_isa isa) {
+/* the layout W's kernels read: its copy's once the copy is there */
+static int layout_of(const gm_mm_weight *W) {
+    if (W->packed_type == GM_KTYPE_X8(W->m.type)) return W->packed ? X8 : X8_PENDING;
+    if (W->packed_type == GM_KTYPE_Q5_0X16 && W->packed) return Q5_0X16;
+    return FILE_ROWS;
+}
+
+static const gm_mm_kernel *lookup(const gm_mm_weight *W, gm_isa isa) {
     pthread_once(&table_once, table_init);
-    if (W->type < 0 || W->type >= TYPE_SLOTS) {
+    if (W->m.type < 0 || W->m.type >= TYPE_SLOTS) {
         static const gm_mm_kernel none = {0};
         return &none;
     }
-    const bool x8 = W->packed_type == GM_KTYPE_X8(W->type);
-    /* a quantized x8 copy still being made (model/model.c packs them in the background): the AVX2 kernels on the
-     * file's rows, whose bits the x8 kernels give, so a matrix's results do not change when its copy arrives */
-    if (x8 && !W->packed && gm_isa_at_least(isa, GM_ISA_AVX2) && gm_avx2_qx8_tiles(W->type)) return &table[isa][PENDING_SLOT + W->type];
-    const int slot = !W->packed                                 ? W->type
-                     : W->packed_type == GM_KTYPE_Q5_0X16        ? PACKED_SLOT
-                     : x8                                        ? X8_SLOT + W->type
-                                                                 : W->type;
-    return &table[isa][slot];
+    return &table[isa][layout_of(W)][W->m.type];
 }
 
-void gm_matrix_bind(gm_matrix *W, gm_isa isa) {
+void gm_mm_bind(gm_mm_weight *W, gm_isa isa) {
     atomic_store_explicit(&W->kern, lookup(W, gm_isa_resolve(isa)), memory_order_release);
 }
 
-const gm_mm_kernel *gm_matrix_kernel(const gm_matrix *W) {
+gm_mm_weight gm_mm_view(const gm_matrix *M, gm_isa isa) {
+    gm_mm_weight w = {.m = *M};
+    gm_mm_bind(&w, isa);
+    return w;
+}
+
+const gm_mm_kernel *gm_mm_kernel_of(const gm_mm_weight *W) {
     const gm_mm_kernel *k = atomic_load_explicit(&W->kern, memory_order_acquire);
     return k ? k : lookup(W, gm_isa_supported());
 }
 
 /* W as the tiles see it: its packed copy where the kernel reads one (k, loaded before: its packed flag is set
  * only once W->packed is) */
-static gm_matrix tile_view(const gm_matrix *W, const gm_mm_kernel *k) {
-    gm_matrix v = {.type = W->type, .rows = W->rows, .cols = W->cols, .data = W->data};
+static gm_matrix tile_view(const gm_mm_weight *W, const gm_mm_kernel *k) {
+    gm_matrix v = {.type = W->m.type, .rows = W->m.rows, .cols = W->m.cols, .data = W->m.data};
     if (k->packed) v.data = W->packed, v.type = W->packed_type;
     return v;
 }
@@ -335,16 +343,14 @@ static gm_status matmul_fused(const gm_matrix *K, gm_fused_fn fn, const float *x
 
 /* ---- several matrices over one input (q/k/v, gate/up): one pool call for all their rows */
 
-enum { MM_MULTI_MAX = 4 };
-
 typedef struct {
     int count;
-    int64_t cols, n_tok, row0[MM_MULTI_MAX + 1]; /* row0[i]: first global row of matrix i */
-    gm_matrix W[MM_MULTI_MAX];                   /* as the kernels see them (packed copies where present) */
-    size_t stride[MM_MULTI_MAX], group_bytes[MM_MULTI_MAX];
-    float *y[MM_MULTI_MAX];
-    gm_fused_fn fn[MM_MULTI_MAX];
-    const char *tok[MM_MULTI_MAX];
+    int64_t cols, n_tok, row0[GM_MM_MULTI_MAX + 1]; /* row0[i]: first global row of matrix i */
+    gm_matrix W[GM_MM_MULTI_MAX];                   /* as the kernels see them (packed copies where present) */
+    size_t stride[GM_MM_MULTI_MAX], group_bytes[GM_MM_MULTI_MAX];
+    float *y[GM_MM_MULTI_MAX];
+    gm_fused_fn fn[GM_MM_MULTI_MAX];
+    const char *tok[GM_MM_MULTI_MAX];
 } multi_job;
 
 /* rows [g0, g1) of the concatenated matrices within matrix i (row0[i] .. row0[i + 1]) as its own rows [*b, *e) */
@@ -367,8 +373,8 @@ static void multi_rows_task(void *ctx, int64_t g0, int64_t g1, int thread) {
 /* AVX2, a few tokens: the matrices' row groups in one pool call over activations quantized once */
 typedef struct {
     int count;
-    int64_t row0[MM_MULTI_MAX + 1];
-    mm_job j[MM_MULTI_MAX];
+    int64_t row0[GM_MM_MULTI_MAX + 1];
+    mm_job j[GM_MM_MULTI_MAX];
 } multi2_job;
 
 static void multi2_rows_task(void *ctx, int64_t g0, int64_t g1, int thread) {
@@ -381,82 +387,82 @@ static void multi2_rows_task(void *ctx, int64_t g0, int64_t g1, int thread) {
 
 /* One pool call for count matrices with the same columns and activation type, every row count a multiple of
  * the AVX2 row groups (a group never straddles two matrices); false where that does not hold. The same
- * kernels and activation bytes as separate gm_matmul calls: the same results. */
-static bool matmul_multi_avx2(const gm_matrix *const *W, float *const *y, int count, const float *x, int64_t n_tok,
+ * kernels and activation bytes as separate gm_mm calls: the same results. */
+static bool matmul_multi_avx2(const gm_mm_weight *const *W, float *const *y, int count, const float *x, int64_t n_tok,
                               gm_pool *pool, gm_matmul_scratch *scratch, gm_status *st) {
     multi2_job m = {.count = count};
-    const gm_mm_kernel *k[MM_MULTI_MAX], *k0 = gm_matrix_kernel(W[0]);
+    const gm_mm_kernel *k[GM_MM_MULTI_MAX], *k0 = gm_mm_kernel_of(W[0]);
     for (int i = 0; i < count; i++) {
-        k[i] = gm_matrix_kernel(W[i]);
+        k[i] = gm_mm_kernel_of(W[i]);
         if (k[i]->isa != GM_ISA_AVX2 || !k[i]->tiles2 || k[i]->act_type != k0->act_type || k[i]->quant != k0->quant ||
-            W[i]->cols != W[0]->cols || W[i]->rows % GM_AVX2_TILE_ROWS || W[i]->rows == 0)
+            W[i]->m.cols != W[0]->m.cols || W[i]->m.rows % GM_AVX2_TILE_ROWS || W[i]->m.rows == 0)
             return false;
-        m.row0[i + 1] = m.row0[i] + W[i]->rows;
+        m.row0[i + 1] = m.row0[i] + W[i]->m.rows;
     }
     const gm_type_traits *at = gm_type_traits_of(k0->act_type);
-    const size_t a_stride = gm_row_bytes(at->type, W[0]->cols);
+    const size_t a_stride = gm_row_bytes(at->type, W[0]->m.cols);
     if (a_stride == 0) return false;
     const char *act = (const char *)x;
     char *toks = NULL;
-    gm_matrix V[MM_MULTI_MAX];
+    gm_matrix V[GM_MM_MULTI_MAX];
     if (at->type != GM_TYPE_F32) {
         size_t tb = 0; /* the few-token kernels' tokens: one copy for every matrix that has them (same bytes) */
-        for (int i = 0; i < count && !tb; i++) tb = mtok_bytes(k[i], W[0]->cols, n_tok);
+        for (int i = 0; i < count && !tb; i++) tb = mtok_bytes(k[i], W[0]->m.cols, n_tok);
         if ((*st = scratch_reserve(scratch, act_bytes(a_stride, n_tok) + tb)) != GM_OK) return true;
         toks = tb ? (char *)scratch->buf + act_bytes(a_stride, n_tok) : NULL;
         for (int64_t t = 0; t < n_tok; t++) {
             char *a = (char *)scratch->buf + (size_t)t * a_stride;
-            k0->quant(x + t * W[0]->cols, a, W[0]->cols);
-            if (toks) gm_avx2_mtok_put(at->type, W[0]->cols, a, t, n_tok, toks);
+            k0->quant(x + t * W[0]->m.cols, a, W[0]->m.cols);
+            if (toks) gm_avx2_mtok_put(at->type, W[0]->m.cols, a, t, n_tok, toks);
         }
         act = scratch->buf;
     }
     for (int i = 0; i < count; i++) {
         V[i] = tile_view(W[i], k[i]);
-        m.j[i] = (mm_job){.W = &V[i], .w_stride = gm_row_bytes(W[i]->type, W[i]->cols), .act = act, .a_stride = a_stride,
-                          .n_tok = n_tok, .y = y[i], .tiles2 = k[i]->tiles2, .mtok2 = k[i]->mtok2,
-                          .toks = mtok_bytes(k[i], W[0]->cols, n_tok) ? toks : NULL};
+        m.j[i] = (mm_job){.W = &V[i], .w_stride = gm_row_bytes(W[i]->m.type, W[i]->m.cols), .act = act,
+                          .a_stride = a_stride, .n_tok = n_tok, .y = y[i], .tiles2 = k[i]->tiles2, .mtok2 = k[i]->mtok2,
+                          .toks = mtok_bytes(k[i], W[0]->m.cols, n_tok) ? toks : NULL};
     }
     decode_rows(pool, m.row0[count], multi2_rows_task, &m);
     *st = GM_OK;
     return true;
 }
 
-gm_status gm_matmul_multi(const gm_matrix *const *W, float *const *y, int count, const float *x, int64_t n_tok,
-                          gm_pool *pool, gm_matmul_scratch *scratch) {
+gm_status gm_mm_multi(const gm_mm_weight *const *W, float *const *y, int count, const float *x, int64_t n_tok,
+                      gm_pool *pool, gm_matmul_scratch *scratch) {
     gm_status st2;
-    if (count >= 2 && count <= MM_MULTI_MAX && n_tok >= 1 && n_tok <= GM_FUSED_MAX_TOKENS &&
+    if (count >= 2 && count <= GM_MM_MULTI_MAX && n_tok >= 1 && n_tok <= GM_FUSED_MAX_TOKENS &&
         matmul_multi_avx2(W, y, count, x, n_tok, pool, scratch, &st2))
         return st2;
-    bool fused = count >= 1 && count <= MM_MULTI_MAX && n_tok >= 1 && n_tok <= GM_FUSED_MAX_TOKENS;
-    multi_job j = {.count = count, .cols = count > 0 ? W[0]->cols : 0, .n_tok = n_tok};
+    bool fused = count >= 1 && count <= GM_MM_MULTI_MAX && n_tok >= 1 && n_tok <= GM_FUSED_MAX_TOKENS;
+    multi_job j = {.count = count, .cols = count > 0 ? W[0]->m.cols : 0, .n_tok = n_tok};
     for (int i = 0; fused && i < count; i++) {
-        const gm_mm_kernel *k = gm_matrix_kernel(W[i]);
-        j.W[i] = (gm_matrix){.type = W[i]->type, .rows = W[i]->rows, .cols = W[i]->cols, .data = W[i]->data};
+        const gm_mm_kernel *k = gm_mm_kernel_of(W[i]);
+        j.W[i] = W[i]->m;
         j.fn[i] = k->fused;
-        j.stride[i] = gm_row_bytes(W[i]->type, W[i]->cols);
-        fused = k->fused && W[i]->cols == W[0]->cols && W[i]->rows > 0 && j.stride[i] != 0;
+        j.stride[i] = gm_row_bytes(W[i]->m.type, W[i]->m.cols);
+        fused = k->fused && W[i]->m.cols == W[0]->m.cols && W[i]->m.rows > 0 && j.stride[i] != 0;
     }
     if (!fused) {
         for (int i = 0; i < count; i++) {
-            gm_status st = gm_matmul(W[i], x, n_tok, y[i], pool, scratch);
+            gm_status st = gm_mm(W[i], x, n_tok, y[i], pool, scratch);
             if (st != GM_OK) return st;
         }
         return GM_OK;
     }
-    size_t total = 0, off[MM_MULTI_MAX];
+    size_t total = 0, off[GM_MM_MULTI_MAX];
     for (int i = 0; i < count; i++) {
         off[i] = total;
-        total += (fused_bytes(j.W[i].type, W[0]->cols, n_tok, &j.group_bytes[i]) + 63) / 64 * 64;
+        total += (fused_bytes(j.W[i].type, W[0]->m.cols, n_tok, &j.group_bytes[i]) + 63) / 64 * 64;
     }
     gm_status st = scratch_reserve(scratch, total);
     if (st != GM_OK) return st;
     for (int i = 0; i < count; i++) {
-        /* same kernels and token bytes as gm_matmul: identical results to separate calls */
+        /* same kernels and token bytes as gm_mm: identical results to separate calls */
         j.y[i] = y[i];
         j.tok[i] = (const char *)scratch->buf + off[i];
-        prep_groups(j.W[i].type, x, W[0]->cols, n_tok, (char *)scratch->buf + off[i], j.group_bytes[i]);
-        j.row0[i + 1] = j.row0[i] + W[i]->rows;
+        prep_groups(j.W[i].type, x, W[0]->m.cols, n_tok, (char *)scratch->buf + off[i], j.group_bytes[i]);
+        j.row0[i + 1] = j.row0[i] + W[i]->m.rows;
     }
     decode_rows(pool, j.row0[count], multi_rows_task, &j);
     return GM_OK;
@@ -497,17 +503,17 @@ static gm_status scratch_reserve(gm_matmul_scratch *s, size_t bytes) {
     return GM_OK;
 }
 
-gm_status gm_matmul(const gm_matrix *W, const float *x, int64_t n_tok, float *y, gm_pool *pool,
-                    gm_matmul_scratch *scratch) {
-    const gm_mm_kernel *k = gm_matrix_kernel(W);
+gm_status gm_mm(const gm_mm_weight *W, const float *x, int64_t n_tok, float *y, gm_pool *pool,
+                gm_matmul_scratch *scratch) {
+    const gm_mm_kernel *k = gm_mm_kernel_of(W);
     if (!k->vec_dot) return GM_ERR_UNSUPPORTED;
-    const gm_type_traits *wt = gm_type_traits_of(W->type), *at = gm_type_traits_of(k->act_type);
-    const size_t w_stride = gm_row_bytes(W->type, W->cols);
-    const size_t a_stride = gm_row_bytes(at->type, W->cols);
+    const gm_type_traits *wt = gm_type_traits_of(W->m.type), *at = gm_type_traits_of(k->act_type);
+    const size_t w_stride = gm_row_bytes(W->m.type, W->m.cols);
+    const size_t a_stride = gm_row_bytes(at->type, W->m.cols);
     if (w_stride == 0 || a_stride == 0 || n_tok < 0) return GM_ERR_ARG;
-    if (n_tok == 0 || W->rows == 0) return GM_OK;
+    if (n_tok == 0 || W->m.rows == 0) return GM_OK;
     if (k->fused && n_tok <= GM_FUSED_MAX_TOKENS) /* a few tokens: weights decoded once for all of them */
-        return matmul_fused(W, k->fused, x, n_tok, y, pool, scratch);
+        return matmul_fused(&W->m, k->fused, x, n_tok, y, pool, scratch);
     if (k->tiles) { /* the same (row, token) arithmetic as the fused kernels, in 4x4 register tiles */
         const gm_matrix K = tile_view(W, k);
         mm_job j = {.W = &K, .wt = wt, .w_stride = w_stride, .n_tok = n_tok, .y = y, .x = x};
@@ -518,7 +524,7 @@ gm_status gm_matmul(const gm_matrix *W, const float *x, int64_t n_tok, float *y,
                 .y = y, .x = x, .at = at, .vec_dot = k->vec_dot, .quant = k->quant, .tiles2 = k->tiles2};
     if (at->type != GM_TYPE_F32) {
         if ((uint64_t)n_tok > (SIZE_MAX - 64) / a_stride) return GM_ERR_NOMEM;
-        const size_t tb = mtok_bytes(k, W->cols, n_tok);
+        const size_t tb = mtok_bytes(k, W->m.cols, n_tok);
         gm_status st = scratch_reserve(scratch, act_bytes(a_stride, n_tok) + tb);
         if (st != GM_OK) return st;
         j.act = scratch->buf;
@@ -527,12 +533,18 @@ gm_status gm_matmul(const gm_matrix *W, const float *x, int64_t n_tok, float *y,
         else gm_pool_parallel_for(pool, n_tok, 1, mm_quant_task, &j);
     }
     if (k->tiles2 && n_tok <= GM_FUSED_MAX_TOKENS) /* decode: the stealing split of the fused kernels */
-        decode_rows(pool, W->rows, avx2_tiles_task, &j);
+        decode_rows(pool, W->m.rows, avx2_tiles_task, &j);
     else if (k->tiles2)
-        gm_pool_parallel_for(pool, (W->rows + GM_AVX2_TILE_ROWS - 1) / GM_AVX2_TILE_ROWS, 1, avx2_groups_task, &j);
+        gm_pool_parallel_for(pool, (W->m.rows + GM_AVX2_TILE_ROWS - 1) / GM_AVX2_TILE_ROWS, 1, avx2_groups_task, &j);
     else
-        gm_pool_parallel_for(pool, W->rows, 4, mm_rows_task, &j);
+        gm_pool_parallel_for(pool, W->m.rows, 4, mm_rows_task, &j);
     return GM_OK;
+}
+
+gm_status gm_matmul(const gm_matrix *W, const float *x, int64_t n_tok, float *y, gm_pool *pool,
+                    gm_matmul_scratch *scratch) {
+    const gm_mm_weight w = {.m = *W}; /* unbound: the CPU's best level */
+    return gm_mm(&w, x, n_tok, y, pool, scratch);
 }
 
 gm_status gm_matmul_ref(const gm_matrix *W, const float *x, int64_t n_tok, float *y) {

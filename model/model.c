@@ -1,5 +1,6 @@
 /* model/model.c — open a model: source + config + tokenizer + per-layer weight views. What a family adds is
- * reached through its row (model/family.h: layer facts, RoPE factors, extra weights). */
+ * reached through its row (model/family.h: layer facts, RoPE factors, extra weights). No weight is copied or
+ * rearranged here: the layouts a backend's kernels want are its own (backends/cpu/repack.c). */
 #include "model/model.h"
 
 #include <math.h>
@@ -7,16 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
-#include <stdatomic.h>
-#include <sys/mman.h>
-#include <unistd.h>
 #include <stdbool.h>
 
 #include "core/error.h"
 #include "kernels/cpu.h"
-#include "kernels/gemm.h"
 #include "kernels/ops.h"
-#include "kernels/pack.h"
 #include "model/family.h"
 #include "quant/quant.h"
 #include "text/tokenizer.h"
@@ -83,7 +79,7 @@ gm_status gm_model_load_matrix(gm_model *m, const char *name, int64_t cols, int6
     if (t->nbytes < (uint64_t)rb * (uint64_t)rows)
         return gm_fail(err, GM_ERR_FORMAT, "%s: tensor %s holds %llu bytes, needs %llu", path, name,
                        (unsigned long long)t->nbytes, (unsigned long long)rb * (unsigned long long)rows);
-    *out = (gm_matrix){.type = t->type, .rows = rows, .cols = cols, .data = t->data};
+    *out = (gm_matrix){.type = t->type, .rows = rows, .cols = cols, .data = t->data, .id = ++m->n_matrices};
     return GM_OK;
 }
 
@@ -202,228 +198,6 @@ static gm_status load_weights(gm_model *m, gm_error *err) {
     return c->family->load ? c->family->load(m, err) : GM_OK;
 }
 
-/* Packed copies of layer matrices for the kernels of the model's ISA level (gm_model_options.isa;
- * kernels/pack.h); the file bytes stay mapped for the other levels and for every other reader.
- *
- * x8 (the AVX2 and AVX-512 levels; F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K matrices of rows a multiple
- * of 8): the AVX2 kernels take eight rows per vector (kernels/f16x8_avx2.c, kernels/qtiles_avx2.c) straight from the
- * copy; at the AVX-512 level too, where they beat the AVX-512 kernels on the file's rows (kernels/matmul.c).
- * The copies take the place of the file's pages in memory: each matrix's pages are dropped once it is
- * packed, and nothing reads them while the copy's level runs. Because a 2 MiB file page is mapped whole again when any
- * byte of it is read, the layer's other matrices (K-quants, say) move into plain copies too, so that no
- * read of a layer touches the file and the resident size stays about the file's. The tied embedding /
- * output matrix is not packed: the token lookup reads its rows.
- *
- * Q5_0x16, opt-in (gm_model_options.repack = GM_REPACK_Q5_0X16; the CLI's GEMMA_REPACK=1): with AVX-512 active, each
- * layer's Q5_0 matrix (q, k, gate, up of the usual Q4_K_M files) gets this copy instead of x8, for the AVX-512 kernels;
- * measured before x8 served AVX-512: its one-token dot ~1.3x faster on data in cache. Measured on the
- * whole decode step (Gemma 3 270M Q4_K_M, Zen 4, paired runs): +3% at 2 threads, +0% at 1 (the step is
- * bound by memory, not by that kernel), for +44 MB resident, which breaks the budget of file + KV cache +
- * 64 MiB (file pages shared with other tensors stay mapped: 2 MiB folios map whole), and +16 ms at open.
- * Hence off by default. GM_REPACK_OFF (GEMMA_REPACK=0) turns both off. */
-
-static size_t matrix_bytes(const gm_matrix *w) { return gm_row_bytes(w->type, w->cols) * (size_t)w->rows; }
-
-/* Drops w's file pages (those wholly inside it) from the resident set: while the packed copy's level is
- * active nothing reads them; another level reads them back from the file. Only for the source's own file
- * map (a caller's buffer would lose its bytes). */
-static void release_file_pages(const gm_model *m, const gm_matrix *w) {
-    const size_t bytes = matrix_bytes(w), pg = (size_t)sysconf(_SC_PAGESIZE);
-    if (!gm_source_file_mapped(m->src, w->data, bytes)) return;
-    const uintptr_t b = ((uintptr_t)w->data + pg - 1) / pg * pg, e = ((uintptr_t)w->data + bytes) / pg * pg;
-    if (e > b) (void)madvise((void *)b, e - b, MADV_DONTNEED);
-}
-
-/* a matrix to copy: packed (packed_type set), or moved whole into anonymous memory (dst) */
-typedef struct {
-    gm_matrix *w;
-    char *dst;
-} pack_item;
-
-static bool is_x8(const gm_matrix *w) { return w->packed_type == GM_KTYPE_X8(w->type); }
-
-static void pack_x8(const gm_matrix *w, char *dst) {
-    if (w->type == GM_TYPE_F16 || w->type == GM_TYPE_BF16) gm_pack_x8(w->data, dst, w->rows, w->cols);
-    else gm_pack_qx8(w->type, w->data, dst, w->rows, w->cols);
-}
-
-/* x8 copies the packer may make after open: those whose kernels on the file's rows give the same bits (the
- * quantized types; F16x8 / BF16x8 sum in another order than the F16 / BF16 kernels on the file's rows) */
-static bool packs_later(const gm_matrix *w) { return is_x8(w) && gm_avx2_qx8_tiles(w->type) != NULL; }
-
-/* One copy: a plain move, or a packed layout, published (set, then the kernels re-bound: release, so a reader
- * that sees the packed kernels sees the copy). The file's pages go where nothing reads them any more (the
- * Q5_0x16 kernels still read the file's rows); readers still on them fault them back in: the same bytes. */
-static void pack_item_do(gm_model *m, const pack_item *it) {
-    gm_matrix *w = it->w;
-    if (!w->packed_type) {
-        memcpy(it->dst, w->data, matrix_bytes(w));
-        release_file_pages(m, w);
-        w->data = it->dst; /* the same bytes for every reader */
-        return;
-    }
-    if (is_x8(w)) {
-        pack_x8(w, it->dst);
-    } else {
-        const size_t rb = gm_row_bytes(w->type, w->cols);
-        for (int64_t r = 0; r < w->rows; r++)
-            gm_pack_q5_0x16_row((const char *)w->data + (size_t)r * rb, it->dst + (size_t)r * rb, w->cols);
-    }
-    w->packed = it->dst;
-    gm_matrix_bind(w, m->isa);
-    if (is_x8(w)) release_file_pages(m, w);
-}
-
-/* The quantized x8 copies are made after gm_model_open returns, by up to two threads, matrix by matrix in layer order.
- * Until its copy is published a matrix runs the AVX2 kernels on the file's rows (kernels/matmul.c lookup), which
- * give the x8 kernels' bits: results never depend on how far the packer got. Why in the background: the copies
- * are fresh memory, and on the VMs we measured most of the cost is the kernel zeroing it (clear_page, 54% of a
- * 6.9 s open of a 4B-shaped Q4_K_M file on Zen 4); the first token need not wait for it. */
-typedef struct gm_packer gm_packer;
-struct gm_packer { /* items claimed in order by up to two threads (the copies made at open use one too, joined) */
-    gm_model *m;
-    pack_item *items;
-    int n;
-    atomic_int next;  /* the next item to claim */
-    atomic_bool stop; /* gm_model_free: leave the remaining items */
-    pthread_t th[2];
-    int n_threads;
-    pthread_mutex_t mu; /* one joiner */
-};
-
-static void *packer_main(void *arg) {
-    gm_packer *p = arg;
-    for (;;) {
-        if (atomic_load_explicit(&p->stop, memory_order_relaxed)) break;
-        const int i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
-        if (i >= p->n) break;
-        pack_item_do(p->m, &p->items[i]);
-    }
-    return NULL;
-}
-
-static void packer_start(gm_packer *p) {
-    for (p->n_threads = 0; p->n_threads < 2 && p->n_threads < p->n; p->n_threads++)
-        if (pthread_create(&p->th[p->n_threads], NULL, packer_main, p) != 0) break;
-    if (p->n_threads == 0) packer_main(p); /* no thread: pack here, as before the packer */
-}
-
-static void packer_join(gm_packer *p) {
-    for (int i = 0; i < p->n_threads; i++) pthread_join(p->th[i], NULL);
-    p->n_threads = 0;
-}
-
-void gm_model_wait_packed(gm_model *m) {
-    if (!m || !m->packer) return;
-    pthread_mutex_lock(&m->packer->mu);
-    packer_join(m->packer);
-    pthread_mutex_unlock(&m->packer->mu);
-}
-
-static void packer_free(gm_model *m) {
-    if (!m->packer) return;
-    atomic_store(&m->packer->stop, true);
-    gm_model_wait_packed(m);
-    pthread_mutex_destroy(&m->packer->mu);
-    free(m->packer->items);
-    free(m->packer);
-    m->packer = NULL;
-}
-
-static size_t packed_span(const gm_matrix *w) { return (matrix_bytes(w) + 63) / 64 * 64; } /* 64-byte aligned after */
-
-/* the layout w gets at open, 0 for none */
-static int pack_layout(const gm_matrix *w, gm_repack repack, gm_isa isa) {
-    if (!w->data || repack == GM_REPACK_OFF) return 0;
-    if (w->type == GM_TYPE_Q5_0 && repack == GM_REPACK_Q5_0X16 && gm_isa_at_least(isa, GM_ISA_AVX512))
-        return GM_KTYPE_Q5_0X16; /* asked for by name: before x8 */
-    if (w->rows % 8 == 0 && gm_isa_at_least(isa, GM_ISA_AVX2) && gm_avx2_x8_tiles(w->type)) return GM_KTYPE_X8(w->type);
-    return 0;
-}
-
-/* Anonymous memory for the copies, in 2 MiB pages where the kernel gives them (weights stream once per
- * token: TLB misses); its first `populate` bytes faulted in by one call rather than one fault per page while
- * copying (the rest: by the packer's writes, off the open path). */
-static void *map_store(size_t bytes, size_t populate) {
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return NULL;
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, bytes, MADV_HUGEPAGE);
-#endif
-#ifdef MADV_POPULATE_WRITE
-    if (populate) (void)madvise(p, populate, MADV_POPULATE_WRITE);
-#else
-    (void)populate;
-#endif
-    return p;
-}
-
-/* The layer matrices' copies: which ones (packed_type), the store, the copies made now; the x8 ones are left
- * in m->packer for packer_start (after the kernels are bound). Copies made now come first in the store. */
-static gm_status pack_weights(gm_model *m, gm_repack repack, gm_error *err) {
-    enum { PER_LAYER = 7 };
-    const size_t cap = (size_t)m->cfg.n_layers * PER_LAYER + 1;
-    pack_item *now = malloc(sizeof *now * cap), *later = malloc(sizeof *later * cap);
-    if (!now || !later) {
-        free(now), free(later);
-        return gm_fail(err, GM_ERR_NOMEM, "model: out of memory");
-    }
-    int n_now = 0, n_later = 0;
-    size_t bytes_now = 0, total = 0;
-    for (int il = 0; il < m->cfg.n_layers; il++) {
-        gm_layer *L = &m->layers[il];
-        gm_matrix *w[PER_LAYER] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
-        bool x8 = false;
-        for (int i = 0; i < PER_LAYER; i++) {
-            w[i]->packed_type = pack_layout(w[i], repack, m->isa); /* the copy itself is set below, once the store is mapped */
-            x8 |= is_x8(w[i]);
-        }
-        for (int i = 0; i < PER_LAYER; i++) {
-            const bool plain = x8 && !w[i]->packed_type && w[i]->data &&
-                               gm_source_file_mapped(m->src, w[i]->data, matrix_bytes(w[i]));
-            if (packs_later(w[i])) later[n_later++] = (pack_item){w[i], NULL};
-            else if (w[i]->packed_type || plain) now[n_now++] = (pack_item){w[i], NULL}, bytes_now += packed_span(w[i]);
-            else continue;
-            total += packed_span(w[i]);
-        }
-    }
-    if (total > 0 && !(m->packed_store = map_store(total, bytes_now))) {
-        free(now), free(later);
-        return gm_fail(err, GM_ERR_NOMEM, "model: out of memory for %zu bytes of packed weights", total);
-    }
-    m->packed_bytes = total;
-    char *p = m->packed_store;
-    for (int i = 0; i < n_now; i++) now[i].dst = p, p += packed_span(now[i].w);
-    for (int i = 0; i < n_later; i++) later[i].dst = p, p += packed_span(later[i].w);
-    gm_packer sync = {.m = m, .items = now, .n = n_now}; /* the same two threads, joined before open returns */
-    packer_start(&sync);
-    packer_join(&sync);
-    free(now);
-    if (n_later == 0) {
-        free(later);
-        return GM_OK;
-    }
-    if (!(m->packer = calloc(1, sizeof *m->packer))) {
-        free(later);
-        return gm_fail(err, GM_ERR_NOMEM, "model: out of memory");
-    }
-    *m->packer = (gm_packer){.m = m, .items = later, .n = n_later};
-    pthread_mutex_init(&m->packer->mu, NULL);
-    return GM_OK;
-}
-
-/* Kernel choice, once per matrix (after packing: a packed copy changes it). */
-static void bind_kernels(gm_model *m) {
-    gm_matrix_bind(&m->embd, m->isa);
-    gm_matrix_bind(&m->output, m->isa);
-    for (int il = 0; il < m->cfg.n_layers; il++) {
-        gm_layer *L = &m->layers[il];
-        gm_matrix *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
-        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
-            if (w[i]->data) gm_matrix_bind(w[i], m->isa); /* Gemma 4 may omit K/V */
-    }
-}
-
 /* The vocabulary travels with the weights: GGUF metadata, or the HF folder's tokenizer files. */
 static gm_status load_tokenizer(gm_model *m, gm_error *err) {
     gm_status st = gm_source_is_gguf(m->src) ? gm_tokenizer_from_gguf(gm_source_gguf(m->src), &m->tok, err)
@@ -440,17 +214,23 @@ static gm_status load_tokenizer(gm_model *m, gm_error *err) {
 
 void gm_model_free(gm_model *m) {
     if (!m) return;
-    packer_free(m); /* before anything it reads goes */
     gm_tokenizer_free(m->tok);
     gm_source_close(m->src);
     free(m->layers);
     free(m->f32_store);
     if (m->cfg.family && m->cfg.family->unload) m->cfg.family->unload(m);
-    if (m->packed_store) munmap(m->packed_store, m->packed_bytes);
+    if (m->share) pthread_mutex_destroy(&m->share->mu);
+    free(m->share);
     free(m);
 }
 
 const gm_tokenizer *gm_model_tokenizer(const gm_model *m) { return m ? m->tok : NULL; }
+
+static gm_status share_new(gm_model *m, gm_error *err) {
+    if (!(m->share = calloc(1, sizeof *m->share))) return gm_fail(err, GM_ERR_NOMEM, "model: out of memory");
+    pthread_mutex_init(&m->share->mu, NULL);
+    return GM_OK;
+}
 
 gm_status gm_model_open(const char *path, const gm_model_options *opt, gm_model **out, gm_error *err) {
     if (!out) return gm_fail(err, GM_ERR_ARG, "gm_model_open: out is NULL");
@@ -460,14 +240,13 @@ gm_status gm_model_open(const char *path, const gm_model_options *opt, gm_model 
         return gm_fail(err, GM_ERR_ARG, "gm_model_open: unknown ISA level %d", (int)opt->isa);
     gm_model *m = calloc(1, sizeof *m);
     if (!m) return gm_fail(err, GM_ERR_NOMEM, "%s: out of memory", path);
-    m->isa = gm_isa_resolve(opt ? opt->isa : GM_ISA_AUTO); /* before the families' loaders bind their matrices */
-    gm_status st = gm_source_open(path, opt ? opt->keep_mtp : false, &m->src, err);
+    m->isa = gm_isa_resolve(opt ? opt->isa : GM_ISA_AUTO);
+    m->repack = opt ? opt->repack : GM_REPACK_DEFAULT;
+    gm_status st = share_new(m, err);
+    if (!st) st = gm_source_open(path, opt ? opt->keep_mtp : false, &m->src, err);
     if (!st) st = gm_config_load(m->src, &m->cfg, err); /* checked there, against core/limits.h */
     if (!st) st = load_weights(m, err);
-    if (!st) st = pack_weights(m, opt ? opt->repack : GM_REPACK_DEFAULT, err);
-    if (!st) bind_kernels(m);
     if (!st) st = load_tokenizer(m, err);
-    if (!st && m->packer) packer_start(m->packer); /* after the binding: the packer binds its matrices again */
     if (st) {
         gm_model_free(m);
         return st;

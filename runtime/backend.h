@@ -3,10 +3,11 @@
  * The forward pass (runtime/forward.c) is written once, as the math, over the operations of this table; a
  * backend implements them and owns its memory: the activation buffers it hands out (alloc), the KV blocks
  * (the pool in runtime/kvcache.c only does the bookkeeping: which block holds what, refcounts, the index)
- * and whatever copy of the weights its kernels want (weights are named by the model's gm_matrix and norm
- * vectors; a backend maps them to its own copies). Activations never cross to the host unless the forward
- * pass asks (read: the logits of the rows that want them, hidden states, taps), so nothing here forces a
- * host copy per op.
+ * and whatever copy of the weights its kernels want (weights are named by the model's gm_matrix, its id, and norm
+ * vectors; a backend maps them to its own copies, made when it is created: the CPU backend's are
+ * backends/cpu/repack.c, shared by the CPU backends of one model; the model's views never change). Activations
+ * never cross to the host unless the forward pass asks (read: the logits of the rows that want them, hidden
+ * states, taps), so nothing here forces a host copy per op.
  *
  * Two backends: the CPU one (backends/cpu/: a thread pool, ISA kernels, batch-invariant reductions) and the
  * reference one (backends/ref/: plain loops, double accumulation, one thread), which the tests run the
@@ -121,6 +122,9 @@ typedef struct gm_backend_ops {
     /* ---- the backend itself */
     gm_kv_storage (*kv_storage)(gm_backend *be); /* storage of KV blocks (called by the pool) */
     int (*n_threads)(const gm_backend *be);
+    /* returns once the backend's weight copies are all in place (the CPU backend makes some in the background,
+     * with the same results before and after); NULL: nothing to wait for */
+    void (*wait_weights)(gm_backend *be);
     void (*free)(gm_backend *be);
 
     /* ---- buffers: n floats, 64-byte aligned; NULL when out of memory */

@@ -637,7 +637,7 @@ TEST(quantized_weights_round_trip) {
     }
 }
 
-/* gm_source_file_mapped (model/model.c drops a packed matrix's file pages only where it says so): true for
+/* gm_source_file_mapped (backends/cpu/repack.c drops a packed matrix's file pages only where it says so): true for
  * tensors of a GGUF file and of a safetensors folder, false for the same GGUF image in a caller's buffer
  * (its bytes would be lost) and for ranges past a mapping's end. */
 TEST(file_mapped_only_for_own_maps) {

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/cpu/repack.h"
 #include "gemma.h"
 #include "gemma_generator.h"
 #include "kernels/cpu.h"
@@ -307,21 +308,64 @@ TEST(gemma3_f16_weights_packed_for_avx2) {
     free(avx2), free(chunked), free(scalar);
 }
 
-/* Q5_0 / Q8_0 / Q4_K / Q6_K layer matrices are packed as x8 when the model is opened for AVX2 (model.c pack_layout), a
- * packed layer's other matrices moved into plain copies, and the packed kernels give the file kernels' bits: a tiny model's logits with the copies equal (memcmp) those with
+/* Q5_0 / Q8_0 / Q4_K / Q6_K layer matrices are packed as x8 by a CPU backend of the AVX2 level (backends/cpu/repack.c
+ * pack_layout), a packed layer's other matrices moved into plain copies, the model's own views untouched, and the
+ * packed kernels give the file kernels' bits: a tiny model's logits with the copies equal (memcmp) those with
  * GM_REPACK_OFF, whole prefill and chunked. */
 static bool layer0_packed(const char *path, int type, int down_type) {
     gm_error err = {0};
     gm_model *m = NULL;
     if (gm_model_open(path, &g_open, &m, &err) != GM_OK) return false;
-    gm_model_wait_packed(m); /* the x8 copies are made after open returns */
-    const gm_matrix *w = &m->layers[0].wq, *d = &m->layers[0].down;
-    const char *store = m->packed_store;
-    const bool plain = (const char *)d->data >= store && (const char *)d->data < store + m->packed_bytes;
-    const bool packed = w->packed && w->packed_type == GM_KTYPE_X8(type) &&
-                        (down_type ? !d->packed && plain /* moved into a plain copy */ : d->packed != NULL);
+    gm_layer L0;
+    memcpy(&L0, &m->layers[0], sizeof L0); /* every byte, to see that nothing writes the model */
+    gm_cpu_weights *cw = NULL;
+    CHECK_OK(gm_cpu_weights_acquire(m, m->isa, &cw, &err), &err);
+    if (!cw) {
+        gm_model_free(m);
+        return false;
+    }
+    gm_cpu_weights_wait(cw); /* the x8 copies are made after acquire returns */
+    const gm_mm_weight *w = gm_cpu_weights_find(cw, &m->layers[0].wq), *d = gm_cpu_weights_find(cw, &m->layers[0].down);
+    const bool plain = d && d->m.data != m->layers[0].down.data; /* moved into a plain copy: the same bytes */
+    const bool packed = w && d && w->packed && w->packed_type == GM_KTYPE_X8(type) &&
+                        (down_type ? !d->packed && plain : d->packed != NULL);
+    CHECK_MSG(memcmp(&L0, &m->layers[0], sizeof L0) == 0, "the CPU weights changed the model's layer");
+    CHECK(!d || memcmp(d->m.data, m->layers[0].down.data, (size_t)d->m.rows * gm_row_bytes(d->m.type, d->m.cols)) == 0);
+    gm_cpu_weights_release(cw);
     gm_model_free(m);
     return packed;
+}
+
+/* The CPU engines on one model share one set of weight copies: made by the first, taken by the others, freed with the
+ * last (the model's gm_backend_share); a reference engine makes none. */
+TEST(cpu_weights_shared_by_the_engines_of_a_model) {
+    tm_options o;
+    tm_options_default(&o, "gemma3");
+    char err_s[256];
+    const char *path = tmp_path("share");
+    CHECK_MSG(tm_write_gguf(&o, path, err_s, sizeof err_s), "%s", err_s);
+    gm_error err = {0};
+    gm_model *m = NULL;
+    CHECK_OK(gm_model_open(path, NULL, &m, &err), &err);
+    if (!m) return;
+    gm_engine *e[3] = {0};
+    const gm_engine_options cpu = {.n_threads = 1, .n_ctx = 64}, ref = {.n_ctx = 64, .backend = GM_BACKEND_REFERENCE};
+    CHECK_OK(gm_engine_new(m, &ref, &e[2], &err), &err);
+    CHECK(m->share->cpu_weights == NULL);
+    CHECK_OK(gm_engine_new(m, &cpu, &e[0], &err), &err);
+    const void *first = m->share->cpu_weights;
+    CHECK(first != NULL);
+    CHECK_OK(gm_engine_new(m, &cpu, &e[1], &err), &err);
+    CHECK(m->share->cpu_weights == first);
+    gm_engine_wait_weights(e[1]);
+    gm_engine_wait_weights(e[2]); /* nothing to wait for */
+    gm_engine_free(e[0]);
+    CHECK(m->share->cpu_weights == first);
+    gm_engine_free(e[1]);
+    CHECK(m->share->cpu_weights == NULL);
+    gm_engine_free(e[2]);
+    gm_model_free(m);
+    unlink(path);
 }
 
 TEST(gemma3_quantized_weights_packed_for_avx2) {
@@ -400,5 +444,6 @@ int main(void) {
     RUN(gemma3_rope_scaling_matches_reference);
     RUN(gemma3_f16_weights_packed_for_avx2);
     RUN(gemma3_quantized_weights_packed_for_avx2);
+    RUN(cpu_weights_shared_by_the_engines_of_a_model);
     return test_summary();
 }

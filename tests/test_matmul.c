@@ -7,7 +7,7 @@
  *                                          + 1e-5 sum_i |w_i x_i|           (f32 accumulation)
  *                                          + Q8_1 offset term (f16 block sums, see test_quant.c).
  *
- * SIMD kernels (every ISA level this CPU supports, bound with gm_matrix_bind) are compared with the
+ * SIMD kernels (every ISA level this CPU supports, bound with gm_mm_bind) are compared with the
  * scalar path on the same quantized activations: the integer block dots are exact, so the only
  * allowed difference is f32 rounding of scales and sums: |y - exact| <= 1e-5 sum |w xq| (+ the
  * Q8_1 term for Q4_1 / Q5_1), where exact is the double dot of the dequantized operands. The
@@ -73,7 +73,7 @@ static void check_type(int type, int64_t rows, int64_t cols, int64_t n_tok, gm_p
         wt->dequant_row(W + r * rb, wf + r * cols, cols);
     }
     for (int64_t i = 0; i < n_tok * cols; i++) x[i] = frand() * 4;
-    gm_matrix M = {type, rows, cols, W, 0, NULL, NULL};
+    gm_matrix M = {type, rows, cols, W, 0};
     gm_matmul_scratch s = {0};
     CHECK_EQ_INT(gm_matmul(&M, x, n_tok, y0, NULL, &s), GM_OK);
     CHECK_EQ_INT(gm_matmul(&M, x, n_tok, y1, p1, &s), GM_OK);
@@ -121,11 +121,11 @@ TEST(matmul_bad_args) {
     float x[64] = {0}, y[64];
     unsigned char w[64 * 40] = {0};
     gm_matmul_scratch s = {0};
-    gm_matrix bad_type = {GM_TYPE_Q2_K, 1, 256, w, 0, NULL, NULL};
+    gm_matrix bad_type = {GM_TYPE_Q2_K, 1, 256, w, 0};
     CHECK_EQ_INT(gm_matmul(&bad_type, x, 1, y, NULL, &s), GM_ERR_UNSUPPORTED);
-    gm_matrix bad_cols = {GM_TYPE_Q8_0, 1, 33, w, 0, NULL, NULL};
+    gm_matrix bad_cols = {GM_TYPE_Q8_0, 1, 33, w, 0};
     CHECK_EQ_INT(gm_matmul(&bad_cols, x, 1, y, NULL, &s), GM_ERR_ARG);
-    gm_matrix ok = {GM_TYPE_Q8_0, 1, 32, w, 0, NULL, NULL};
+    gm_matrix ok = {GM_TYPE_Q8_0, 1, 32, w, 0};
     CHECK_EQ_INT(gm_matmul(&ok, x, 0, y, NULL, &s), GM_OK);
     gm_matmul_scratch_free(&s);
     gm_matmul_scratch_free(NULL);
@@ -171,11 +171,11 @@ static void simd_case(int type, int64_t rows, int64_t cols, int64_t n_tok, gm_po
     }
     for (int64_t i = 0; i < n_tok * cols; i++) x[i] = frand() * ((i / cols) % 2 ? 0.01f : 8.f);
     if (n_tok > 1) memset(x + cols, 0, cols * 4); /* an all-zero token */
-    gm_matrix M = {type, rows, cols, W, 0, NULL, NULL};
+    gm_mm_weight M = {.m = {type, rows, cols, W, 0}};
     gm_matmul_scratch s = {0};
     for (int isa = GM_ISA_SCALAR + 1; isa < GM_ISA_LEVELS; isa++) if (gm_isa_runs((gm_isa)isa)) { /* x86 or NEON */
-        gm_matrix_bind(&M, (gm_isa)isa);
-        CHECK_EQ_INT(gm_matmul(&M, x, n_tok, y, pool, &s), GM_OK);
+        gm_mm_bind(&M, (gm_isa)isa);
+        CHECK_EQ_INT(gm_mm(&M, x, n_tok, y, pool, &s), GM_OK);
         int bad = 0;
         for (int64_t t = 0; t < n_tok; t++)
             for (int64_t r = 0; r < rows; r++) {
@@ -190,7 +190,7 @@ static void simd_case(int type, int64_t rows, int64_t cols, int64_t n_tok, gm_po
                   gm_isa_name((gm_isa)isa), wt->name, (long long)n_tok, bad);
         /* batch invariance: the first tokens alone give the same bits as inside the larger batch */
         if (n_tok >= 8) {
-            CHECK_EQ_INT(gm_matmul(&M, x, 5, yb, pool, &s), GM_OK);
+            CHECK_EQ_INT(gm_mm(&M, x, 5, yb, pool, &s), GM_OK);
             CHECK_MSG(memcmp(yb, y, 5 * rows * 4) == 0, "%s %s: 5 tokens differ from the same tokens in a batch of %lld",
                       gm_isa_name((gm_isa)isa), wt->name, (long long)n_tok);
         }
@@ -379,7 +379,7 @@ TEST(avx2_tiles_vs_dot_and_scalar) {
  * stated arithmetic emulated in scalar C (one sum from 0, fmaf over the columns in order), whatever the
  * tokens (decode, 6-token tiles and their edges, token blocks) or the row range (groups of 8, a range
  * ending inside a group); within n u sum |w x| of the float64 dot; nothing written outside the range.
- * Through gm_matmul (a 2-thread pool, a packed copy bound as the model does) the same bits for 1 and 70
+ * Through gm_mm (a 2-thread pool, a packed copy bound as the CPU backend does) the same bits for 1 and 70
  * tokens. */
 static float half_to_f32(int type, uint16_t h) { return type == GM_TYPE_F16 ? gm_fp16_to_fp32(h) : gm_bf16_to_fp32(h); }
 
@@ -422,12 +422,12 @@ static void x8_case(int type, int64_t n, gm_pool *p2) {
                     else bad_out += !isnan(v);
                 }
         }
-    gm_matrix M = {type, rows, n, w, type == GM_TYPE_F16 ? GM_KTYPE_F16X8 : GM_KTYPE_BF16X8, wp, NULL};
+    gm_mm_weight M = {{type, rows, n, w, 0}, type == GM_TYPE_F16 ? GM_KTYPE_F16X8 : GM_KTYPE_BF16X8, wp, NULL};
     gm_matmul_scratch s = {0};
-    gm_matrix_bind(&M, GM_ISA_AVX2);
+    gm_mm_bind(&M, GM_ISA_AVX2);
     for (int k = 0; k < 2; k++) {
         const int64_t nt = k ? n_tok : 1;
-        CHECK_EQ_INT(gm_matmul(&M, x, nt, y, p2, &s), GM_OK);
+        CHECK_EQ_INT(gm_mm(&M, x, nt, y, p2, &s), GM_OK);
         for (int64_t i = 0; i < nt * rows; i++) bad_bits += memcmp(&want[i], &y[i], 4) != 0;
     }
     gm_matmul_scratch_free(&s);
@@ -454,7 +454,7 @@ TEST(avx2_x8_tiles_exact_and_invariant) {
  * AVX2 kernels (gm_avx2_qtiles, checked against the scalar dot above) for every (row, token): decode, tiles
  * and their token edges, block slices (prefill's octet slices, decode's side-term slices), row ranges from a
  * group start ending anywhere; nothing written outside the range. Packing is a bijection (unpack gives the
- * file's bytes back). Through gm_matmul on a 2-thread pool, a packed copy bound as the model binds it, the
+ * file's bytes back). Through gm_mm on a 2-thread pool, a packed copy bound as the CPU backend binds it, the
  * same bits as the file rows for 1 and 70 tokens, at AVX2 and AVX-512, before and after the copy is made. */
 static void qx8_case(int type, int64_t n, int64_t rows, const int *nts, int n_nts, gm_pool *p2) {
     const gm_type_traits *wt = gm_type_traits_of(type), *at = gm_type_traits_of(wt->vec_dot_type);
@@ -488,23 +488,23 @@ static void qx8_case(int type, int64_t n, int64_t rows, const int *nts, int n_nt
                     else bad_out += !isnan(v);
                 }
         }
-    /* F: the file rows at AVX2; M: the copy; P: a copy still being made (model/model.c packs in the background),
-     * both bound at AVX2 and, where the CPU has it, at AVX-512, which runs the same kernels */
-    gm_matrix F = {type, rows, n, w, 0, NULL, NULL}, M = {type, rows, n, w, GM_KTYPE_X8(type), wp, NULL},
-              P = {type, rows, n, w, GM_KTYPE_X8(type), NULL, NULL};
+    /* F: the file rows at AVX2; M: the copy; P: a copy still being made (backends/cpu/repack.c packs in the
+     * background), both bound at AVX2 and, where the CPU has it, at AVX-512, which runs the same kernels */
+    gm_mm_weight F = {{type, rows, n, w, 0}, 0, NULL, NULL}, M = {{type, rows, n, w, 0}, GM_KTYPE_X8(type), wp, NULL},
+                 P = {{type, rows, n, w, 0}, GM_KTYPE_X8(type), NULL, NULL};
     gm_matmul_scratch s = {0};
-    gm_matrix_bind(&F, GM_ISA_AVX2);
+    gm_mm_bind(&F, GM_ISA_AVX2);
     for (int isa = GM_ISA_AVX2; isa <= GM_ISA_AVX512; isa++) if (gm_isa_runs((gm_isa)isa)) {
-        gm_matrix_bind(&M, (gm_isa)isa);
-        gm_matrix_bind(&P, (gm_isa)isa);
-        CHECK(gm_matrix_kernel(&M)->packed && !gm_matrix_kernel(&P)->packed);
+        gm_mm_bind(&M, (gm_isa)isa);
+        gm_mm_bind(&P, (gm_isa)isa);
+        CHECK(gm_mm_kernel_of(&M)->packed && !gm_mm_kernel_of(&P)->packed);
         const int64_t mm_nts[] = {1, 19, 20, 23, 33, n_tok}; /* every remainder of 4- and 6-token tiles */
         for (int k = 0; k < 6 && n * rows <= 1 << 20; k++) {
             const int64_t nt = mm_nts[k];
-            CHECK_EQ_INT(gm_matmul(&F, x, nt, yf, p2, &s), GM_OK);
-            CHECK_EQ_INT(gm_matmul(&M, x, nt, y, p2, &s), GM_OK);
+            CHECK_EQ_INT(gm_mm(&F, x, nt, yf, p2, &s), GM_OK);
+            CHECK_EQ_INT(gm_mm(&M, x, nt, y, p2, &s), GM_OK);
             for (int64_t i = 0; i < nt * rows; i++) bad_bits += memcmp(&yf[i], &y[i], 4) != 0;
-            CHECK_EQ_INT(gm_matmul(&P, x, nt, y, p2, &s), GM_OK);
+            CHECK_EQ_INT(gm_mm(&P, x, nt, y, p2, &s), GM_OK);
             for (int64_t i = 0; i < nt * rows; i++) bad_bits += memcmp(&yf[i], &y[i], 4) != 0;
         }
     }
@@ -542,7 +542,7 @@ TEST(avx2_qx8_tiles_same_bits_as_file_rows) {
 /* The AVX2 few-token kernels (kernels/mtok_avx2.c) give each (row, token) the bits of the one-token AVX2 kernel
  * (gm_avx2_qtiles with one token, on the file's rows) for 1 to 16 tokens: file rows of odd counts split
  * anywhere, x8 copies split at group starts and ending anywhere; tokens put in any order; nothing written
- * outside the range. Through gm_matmul on a 2-thread pool (matrices bound for AVX2 as the model binds them),
+ * outside the range. Through gm_mm on a 2-thread pool (matrices bound for AVX2 as the CPU backend binds them),
  * each token of a 2..16-token call has the bits of its one-token call. */
 static void mtok_case(int type, int64_t n, int64_t rows, bool x8, gm_pool *p2) {
     enum { NT = GM_AVX2_MTOK_MAX };
@@ -582,12 +582,12 @@ static void mtok_case(int type, int64_t n, int64_t rows, bool x8, gm_pool *p2) {
                 }
         }
     }
-    gm_matrix M = {type, rows, n, w, x8 ? GM_KTYPE_X8(type) : 0, x8 ? wp : NULL, NULL};
+    gm_mm_weight M = {{type, rows, n, w, 0}, x8 ? GM_KTYPE_X8(type) : 0, x8 ? wp : NULL, NULL};
     gm_matmul_scratch s = {0};
-    gm_matrix_bind(&M, GM_ISA_AVX2);
-    CHECK(gm_matrix_kernel(&M)->mtok2 == fn);
+    gm_mm_bind(&M, GM_ISA_AVX2);
+    CHECK(gm_mm_kernel_of(&M)->mtok2 == fn);
     for (int64_t T = 2; T <= NT; T++) {
-        CHECK_EQ_INT(gm_matmul(&M, x, T, y, p2, &s), GM_OK);
+        CHECK_EQ_INT(gm_mm(&M, x, T, y, p2, &s), GM_OK);
         for (int64_t t = 0; t < T; t++)
             for (int64_t r = 0; r < rows; r++) bad_mm += memcmp(&y[t * rows + r], &want[t * ldy + r], 4) != 0;
     }
@@ -595,7 +595,7 @@ static void mtok_case(int type, int64_t n, int64_t rows, bool x8, gm_pool *p2) {
     CHECK_MSG(bad_bits == 0, "%s n %lld %s: %d few-token outputs differ from the one-token kernel's bits", wt->name,
               (long long)n, x8 ? "x8" : "file rows", bad_bits);
     CHECK_MSG(bad_out == 0, "%s n %lld: %d outputs written outside the range", wt->name, (long long)n, bad_out);
-    CHECK_MSG(bad_mm == 0, "%s n %lld %s: %d gm_matmul outputs of 2-16 tokens differ from one token's", wt->name,
+    CHECK_MSG(bad_mm == 0, "%s n %lld %s: %d gm_mm outputs of 2-16 tokens differ from one token's", wt->name,
               (long long)n, x8 ? "x8" : "file rows", bad_mm);
     free(w), free(wp), free(a), free(toks), free(x), free(want), free(y), free(row);
 }
@@ -621,14 +621,14 @@ TEST(avx2_mtok_same_bits_as_one_token) {
     gm_pool_free(p2);
 }
 
-/* gm_matmul_multi at the AVX2 level (q / k / v of mixed types over x8 copies, one pool call on activations quantized
- * once, as layer_forward calls it): each token of a 2..16-token call has the bits of its own one-token gm_matmul. */
+/* gm_mm_multi at the AVX2 level (q / k / v of mixed types over x8 copies, one pool call on activations quantized
+ * once, as layer_forward calls it): each token of a 2..16-token call has the bits of its own one-token gm_mm. */
 TEST(avx2_mtok_multi_same_bits_as_one_token) {
     if (!gm_isa_at_least(gm_isa_supported(), GM_ISA_AVX2) || !gm_avx2_x8_mtok(GM_TYPE_Q5_0)) return;
     enum { NT = GM_AVX2_MTOK_MAX };
     const int64_t cols = 640, rows[3] = {64, 16, 24};
     const int types[3] = {GM_TYPE_Q5_0, GM_TYPE_Q5_0, GM_TYPE_Q8_0};
-    gm_matrix W[3];
+    gm_mm_weight W[3];
     char *data[3], *pk[3];
     float *one[3], *y[3], *x = malloc(NT * cols * 4), *row = malloc(cols * 4);
     for (int i = 0; i < 3; i++) {
@@ -640,18 +640,18 @@ TEST(avx2_mtok_multi_same_bits_as_one_token) {
             gm_type_traits_of(types[i])->quant_row(row, data[i] + rb * r, cols);
         }
         gm_pack_qx8(types[i], data[i], pk[i], rows[i], cols);
-        W[i] = (gm_matrix){types[i], rows[i], cols, data[i], GM_KTYPE_X8(types[i]), pk[i], NULL};
-        gm_matrix_bind(&W[i], GM_ISA_AVX2);
+        W[i] = (gm_mm_weight){{types[i], rows[i], cols, data[i], 0}, GM_KTYPE_X8(types[i]), pk[i], NULL};
+        gm_mm_bind(&W[i], GM_ISA_AVX2);
     }
     for (int64_t i = 0; i < NT * cols; i++) x[i] = frand() * 2;
     gm_pool *p2 = test_pool_new(2);
     gm_matmul_scratch s = {0};
     for (int i = 0; i < 3; i++)
-        for (int64_t t = 0; t < NT; t++) CHECK_EQ_INT(gm_matmul(&W[i], x + t * cols, 1, one[i] + t * rows[i], p2, &s), GM_OK);
+        for (int64_t t = 0; t < NT; t++) CHECK_EQ_INT(gm_mm(&W[i], x + t * cols, 1, one[i] + t * rows[i], p2, &s), GM_OK);
     int bad = 0;
-    const gm_matrix *Wp[3] = {&W[0], &W[1], &W[2]};
+    const gm_mm_weight *Wp[3] = {&W[0], &W[1], &W[2]};
     for (int64_t T = 2; T <= NT; T++) {
-        CHECK_EQ_INT(gm_matmul_multi(Wp, y, 3, x, T, p2, &s), GM_OK);
+        CHECK_EQ_INT(gm_mm_multi(Wp, y, 3, x, T, p2, &s), GM_OK);
         for (int i = 0; i < 3; i++) bad += memcmp(y[i], one[i], (size_t)(T * rows[i]) * 4) != 0;
     }
     CHECK_MSG(bad == 0, "%d of 45 (calls, matrix) differ from the one-token calls' bits", bad);
@@ -700,15 +700,15 @@ TEST(avx512_tok_dot_vs_scalar) {
     }
 }
 
-/* gm_matmul_multi: one pool call over q/k/v-like matrices of mixed types gives exactly the bytes of
- * separate gm_matmul calls, for 1 token (fused path) and 5 tokens (fallback), 1 and 2 threads. */
-/* gm_matmul_multi (one pool call for q/k/v or gate/up) gives each matrix the bytes of its own gm_matmul, at
+/* gm_mm_multi: one pool call over q/k/v-like matrices of mixed types gives exactly the bytes of
+ * separate gm_mm calls, for 1 token (fused path) and 5 tokens (fallback), 1 and 2 threads. */
+/* gm_mm_multi (one pool call for q/k/v or gate/up) gives each matrix the bytes of its own gm_mm, at
  * every ISA level: row counts that a row group straddles (37: separate calls on AVX2) and multiples of 8 (one
  * pool call), file rows and x8 copies (AVX2's packed kernels), 1 and 5 tokens, 1 and 2 threads. */
 static void multi_case(const int64_t rows[3], bool packed) {
     const int64_t cols = 640;
     const int types[3] = {GM_TYPE_Q5_0, GM_TYPE_Q5_0, GM_TYPE_Q8_0};
-    gm_matrix W[3];
+    gm_mm_weight W[3];
     void *data[3], *pk[3];
     for (int i = 0; i < 3; i++) {
         const size_t rb = gm_row_bytes(types[i], cols);
@@ -720,7 +720,7 @@ static void multi_case(const int64_t rows[3], bool packed) {
             gm_type_traits_of(types[i])->quant_row(row, (char *)data[i] + rb * (size_t)r, cols);
         }
         free(row);
-        W[i] = (gm_matrix){types[i], rows[i], cols, data[i], 0, NULL, NULL};
+        W[i] = (gm_mm_weight){{types[i], rows[i], cols, data[i], 0}, 0, NULL, NULL};
         if (packed) {
             gm_pack_qx8(types[i], data[i], pk[i], rows[i], cols);
             W[i].packed_type = GM_KTYPE_X8(types[i]), W[i].packed = pk[i];
@@ -729,7 +729,7 @@ static void multi_case(const int64_t rows[3], bool packed) {
     float *x = malloc(sizeof(float) * cols * 5);
     for (int64_t i = 0; i < cols * 5; i++) x[i] = frand() * 2;
     for (int isa = GM_ISA_SCALAR; isa < GM_ISA_LEVELS; isa++) if (gm_isa_runs((gm_isa)isa)) {
-        for (int i = 0; i < 3; i++) gm_matrix_bind(&W[i], (gm_isa)isa);
+        for (int i = 0; i < 3; i++) gm_mm_bind(&W[i], (gm_isa)isa);
         for (int nt = 1; nt <= 2; nt++) {
             gm_pool *p = test_pool_new(nt);
             gm_matmul_scratch sc = {0};
@@ -738,10 +738,10 @@ static void multi_case(const int64_t rows[3], bool packed) {
                 for (int i = 0; i < 3; i++) {
                     a[i] = calloc((size_t)(rows[i] * n_tok), sizeof(float));
                     b[i] = calloc((size_t)(rows[i] * n_tok), sizeof(float));
-                    CHECK(gm_matmul(&W[i], x, n_tok, a[i], p, &sc) == GM_OK);
+                    CHECK(gm_mm(&W[i], x, n_tok, a[i], p, &sc) == GM_OK);
                 }
-                const gm_matrix *Wp[3] = {&W[0], &W[1], &W[2]};
-                CHECK(gm_matmul_multi(Wp, b, 3, x, n_tok, p, &sc) == GM_OK);
+                const gm_mm_weight *Wp[3] = {&W[0], &W[1], &W[2]};
+                CHECK(gm_mm_multi(Wp, b, 3, x, n_tok, p, &sc) == GM_OK);
                 for (int i = 0; i < 3; i++) {
                     CHECK_MSG(memcmp(a[i], b[i], sizeof(float) * (size_t)(rows[i] * n_tok)) == 0,
                               "matrix %d of %lld rows, %lld tokens, %d threads, isa %s%s", i, (long long)rows[i],
@@ -780,7 +780,7 @@ TEST(decode_split_with_stealing_covers_every_row) {
         wt->quant_row(tmp, W + r * rb, cols);
     }
     for (int i = 0; i < cols; i++) x[i] = frand();
-    gm_matrix M = {GM_TYPE_Q8_0, rows, cols, W, 0, NULL, NULL};
+    gm_matrix M = {GM_TYPE_Q8_0, rows, cols, W, 0};
     gm_matmul_scratch s = {0};
     CHECK_EQ_INT(gm_matmul(&M, x, 1, y0, NULL, &s), GM_OK);
     int bad = 0;
@@ -798,7 +798,7 @@ TEST(decode_split_with_stealing_covers_every_row) {
 
 /* Batch invariance: a token's outputs are the same bits computed alone, in a batch of 2, 3, 5, 9, 17 or 70
  * (the fused decode kernels up to 16 tokens, the tiles beyond, on AVX-512) with different companions, on
- * 1 or 2 threads, and through gm_matmul_multi: for every type and every ISA level. */
+ * 1 or 2 threads, and through gm_mm_multi: for every type and every ISA level. */
 TEST(batch_invariance_every_type_and_isa) {
     gm_pool *p2 = test_pool_new(2);
     const int batches[] = {1, 2, 3, 5, 9, 17, 70};
@@ -816,10 +816,10 @@ TEST(batch_invariance_every_type_and_isa) {
             wt->quant_row(tmp, W + r * rb, cols);
         }
         for (int64_t i = 0; i < 70 * cols; i++) x[i] = frand() * ((i / cols) % 3 ? 1.f : 7.f);
-        gm_matrix M = {type, rows, cols, W, 0, NULL, NULL};
+        gm_mm_weight M = {.m = {type, rows, cols, W, 0}};
         gm_matmul_scratch s = {0};
         for (int isa = GM_ISA_SCALAR; isa < GM_ISA_LEVELS; isa++) if (gm_isa_runs((gm_isa)isa)) {
-            gm_matrix_bind(&M, (gm_isa)isa);
+            gm_mm_bind(&M, (gm_isa)isa);
             int bad = 0;
             for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++) {
                 const int n = batches[b];
@@ -827,13 +827,13 @@ TEST(batch_invariance_every_type_and_isa) {
                 float *xb = malloc((size_t)n * cols * 4);
                 memcpy(xb, x + 69 * cols, cols * 4);
                 for (int t = 1; t < n; t++) memcpy(xb + t * cols, x + ((t * 7 + n) % 69) * cols, cols * 4);
-                CHECK_EQ_INT(gm_matmul(&M, xb, n, y, b % 2 ? p2 : NULL, &s), GM_OK);
+                CHECK_EQ_INT(gm_mm(&M, xb, n, y, b % 2 ? p2 : NULL, &s), GM_OK);
                 if (n == 1) memcpy(alone, y, rows * 4);
                 bad += memcmp(alone, y, rows * 4) != 0;
-                const gm_matrix *Ws[2] = {&M, &M};
+                const gm_mm_weight *Ws[2] = {&M, &M};
                 float *const ys[2] = {y2, y2 + (size_t)n * rows};
                 if (n <= 35) {
-                    CHECK_EQ_INT(gm_matmul_multi(Ws, ys, 2, xb, n, p2, &s), GM_OK);
+                    CHECK_EQ_INT(gm_mm_multi(Ws, ys, 2, xb, n, p2, &s), GM_OK);
                     bad += memcmp(alone, y2, rows * 4) != 0 || memcmp(alone, y2 + (size_t)n * rows, rows * 4) != 0;
                 }
                 free(xb);
@@ -1000,12 +1000,14 @@ TEST(isa_clamp) {
     CHECK(!gm_isa_parse("sse", &p) && !gm_isa_parse(NULL, &p) && p == GM_ISA_AVX2);
     CHECK(!strcmp(gm_isa_name(GM_ISA_SCALAR), "scalar") && !strcmp(gm_isa_name((gm_isa)9), "?"));
     unsigned char w[34] = {0}; /* one Q8_0 row of 32 */
-    gm_matrix M = {GM_TYPE_Q8_0, 1, 32, w, 0, NULL, NULL};
-    CHECK(gm_matrix_kernel(&M)->isa == (int)top); /* unbound: the CPU's best */
-    gm_matrix_bind(&M, GM_ISA_SCALAR);
-    CHECK(gm_matrix_kernel(&M)->isa == GM_ISA_SCALAR);
-    gm_matrix_bind(&M, GM_ISA_AVX512);
-    CHECK(gm_matrix_kernel(&M)->isa == (int)top);
+    gm_mm_weight M = {.m = {GM_TYPE_Q8_0, 1, 32, w, 0}};
+    CHECK(gm_mm_kernel_of(&M)->isa == (int)top); /* unbound: the CPU's best */
+    gm_mm_bind(&M, GM_ISA_SCALAR);
+    CHECK(gm_mm_kernel_of(&M)->isa == GM_ISA_SCALAR);
+    gm_mm_bind(&M, GM_ISA_AVX512);
+    CHECK(gm_mm_kernel_of(&M)->isa == (int)top);
+    const gm_mm_weight V = gm_mm_view(&M.m, GM_ISA_SCALAR); /* a view bound for one call */
+    CHECK(gm_mm_kernel_of(&V)->isa == GM_ISA_SCALAR && V.m.data == w && !V.packed);
 }
 
 int main(void) {

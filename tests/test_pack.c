@@ -53,19 +53,19 @@ static void same_outputs(int64_t rows, int64_t cols, int64_t n_tok, gm_pool *poo
     make(rows, cols, &file, &packed);
     float *x = malloc(n_tok * cols * sizeof *x), *y0 = malloc(n_tok * rows * 4), *y1 = malloc(n_tok * rows * 4);
     for (int64_t i = 0; i < n_tok * cols; i++) x[i] = frand() * 3;
-    gm_matrix F = {GM_TYPE_Q5_0, rows, cols, file, 0, NULL, NULL};
-    gm_matrix P = {GM_TYPE_Q5_0, rows, cols, file, GM_KTYPE_Q5_0X16, packed, NULL};
+    gm_mm_weight F = {{GM_TYPE_Q5_0, rows, cols, file, 0}, 0, NULL, NULL};
+    gm_mm_weight P = {{GM_TYPE_Q5_0, rows, cols, file, 0}, GM_KTYPE_Q5_0X16, packed, NULL};
     gm_matmul_scratch s = {0};
-    CHECK_EQ_INT(gm_matmul(&F, x, n_tok, y0, pool, &s), GM_OK);
+    CHECK_EQ_INT(gm_mm(&F, x, n_tok, y0, pool, &s), GM_OK);
     memset(y1, 0xff, n_tok * rows * 4);
-    CHECK_EQ_INT(gm_matmul(&P, x, n_tok, y1, pool, &s), GM_OK);
+    CHECK_EQ_INT(gm_mm(&P, x, n_tok, y1, pool, &s), GM_OK);
     CHECK_MSG(memcmp(y0, y1, n_tok * rows * 4) == 0, "rows %lld cols %lld tokens %lld: packed differs",
               (long long)rows, (long long)cols, (long long)n_tok);
     if (n_tok == 1) { /* fused multi call: packed and file-layout matrices mixed */
         float *y2 = malloc(rows * 4), *y3 = malloc(rows * 4);
-        const gm_matrix *W[3] = {&P, &F, &P};
+        const gm_mm_weight *W[3] = {&P, &F, &P};
         float *const y[3] = {y1, y2, y3};
-        CHECK_EQ_INT(gm_matmul_multi(W, y, 3, x, 1, pool, &s), GM_OK);
+        CHECK_EQ_INT(gm_mm_multi(W, y, 3, x, 1, pool, &s), GM_OK);
         CHECK(memcmp(y0, y1, rows * 4) == 0 && memcmp(y0, y2, rows * 4) == 0 && memcmp(y0, y3, rows * 4) == 0);
         free(y2); free(y3);
     }
@@ -97,13 +97,13 @@ TEST(scalar_ignores_packed) {
     make(rows, cols, &file, &packed);
     float x[640], y0[5], y1[5];
     for (int i = 0; i < 640; i++) x[i] = frand();
-    gm_matrix F = {GM_TYPE_Q5_0, rows, cols, file, 0, NULL, NULL};
-    gm_matrix P = {GM_TYPE_Q5_0, rows, cols, file, GM_KTYPE_Q5_0X16, packed, NULL};
+    gm_mm_weight F = {{GM_TYPE_Q5_0, rows, cols, file, 0}, 0, NULL, NULL};
+    gm_mm_weight P = {{GM_TYPE_Q5_0, rows, cols, file, 0}, GM_KTYPE_Q5_0X16, packed, NULL};
     gm_matmul_scratch s = {0};
-    gm_matrix_bind(&F, GM_ISA_SCALAR);
-    gm_matrix_bind(&P, GM_ISA_SCALAR);
-    CHECK_EQ_INT(gm_matmul(&F, x, 1, y0, NULL, &s), GM_OK);
-    CHECK_EQ_INT(gm_matmul(&P, x, 1, y1, NULL, &s), GM_OK);
+    gm_mm_bind(&F, GM_ISA_SCALAR);
+    gm_mm_bind(&P, GM_ISA_SCALAR);
+    CHECK_EQ_INT(gm_mm(&F, x, 1, y0, NULL, &s), GM_OK);
+    CHECK_EQ_INT(gm_mm(&P, x, 1, y1, NULL, &s), GM_OK);
     CHECK(memcmp(y0, y1, sizeof y0) == 0);
     gm_matmul_scratch_free(&s);
     free(file); free(packed);

@@ -243,20 +243,21 @@ TEST(perplexity_matches_llama_cpp) {
     free(text);
 }
 
-/* The layer matrices' CPU copies are made after gm_model_open returns (model/model.c); until a copy is in place
- * its matrix runs kernels with the same bits. The logits of a prompt evaluated at once after open (the copies
- * of the default model take ~100 ms: some of its layers still on the file's rows) equal those after
- * gm_model_wait_packed, bit for bit. A model freed while its packer runs (stopped, joined) leaves no leak. */
+/* The layer matrices' CPU copies are made after the first engine on the model is (backends/cpu/repack.c); until a
+ * copy is in place its matrix runs kernels with the same bits. The logits of a prompt evaluated at once after the
+ * generator is made (the copies of the default model take ~100 ms: some of its layers still on the file's rows)
+ * equal those after gm_engine_wait_weights, bit for bit. An engine freed while its packer runs (stopped, joined)
+ * leaves no leak. */
 TEST(logits_same_while_weights_are_packed) {
     gm_error err = {0};
     gm_model *m = NULL;
     CHECK_OK(gm_model_open(GM_DEFAULT_MODEL, NULL, &m, &err), &err);
-    gm_model_free(m); /* at once: the packer is stopped mid-way */
-    m = NULL;
-    CHECK_OK(gm_model_open(GM_DEFAULT_MODEL, NULL, &m, &err), &err);
     if (!m) return;
     gm_generator *g = NULL;
     gm_generator_options go = {.n_threads = gm_test_threads(2), .n_ctx = 256};
+    CHECK_OK(gm_generator_new(m, &go, &g, &err), &err);
+    gm_generator_free(g); /* at once: the packer is stopped mid-way */
+    g = NULL;
     CHECK_OK(gm_generator_new(m, &go, &g, &err), &err);
     const int32_t ids[] = {2, 818, 5279, 529, 7001, 563, 9079, 236787, 108, 8291, 496, 3925};
     const int n = (int)(sizeof ids / sizeof ids[0]), V = gm_model_config(m)->n_vocab;
@@ -265,7 +266,7 @@ TEST(logits_same_while_weights_are_packed) {
     if (g && early) {
         CHECK_OK(gm_generator_prefill_get_last_logits(g, ids, n, &l, &err), &err);
         if (l) memcpy(early, l, sizeof *early * (size_t)V);
-        gm_model_wait_packed(m);
+        gm_engine_wait_weights(gm_generator_engine(g));
         gm_generator_reset(g);
         CHECK_OK(gm_generator_prefill_get_last_logits(g, ids, n, &l, &err), &err);
         CHECK_MSG(l && memcmp(early, l, sizeof *early * (size_t)V) == 0, "logits before and after packing differ");

@@ -155,8 +155,8 @@ gm_status mmp_get_tensor(const gguf_file *f, const char *name, int64_t n0, int64
 }
 
 /* A matrix read in place: rows x cols in ggml order, of a type gm_matmul runs at any cols. */
-gm_status mmp_get_matrix(const gguf_file *f, const char *name, int64_t cols, int64_t rows, gm_isa isa,
-                            gm_matrix *m, gm_error *err) {
+gm_status mmp_get_matrix(const gguf_file *f, const char *name, int64_t cols, int64_t rows, gm_matrix *m,
+                         gm_error *err) {
     const gguf_tensor *t;
     gm_status st = mmp_get_tensor(f, name, cols, rows, 1, 1, &t, err);
     if (st) return st;
@@ -165,7 +165,6 @@ gm_status mmp_get_matrix(const gguf_file *f, const char *name, int64_t cols, int
         return gm_fail(err, GM_ERR_UNSUPPORTED, "tensor %s: type %s with %lld columns has no matmul kernel", name,
                        gm_type_name(t->type), (long long)cols);
     *m = (gm_matrix){.type = t->type, .rows = rows, .cols = cols, .data = t->data};
-    gm_matrix_bind(m, isa);
     return GM_OK;
 }
 
@@ -194,7 +193,7 @@ static size_t arena_floats(const vit_config *c) {
     return (size_t)c->n_layers * per_layer + 4 * D + (size_t)c->n_patches * D + 2 * D * (size_t)c->proj_dim;
 }
 
-static gm_status load_layer(const gguf_file *f, int il, const vit_config *c, gm_isa isa, mmp_arena *a, vit_layer *l,
+static gm_status load_layer(const gguf_file *f, int il, const vit_config *c, mmp_arena *a, vit_layer *l,
                             gm_error *err) {
     const int64_t D = c->n_embd, F = c->n_ff;
     struct { const char *name; gm_matrix *m; const float **b; int64_t cols, rows; } mats[] = {
@@ -206,7 +205,7 @@ static gm_status load_layer(const gguf_file *f, int il, const vit_config *c, gm_
     gm_status st = GM_OK;
     for (size_t i = 0; i < sizeof mats / sizeof mats[0] && !st; i++) {
         snprintf(name, sizeof name, "v.blk.%d.%s.weight", il, mats[i].name);
-        st = mmp_get_matrix(f, name, mats[i].cols, mats[i].rows, isa, mats[i].m, err);
+        st = mmp_get_matrix(f, name, mats[i].cols, mats[i].rows, mats[i].m, err);
         snprintf(name, sizeof name, "v.blk.%d.%s.bias", il, mats[i].name);
         if (!st) st = mmp_get_vec(f, name, mats[i].rows, a, mats[i].b, err);
     }
@@ -237,7 +236,7 @@ static gm_status load_projection(const gguf_file *f, const vit_config *c, mmp_ar
     return GM_OK;
 }
 
-static gm_status load_tensors(const gguf_file *f, gm_isa isa, vit_weights *w, mmp_arena *a, gm_error *err) {
+static gm_status load_tensors(const gguf_file *f, vit_weights *w, mmp_arena *a, gm_error *err) {
     const vit_config *c = &w->cfg;
     const int64_t D = c->n_embd, P = c->patch_size;
     const gguf_tensor *t;
@@ -247,25 +246,22 @@ static gm_status load_tensors(const gguf_file *f, gm_isa isa, vit_weights *w, mm
         st = gm_fail(err, GM_ERR_UNSUPPORTED, "tensor v.patch_embd.weight: type %s has no matmul kernel", gm_type_name(t->type));
     if (!st) {
         w->patch = (gm_matrix){.type = t->type, .rows = D, .cols = 3 * P * P, .data = t->data};
-        gm_matrix_bind(&w->patch, isa);
         st = mmp_get_vec(f, "v.patch_embd.bias", D, a, &w->patch_b, err);
     }
     if (!st && !(st = mmp_get_tensor(f, "v.position_embd.weight", D, c->n_patches, 1, 1, &t, err)))
         st = mmp_dequant(t, D * c->n_patches, a, &w->pos, err);
-    for (int il = 0; il < c->n_layers && !st; il++) st = load_layer(f, il, c, isa, a, &w->layers[il], err);
+    for (int il = 0; il < c->n_layers && !st; il++) st = load_layer(f, il, c, a, &w->layers[il], err);
     if (!st) st = mmp_get_vec(f, "v.post_ln.weight", D, a, &w->post_w, err);
     if (!st) st = mmp_get_vec(f, "v.post_ln.bias", D, a, &w->post_b, err);
     if (!st) st = mmp_get_vec(f, "mm.soft_emb_norm.weight", D, a, &w->soft_norm, err);
     if (!st) st = load_projection(f, c, a, &w->proj, err);
-    if (!st) gm_matrix_bind(&w->proj, isa);
     return st;
 }
 
-gm_status vit_load(const char *path, gm_isa isa, vit_weights *w, gm_error *err) {
+gm_status vit_load(const char *path, vit_weights *w, gm_error *err) {
     memset(w, 0, sizeof *w);
     gm_status st = mmp_open(path, &w->file, &w->hf, err);
     if (st) return st; /* the reader's message names the file */
-    isa = gm_isa_resolve(isa);
     if ((st = read_config(w->file, &w->cfg, err))) goto fail;
     mmp_arena a = {.cap = arena_floats(&w->cfg)};
     w->arena = a.p = malloc(a.cap * sizeof(float));
@@ -274,7 +270,7 @@ gm_status vit_load(const char *path, gm_isa isa, vit_weights *w, gm_error *err) 
         st = gm_fail(err, GM_ERR_NOMEM, "vision weights: %zu floats", a.cap);
         goto fail;
     }
-    if ((st = load_tensors(w->file, isa, w, &a, err))) goto fail;
+    if ((st = load_tensors(w->file, w, &a, err))) goto fail;
     return GM_OK;
 fail:
     vit_weights_free(w);

@@ -64,17 +64,18 @@ gm_status mmp_get_rgb(const gguf_file *f, const char *key, float out[3], gm_erro
 /* A tensor of exactly this shape (ggml ne), or NOT_FOUND / FORMAT naming it. */
 gm_status mmp_get_tensor(const gguf_file *f, const char *name, int64_t n0, int64_t n1, int64_t n2, int64_t n3,
                          const gguf_tensor **out, gm_error *err);
-/* A matrix read in place, rows x cols in ggml order (ne {cols, rows}), of a type gm_matmul runs; bound for isa. */
-gm_status mmp_get_matrix(const gguf_file *f, const char *name, int64_t cols, int64_t rows, gm_isa isa, gm_matrix *m,
+/* A matrix read in place, rows x cols in ggml order (ne {cols, rows}), of a type gm_matmul runs (a view: the
+ * encoder binds its level's kernels per call, gm_mm_view). */
+gm_status mmp_get_matrix(const gguf_file *f, const char *name, int64_t cols, int64_t rows, gm_matrix *m,
                          gm_error *err);
 /* n elements of t as f32, copied into the arena. */
 gm_status mmp_dequant(const gguf_tensor *t, int64_t n, mmp_arena *a, const float **out, gm_error *err);
 /* A vector {n} as f32 in the arena. */
 gm_status mmp_get_vec(const gguf_file *f, const char *name, int64_t n, mmp_arena *a, const float **out, gm_error *err);
 
-/* Opens path (an mmproj GGUF, or a Hugging Face folder read through mmproj_hf.h) and fills w; the matrices'
- * kernels are bound for isa. On failure w holds nothing to free. */
-gm_status vit_load(const char *path, gm_isa isa, vit_weights *w, gm_error *err);
+/* Opens path (an mmproj GGUF, or a Hugging Face folder read through mmproj_hf.h) and fills w. On failure w holds
+ * nothing to free. */
+gm_status vit_load(const char *path, vit_weights *w, gm_error *err);
 void vit_weights_free(vit_weights *w);
 
 #endif

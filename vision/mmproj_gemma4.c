@@ -124,11 +124,11 @@ static gm_status get_scalar(const gguf_file *f, const char *name, bool *found, f
 }
 
 /* base.weight {cols, rows} and its optional clamp bounds base.{input,output}_{min,max}. */
-static gm_status get_linear(const gguf_file *f, const char *base, int64_t cols, int64_t rows, gm_isa isa, g4v_linear *l,
+static gm_status get_linear(const gguf_file *f, const char *base, int64_t cols, int64_t rows, g4v_linear *l,
                             gm_error *err) {
     char name[128];
     snprintf(name, sizeof name, "%s.weight", base);
-    gm_status st = mmp_get_matrix(f, name, cols, rows, isa, &l->w, err);
+    gm_status st = mmp_get_matrix(f, name, cols, rows, &l->w, err);
     l->in_min = l->out_min = -FLT_MAX;
     l->in_max = l->out_max = FLT_MAX;
     struct { const char *suffix; float *v; bool *on; } b[] = {
@@ -154,7 +154,7 @@ static gm_status get_out_scale(const gguf_file *f, int il, const g4v_config *c, 
     return st;
 }
 
-static gm_status load_layer(const gguf_file *f, int il, const g4v_config *c, gm_isa isa, mmp_arena *a, g4v_layer *l,
+static gm_status load_layer(const gguf_file *f, int il, const g4v_config *c, mmp_arena *a, g4v_layer *l,
                             gm_error *err) {
     const int64_t D = c->n_embd, F = c->n_ff, hd = c->head_dim;
     struct { const char *name; g4v_linear *l; int64_t cols, rows; } lin[] = {
@@ -164,7 +164,7 @@ static gm_status load_layer(const gguf_file *f, int il, const g4v_config *c, gm_
     gm_status st = GM_OK;
     for (size_t i = 0; i < sizeof lin / sizeof lin[0] && !st; i++) {
         snprintf(name, sizeof name, "v.blk.%d.%s", il, lin[i].name);
-        st = get_linear(f, name, lin[i].cols, lin[i].rows, isa, lin[i].l, err);
+        st = get_linear(f, name, lin[i].cols, lin[i].rows, lin[i].l, err);
     }
     struct { const char *name; const float **p; int64_t n; } vecs[] = {
         {"ln1", &l->ln1, D}, {"ln2", &l->ln2, D}, {"attn_q_norm", &l->q_norm, hd}, {"attn_k_norm", &l->k_norm, hd},
@@ -176,7 +176,7 @@ static gm_status load_layer(const gguf_file *f, int il, const g4v_config *c, gm_
     return st ? st : get_out_scale(f, il, c, a, l, err);
 }
 
-static gm_status load_patch(const gguf_file *f, const g4v_config *c, gm_isa isa, g4v_weights *w, gm_error *err) {
+static gm_status load_patch(const gguf_file *f, const g4v_config *c, g4v_weights *w, gm_error *err) {
     const int64_t P = c->patch_size;
     const gguf_tensor *t;
     gm_status st = mmp_get_tensor(f, "v.patch_embd.weight", P, P, 3, c->n_embd, &t, err);
@@ -185,7 +185,6 @@ static gm_status load_patch(const gguf_file *f, const g4v_config *c, gm_isa isa,
     if (!tr || !tr->vec_dot || !gm_row_bytes(t->type, 3 * P * P))
         return gm_fail(err, GM_ERR_UNSUPPORTED, "tensor v.patch_embd.weight: type %s has no matmul kernel", gm_type_name(t->type));
     w->patch = (gm_matrix){.type = t->type, .rows = c->n_embd, .cols = 3 * P * P, .data = t->data};
-    gm_matrix_bind(&w->patch, isa);
     return GM_OK;
 }
 
@@ -221,14 +220,14 @@ static size_t arena_floats(const gguf_file *f, const g4v_config *c) {
     return (size_t)c->n_layers * per_layer + 2 * D + 2 * rows * D;
 }
 
-static gm_status load_tensors(const gguf_file *f, gm_isa isa, g4v_weights *w, mmp_arena *a, gm_error *err) {
+static gm_status load_tensors(const gguf_file *f, g4v_weights *w, mmp_arena *a, gm_error *err) {
     g4v_config *c = &w->cfg;
     gm_status st = check_no_extras(f, err);
-    if (!st) st = load_patch(f, c, isa, w, err);
+    if (!st) st = load_patch(f, c, w, err);
     if (!st) st = load_positions(f, c, a, w, err);
-    for (int il = 0; il < c->n_layers && !st; il++) st = load_layer(f, il, c, isa, a, &w->layers[il], err);
+    for (int il = 0; il < c->n_layers && !st; il++) st = load_layer(f, il, c, a, &w->layers[il], err);
     if (!st) st = load_standardize(f, c, a, w, err);
-    if (!st) st = get_linear(f, "mm.input_projection", c->n_embd, c->proj_dim, isa, &w->proj, err);
+    if (!st) st = get_linear(f, "mm.input_projection", c->n_embd, c->proj_dim, &w->proj, err);
     return st;
 }
 
@@ -236,7 +235,6 @@ gm_status g4v_load(const char *path, const gm_vision_options *o, g4v_weights *w,
     memset(w, 0, sizeof *w);
     gm_status st = mmp_open(path, &w->file, &w->hf, err);
     if (st) return st;
-    const gm_isa isa = gm_isa_resolve(o->isa);
     if ((st = read_config(w->file, o, &w->cfg, err))) goto fail;
     mmp_arena a = {.cap = arena_floats(w->file, &w->cfg)};
     w->arena = a.p = malloc(a.cap * sizeof(float));
@@ -245,7 +243,7 @@ gm_status g4v_load(const char *path, const gm_vision_options *o, g4v_weights *w,
         st = gm_fail(err, GM_ERR_NOMEM, "vision weights: %zu floats", a.cap);
         goto fail;
     }
-    if ((st = load_tensors(w->file, isa, w, &a, err))) goto fail;
+    if ((st = load_tensors(w->file, w, &a, err))) goto fail;
     return GM_OK;
 fail:
     g4v_weights_free(w);

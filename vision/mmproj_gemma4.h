@@ -55,8 +55,8 @@ typedef struct g4v_weights {
 } g4v_weights;
 
 /* Opens path (a gemma4v mmproj, or a Hugging Face folder read through mmproj_hf.h) and fills w, with the
- * options' token bounds and activation choice; the matrices' kernels are bound for o->isa. On failure w holds
- * nothing to free. */
+ * options' token bounds and activation choice (the matrices are views: the encoder binds its level's kernels per
+ * call). On failure w holds nothing to free. */
 gm_status g4v_load(const char *path, const gm_vision_options *o, g4v_weights *w, gm_error *err);
 void g4v_weights_free(g4v_weights *w);
 

@@ -142,7 +142,7 @@ gm_status siglip_open(const char *path, const gm_vision_options *o, siglip **out
     *out = NULL;
     siglip *v = calloc(1, sizeof *v);
     if (!v) return gm_fail(err, GM_ERR_NOMEM, "gm_vision_open");
-    gm_status st = vit_load(path, o->isa, &v->w, err);
+    gm_status st = vit_load(path, &v->w, err);
     if (st) {
         free(v);
         return st;

@@ -1,6 +1,9 @@
 /* backends/cpu/backend.c — the CPU backend: the ops of runtime/backend.h on a thread pool with the ISA
  * kernels of kernels/, activations and KV blocks in host memory.
  *
+ * The weights it runs are its own (backends/cpu/repack.c): the layer matrices' copies in the layouts of its kernels,
+ * shared with the other CPU backends on the same model; the model's views of the file never change.
+ *
  * Row-wise ops spread rows over the pool when a chunk has several rows; each row is computed by the same
  * code whatever the thread, so results do not depend on the split (batch invariance). Small ops run on the
  * calling thread (INLINE_FLOATS): a pool round trip costs more than they do. */
@@ -9,8 +12,10 @@
 
 #include "backends/cpu/attention.h"
 #include "backends/cpu/dense.h"
+#include "backends/cpu/repack.h"
 #include "backends/host.h"
 #include "core/error.h"
+#include "kernels/cpu.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/threadpool.h"
@@ -26,7 +31,9 @@ typedef struct cpu_backend {
     const gm_kv_layout *lay;
     gm_pool *pool;
     bool own_pool; /* started here (else the caller's, shared) */
-    const gm_cpu_kernels *kern; /* the small ops' kernels, of the level the engine chose (the model's) */
+    gm_isa isa;                 /* the level the engine chose (the model's) */
+    const gm_cpu_kernels *kern; /* the small ops' kernels, of that level */
+    gm_cpu_weights *weights;    /* the layer matrices as its kernels read them, shared (repack.h); NULL without a model */
     gm_matmul_scratch mm;
     gm_attn_scratch attn;
     int max_batch;
@@ -157,17 +164,31 @@ static void cpu_attention(gm_backend *be, const gm_attn_call *c) {
     gm_attention(cpu(be)->kern, cpu(be)->pool, &cpu(be)->attn, c);
 }
 
+/* W as this backend's kernels run it: its copy in the weight set, or (a matrix the set holds nothing for: the
+ * embedding / LM head, a family's extra matrices) the file's rows bound for this call at the backend's level */
+static const gm_mm_weight *weight_of(const cpu_backend *c, const gm_matrix *W, gm_mm_weight *tmp) {
+    const gm_mm_weight *w = gm_cpu_weights_find(c->weights, W);
+    if (w) return w;
+    *tmp = gm_mm_view(W, c->isa);
+    return tmp;
+}
+
 static gm_status cpu_matmul(gm_backend *be, const gm_matrix *const *W, float *const *y, int count, const float *x,
                             int n) {
     cpu_backend *c = cpu(be);
     if (c->dense.sgemm) return gm_cpu_dense_matmul(&c->dense, c->pool, &c->mm, W, y, count, x, n); /* float_gemm */
-    if (count == 1) return gm_matmul(W[0], x, n, y[0], c->pool, &c->mm);
-    return gm_matmul_multi(W, y, count, x, n, c->pool, &c->mm);
+    if (count < 1 || count > GM_MM_MULTI_MAX) return GM_ERR_ARG;
+    gm_mm_weight tmp[GM_MM_MULTI_MAX];
+    const gm_mm_weight *w[GM_MM_MULTI_MAX];
+    for (int i = 0; i < count; i++) w[i] = weight_of(c, W[i], &tmp[i]);
+    if (count == 1) return gm_mm(w[0], x, n, y[0], c->pool, &c->mm);
+    return gm_mm_multi(w, y, count, x, n, c->pool, &c->mm);
 }
 
 static gm_status cpu_head(gm_backend *be, const gm_matrix *W, const float *x, int n, float *y, float softcap) {
     cpu_backend *c = cpu(be);
-    gm_status st = gm_matmul(W, x, n, y, c->pool, &c->mm);
+    gm_mm_weight tmp;
+    gm_status st = gm_mm(weight_of(c, W, &tmp), x, n, y, c->pool, &c->mm);
     if (!st && softcap > 0.0f) gm_softcap(y, (int)(W->rows * n), softcap);
     return st;
 }
@@ -224,6 +245,8 @@ static gm_status cpu_attention_dense(gm_backend *be, const gm_dense_attn *a) {
 
 static int cpu_threads(const gm_backend *be) { return gm_pool_size(((const cpu_backend *)be)->pool); }
 
+static void cpu_wait_weights(gm_backend *be) { gm_cpu_weights_wait(cpu(be)->weights); }
+
 static void cpu_free(gm_backend *be) {
     cpu_backend *c = cpu(be);
     if (!c) return;
@@ -233,6 +256,7 @@ static void cpu_free(gm_backend *be) {
     if (c->m) free(c->ones); /* else the dense scratch's */
     gm_cpu_dense_free(&c->dense);
     if (c->own_pool) gm_pool_free(c->pool);
+    gm_cpu_weights_release(c->weights);
     free(c);
 }
 
@@ -241,6 +265,7 @@ static const gm_backend_ops cpu_ops = {
     .host_memory = true,
     .kv_storage = gm_host_kv_storage,
     .n_threads = cpu_threads,
+    .wait_weights = cpu_wait_weights,
     .free = cpu_free,
     .alloc = gm_host_alloc,
     .release = gm_host_release,
@@ -289,7 +314,8 @@ gm_status gm_backend_cpu_new(const gm_model *m, const gm_kv_layout *lay, const g
     if (!c) return gm_fail(err, GM_ERR_NOMEM, "cpu backend: out of memory");
     c->base.ops = &cpu_ops;
     c->m = m, c->lay = lay, c->max_batch = opt->max_batch;
-    c->kern = gm_cpu_kernels_for(opt->isa); /* once: no op asks for the level again */
+    c->isa = gm_isa_resolve(opt->isa);
+    c->kern = gm_cpu_kernels_for(c->isa); /* once: no op asks for the level again */
     c->own_pool = !opt->pool;
     c->pool = opt->pool ? opt->pool : gm_pool_new(opt->n_threads);
     if (!c->pool) {
@@ -298,6 +324,7 @@ gm_status gm_backend_cpu_new(const gm_model *m, const gm_kv_layout *lay, const g
     }
     gm_cpu_dense_init(&c->dense, opt, c->pool);
     gm_status st = m ? cpu_scratch(c, opt, err) : GM_OK; /* no model: an encoder's backend, sized by dense_reserve */
+    if (!st && m) st = gm_cpu_weights_acquire(m, c->isa, &c->weights, err);
     if (st) {
         cpu_free(&c->base);
         return st;

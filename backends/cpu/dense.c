@@ -251,7 +251,8 @@ gm_status gm_cpu_dense_matmul(gm_cpu_dense *d, gm_pool *pool, gm_matmul_scratch 
     for (int i = 0; i < count; i++) {
         const gm_matrix *M = W[i];
         if (!gm_sgemm_avx512_supports(M->type)) {
-            gm_status st = gm_matmul(M, x, n, y[i], pool, mm);
+            const gm_mm_weight w = gm_mm_view(M, d->isa);
+            gm_status st = gm_mm(&w, x, n, y[i], pool, mm);
             if (st) return st;
             continue;
         }
@@ -344,14 +345,13 @@ static gm_status attend_chunk(const gm_cpu_dense *d, const gm_cpu_kernels *kern,
         for (int e = 0; e < hd; e++) d->qh[(size_t)r * hd + e] = a->q[(size_t)(q0 + r) * D + hh * hd + e] * a->scale;
     gm_matrix K = {.type = GM_TYPE_F32, .rows = N, .cols = hd, .data = d->kh};
     gm_matrix Vt = {.type = GM_TYPE_F32, .rows = hd, .cols = N, .data = d->vt};
-    gm_matrix_bind(&K, d->isa);
-    gm_matrix_bind(&Vt, d->isa);
-    gm_status st = gm_matmul(&K, d->qh, n, d->scores, pool, mm);
+    const gm_mm_weight Kw = gm_mm_view(&K, d->isa), Vw = gm_mm_view(&Vt, d->isa);
+    gm_status st = gm_mm(&Kw, d->qh, n, d->scores, pool, mm);
     if (st) return st;
     softmax_job j = {kern, d->scores, N};
     /* a few thousand floats per chunk at least: below that the pool's wake-up costs more than the work */
     gm_pool_parallel_for(pool, n, N >= 4096 ? 1 : 4096 / N, softmax_task, &j);
-    if ((st = gm_matmul(&Vt, d->scores, n, d->oh, pool, mm))) return st;
+    if ((st = gm_mm(&Vw, d->scores, n, d->oh, pool, mm))) return st;
     for (int r = 0; r < n; r++) memcpy(a->o + (size_t)(q0 + r) * D + hh * hd, d->oh + (size_t)r * hd, hd * sizeof(float));
     return GM_OK;
 }

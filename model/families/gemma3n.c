@@ -294,17 +294,6 @@ gm_status gm_3n_load(gm_model *m, gm_error *err) {
     store += GM_3N_PLE;
     for (int il = 0; il < c->n_layers; il++)
         if ((st = load_layer(m, il, &store, err))) return st;
-    for (int k = 0; k < NS - 1; k++) {
-        gm_matrix_bind(&w->altup_proj[k], m->isa);
-        gm_matrix_bind(&w->altup_unembd[k], m->isa);
-    }
-    gm_matrix_bind(&w->ple_tok, m->isa);
-    gm_matrix_bind(&w->ple_proj, m->isa);
-    for (int il = 0; il < c->n_layers; il++) {
-        gm_3n_layer *L = &w->layers[il];
-        gm_matrix *mats[] = {&L->laurel_l, &L->laurel_r, &L->inp_gate, &L->proj};
-        for (int i = 0; i < 4; i++) gm_matrix_bind(mats[i], m->isa);
-    }
     return GM_OK;
 }
 

@@ -304,11 +304,9 @@ static gm_status expert_slices(gm_model *m, const char *name, int64_t cols, int6
         return gm_fail(err, GM_ERR_UNSUPPORTED, "%s: tensor %s: type %d is not supported", path, name, t->type);
     if (t->nbytes < (uint64_t)rb * (uint64_t)rows_total * (uint64_t)E)
         return gm_fail(err, GM_ERR_FORMAT, "%s: tensor %s is truncated", path, name);
-    for (int e = 0; e < E; e++) {
+    for (int e = 0; e < E; e++) /* no id: the backends run a slice as it is */
         out[e] = (gm_matrix){.type = t->type, .rows = rows, .cols = cols,
                              .data = (const char *)t->data + ((size_t)e * (size_t)rows_total + (size_t)r0) * rb};
-        gm_matrix_bind(&out[e], m->isa);
-    }
     return GM_OK;
 }
 
@@ -350,7 +348,6 @@ static gm_status load_moe(gm_model *m, int il, float **store, gm_error *err) {
     if (F <= 0) return gm_fail(err, GM_ERR_FORMAT, "%s: layer %d: expert_feed_forward_length is 0", path, il);
     l->moe = true;
     if ((st = gm_model_load_matrix(m, name, d, E, &l->router, err))) return st;
-    gm_matrix_bind(&l->router, m->isa);
     float *v = *store;
     snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.scale", il);
     if ((st = load_vector(m, name, (int)d, v, err))) return st;
@@ -427,8 +424,6 @@ gm_status gm_4_load(gm_model *m, gm_error *err) {
             (st = gm_model_load_norm(m, "per_layer_proj_norm.weight", P, true, store, &w->ple_norm, err)))
             return st;
         store += P;
-        gm_matrix_bind(&w->ple_tok, m->isa);
-        gm_matrix_bind(&w->ple_proj, m->isa);
     }
     for (int il = 0; il < L; il++) {
         gm_4_layer *l = &w->layers[il];
@@ -442,8 +437,6 @@ gm_status gm_4_load(gm_model *m, gm_error *err) {
         snprintf(name, sizeof name, "blk.%d.post_norm.weight", il);
         if ((st = gm_model_load_norm(m, name, (int)d, true, store, &l->post_norm, err))) return st;
         store += d;
-        gm_matrix_bind(&l->inp_gate, m->isa);
-        gm_matrix_bind(&l->proj, m->isa);
     }
     return GM_OK;
 }
