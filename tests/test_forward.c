@@ -327,8 +327,8 @@ static bool layer0_packed(const char *path, int type, int down_type) {
     gm_cpu_weights_wait(cw); /* the x8 copies are made after acquire returns */
     const gm_mm_weight *w = gm_cpu_weights_find(cw, &m->layers[0].wq), *d = gm_cpu_weights_find(cw, &m->layers[0].down);
     const bool plain = d && d->m.data != m->layers[0].down.data; /* moved into a plain copy: the same bytes */
-    const bool packed = w && d && w->packed && w->packed_type == GM_KTYPE_X8(type) &&
-                        (down_type ? !d->packed && plain : d->packed != NULL);
+    const bool packed = w && d && w->packed && w->packed_type == GM_KTYPE_X8(type) && gm_mm_kernel_of(w)->packed &&
+                        (down_type ? !d->packed && plain : d->packed != NULL && gm_mm_kernel_of(d)->packed);
     CHECK_MSG(memcmp(&L0, &m->layers[0], sizeof L0) == 0, "the CPU weights changed the model's layer");
     CHECK(!d || memcmp(d->m.data, m->layers[0].down.data, (size_t)d->m.rows * gm_row_bytes(d->m.type, d->m.cols)) == 0);
     gm_cpu_weights_release(cw);
