@@ -7,7 +7,8 @@
  *
  *   cmake --build build --target bench_vision && build/bench_vision [blocks=27] [threads=0] [reps=2] [f16|f32|g4] [OUT]
  *
- * OUT: the last encode's rows written there as floats (to compare builds bit for bit).
+ * OUT: the last encode's rows written there as floats (to compare builds bit for bit). Each encode prints its wall
+ * time and this process's CPU time (steadier on a shared host, at 1 thread).
  * Fewer blocks measure the per-block cost faster (the encode is ~all blocks: patch embedding and projector
  * are < 1%). */
 #include <stdint.h>
@@ -26,6 +27,13 @@ enum { S = 896, P = 14, D = 1152, FF = 4304, H = 16, PD = 2560, G = S / P };
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* this process's CPU seconds (steadier than wall time on a shared host) */
+static double cpu_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
@@ -170,11 +178,13 @@ int main(int argc, char **argv) {
     fill(img, (size_t)3 * side * side, 1.0f, &s);
     for (int r = 0; r < reps && img && out; r++) {
         t0 = now();
+        const double c0 = cpu_now();
         st = g4 ? gm_vision_encode_chw(v, img, side, side, out, &err) : gm_vision_encode(v, img, out, &err);
         if (st) return fprintf(stderr, "bench_vision: %s\n", err.msg), 1;
         const double dt = now() - t0;
         printf("encode %d: %.2f s (%d blocks: %.3f s per block; 27 blocks ~ %.1f s), out[0] = %g\n", r, dt, blocks,
                dt / blocks, dt / blocks * 27, out[0]);
+        printf("cpu %d: %.3f s\n", r, cpu_now() - c0);
     }
     FILE *f = argc > 5 && out ? fopen(argv[5], "wb") : NULL;
     if (f) fwrite(out, sizeof(float), (size_t)rows * PD, f), fclose(f);
