@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/scratch.h"
 #include "gemma_vision.h"
 #include "kernels/ops.h"
 #include "vision/vision_internal.h"
@@ -69,23 +70,17 @@ static gm_status alloc_scratch(g4v *g, gm_error *err) {
     const size_t R = (size_t)(g->ffn_rows = c->max_patches < FFN_ROWS ? c->max_patches : FFN_ROWS);
     const size_t xc = any_input_clamp(&g->w) ? (N * D > R * F ? N * D : R * F) : 0;
     const size_t P2 = (size_t)c->patch_size * (size_t)c->patch_size;
-    struct { float **p; size_t n; } parts[] = {
+    const gm_scratch_part parts[] = {
         {&g->s.patches, N * 3 * P2}, {&g->s.h, N * D}, {&g->s.a, N * D}, {&g->s.q, N * D}, {&g->s.k, N * D},
         {&g->s.v, N * D}, {&g->s.o, N * D}, {&g->s.fg, R * F}, {&g->s.fu, R * F}, {&g->s.xc, xc},
         {&g->s.pooled, (size_t)c->max_tokens * D},
     };
-    size_t total = 0;
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) total += (parts[i].n + 15) / 16 * 16; /* 64-byte rows */
-    g->buf = aligned_alloc(64, total * sizeof(float));
+    size_t bytes;
+    g->buf = gm_scratch_carve(parts, sizeof parts / sizeof parts[0], &bytes);
     g->at[ROPE_X] = calloc(N, sizeof *g->at[ROPE_X]);
     g->at[ROPE_Y] = calloc(N, sizeof *g->at[ROPE_Y]);
     if (!g->buf || !g->at[ROPE_X] || !g->at[ROPE_Y])
-        return gm_fail(err, GM_ERR_NOMEM, "vision encoder scratch: %zu MiB", total * sizeof(float) >> 20);
-    float *p = g->buf;
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-        *parts[i].p = parts[i].n ? p : NULL;
-        p += (parts[i].n + 15) / 16 * 16;
-    }
+        return gm_fail(err, GM_ERR_NOMEM, "vision encoder scratch: %zu MiB", bytes >> 20);
     gm_rope_inv_freq(g->inv_freq, c->head_dim / 2, G4V_ROPE_THETA, 1.0); /* i < hd/4: theta^(-2i / (hd/2)) */
     return GM_OK;
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/scratch.h"
 #include "gemma_vision.h"
 #include "kernels/ops.h"
 #include "vision/mmproj.h"
@@ -45,20 +46,14 @@ struct siglip {
 static gm_status alloc_scratch(siglip *v, gm_error *err) {
     const vit_config *c = &v->w.cfg;
     const size_t N = (size_t)c->n_patches, D = (size_t)c->n_embd;
-    struct { float **p; size_t n; } parts[] = {
+    const gm_scratch_part parts[] = {
         {&v->s.patches, N * 3 * (size_t)c->patch_size * (size_t)c->patch_size},
         {&v->s.h, N * D}, {&v->s.a, N * D}, {&v->s.q, N * D}, {&v->s.k, N * D}, {&v->s.v, N * D}, {&v->s.o, N * D},
         {&v->s.f, N * (size_t)c->n_ff}, {&v->s.pooled, (size_t)c->n_tokens * D},
     };
-    size_t total = 0;
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) total += (parts[i].n + 15) / 16 * 16; /* 64-byte rows */
-    v->buf = aligned_alloc(64, total * sizeof(float));
-    if (!v->buf) return gm_fail(err, GM_ERR_NOMEM, "vision encoder scratch: %zu MiB", total * sizeof(float) >> 20);
-    float *p = v->buf;
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-        *parts[i].p = p;
-        p += (parts[i].n + 15) / 16 * 16;
-    }
+    size_t bytes;
+    v->buf = gm_scratch_carve(parts, sizeof parts / sizeof parts[0], &bytes);
+    if (!v->buf) return gm_fail(err, GM_ERR_NOMEM, "vision encoder scratch: %zu MiB", bytes >> 20);
     return GM_OK;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/scratch.h"
 #include "kernels/cpu.h"
 #include "kernels/sgemm.h"
 
@@ -33,7 +34,7 @@ gm_status gm_cpu_dense_reserve(gm_cpu_dense *d, const gm_pool *pool, const gm_de
     d->max_rows = s->max_rows, d->head_dim = s->head_dim;
     /* a GEMM panel spans the longest inner dimension: a row's width, or the keys of P V */
     d->panel_floats = (GM_SGEMM_MR * (W > N ? W : N) + 15) / 16 * 16;
-    struct { float **p; size_t n; } parts[] = {
+    const gm_scratch_part parts[] = {
         {&d->ones, W},
         {&d->kh, mm ? N * hd : 0}, {&d->vt, mm ? N * hd : 0}, {&d->qh, mm ? C * hd : 0}, {&d->oh, mm ? C * hd : 0},
         {&d->scores, C * N},
@@ -42,15 +43,9 @@ gm_status gm_cpu_dense_reserve(gm_cpu_dense *d, const gm_pool *pool, const gm_de
         {&d->vpan, sg ? (hd + GM_SGEMM_MR - 1) / GM_SGEMM_MR * GM_SGEMM_MR * N : 0},
         {&d->rsum, sg ? C : 0},
     };
-    size_t total = 0;
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) total += (parts[i].n + 15) / 16 * 16; /* 64-byte rows */
-    d->buf = aligned_alloc(64, total * sizeof(float));
-    if (!d->buf) return gm_fail(err, GM_ERR_NOMEM, "cpu backend: encoder scratch: %zu MiB", total * sizeof(float) >> 20);
-    float *p = d->buf;
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-        *parts[i].p = parts[i].n ? p : NULL;
-        p += (parts[i].n + 15) / 16 * 16;
-    }
+    size_t bytes;
+    d->buf = gm_scratch_carve(parts, sizeof parts / sizeof parts[0], &bytes);
+    if (!d->buf) return gm_fail(err, GM_ERR_NOMEM, "cpu backend: encoder scratch: %zu MiB", bytes >> 20);
     for (size_t i = 0; i < W; i++) d->ones[i] = 1.0f;
     return GM_OK;
 }
