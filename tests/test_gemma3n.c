@@ -512,24 +512,7 @@ static float *logits_of(const t3n_options *o, bool hf) {
     snprintf(path, sizeof path, "%s.%s", model_path, hf ? "hf" : "v.gguf");
     bool written = hf ? t3n_write_hf(o, path, werr, sizeof werr) : t3n_write_gguf(o, path, werr, sizeof werr);
     CHECK_MSG(written, "%s", werr);
-    gm_error err = {0};
-    gm_model *m = NULL;
-    gm_generator *g = NULL;
-    float *out = NULL;
-    if (written) CHECK_OK(gm_model_open(path, NULL, &m, &err), &err);
-    gm_generator_options go = {.n_threads = gm_test_threads(1), .n_ctx = 64};
-    if (m) CHECK_OK(gm_generator_new(m, &go, &g, &err), &err);
-    if (g) {
-        out = malloc(sizeof(float) * (size_t)fx.n_tok * (size_t)fx.n_vocab);
-        CHECK_OK(gm_generator_prefill(g, fx.tok, fx.n_tok, &err), &err);
-        if (gm_generator_score(g, out, &err) != GM_OK) {
-            CHECK_MSG(false, "score: %s", err.msg);
-            free(out);
-            out = NULL;
-        }
-    }
-    gm_generator_free(g);
-    gm_model_free(m);
+    float *out = written ? logits_at(path) : NULL;
     if (hf) {
         char f[400];
         const char *names[] = {"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"};
