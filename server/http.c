@@ -61,9 +61,18 @@ typedef enum { SRV_LOADING, SRV_READY, SRV_DRAINING, SRV_STOPPING } srv_state;
 
 static srv_state state_of(const struct srv *s) { return (srv_state)__atomic_load_n(&s->state, __ATOMIC_ACQUIRE); }
 
-typedef enum {
-    R_NONE, R_PAGE, R_HEALTH, R_MODELS, R_METRICS, R_CHAT, R_COMPLETION, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS
-} route;
+typedef enum { R_NONE, R_PAGE, R_HEALTH, R_MODELS, R_METRICS, R_GENERATE, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS } route;
+
+/* A path the server answers: what it does, its method, the wire format of its answers and errors, and
+ * (R_GENERATE) the endpoint that translates that format. A new protocol is an endpoint and rows here. */
+typedef struct route_row {
+    const char *path;
+    route r;
+    bool post;
+    srv_protocol proto;
+    const gen_endpoint *ep;
+    const char *name;       /* in metrics and the request log */
+} route_row;
 
 /* One request on a connection. */
 typedef struct req {
@@ -71,6 +80,7 @@ typedef struct req {
     size_t len, cap;
     bool too_big, early_reply;
     bool working;           /* counted in server.working */
+    srv_protocol proto;     /* the shape of its errors */
     int key;                /* the API key the request gave (index + 1; 0: none) */
     bool http11;
     int status;
@@ -80,6 +90,21 @@ typedef struct req {
 } req;
 
 /* ---------------------------------------------------------------- replies */
+
+srv_error srv_error_of(int status, const char *type, const char *code, const char *msg) {
+    srv_error e = {.status = status};
+    snprintf(e.type, sizeof e.type, "%s", type ? type : "");
+    snprintf(e.code, sizeof e.code, "%s", code ? code : "");
+    snprintf(e.msg, sizeof e.msg, "%s", msg ? msg : "");
+    return e;
+}
+
+char *srv_error_json(srv_protocol p, const srv_error *e) {
+    switch (p) {
+    case PROTO_OPENAI: break;
+    }
+    return openai_error_json(e->type, e->code, e->msg);
+}
 
 static void add_common_headers(const server *s, struct MHD_Response *resp) {
     /* which replica answered, for clients and tests behind a balancer (also system_fingerprint) */
@@ -131,7 +156,8 @@ static MHD_Result reply_json(struct MHD_Connection *c, const server *s, req *r, 
 
 static MHD_Result reply_error(struct MHD_Connection *c, const server *s, req *r, int status, const char *type,
                               const char *code, const char *msg) {
-    return reply(c, s, r, status, "application/json", openai_error_json(type, code, msg));
+    const srv_error e = srv_error_of(status, type, code, msg);
+    return reply(c, s, r, status, "application/json", srv_error_json(r->proto, &e));
 }
 
 /* ---------------------------------------------------------------- request checks */
@@ -140,8 +166,8 @@ static MHD_Result reply_error(struct MHD_Connection *c, const server *s, req *r,
  * independent of where it differs. */
 static int key_of(const server *s, struct MHD_Connection *c) {
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7)) return 0;
-    h += 7;
+    if (h && !strncasecmp(h, "Bearer ", 7)) h += 7;
+    else if (!(h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"))) return 0; /* Anthropic's header */
     const size_t hl = strlen(h);
     int found = 0;
     for (int i = 0; i < s->o->n_api_keys; i++) {
@@ -566,45 +592,35 @@ static MHD_Result health(struct MHD_Connection *c, server *s, req *r) {
 /* ---------------------------------------------------------------- routing */
 
 
-static route route_of(const char *url, bool *post) {
-    static const struct {
-        const char *path;
-        route r;
-        bool post;
-    } table[] = {
-        {"/", R_PAGE, false},
-        {"/index.html", R_PAGE, false},
-        {"/health", R_HEALTH, false},
-        {"/v1/health", R_HEALTH, false},
-        {"/v1/models", R_MODELS, false},
-        {"/models", R_MODELS, false},
-        {"/metrics", R_METRICS, false},
-        {"/v1/chat/completions", R_CHAT, true},
-        {"/chat/completions", R_CHAT, true},
-        {"/v1/completions", R_COMPLETION, true},
-        {"/completions", R_COMPLETION, true},
-        {"/tokenize", R_TOKENIZE, true},
-        {"/detokenize", R_DETOKENIZE, true},
-        {"/v1/embeddings", R_EMBEDDINGS, true},
-        {"/embeddings", R_EMBEDDINGS, true},
-    };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (!strcmp(url, table[i].path)) {
-            *post = table[i].post;
-            return table[i].r;
-        }
-    return R_NONE;
+static const route_row routes[] = {
+    {"/", R_PAGE, false, PROTO_OPENAI, NULL, "/"},
+    {"/index.html", R_PAGE, false, PROTO_OPENAI, NULL, "/"},
+    {"/health", R_HEALTH, false, PROTO_OPENAI, NULL, "/health"},
+    {"/v1/health", R_HEALTH, false, PROTO_OPENAI, NULL, "/health"},
+    {"/v1/models", R_MODELS, false, PROTO_OPENAI, NULL, "/v1/models"},
+    {"/models", R_MODELS, false, PROTO_OPENAI, NULL, "/v1/models"},
+    {"/metrics", R_METRICS, false, PROTO_OPENAI, NULL, "/metrics"},
+    {"/v1/chat/completions", R_GENERATE, true, PROTO_OPENAI, &openai_chat, "/v1/chat/completions"},
+    {"/chat/completions", R_GENERATE, true, PROTO_OPENAI, &openai_chat, "/v1/chat/completions"},
+    {"/v1/completions", R_GENERATE, true, PROTO_OPENAI, &openai_completions, "/v1/completions"},
+    {"/completions", R_GENERATE, true, PROTO_OPENAI, &openai_completions, "/v1/completions"},
+    {"/tokenize", R_TOKENIZE, true, PROTO_OPENAI, NULL, "/tokenize"},
+    {"/detokenize", R_DETOKENIZE, true, PROTO_OPENAI, NULL, "/detokenize"},
+    {"/v1/embeddings", R_EMBEDDINGS, true, PROTO_OPENAI, NULL, "/v1/embeddings"},
+    {"/embeddings", R_EMBEDDINGS, true, PROTO_OPENAI, NULL, "/v1/embeddings"},
+};
+
+static const route_row no_route = {"", R_NONE, false, PROTO_OPENAI, NULL, "other"};
+
+static const route_row *route_of(const char *url) {
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        if (!strcmp(url, routes[i].path)) return &routes[i];
+    return &no_route;
 }
 
-static const char *endpoint_name(route rt) {
-    static const char *names[] = {"other", "/", "/health", "/v1/models", "/metrics", "/v1/chat/completions",
-                                  "/v1/completions", "/tokenize", "/detokenize", "/v1/embeddings"};
-    return names[rt];
-}
-
-static MHD_Result dispatch(struct MHD_Connection *c, server *s, req *r, route rt) {
+static MHD_Result dispatch(struct MHD_Connection *c, server *s, req *r, const route_row *row) {
     guard_request_received(s->guard, c); /* answering has no deadline */
-    switch (rt) {
+    switch (row->r) {
     case R_PAGE: {
         char *page = malloc(srv_chat_html_len + 1);
         if (page) memcpy(page, srv_chat_html, srv_chat_html_len + 1);
@@ -620,8 +636,7 @@ static MHD_Result dispatch(struct MHD_Connection *c, server *s, req *r, route rt
         }
         return reply(c, s, r, 200, "text/plain; version=0.0.4",
                      metrics_render(s->met, s->model_id, s->replica_id, state_name(state_of(s))));
-    case R_CHAT: return completion(c, s, r, &openai_chat);
-    case R_COMPLETION: return completion(c, s, r, &openai_completions);
+    case R_GENERATE: return completion(c, s, r, row->ep);
     case R_TOKENIZE: return tokenize(c, s, r);
     case R_DETOKENIZE: return detokenize(c, s, r);
     case R_EMBEDDINGS: return embeddings(c, s, r);
@@ -634,7 +649,7 @@ static MHD_Result preflight(struct MHD_Connection *c, server *s, req *r, bool wa
     if (!resp) return MHD_NO;
     add_common_headers(s, resp);
     MHD_add_response_header(resp, "Access-Control-Allow-Methods", want_post ? "POST, OPTIONS" : "GET, OPTIONS");
-    MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version");
     MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     r->status = 204;
     MHD_Result ret = MHD_queue_response(c, 204, resp);
@@ -643,7 +658,9 @@ static MHD_Result preflight(struct MHD_Connection *c, server *s, req *r, bool wa
 }
 
 /* The first call of a request sees only its headers: refuse early what needs no body to refuse. */
-static MHD_Result first_call(struct MHD_Connection *c, server *s, req *r, route rt, bool want_post, const char *method) {
+static MHD_Result first_call(struct MHD_Connection *c, server *s, req *r, const route_row *row, const char *method) {
+    const route rt = row->r;
+    const bool want_post = row->post;
     const bool is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
     if (!guard_host_ok(s->o, s->loopback_bind, host)) {
@@ -673,7 +690,7 @@ static MHD_Result first_call(struct MHD_Connection *c, server *s, req *r, route 
     if (!want_post) return MHD_YES;
     if (state_of(s) == SRV_STOPPING)
         return reply_error(c, s, r, 503, "server_error", NULL, "the server is shutting down");
-    if (rt == R_CHAT || rt == R_COMPLETION || rt == R_EMBEDDINGS) {
+    if (rt == R_GENERATE || rt == R_EMBEDDINGS) {
         /* counted before the state is read, both sequentially consistent (srv_drain does the reverse):
          * either this request sees the drain and is refused, or the drain sees it and waits for it */
         r->working = true;
@@ -724,17 +741,17 @@ static bool take_upload(server *s, req *r, const char *data, size_t n) {
 static MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                              const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     server *s = cls;
-    bool want_post = false;
-    const route rt = route_of(url, &want_post);
+    const route_row *row = route_of(url);
     req *r = *con_cls;
     if (!r) {
         if (!(r = calloc(1, sizeof *r))) return MHD_NO;
         __atomic_add_fetch(&s->inflight, 1, __ATOMIC_ACQ_REL);
         r->t0 = srv_now();
-        r->endpoint = endpoint_name(rt);
+        r->endpoint = row->name;
+        r->proto = row->proto;
         r->http11 = version && !strcmp(version, MHD_HTTP_VERSION_1_1);
         *con_cls = r;
-        MHD_Result ret = first_call(c, s, r, rt, want_post, method);
+        MHD_Result ret = first_call(c, s, r, row, method);
         r->early_reply = r->status != 0;
         return ret;
     }
@@ -747,7 +764,7 @@ static MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *ur
         *upload_size = 0;
         return MHD_YES;
     }
-    if (!want_post) return dispatch(c, s, r, rt);
+    if (!row->post) return dispatch(c, s, r, row);
     guard_request_received(s->guard, c);
     if (r->too_big) {
         char msg[96];
@@ -756,9 +773,9 @@ static MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *ur
     }
     if (!gm_text_is_utf8(r->body, r->len) || (r->body && memchr(r->body, 0, r->len)))
         return reply_error(c, s, r, 400, "invalid_request_error", NULL, "the body is not valid UTF-8 text");
-    const char *shape = json_shape_problem(r->body ? r->body : "", r->len, max_json_values(s, rt));
+    const char *shape = json_shape_problem(r->body ? r->body : "", r->len, max_json_values(s, row->r));
     if (shape) return reply_error(c, s, r, 400, "invalid_request_error", NULL, shape);
-    return dispatch(c, s, r, rt);
+    return dispatch(c, s, r, row);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why) {

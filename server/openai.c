@@ -42,55 +42,26 @@ typedef struct parse {
     openai_call *q;
     srv_error *e;
     const gen_call_in *in;
-    /* the request's images in order, and where each sits in its message's text */
-    gm_vision_rows *img;
-    size_t *img_at;
-    int n_img, cap_img;
 } parse;
 
 /* ---------------------------------------------------------------- field readers */
 
-static bool bad(parse *ps, const char *fmt, const char *field) {
-    srv_error_set(ps->e, 400, "invalid_request_error", NULL, fmt, field);
-    return false;
-}
+static bool bad(parse *ps, const char *fmt, const char *field) { return srq_bad(ps->e, fmt, field); }
 
 /* A number field in [lo, hi] (whole when integral); absent or null keeps *out. */
 static bool get_num(parse *ps, const cJSON *o, const char *name, double lo, double hi, bool integral, double *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    if (!v || cJSON_IsNull(v)) return true;
-    if (!cJSON_IsNumber(v)) return bad(ps, "'%s' must be a number", name);
-    const double x = v->valuedouble;
-    if (!isfinite(x) || x < lo || x > hi) {
-        srv_error_set(ps->e, 400, "invalid_request_error", NULL, "'%s' is %g; it must be in [%g, %g]", name, x, lo, hi);
-        return false;
-    }
-    if (integral && x != floor(x)) return bad(ps, "'%s' must be a whole number", name);
-    *out = x;
-    return true;
+    return srq_num(o, name, NULL, lo, hi, integral, out, ps->e);
 }
 
 static bool get_int(parse *ps, const cJSON *o, const char *name, int lo, int hi, int *out) {
-    double x = *out;
-    if (!get_num(ps, o, name, lo, hi, true, &x)) return false;
-    *out = (int)x;
-    return true;
+    return srq_int(o, name, NULL, lo, hi, out, ps->e);
 }
 
 static bool get_float(parse *ps, const cJSON *o, const char *name, double lo, double hi, float *out) {
-    double x = *out;
-    if (!get_num(ps, o, name, lo, hi, false, &x)) return false;
-    *out = (float)x;
-    return true;
+    return srq_float(o, name, NULL, lo, hi, out, ps->e);
 }
 
-static bool get_bool(parse *ps, const cJSON *o, const char *name, bool *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    if (!v || cJSON_IsNull(v)) return true;
-    if (!cJSON_IsBool(v)) return bad(ps, "'%s' must be true or false", name);
-    *out = cJSON_IsTrue(v);
-    return true;
-}
+static bool get_bool(parse *ps, const cJSON *o, const char *name, bool *out) { return srq_bool(o, name, NULL, out, ps->e); }
 
 /* A JSON number that is a token id in [0, V): checked as a double before any conversion (a cast of
  * 1e300 to an integer is undefined). */
@@ -115,13 +86,7 @@ static bool get_stop(parse *ps, const cJSON *o) {
     const cJSON *s = cJSON_IsString(v) ? v : v->child; /* walked once, not by index */
     for (int i = 0; i < n; i++, s = s->next) {
         if (!cJSON_IsString(s)) return bad(ps, "'%s' must be a string or a list of strings", "stop");
-        const size_t len = strlen(s->valuestring);
-        if (len == 0 || len > SRV_MAX_STOP_LEN) {
-            srv_error_set(ps->e, 400, "invalid_request_error", NULL, "each 'stop' string must have 1 to %d bytes", SRV_MAX_STOP_LEN);
-            return false;
-        }
-        if (!(ps->rq->stop[ps->rq->n_stop] = strdup(s->valuestring))) return bad(ps, "out of memory reading '%s'", "stop");
-        ps->rq->n_stop++;
+        if (!srq_stop(ps->rq, "stop", s->valuestring, ps->e)) return false;
     }
     return true;
 }
@@ -149,137 +114,52 @@ static const char *image_url_of(parse *ps, const cJSON *part, int idx) {
     return url->valuestring;
 }
 
-/* The part's image into the request's list, at byte offset `at` of its message's text. */
-static bool add_image(parse *ps, const char *url, size_t at, const char *role, int idx) {
-    if (strcmp(role, "user")) {
-        srv_error_set(ps->e, 400, "invalid_request_error", NULL, "messages[%d]: only user messages may hold images", idx);
-        return false;
-    }
-    const srv_options *o = ps->in->o;
-    if (ps->in->media && ps->n_img >= o->max_images) {
-        srv_error_set(ps->e, 400, "invalid_request_error", "too_many_images", "the request has more than %d images "
-                      "(--max-images)", o->max_images);
-        return false;
-    }
-    if (ps->n_img == ps->cap_img) {
-        const int cap = ps->cap_img ? 2 * ps->cap_img : 4;
-        gm_vision_rows *im = realloc(ps->img, (size_t)cap * sizeof *im);
-        if (im) ps->img = im;
-        size_t *a = im ? realloc(ps->img_at, (size_t)cap * sizeof *a) : NULL;
-        if (!a) return bad(ps, "out of memory reading '%s'", "messages");
-        ps->img_at = a, ps->cap_img = cap;
-    }
-    if (!media_load(ps->in->media, url, o->max_body, &ps->img[ps->n_img], ps->e)) return false;
-    ps->img_at[ps->n_img++] = at;
-    return true;
-}
-
-/* A message's content: a string, null (an assistant turn without text) or a list of parts: text, and
- * image_url when the server has a vision encoder (each image recorded at its place in the text). */
-static char *message_text(parse *ps, const cJSON *content, int idx, const char *role) {
-    if (!content || cJSON_IsNull(content)) return strdup("");
-    if (cJSON_IsString(content)) return strdup(content->valuestring);
+/* A message's content into the conversation's last message: a string, null (an assistant turn without
+ * text) or a list of parts: text, and image_url when the server has a vision encoder (each image at its
+ * place in the text). */
+static bool message_content(parse *ps, srq_conv *cv, const cJSON *content, int idx) {
+    if (!content || cJSON_IsNull(content)) return true;
+    if (cJSON_IsString(content)) return srq_conv_text(cv, content->valuestring, strlen(content->valuestring));
     if (!cJSON_IsArray(content)) {
         srv_error_set(ps->e, 400, "invalid_request_error", NULL, "messages[%d].content must be a string or a list of parts", idx);
-        return NULL;
+        return false;
     }
-    size_t len = 0;
     const cJSON *part;
-    cJSON_ArrayForEach(part, content) {
+    cJSON_ArrayForEach(part, content) { /* checked first: no image is decoded for a request refused later */
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
         if (cJSON_IsString(type) && !strcmp(type->valuestring, "image_url")) continue;
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(t)) {
             srv_error_set(ps->e, 400, "invalid_request_error", NULL,
                      "messages[%d].content: only parts of type \"text\" and \"image_url\" are supported", idx);
-            return NULL;
+            return false;
         }
-        len += strlen(t->valuestring);
     }
-    char *out = malloc(len + 1), *p = out;
-    if (!out) return NULL;
     cJSON_ArrayForEach(part, content) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
         if (!strcmp(type->valuestring, "image_url")) {
             const char *url = image_url_of(ps, part, idx);
-            if (!url || !add_image(ps, url, (size_t)(p - out), role, idx)) {
-                free(out);
-                return NULL;
-            }
+            if (!url || !srq_conv_image(cv, url)) return false;
             continue;
         }
         const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
-        const size_t n = strlen(t);
-        memcpy(p, t, n);
-        p += n;
+        if (!srq_conv_text(cv, t, strlen(t))) return false;
     }
-    *p = 0;
-    return out;
-}
-
-/* The ids with each image's rows in place: n_rows placeholders where the chat tokenizer put the image
- * (image_pos), and rq->images / rq->image_pos taking the parse's images. */
-static bool place_images(parse *ps, const size_t *image_pos) {
-    gen_request *rq = ps->rq;
-    if (ps->n_img == 0) return true;
-    int64_t total = rq->n_prompt;
-    for (int i = 0; i < ps->n_img; i++) total += ps->img[i].n_rows;
-    if (total > INT32_MAX / 2) return bad(ps, "the %s is too long", "prompt");
-    int32_t *ids = malloc((size_t)total * sizeof *ids);
-    int *pos = malloc((size_t)ps->n_img * sizeof *pos);
-    if (!ids || !pos) {
-        free(ids), free(pos);
-        return bad(ps, "out of memory reading '%s'", "messages");
-    }
-    rq->image_placeholder = media_placeholder(ps->in->media);
-    size_t from = 0;
-    int w = 0;
-    for (int i = 0; i < ps->n_img; i++) {
-        memcpy(ids + w, rq->prompt + from, (image_pos[i] - from) * sizeof *ids);
-        w += (int)(image_pos[i] - from);
-        pos[i] = w;
-        for (int r = 0; r < ps->img[i].n_rows; r++) ids[w++] = rq->image_placeholder;
-        from = image_pos[i];
-    }
-    memcpy(ids + w, rq->prompt + from, ((size_t)rq->n_prompt - from) * sizeof *ids);
-    free(rq->prompt);
-    rq->prompt = ids;
-    rq->n_prompt = (int)total;
-    rq->images = ps->img, rq->image_pos = pos, rq->n_images = ps->n_img;
-    ps->img = NULL, ps->n_img = ps->cap_img = 0;
     return true;
 }
 
-/* A prompt of B bytes has at least B / k tokens (k: the most bytes one token covers): one that cannot fit
- * is refused before it is tokenized, so a huge body costs a scan, not a tokenization. */
-static bool bytes_fit(parse *ps, const gm_tokenizer *tok, size_t bytes, int limit) {
-    const size_t k = gm_tokenizer_max_token_bytes(tok);
-    if (k == 0 || bytes / k <= (size_t)limit) return true;
-    srv_error_set(ps->e, 400, "invalid_request_error", "context_length_exceeded",
-             "the prompt has at least %zu tokens (%zu bytes); this server takes at most %d", bytes / k, bytes, limit);
-    return false;
-}
-
 /* A message's fields: role and content; the tool fields (tool_calls, tool_call_id, reasoning_content); name
- * (a tool result's function; a speaker's name is documented as ignored: Gemma's template has none); anything
- * else would change the turn and is refused. */
+ * is accepted (a speaker's name is not rendered: Gemma has none). Anything else is a 400. */
 static bool message_fields(parse *ps, const cJSON *e, int idx) {
     if (!cJSON_IsObject(e)) {
         srv_error_set(ps->e, 400, "invalid_request_error", NULL, "messages[%d] must be an object", idx);
         return false;
     }
-    const cJSON *f;
-    cJSON_ArrayForEach(f, e) {
-        static const char *const known[] = {"role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content",
-                                            "reasoning"};
-        bool ok = cJSON_IsNull(f);
-        for (size_t k = 0; !ok && k < sizeof known / sizeof *known; k++) ok = !strcmp(f->string, known[k]);
-        if (ok) continue;
-        srv_error_set(ps->e, 400, "invalid_request_error", "unsupported_field", "messages[%d].%.60s is not supported by this server",
-                 idx, f->string);
-        return false;
-    }
-    return true;
+    static const char *const known[] = {"role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content",
+                                        "reasoning"};
+    char where[32];
+    snprintf(where, sizeof where, "messages[%d]", idx);
+    return srq_known(e, where, known, sizeof known / sizeof *known, ps->e);
 }
 
 static const char *message_role(parse *ps, const cJSON *e, int i) {
@@ -299,57 +179,29 @@ static const char *message_role(parse *ps, const cJSON *e, int i) {
     return r;
 }
 
-/* "messages" -> ids through gm_chat_tokenize: contents are text, never control tokens. */
-static bool chat_prompt(parse *ps, const cJSON *root, const gm_tokenizer *tok, int limit) {
+/* "messages" -> ids through the conversation builder: contents are text, never control tokens. */
+static bool chat_prompt(parse *ps, const cJSON *root, int limit) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
     if (!cJSON_IsArray(msgs)) return bad(ps, "'%s' must be a list of messages", "messages");
-    const int n = cJSON_GetArraySize(msgs);
-    if (n == 0) return bad(ps, "'%s' is empty", "messages");
-    if (n > 4096 || n > limit) return bad(ps, "'%s' has more entries than this server's context can hold", "messages");
-    gm_chat_message *m = calloc((size_t)n, sizeof *m);
-    char **owned = calloc((size_t)n, sizeof *owned);
-    openai_msg *tools = calloc((size_t)n, sizeof *tools);
-    bool ok = m && owned && tools;
-    if (!ok) srv_error_set(ps->e, 500, "server_error", NULL, "out of memory");
+    if (cJSON_GetArraySize(msgs) > limit) /* before any image is decoded */
+        return bad(ps, "'%s' has more entries than this server's context can hold", "messages");
+    srq_conv *cv = srq_conv_new(ps->in, "messages", ps->e);
+    bool ok = cv != NULL;
     int i = 0;
-    size_t bytes = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, msgs) { /* walked once: cJSON_GetArrayItem(i) in a loop is quadratic */
-        if (!ok || !(ok = message_fields(ps, e, i)) || !(ok = (m[i].role = message_role(ps, e, i)) != NULL)) break;
-        const int first_img = ps->n_img;
-        ok = (m[i].content = owned[i] = message_text(ps, cJSON_GetObjectItemCaseSensitive(e, "content"), i, m[i].role)) != NULL;
-        if (!ok && !ps->e->status) srv_error_set(ps->e, 500, "server_error", NULL, "out of memory");
-        if (!ok || !(ok = openai_message_tools(e, i, m[i].role, &m[i], &tools[i], ps->e))) break;
-        m[i].n_images = (size_t)(ps->n_img - first_img); /* image_at set below: ps->img_at may still move */
-        bytes += strlen(m[i].content);
+        const char *role = NULL;
+        char where[32];
+        snprintf(where, sizeof where, "messages[%d]", i);
+        ok = ok && message_fields(ps, e, i) && (role = message_role(ps, e, i)) != NULL &&
+             srq_conv_message(cv, role, where) &&
+             message_content(ps, cv, cJSON_GetObjectItemCaseSensitive(e, "content"), i) &&
+             openai_message_tools(e, i, role, cv, ps->e);
+        if (!ok) break;
         i++;
     }
-    for (size_t k = 0, acc = 0; ok && k < (size_t)i; acc += m[k].n_images, k++)
-        m[k].image_at = m[k].n_images ? ps->img_at + acc : NULL;
-    ok = ok && bytes_fit(ps, tok, bytes, limit);
-    size_t *image_pos = ok && ps->n_img ? malloc((size_t)ps->n_img * sizeof *image_pos) : NULL;
-    if (ok && ps->n_img && !image_pos) ok = bad(ps, "out of memory reading '%s'", "messages");
-    if (ok) {
-        gm_error err = {0};
-        size_t nid = 0;
-        const gen_request *rq = ps->rq;
-        const bool offer = rq->tool_mode != TOOLS_NONE; /* tool_choice none: the tools are not offered */
-        const gm_chat_options co = {.add_generation_prompt = true, .tools = offer ? rq->tools : NULL,
-                                    .n_tools = offer ? (size_t)rq->n_tools : 0, .image_pos = image_pos,
-                                    .n_image_pos = (size_t)ps->n_img};
-        if (gm_chat_tokenize(tok, m, (size_t)n, &co, &ps->rq->prompt, &nid, &err)) {
-            srv_error_set(ps->e, err.code == GM_ERR_NOMEM ? 500 : 400, "invalid_request_error", NULL, "messages: %s", err.msg);
-            ok = false;
-        }
-        ps->rq->n_prompt = (int)nid;
-    }
-    ok = ok && place_images(ps, image_pos);
-    free(image_pos);
-    for (int k = 0; owned && k < n; k++) free(owned[k]);
-    for (int k = 0; tools && k < n; k++) openai_msg_free(&tools[k]);
-    free(owned);
-    free(tools);
-    free(m);
+    ok = ok && srq_conv_tokenize(cv, ps->rq, limit);
+    srq_conv_free(cv);
     return ok;
 }
 
@@ -362,7 +214,7 @@ static bool one_prompt(parse *ps, const cJSON *p, const gm_tokenizer *tok, int l
     gm_error err = {0};
     if (cJSON_IsString(p)) {
         const size_t len = strlen(p->valuestring);
-        if (!bytes_fit(ps, tok, len, limit)) return false;
+        if (!srq_bytes_fit(tok, len, limit, ps->e)) return false;
         if (gm_tokenize(tok, p->valuestring, len, gm_tokenizer_add_bos(tok), true, &ids, &nid, &err)) {
             srv_error_set(ps->e, 400, "invalid_request_error", NULL, "prompt: %s", err.msg);
             return false;
@@ -464,26 +316,6 @@ static bool token_id_of(const char *s, long *out) {
 }
 
 /* A schema or grammar that cannot be honoured is a 400 naming why (never unconstrained output). */
-static bool compile_failed(parse *ps, const char *field, const gm_error *err) {
-    srv_error_set(ps->e, 400, "invalid_request_error", err->code == GM_ERR_UNSUPPORTED ? "unsupported_schema" : field,
-                  "%s: %s", field, err->msg);
-    return false;
-}
-
-static bool schema_text_grammar(parse *ps, const char *field, const char *text) {
-    gm_error err = {0};
-    return gm_grammar_from_json_schema(text, strlen(text), NULL, &ps->rq->grammar, &err) ? compile_failed(ps, field, &err)
-                                                                                         : true;
-}
-
-static bool schema_grammar(parse *ps, const char *field, const cJSON *schema) {
-    char *text = cJSON_PrintUnformatted(schema);
-    if (!text) return bad(ps, "out of memory reading '%s'", field);
-    const bool ok = schema_text_grammar(ps, field, text);
-    free(text);
-    return ok;
-}
-
 /* Structured output: OpenAI's response_format (json_object, json_schema), llama-server's json_schema (a
  * schema) and grammar (GBNF text). At most one; the request's choices then sample only what it allows. */
 static bool grammar_fields(parse *ps, const cJSON *root) {
@@ -500,19 +332,17 @@ static bool grammar_fields(parse *ps, const cJSON *root) {
     if (!!rf + !!js + !!gb > 1) return bad(ps, "give one of response_format, json_schema and grammar (%s)", "several");
     if (gb) {
         if (!cJSON_IsString(gb)) return bad(ps, "'%s' must be a string of GBNF rules", "grammar");
-        gm_error err = {0};
-        if (gm_grammar_from_gbnf(gb->valuestring, strlen(gb->valuestring), &ps->rq->grammar, &err))
-            return compile_failed(ps, "grammar", &err);
+        return srq_gbnf(ps->rq, "grammar", gb->valuestring, ps->e);
     } else if (js) {
         if (!cJSON_IsObject(js) && !cJSON_IsTrue(js)) return bad(ps, "'%s' must be a JSON schema object", "json_schema");
-        if (!schema_grammar(ps, "json_schema", js)) return false;
+        return srq_schema(ps->rq, "json_schema", js, ps->e);
     } else if (rf && !strcmp(type->valuestring, "json_object")) {
-        if (!schema_text_grammar(ps, "response_format", "{\"type\": \"object\"}")) return false; /* any object */
+        return srq_schema(ps->rq, "response_format", NULL, ps->e); /* any object */
     } else if (rf && !strcmp(type->valuestring, "json_schema")) {
         const cJSON *w = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
         const cJSON *sc = cJSON_IsObject(w) ? cJSON_GetObjectItemCaseSensitive(w, "schema") : NULL;
         if (!cJSON_IsObject(sc)) return bad(ps, "'%s' needs json_schema.schema, a JSON schema object", "response_format");
-        if (!schema_grammar(ps, "response_format", sc)) return false;
+        return srq_schema(ps->rq, "response_format", sc, ps->e);
     } else if (rf) {
         return bad(ps, "response_format type '%.40s' is not one of text, json_object, json_schema", type->valuestring);
     }
@@ -567,17 +397,11 @@ static bool sampling_fields(parse *ps, const cJSON *root) {
         !get_float(ps, root, "repetition_penalty", 1e-3, 100, &s->repeat_penalty) || /* vLLM's name for it */
         !get_int(ps, root, "repeat_last_n", -1, 1 << 20, &s->repeat_last_n))
         return false;
-    if (s->top_p == 0) { /* the limit of a nucleus that shrinks to the best token */
-        s->top_p = 1;
-        s->temperature = 0;
-    }
     double seed = -1;
     if (!get_num(ps, root, "seed", -9.2e18, 9.2e18, true, &seed)) return false;
     const cJSON *sv = cJSON_GetObjectItemCaseSensitive(root, "seed");
     if (sv && !cJSON_IsNull(sv)) s->seed = (uint64_t)(int64_t)seed;
-    gm_error err = {0};
-    if (gm_sampling_validate(s, &err)) return bad(ps, "%s", err.msg);
-    return true;
+    return srq_sampling_check(ps->rq, ps->e);
 }
 
 static bool limits(parse *ps, const cJSON *root, const srv_options *o, int n_ctx) {
@@ -593,19 +417,7 @@ static bool limits(parse *ps, const cJSON *root, const srv_options *o, int n_ctx
         const int32_t *p;
         int np;
         gen_request_group(ps->rq, g, &p, &np);
-        if (np == 0) return bad(ps, "the %s is empty", "prompt");
-        if (np > o->max_prompt || np >= n_ctx) {
-            srv_error_set(ps->e, 400, "invalid_request_error", "context_length_exceeded",
-                     "the prompt has %d tokens; this server takes at most %d (context %d, --max-prompt %d)", np,
-                     n_ctx - 1 < o->max_prompt ? n_ctx - 1 : o->max_prompt, n_ctx, o->max_prompt);
-            return false;
-        }
-        if (max_tokens && np + max_tokens > n_ctx) {
-            srv_error_set(ps->e, 400, "invalid_request_error", "context_length_exceeded",
-                     "this model's context is %d tokens; the prompt (%d) plus max_tokens (%d) would exceed it", n_ctx,
-                     np, max_tokens);
-            return false;
-        }
+        if (!srq_fits(o, n_ctx, np, max_tokens, ps->e)) return false;
     }
     const int n = ps->rq->n * groups;
     if (n > SRV_MAX_N || n > o->parallel) {
@@ -706,12 +518,12 @@ static bool parse_body(parse *ps, call_kind kind, const char *body, size_t len, 
                        const srv_options *o, int n_ctx) {
     cJSON *root = cJSON_ParseWithLength(body, len);
     if (!root) return bad(ps, "the body is not valid JSON (%s)", "parse error");
-    const int limit = n_ctx - 1 < o->max_prompt ? n_ctx - 1 : o->max_prompt;
+    const int limit = srq_prompt_limit(o, n_ctx);
     bool ok = cJSON_IsObject(root) ? true : bad(ps, "the body must be a JSON %s", "object");
     ok = ok && request_fields(ps, root, kind) && sampling_fields(ps, root) && logit_bias_field(ps, root, tok) &&
          output_fields(ps, root, kind, o) && grammar_fields(ps, root);
     ok = ok && (kind != CALL_CHAT || openai_tools_parse(root, tok, ps->rq, ps->e));
-    ok = ok && (kind == CALL_CHAT ? chat_prompt(ps, root, tok, limit) : completion_prompt(ps, root, tok, limit));
+    ok = ok && (kind == CALL_CHAT ? chat_prompt(ps, root, limit) : completion_prompt(ps, root, tok, limit));
     ok = ok && limits(ps, root, o, n_ctx);
     cJSON_Delete(root);
     return ok;
@@ -728,11 +540,8 @@ static void *parse_call(const gen_call_in *in, gen_request *rq, srv_error *e, ca
     q->fingerprint = in->o->replica_id;
     q->created = (long)time(NULL);
     snprintf(q->id, sizeof q->id, "%s%016llx", kind == CALL_CHAT ? "chatcmpl-" : "cmpl-", (unsigned long long)srv_fresh_u64());
-    parse ps = {rq, q, e, in, NULL, NULL, 0, 0};
+    parse ps = {rq, q, e, in};
     const bool ok = parse_body(&ps, kind, in->body ? in->body : "", in->len, in->tok, in->o, in->n_ctx);
-    for (int i = 0; i < ps.n_img; i++) gm_vision_rows_free(&ps.img[i]); /* not taken by the request: a failure */
-    free(ps.img);
-    free(ps.img_at);
     if (!ok) {
         free_call(q);
         return NULL;

@@ -179,6 +179,12 @@ typedef struct srv_error {
 } srv_error;
 void srv_error_set(srv_error *e, int status, const char *type, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+srv_error srv_error_of(int status, const char *type, const char *code, const char *msg);
+
+/* The wire formats the server speaks (a route's): each writes its errors in its own shape. */
+typedef enum { PROTO_OPENAI } srv_protocol;
+/* e as protocol p's error body; malloc'd (NULL on out of memory). */
+char *srv_error_json(srv_protocol p, const srv_error *e);
 
 /* Bytes a connection has still to send. */
 typedef struct srv_buf {
@@ -255,6 +261,69 @@ typedef struct gen_endpoint {
     void (*free_call)(void *call);
 } gen_endpoint;
 
+struct cJSON;
+
+/* ---------------------------------------------------------------- request building (request.c) */
+
+/* The protocol-neutral steps of reading a request, for every endpoint's parser: each wire format walks
+ * its own JSON (and names its own fields in errors); what the request means is decided here once. */
+
+/* Checked readers of o's field name (absent or null keeps *out); path: the name errors use (NULL: name). */
+bool srq_num(const struct cJSON *o, const char *name, const char *path, double lo, double hi, bool integral,
+             double *out, srv_error *e);
+bool srq_int(const struct cJSON *o, const char *name, const char *path, int lo, int hi, int *out, srv_error *e);
+bool srq_float(const struct cJSON *o, const char *name, const char *path, double lo, double hi, float *out,
+               srv_error *e);
+bool srq_bool(const struct cJSON *o, const char *name, const char *path, bool *out, srv_error *e);
+/* A 400 invalid_request_error of fmt with one %s; false. */
+bool srq_bad(srv_error *e, const char *fmt, const char *field);
+/* Every field of obj (an object) is null or one of known: else a 400 "where.field is not supported". */
+bool srq_known(const struct cJSON *obj, const char *where, const char *const *known, size_t n, srv_error *e);
+
+/* rq->smp as the request set it: top_p 0 is greedy; then the library's validation. */
+bool srq_sampling_check(gen_request *rq, srv_error *e);
+/* One more stop string (1 to SRV_MAX_STOP_LEN bytes, at most SRV_MAX_STOP of them). */
+bool srq_stop(gen_request *rq, const char *field, const char *s, srv_error *e);
+
+/* Structured output: at most one constraint per request; field names it in errors. schema NULL: any JSON
+ * object. */
+bool srq_schema(gen_request *rq, const char *field, const struct cJSON *schema, srv_error *e);
+bool srq_schema_text(gen_request *rq, const char *field, const char *schema_json, srv_error *e);
+bool srq_gbnf(gen_request *rq, const char *field, const char *gbnf, srv_error *e);
+
+/* A declared function (name checked, no duplicates, at most 128); where names it in errors. */
+bool srq_tool(gen_request *rq, const char *where, const char *name, const char *description,
+              const struct cJSON *parameters, srv_error *e);
+/* After the tools: how they may be used. TOOLS_NAMED needs named in the tools; REQUIRED / NAMED constrain the
+ * reply to calls (a grammar, so not with structured output); AUTO without tools is NONE. */
+bool srq_tool_choice(gen_request *rq, const gm_tokenizer *tok, tool_mode mode, const char *named, bool parallel,
+                     srv_error *e);
+
+/* A conversation built message by message, then tokenized in the model's chat format (with the request's
+ * tools, when offered) and its images' rows in place. field: the protocol's name for the conversation. */
+typedef struct srq_conv srq_conv;
+srq_conv *srq_conv_new(const gen_call_in *in, const char *field, srv_error *e);
+void srq_conv_free(srq_conv *c);
+/* A new message: role system | user | assistant | tool; where: its name in errors ("messages[3]"). */
+bool srq_conv_message(srq_conv *c, const char *role, const char *where);
+int srq_conv_count(const srq_conv *c);
+const char *srq_conv_role(const srq_conv *c); /* the last message's role (NULL: none) */
+/* Into the last message: text appended; an image (a URL media_load reads) where its text is now; a tool
+ * call (assistant; arguments a JSON object as text); the call a tool message answers; thoughts. */
+bool srq_conv_text(srq_conv *c, const char *s, size_t n);
+bool srq_conv_image(srq_conv *c, const char *url);
+bool srq_conv_call(srq_conv *c, const char *id, const char *name, const char *arguments);
+bool srq_conv_tool_result(srq_conv *c, const char *tool_call_id, const char *name);
+bool srq_conv_reasoning(srq_conv *c, const char *s, size_t n);
+/* rq->prompt (and rq->images) from the conversation; limit: the most prompt tokens (srq_prompt_limit). */
+bool srq_conv_tokenize(srq_conv *c, gen_request *rq, int limit);
+
+/* The most prompt tokens a request may have, and whether one of n_prompt tokens plus max_tokens (0: up to
+ * the context) fits; a prompt of `bytes` that cannot (checked before tokenizing). */
+int srq_prompt_limit(const srv_options *o, int n_ctx);
+bool srq_fits(const srv_options *o, int n_ctx, int n_prompt, int max_tokens, srv_error *e);
+bool srq_bytes_fit(const gm_tokenizer *tok, size_t bytes, int limit, srv_error *e);
+
 /* ---------------------------------------------------------------- images (media.c) */
 
 /* The encoder of o->mmproj_path for model m, on pool (the engine's); *out NULL when the server has none. */
@@ -282,16 +351,8 @@ char *openai_error_json(const char *type, const char *code, const char *msg);
 
 /* tools / tool_choice / parallel_tool_calls into rq (its grammar for required / named calls); a 400 in e. */
 bool openai_tools_parse(const struct cJSON *root, const gm_tokenizer *tok, gen_request *rq, srv_error *e);
-/* What a history message's tool fields own. */
-typedef struct openai_msg {
-    gm_tool_call *calls;
-    size_t n_calls;
-    char *tool_call_id, *name, *reasoning;
-} openai_msg;
-/* A message's tool_calls / tool_call_id / name / reasoning_content into m (strings owned by own). */
-bool openai_message_tools(const struct cJSON *msg, int idx, const char *role, gm_chat_message *m, openai_msg *own,
-                          srv_error *e);
-void openai_msg_free(openai_msg *m);
+/* A message's tool_calls / tool_call_id / name / reasoning_content into the conversation's last message. */
+bool openai_message_tools(const struct cJSON *msg, int idx, const char *role, srq_conv *cv, srv_error *e);
 /* message.tool_calls of a choice (nothing when it made no call). */
 void openai_add_tool_calls(struct cJSON *msg, const gen_session *g);
 /* A stream delta's tool_calls: with an id, the call's announcement (id, type, name, empty arguments);
