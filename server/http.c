@@ -47,6 +47,7 @@ struct srv {
     srv_turns emb_turns;    /* embedding requests take the embedder input by input, in turn */
     srv_metrics *met;
     srv_media *media;       /* --mmproj: images in chat requests */
+    resp_store *responses;  /* /v1/responses kept for previous_response_id (NULL: --responses-store 0) */
     char model_id[128];
     char replica_id[128];   /* --replica-id, or host name:port: in /health, /metrics, every response */
     int n_ctx;
@@ -61,7 +62,8 @@ typedef enum { SRV_LOADING, SRV_READY, SRV_DRAINING, SRV_STOPPING } srv_state;
 
 static srv_state state_of(const struct srv *s) { return (srv_state)__atomic_load_n(&s->state, __ATOMIC_ACQUIRE); }
 
-typedef enum { R_NONE, R_PAGE, R_HEALTH, R_MODELS, R_METRICS, R_GENERATE, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS } route;
+typedef enum { R_NONE, R_PAGE, R_HEALTH, R_MODELS, R_METRICS, R_GENERATE, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS,
+               R_COUNT, R_STORED } route;
 
 /* A path the server answers: what it does, its method, the wire format of its answers and errors, and
  * (R_GENERATE) the endpoint that translates that format. A new protocol is an endpoint and rows here. */
@@ -87,6 +89,7 @@ typedef struct req {
     const char *endpoint;
     double t0;
     int prompt, cached, gen;
+    const char *url, *method; /* the current call's (MHD's, valid during it) */
 } req;
 
 /* ---------------------------------------------------------------- replies */
@@ -437,7 +440,7 @@ static MHD_Result completion(struct MHD_Connection *c, server *s, req *r, const 
     j->t_submit = srv_now();
     j->rq.smp.seed = srv_fresh_u64(); /* kept unless the request gives a seed */
     j->rq.prefix_scope = s->o->prefix_scope_key ? (uint64_t)r->key : 0;
-    const gen_call_in in = {r->body, r->len, s->tok, s->o, s->n_ctx, s->model_id, s->media};
+    const gen_call_in in = {r->body, r->len, s->tok, s->o, s->n_ctx, s->model_id, s->media, s->responses, r->key};
     srv_error e = {0};
     guard_parse_enter(s->guard);
     void *call = ep->parse(&in, &j->rq, &e);
@@ -483,6 +486,34 @@ static MHD_Result embeddings(struct MHD_Connection *c, server *s, req *r) {
         r->status = 499;
         return MHD_NO;
     }
+    return reply(c, s, r, status, "application/json", out);
+}
+
+/* A counting endpoint (/v1/responses/input_tokens): the request read as its generating twin reads it,
+ * answered with its prompt's size; nothing runs. */
+static MHD_Result count_tokens(struct MHD_Connection *c, server *s, req *r, const gen_endpoint *ep) {
+    if (!s->sched)
+        return reply_error(c, s, r, 400, "invalid_request_error", "model_not_supported",
+                           "this server's model is an embedding model: it has no chat format");
+    job *j = job_new();
+    if (!j) return reply_error(c, s, r, 500, "server_error", NULL, "out of memory");
+    const gen_call_in in = {r->body, r->len, s->tok, s->o, s->n_ctx, s->model_id, s->media, s->responses, r->key};
+    srv_error e = {0};
+    guard_parse_enter(s->guard);
+    void *call = ep->parse(&in, &j->rq, &e);
+    guard_parse_leave(s->guard);
+    char *out = call ? ep->response(call, j, s->tok) : NULL;
+    if (call) ep->free_call(call);
+    job_release(j);
+    if (!call) return reply_error(c, s, r, e.status, e.type, e.code, e.msg);
+    return reply(c, s, r, 200, "application/json", out);
+}
+
+/* GET or DELETE /v1/responses/{id}: a response kept for previous_response_id, under the request's key. */
+static MHD_Result stored_response(struct MHD_Connection *c, server *s, req *r, const char *url, const char *method) {
+    const char *id = url + strlen("/v1/responses/");
+    int status = 500;
+    char *out = resp_store_answer(s->responses, r->key, id, !strcmp(method, "DELETE"), &status);
     return reply(c, s, r, status, "application/json", out);
 }
 
@@ -608,13 +639,19 @@ static const route_row routes[] = {
     {"/detokenize", R_DETOKENIZE, true, PROTO_OPENAI, NULL, "/detokenize"},
     {"/v1/embeddings", R_EMBEDDINGS, true, PROTO_OPENAI, NULL, "/v1/embeddings"},
     {"/embeddings", R_EMBEDDINGS, true, PROTO_OPENAI, NULL, "/v1/embeddings"},
+    {"/v1/responses", R_GENERATE, true, PROTO_OPENAI, &openai_responses, "/v1/responses"},
+    {"/responses", R_GENERATE, true, PROTO_OPENAI, &openai_responses, "/v1/responses"},
+    {"/v1/responses/input_tokens", R_COUNT, true, PROTO_OPENAI, &openai_responses_count, "/v1/responses/input_tokens"},
 };
+/* /v1/responses/{id}: GET or DELETE of a kept response (matched by prefix after the rows above) */
+static const route_row stored_row = {"/v1/responses/", R_STORED, false, PROTO_OPENAI, NULL, "/v1/responses/{id}"};
 
 static const route_row no_route = {"", R_NONE, false, PROTO_OPENAI, NULL, "other"};
 
 static const route_row *route_of(const char *url) {
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (!strcmp(url, routes[i].path)) return &routes[i];
+    if (!strncmp(url, stored_row.path, strlen(stored_row.path)) && url[strlen(stored_row.path)]) return &stored_row;
     return &no_route;
 }
 
@@ -640,6 +677,8 @@ static MHD_Result dispatch(struct MHD_Connection *c, server *s, req *r, const ro
     case R_TOKENIZE: return tokenize(c, s, r);
     case R_DETOKENIZE: return detokenize(c, s, r);
     case R_EMBEDDINGS: return embeddings(c, s, r);
+    case R_COUNT: return count_tokens(c, s, r, row->ep);
+    case R_STORED: return stored_response(c, s, r, r->url, r->method);
     default: return reply_error(c, s, r, 404, "invalid_request_error", NULL, "no such endpoint");
     }
 }
@@ -677,9 +716,10 @@ static MHD_Result first_call(struct MHD_Connection *c, server *s, req *r, const 
         return reply_error(c, s, r, 503, "server_error", NULL,
                            "the server holds too many connections (--max-conns); retry later");
     if (s->o->cors && !strcmp(method, "OPTIONS")) return preflight(c, s, r, want_post); /* no key needed to ask */
-    if (want_post ? !is_post : !is_get) {
+    const bool is_delete = rt == R_STORED && !strcmp(method, "DELETE"); /* a kept response can be deleted */
+    if (want_post ? !is_post : !(is_get || is_delete)) {
         char msg[96];
-        snprintf(msg, sizeof msg, "this endpoint takes %s", want_post ? "POST" : "GET");
+        snprintf(msg, sizeof msg, "this endpoint takes %s", want_post ? "POST" : rt == R_STORED ? "GET or DELETE" : "GET");
         return reply_error(c, s, r, 405, "invalid_request_error", NULL, msg);
     }
     r->key = key_of(s, c);
@@ -690,7 +730,7 @@ static MHD_Result first_call(struct MHD_Connection *c, server *s, req *r, const 
     if (!want_post) return MHD_YES;
     if (state_of(s) == SRV_STOPPING)
         return reply_error(c, s, r, 503, "server_error", NULL, "the server is shutting down");
-    if (rt == R_GENERATE || rt == R_EMBEDDINGS) {
+    if (rt == R_GENERATE || rt == R_EMBEDDINGS || rt == R_COUNT) {
         /* counted before the state is read, both sequentially consistent (srv_drain does the reverse):
          * either this request sees the drain and is refused, or the drain sees it and waits for it */
         r->working = true;
@@ -743,6 +783,7 @@ static MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *ur
     server *s = cls;
     const route_row *row = route_of(url);
     req *r = *con_cls;
+    if (r) r->url = url, r->method = method;
     if (!r) {
         if (!(r = calloc(1, sizeof *r))) return MHD_NO;
         __atomic_add_fetch(&s->inflight, 1, __ATOMIC_ACQ_REL);
@@ -970,6 +1011,12 @@ bool srv_start(const srv_options *o, bool listen, srv **out, char *msg, size_t n
         return false;
     }
     if (!s->opt.max_body) s->opt.max_body = default_max_body(s);
+    s->responses = resp_store_new(o->responses_store, o->responses_store_bytes);
+    if (o->responses_store > 0 && o->responses_store_bytes > 0 && !s->responses) {
+        snprintf(msg, n, "out of memory");
+        srv_stop(s);
+        return false;
+    }
     __atomic_store_n(&s->state, SRV_READY, __ATOMIC_SEQ_CST); /* publishes the model to connection threads */
     *out = s;
     return true;
@@ -1004,6 +1051,7 @@ void srv_stop(srv *s) {
     sched_free(s->sched);
     gm_embedder_free(s->emb);
     media_free(s->media);
+    resp_store_free(s->responses);
     gm_threadpool_free(s->pool); /* after the engine, embedder and encoder that ran on it */
     guard_free(s->guard);
     metrics_free(s->met);

@@ -79,6 +79,8 @@ typedef struct srv_options {
     const char *replica_id; /* reported in /health, /metrics, X-Gemma-Replica, system_fingerprint (NULL:
                              * host name:port) */
     int drain_timeout;      /* seconds SIGTERM lets running requests finish (0: stop at once, as SIGINT) */
+    int responses_store;    /* /v1/responses kept for previous_response_id (0: none kept) */
+    size_t responses_store_bytes; /* their total size */
 } srv_options;
 
 typedef struct srv_guard srv_guard;
@@ -136,6 +138,7 @@ typedef struct reader_mark {
     size_t sent;            /* bytes of text taken */
     int lp_sent;            /* log-probability entries taken */
     int calls_sent;         /* tool calls taken */
+    size_t reason_sent;     /* bytes of thoughts taken */
     bool opened, finished;
 } reader_mark;
 typedef struct job_reader {
@@ -154,6 +157,7 @@ typedef struct stream_piece {
     int call;               /* a tool call piece: its index in the choice (-1: none), with its id, name and
                              * arguments at view.text[call_off]: three NUL-terminated strings */
     size_t call_off;
+    size_t reason_off, reason_n; /* new thoughts (the tool parser's): view.text[reason_off, +reason_n) */
 } stream_piece;
 typedef struct stream_view {
     stream_piece piece[SRV_MAX_N * 8];
@@ -247,12 +251,15 @@ typedef struct gen_call_in {
     int n_ctx;
     const char *model;      /* the id responses echo */
     srv_media *media;       /* images (NULL: text only) */
+    struct resp_store *responses; /* stored /v1/responses (NULL: none kept) */
+    int key;                /* the API key the request gave (index + 1; 0: none) */
 } gen_call_in;
 typedef struct gen_endpoint {
     /* Parses the body into rq (prompt tokenized, every field checked); returns the endpoint's state of
      * this call (freed by free_call), or NULL with *e set. rq comes with its seed and prefix scope set. */
     void *(*parse)(const gen_call_in *in, gen_request *rq, srv_error *e);
-    /* The body of a whole (non-streaming) answer of a finished job; malloc'd. */
+    /* The body of a whole (non-streaming) answer of a finished job; malloc'd. A counting endpoint (an
+     * R_COUNT route: nothing runs) answers its parsed, never submitted job. */
     char *(*response)(const void *call, const job *j, const gm_tokenizer *tok);
     /* A stream's next bytes for what the reader took; when v->end or v->err, the stream's end too. */
     void (*render)(const void *call, const stream_view *v, const gm_tokenizer *tok, srv_buf *out);
@@ -346,6 +353,19 @@ bool srv_token_id(const struct cJSON *e, int V, int32_t *out);
 char *srv_clean_utf8(const char *s, size_t n);
 /* {"error": {...}}; malloc'd. */
 char *openai_error_json(const char *type, const char *code, const char *msg);
+
+/* ---------------------------------------------------------------- OpenAI Responses (responses.c) */
+
+/* /v1/responses and /v1/responses/input_tokens (its count). */
+extern const gen_endpoint openai_responses, openai_responses_count;
+/* Recent responses kept for previous_response_id, per API key: at most max_items and max_bytes (the
+ * oldest go first); shared by the connection threads. NULL when max_items is 0 (none kept). */
+typedef struct resp_store resp_store;
+resp_store *resp_store_new(int max_items, size_t max_bytes);
+void resp_store_free(resp_store *s);
+/* GET /v1/responses/{id} (del false) or DELETE: the JSON to answer (malloc'd) and its *status; a 404 for
+ * an id not kept under key. */
+char *resp_store_answer(resp_store *s, int key, const char *id, bool del, int *status);
 
 /* ---------------------------------------------------------------- OpenAI tools (openai_tools.c) */
 
