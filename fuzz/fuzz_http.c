@@ -14,7 +14,8 @@
  *  - the answer is a run of whole responses, each starting "HTTP/1.x NNN " and delimited by its
  *    Content-Length, its chunked encoding, or the end of the connection;
  *  - an application/json body is a JSON object; a 200 text/event-stream body is SSE `data:` events of
- *    JSON objects (and comments), ending with [DONE];
+ *    JSON objects (and comments), ending with [DONE], or (Responses) `event:` + `data:` events ending with
+ *    response.completed, .incomplete or .failed;
  *  - no 500 except for running out of memory. */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -76,6 +77,8 @@ static srv_options options(bool guarded) {
         o.cors = "https://app.example";
         o.allowed_hosts = "app.example,api.example";
         o.lookup = true;
+        o.responses_store = 4; /* /v1/responses kept for previous_response_id, per key */
+        o.responses_store_bytes = 1 << 16;
     }
     return o;
 }
@@ -256,13 +259,18 @@ static void check_json_object(const char *s, size_t n, const char *what) {
 
 /* SSE: events of `data: ` + JSON object, or comments (":" lines: the half-close probe), then [DONE]. */
 static void check_sse(const char *p, size_t n) {
-    const char *end = p + n;
+    const char *end = p + n, *last = NULL; /* a typed stream's last event */
     bool done = false;
     while (p < end) {
         const char *e = find(p, end, "\n\n");
         if (!e) fail("an SSE event not ended by a blank line");
         if (done) fail("an SSE event after [DONE]");
         if (*p == ':') {
+        } else if (!strncmp(p, "event: ", 7)) { /* Responses: the event's type, then its data */
+            const char *nl = find(p, e, "\n");
+            if (!nl || strncmp(nl + 1, "data: ", 6)) fail("an SSE event line without its data");
+            check_json_object(nl + 7, (size_t)(e - nl - 7), "an SSE event");
+            last = p + 7;
         } else if (e - p == 12 && !strncmp(p, "data: [DONE]", 12)) {
             done = true;
         } else if (!strncmp(p, "data: ", 6)) {
@@ -271,6 +279,12 @@ static void check_sse(const char *p, size_t n) {
             fail("an SSE line that is neither data nor a comment");
         }
         p = e + 2;
+    }
+    if (last && !done) {
+        if (strncmp(last, "response.completed\n", 19) && strncmp(last, "response.incomplete\n", 20) &&
+            strncmp(last, "response.failed\n", 16))
+            fail("a typed stream that does not end with its final event");
+        return;
     }
     if (!done) fail("a stream without [DONE]");
 }

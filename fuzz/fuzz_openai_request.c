@@ -1,6 +1,7 @@
-/* fuzz/fuzz_openai_request.c — libFuzzer harness for the server's OpenAI request parser and response
- * writer (server/openai.c, through its gen_endpoint). Byte 0 picks the endpoint (bit 0: chat or completions) and whether the
- * rendered job fails midway (bit 1); the rest is the body.
+/* fuzz/fuzz_openai_request.c — libFuzzer harness for the server's OpenAI request parsers and response
+ * writers (server/openai.c, server/responses.c, through their gen_endpoints). Byte 0 picks the endpoint (bits 0
+ * and 2: completions, chat, responses, responses' input_tokens) and whether the rendered job fails midway
+ * (bit 1); the rest is the body. Responses keep finished answers in a small store (previous_response_id).
  * Properties (abort() on violation):
  *  - the endpoint's parse either accepts (then: a non-empty prompt of in-vocabulary ids shorter than the
  *    context, n in 1..8, max_tokens within the limits, sampling options gm_sampling_validate accepts,
@@ -20,12 +21,14 @@
 
 static gm_tokenizer *g_tok;
 static srv_options g_opt;
+static resp_store *g_store;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
     g_tok = fv_build(true, NULL);
     g_opt = (srv_options){.parallel = 4, .max_prompt = 200, .max_tokens = 256, .n_ctx = 256};
+    g_store = resp_store_new(4, 64 << 10);
     return 0;
 }
 
@@ -91,6 +94,29 @@ static void check_sse(const srv_buf *out, bool failed) {
     if (failed != saw_error) fail(failed ? "a failed stream without its error event" : "an error event in a good stream");
 }
 
+/* Responses' SSE: `event: T` / `data: {"type": T, ..., "sequence_number": 0, 1, ...}` blocks, ending with
+ * response.completed or .incomplete, or (failed) an error event and response.failed. */
+static void check_typed_sse(const srv_buf *out, bool failed) {
+    const char *p = out->p, *end = out->p + out->len;
+    double seq = 0;
+    char last[64] = "";
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p)), *e = memmem(p, (size_t)(end - p), "\n\n", 2);
+        if (!nl || !e || strncmp(p, "event: ", 7) || strncmp(nl + 1, "data: ", 6)) fail("typed SSE framing");
+        cJSON *o = cJSON_ParseWithLength(nl + 7, (size_t)(e - nl - 7));
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type"), *sn = cJSON_GetObjectItemCaseSensitive(o, "sequence_number");
+        if (!cJSON_IsString(type) || (size_t)(nl - p - 7) != strlen(type->valuestring) ||
+            strncmp(p + 7, type->valuestring, (size_t)(nl - p - 7)))
+            fail("an event whose data does not name its type");
+        if (!cJSON_IsNumber(sn) || sn->valuedouble != seq++) fail("sequence numbers are not 0, 1, 2, ...");
+        snprintf(last, sizeof last, "%s", type->valuestring);
+        cJSON_Delete(o);
+        p = e + 2;
+    }
+    if (failed ? strcmp(last, "response.failed") : strcmp(last, "response.completed") && strcmp(last, "response.incomplete"))
+        fail("the stream does not end with its final event");
+}
+
 /* Choice c holds `text` (visible up to its first half: the rest could still be a stop string) and,
  * when asked, two log-probability entries splitting the text. */
 static void fill_choice(const job *j, gen_session *c, int i, const uint8_t *text, size_t len) {
@@ -127,7 +153,8 @@ static void check_rendering(call *k, const uint8_t *text, size_t len, bool fail_
     for (int steps = 0; !k->rd.closed; steps++)
         if (!stream_step(k) || steps > 2) fail("a finished job's stream does not end");
     if (stream_step(k)) fail("something to send after the end");
-    check_sse(&k->out, fail_midway);
+    if (k->ep == &openai_responses) check_typed_sse(&k->out, fail_midway);
+    else check_sse(&k->out, fail_midway);
     if (fail_midway) return;
     char *resp = k->ep->response(k->state, j, g_tok);
     if (!resp) fail("no response");
@@ -137,18 +164,29 @@ static void check_rendering(call *k, const uint8_t *text, size_t len, bool fail_
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1 || !g_tok) return 0;
-    call k = {.j = job_new(), .ep = data[0] & 1 ? &openai_chat : &openai_completions};
+    static const gen_endpoint *const endpoints[] = {&openai_completions, &openai_chat, &openai_responses,
+                                                    &openai_responses_count};
+    call k = {.j = job_new(), .ep = endpoints[(data[0] & 1) | ((data[0] & 4) >> 1)]};
     if (!k.j) return 0;
     const bool fail_midway = data[0] & 2;
-    const gen_call_in in = {(const char *)data + 1, size - 1, g_tok, &g_opt, 256, "m\"odel", NULL}; /* no vision encoder: image parts are 400s */
+    /* no vision encoder: image parts are 400s */
+    const gen_call_in in = {(const char *)data + 1, size - 1, g_tok, &g_opt, 256, "m\"odel", NULL, g_store, data[0] >> 3};
     srv_error err = {0};
     if ((k.state = k.ep->parse(&in, &k.j->rq, &err))) {
         if (err.status) fail("accepted with an error set");
         check_accepted(&k.j->rq);
-        check_rendering(&k, data + 1, size - 1 < 512 ? size - 1 : 512, fail_midway);
+        if (k.ep == &openai_responses_count) { /* a count: answered from the parsed request, nothing runs */
+            char *c = k.ep->response(k.state, k.j, g_tok);
+            if (!c) fail("no count");
+            check_json_object(c, strlen(c));
+            free(c);
+        } else {
+            check_rendering(&k, data + 1, size - 1 < 512 ? size - 1 : 512, fail_midway);
+        }
         k.ep->free_call(k.state);
     } else {
-        if ((err.status != 400 && err.status != 500) || !err.msg[0]) fail("a refusal without a 400 and a message");
+        if ((err.status != 400 && err.status != 404 && err.status != 500) || !err.msg[0])
+            fail("a refusal without a 400 (404: an unknown previous_response_id) and a message");
         char *e = openai_error_json(err.type, err.code, err.msg);
         if (!e) fail("no error JSON");
         check_json_object(e, strlen(e));
