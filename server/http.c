@@ -683,11 +683,11 @@ static MHD_Result dispatch(struct MHD_Connection *c, server *s, req *r, const ro
     }
 }
 
-static MHD_Result preflight(struct MHD_Connection *c, server *s, req *r, bool want_post) {
+static MHD_Result preflight(struct MHD_Connection *c, server *s, req *r, const char *methods) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!resp) return MHD_NO;
     add_common_headers(s, resp);
-    MHD_add_response_header(resp, "Access-Control-Allow-Methods", want_post ? "POST, OPTIONS" : "GET, OPTIONS");
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", methods);
     MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version");
     MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     r->status = 204;
@@ -715,7 +715,8 @@ static MHD_Result first_call(struct MHD_Connection *c, server *s, req *r, const 
     if (rt != R_HEALTH && guard_open(s->guard) > s->o->max_conns)
         return reply_error(c, s, r, 503, "server_error", NULL,
                            "the server holds too many connections (--max-conns); retry later");
-    if (s->o->cors && !strcmp(method, "OPTIONS")) return preflight(c, s, r, want_post); /* no key needed to ask */
+    if (s->o->cors && !strcmp(method, "OPTIONS")) /* no key needed to ask */
+        return preflight(c, s, r, want_post ? "POST, OPTIONS" : rt == R_STORED ? "GET, DELETE, OPTIONS" : "GET, OPTIONS");
     const bool is_delete = rt == R_STORED && !strcmp(method, "DELETE"); /* a kept response can be deleted */
     if (want_post ? !is_post : !(is_get || is_delete)) {
         char msg[96];
