@@ -61,7 +61,8 @@ typedef enum { SRV_LOADING, SRV_READY, SRV_DRAINING, SRV_STOPPING } srv_state;
 
 static srv_state state_of(const struct srv *s) { return (srv_state)__atomic_load_n(&s->state, __ATOMIC_ACQUIRE); }
 
-typedef enum { R_NONE, R_PAGE, R_HEALTH, R_MODELS, R_METRICS, R_GENERATE, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS } route;
+typedef enum { R_NONE, R_PAGE, R_HEALTH, R_MODELS, R_METRICS, R_GENERATE, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS,
+               R_COUNT } route;
 
 /* A path the server answers: what it does, its method, the wire format of its answers and errors, and
  * (R_GENERATE) the endpoint that translates that format. A new protocol is an endpoint and rows here. */
@@ -102,6 +103,7 @@ srv_error srv_error_of(int status, const char *type, const char *code, const cha
 char *srv_error_json(srv_protocol p, const srv_error *e) {
     switch (p) {
     case PROTO_OPENAI: break;
+    case PROTO_ANTHROPIC: return anthropic_error_json(e);
     }
     return openai_error_json(e->type, e->code, e->msg);
 }
@@ -459,6 +461,28 @@ static MHD_Result completion(struct MHD_Connection *c, server *s, req *r, const 
     return j->rq.stream ? start_stream(c, s, r, j, ep, call) : finish_blocking(c, s, r, j, ep, call);
 }
 
+/* A generation request's prompt counted, not run (Anthropic's count_tokens): the endpoint reads the body as
+ * it would to generate, and its response() answers for the job, which is never submitted. */
+static MHD_Result count_tokens(struct MHD_Connection *c, server *s, req *r, const gen_endpoint *ep) {
+    job *j = job_new();
+    if (!j) return reply_error(c, s, r, 500, "server_error", NULL, "out of memory");
+    const gen_call_in in = {r->body, r->len, s->tok, s->o, s->n_ctx, s->model_id, s->media};
+    srv_error e = {0};
+    guard_parse_enter(s->guard);
+    void *call = ep->parse(&in, &j->rq, &e);
+    guard_parse_leave(s->guard);
+    MHD_Result ret;
+    if (call) {
+        r->prompt = j->rq.n_prompt;
+        ret = reply(c, s, r, 200, "application/json", ep->response(call, j, s->tok));
+        ep->free_call(call);
+    } else {
+        ret = reply_error(c, s, r, e.status, e.type, e.code, e.msg);
+    }
+    job_release(j);
+    return ret;
+}
+
 typedef struct embed_watch {
     server *s;
     conn_watch w; /* still_there() decides as for completions */
@@ -608,6 +632,8 @@ static const route_row routes[] = {
     {"/detokenize", R_DETOKENIZE, true, PROTO_OPENAI, NULL, "/detokenize"},
     {"/v1/embeddings", R_EMBEDDINGS, true, PROTO_OPENAI, NULL, "/v1/embeddings"},
     {"/embeddings", R_EMBEDDINGS, true, PROTO_OPENAI, NULL, "/v1/embeddings"},
+    {"/v1/messages", R_GENERATE, true, PROTO_ANTHROPIC, &anthropic_messages, "/v1/messages"},
+    {"/v1/messages/count_tokens", R_COUNT, true, PROTO_ANTHROPIC, &anthropic_count_tokens, "/v1/messages/count_tokens"},
 };
 
 static const route_row no_route = {"", R_NONE, false, PROTO_OPENAI, NULL, "other"};
@@ -640,6 +666,7 @@ static MHD_Result dispatch(struct MHD_Connection *c, server *s, req *r, const ro
     case R_TOKENIZE: return tokenize(c, s, r);
     case R_DETOKENIZE: return detokenize(c, s, r);
     case R_EMBEDDINGS: return embeddings(c, s, r);
+    case R_COUNT: return count_tokens(c, s, r, row->ep);
     default: return reply_error(c, s, r, 404, "invalid_request_error", NULL, "no such endpoint");
     }
 }
