@@ -14,7 +14,8 @@
  *  - the answer is a run of whole responses, each starting "HTTP/1.x NNN " and delimited by its
  *    Content-Length, its chunked encoding, or the end of the connection;
  *  - an application/json body is a JSON object; a 200 text/event-stream body is SSE `data:` events of
- *    JSON objects (and comments), ending with [DONE];
+ *    JSON objects (and comments), ending with [DONE] (Anthropic's: `event:` + `data:` events ending with
+ *    message_stop or error);
  *  - no 500 except for running out of memory. */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -254,10 +255,11 @@ static void check_json_object(const char *s, size_t n, const char *what) {
     cJSON_Delete(o);
 }
 
-/* SSE: events of `data: ` + JSON object, or comments (":" lines: the half-close probe), then [DONE]. */
+/* SSE: events of `data: ` + JSON object, or comments (":" lines: the half-close probe), then [DONE]; or
+ * (Anthropic's) `event: NAME` + `data: ` JSON object events, ending with message_stop or error. */
 static void check_sse(const char *p, size_t n) {
     const char *end = p + n;
-    bool done = false;
+    bool done = false, named = false;
     while (p < end) {
         const char *e = find(p, end, "\n\n");
         if (!e) fail("an SSE event not ended by a blank line");
@@ -267,12 +269,18 @@ static void check_sse(const char *p, size_t n) {
             done = true;
         } else if (!strncmp(p, "data: ", 6)) {
             check_json_object(p + 6, (size_t)(e - p - 6), "an SSE event");
+        } else if (!strncmp(p, "event: ", 7)) {
+            const char *data = find(p, e, "\ndata: ");
+            if (!data) fail("an SSE event line without its data");
+            check_json_object(data + 7, (size_t)(e - data - 7), "an SSE event");
+            named = true;
+            done = (data - p == 20 && !strncmp(p + 7, "message_stop", 12)) || (data - p == 12 && !strncmp(p + 7, "error", 5));
         } else {
             fail("an SSE line that is neither data nor a comment");
         }
         p = e + 2;
     }
-    if (!done) fail("a stream without [DONE]");
+    if (!done) fail(named ? "a stream without message_stop" : "a stream without [DONE]");
 }
 
 static void check_body(const response *r) {

@@ -315,7 +315,9 @@ static bool system_prompt(walk *w, const cJSON *sys) {
     }
     cJSON_ArrayForEach(b, sys) {
         const char *t = field(b, "text")->valuestring;
-        if (!*t) continue;
+        /* Claude Code's billing stamp (it changes every request): not instructions, and it would make every
+         * request's prompt differ from its first tokens on, so that nothing came from the prefix cache */
+        if (!*t || !strncmp(t, "x-anthropic-billing-header:", 27)) continue;
         if (!w->role && !open_msg(w, "system", "system")) return false;
         if (!add_text(w, t, true)) return false;
     }
@@ -480,11 +482,10 @@ static bool output_config(const cJSON *root, gen_request *rq, srv_error *e) {
 /* max_tokens is required, as Anthropic's API requires it. It bounds the reply; past --max-tokens it is
  * --max-tokens, and past the room the context leaves the reply runs to the end of the context (stop_reason
  * model_context_window_exceeded): clients send large values by habit (Claude Code: 32000). */
-static bool max_tokens_field(const cJSON *root, const srv_options *o, int *out, srv_error *e) {
+static bool max_tokens_field(const cJSON *root, const srv_options *o, int *asked, int *out, srv_error *e) {
     if (!field(root, "max_tokens")) return bad(e, "max_tokens: Field required");
-    double mt = 0;
-    if (!srq_num(root, "max_tokens", NULL, 1, 1e9, true, &mt, e)) return false;
-    *out = mt > o->max_tokens ? o->max_tokens : (int)mt;
+    if (!srq_int(root, "max_tokens", NULL, 1, 1 << 30, asked, e)) return false;
+    *out = *asked > o->max_tokens ? o->max_tokens : *asked;
     return true;
 }
 
@@ -498,12 +499,12 @@ static bool parse_body(const gen_call_in *in, const cJSON *root, gen_request *rq
     if (model && !cJSON_IsString(model)) return bad(e, "model must be a string");
     if (meta && !cJSON_IsObject(meta)) return bad(e, "metadata must be an object");
     if (tier && !cJSON_IsString(tier)) return bad(e, "service_tier must be a string");
-    int max_tokens = 0;
-    if (!count && !max_tokens_field(root, o, &max_tokens, e)) return false;
+    int asked = 0, max_tokens = 0;
+    if (!count && !max_tokens_field(root, o, &asked, &max_tokens, e)) return false;
     rq->n = 1;
     rq->speculative = o->lookup || o->draft_model_path;
     if (!sampling(root, rq, e) || !srq_bool(root, "stream", NULL, &rq->stream, e) || !stop_sequences(root, rq, e) ||
-        !thinking(root, max_tokens, e) || !output_config(root, rq, e) || !read_tools(field(root, "tools"), rq, e) ||
+        !thinking(root, asked, e) || !output_config(root, rq, e) || !read_tools(field(root, "tools"), rq, e) ||
         !read_tool_choice(field(root, "tool_choice"), in->tok, rq, e) || !conversation(in, root, rq, e))
         return false;
     if (count) return true;

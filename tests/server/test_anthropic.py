@@ -258,6 +258,10 @@ def test_count_tokens(env):
     with_tools = c.messages.count_tokens(model="gemma", system=SYSTEM, messages=[{"role": "user", "content": ASK}],
                                          tools=[WEATHER], thinking={"type": "enabled", "budget_tokens": 2048})
     assert with_tools.input_tokens > n.input_tokens, (with_tools, n)
+    # Claude Code's billing stamp (new every request) is not part of the prompt: the prefix cache keeps working
+    stamped = c.messages.count_tokens(model="gemma", messages=[{"role": "user", "content": ASK}], system=[
+        {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.0; cch=1f2e3;"}, {"type": "text", "text": SYSTEM}])
+    assert stamped.input_tokens == n.input_tokens, (stamped, n)
     st, _, data = srv.request("POST", "/v1/messages/count_tokens", {"messages": [{"role": "user", "content": "hi"}]},
                               headers={"Content-Type": "application/json"})
     assert st == 200 and set(json.loads(data)) == {"input_tokens"}, data
@@ -288,8 +292,10 @@ def test_stop_sequences_and_max_tokens(env):
     # max_tokens: the reply stops there
     st, m = create_raw(srv, max_tokens=3)
     assert st == 200 and m["stop_reason"] == "max_tokens" and m["usage"]["output_tokens"] == 3, m
-    # larger than the context leaves: the reply may run to the end of the context (not a 400)
-    st, m = create_raw(srv, max_tokens=10 ** 6, stop_sequences=[" "], messages=[{"role": "user", "content": "Say hello world"}])
+    # larger than the context leaves: the reply may run to the end of the context (not a 400); a thinking budget
+    # is checked against the max_tokens asked for
+    st, m = create_raw(srv, max_tokens=10 ** 6, stop_sequences=[" "], messages=[{"role": "user", "content": "Say hello world"}],
+                       thinking={"type": "enabled", "budget_tokens": 4096})
     assert st == 200 and m["stop_reason"] in STOP_REASONS, m
     # required, as Anthropic requires it
     body = {"model": "g", "messages": [{"role": "user", "content": "hi"}]}
