@@ -274,7 +274,7 @@ static void check_sse(const char *p, size_t n) {
             if (!data) fail("an SSE event line without its data");
             check_json_object(data + 7, (size_t)(e - data - 7), "an SSE event");
             named = true;
-            done = (data - p == 20 && !strncmp(p + 7, "message_stop", 12)) || (data - p == 12 && !strncmp(p + 7, "error", 5));
+            done = (data - p == 19 && !strncmp(p + 7, "message_stop", 12)) || (data - p == 12 && !strncmp(p + 7, "error", 5));
         } else {
             fail("an SSE line that is neither data nor a comment");
         }

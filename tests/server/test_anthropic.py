@@ -2,10 +2,11 @@
 `anthropic` client and raw HTTP: the answer's and the stream's shapes field by field (event names and order,
 content block indices), greedy text equal to /v1/chat/completions for the same conversation, tool_use ->
 tool_result round trips on the default Gemma 3 model, count_tokens, stop_sequences and max_tokens stop
-reasons, structured output, x-api-key, image blocks on a vision server, and every refusal a 400 (or 401,
+reasons, structured output, x-api-key, image blocks on a vision server, Gemma 4's and FunctionGemma's tool
+tokens (tiny random models), and every refusal a 400 (or 401,
 405, 415) in Anthropic's error shape.
 
-usage: test_anthropic.py GEMMA MODEL MMPROJ"""
+usage: test_anthropic.py GEMMA MODEL [MMPROJ [TOOL_MODELS_DIR]]"""
 import base64
 import json
 import os
@@ -424,12 +425,47 @@ def test_image_block(env):
         check_error(st, data2, 400, "invalid_request_error", ["tool result"])
 
 
+def test_marker_formats(env):
+    """Gemma 4's and FunctionGemma's tool tokens (tiny random models): calls required, the same calls as
+    /v1/chat/completions asks for, streamed the same, and the results going back."""
+    if not env.get("tools"):
+        print("  (no tool models given: marker formats not tested)")
+        return
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    openai_tool = {"type": "function", "function": {"name": WEATHER["name"], "description": WEATHER["description"],
+                                                     "parameters": WEATHER["input_schema"]}}
+    for name in ("gemma4-tools.gguf", "functiongemma.gguf"):
+        with Server(env["bin"], model=os.path.join(env["tools"], name), parallel=1) as s:
+            c = client(s)
+            one = {"type": "any", "disable_parallel_tool_use": True}  # random models call on and on otherwise
+            r = c.messages.create(model="g", max_tokens=200, messages=ask, tools=[WEATHER], tool_choice=one,
+                                  extra_body=GREEDY)
+            calls = [(b.name, b.input) for b in r.content if b.type == "tool_use"]
+            assert r.stop_reason == "tool_use" and calls, (name, r)
+            for _, args in calls:
+                jsonschema.validate(args, WEATHER["input_schema"])
+            st, chat = s.post("/v1/chat/completions", {"messages": ask, "tools": [openai_tool], "tool_choice": "required",
+                                                      "parallel_tool_calls": False, "max_tokens": 200, "temperature": 0})
+            assert st == 200 and [(t["function"]["name"], json.loads(t["function"]["arguments"]))
+                                  for t in chat["choices"][0]["message"]["tool_calls"]] == calls, (name, chat, calls)
+            with c.messages.stream(model="g", max_tokens=200, messages=ask, tools=[WEATHER], tool_choice=one,
+                                   extra_body=GREEDY) as st_:
+                final = st_.get_final_message()
+            assert [(b.name, b.input) for b in final.content if b.type == "tool_use"] == calls, (name, final)
+            history = ask + [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in r.content]},
+                             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": b.id, "content": "sunny"}
+                                                          for b in r.content if b.type == "tool_use"]}]
+            r2 = c.messages.create(model="g", max_tokens=8, messages=history, tools=[WEATHER], extra_body=GREEDY)
+            assert r2.stop_reason in STOP_REASONS, (name, r2)
+
+
 def main():
     binary, model = sys.argv[1], sys.argv[2]
-    env = {"bin": binary, "model": model, "mmproj": sys.argv[3] if len(sys.argv) > 3 else None}
+    env = {"bin": binary, "model": model, "mmproj": sys.argv[3] if len(sys.argv) > 3 else None,
+           "tools": sys.argv[4] if len(sys.argv) > 4 else None}
     tests = [test_create, test_greedy_equals_chat, test_stream, test_tools_round_trip, test_count_tokens,
              test_stop_sequences_and_max_tokens, test_structured_output, test_errors, test_metrics, test_api_key,
-             test_image_block]
+             test_image_block, test_marker_formats]
     only = os.environ.get("ONLY")
     if only:
         tests = [t for t in tests if t.__name__ in only.split(",")]
