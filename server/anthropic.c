@@ -20,7 +20,8 @@ enum { MAX_BLOCKS = 4096 };
 /* A stream's progress (the connection thread's alone): which content blocks it has opened. */
 typedef struct anth_stream {
     int blocks;             /* content blocks opened so far: the next one's index */
-    bool text_open;         /* the last of them is a text block still open */
+    enum { NONE_OPEN, TEXT_OPEN, THINKING_OPEN } open; /* the last of them, still open */
+    bool answered;          /* a text or tool_use block was opened */
     gen_finish finish;
     char stop[SRV_MAX_STOP_LEN + 1]; /* the stop sequence that ended it ("" none) */
     int n_calls;
@@ -704,9 +705,30 @@ static void block_delta(const anth_stream *st, srv_buf *out, const char *type, c
     put_indexed(out, "content_block_delta", st->blocks - 1, "delta", d);
 }
 
+/* The open block closed (a thinking block with its signature first: none here, so ""). */
 static void block_stop(anth_stream *st, srv_buf *out) {
+    if (st->open == NONE_OPEN) return;
+    if (st->open == THINKING_OPEN) block_delta(st, out, "signature_delta", "signature", cJSON_CreateString(""));
     put_indexed(out, "content_block_stop", st->blocks - 1, NULL, NULL);
-    st->text_open = false;
+    st->open = NONE_OPEN;
+}
+
+/* n bytes of text or thoughts into an open block of that kind (the other kind closed, this one opened). */
+static void block_text(anth_stream *st, srv_buf *out, bool thinking, const char *s, size_t n) {
+    const bool same = st->open == (thinking ? THINKING_OPEN : TEXT_OPEN);
+    if (!same) {
+        block_stop(st, out);
+        cJSON *b = thinking ? cJSON_CreateObject() : text_block("", 0);
+        if (thinking) {
+            cJSON_AddStringToObject(b, "type", "thinking");
+            cJSON_AddStringToObject(b, "thinking", "");
+            cJSON_AddStringToObject(b, "signature", "");
+        }
+        block_start(st, out, b);
+        st->open = thinking ? THINKING_OPEN : TEXT_OPEN;
+        st->answered = st->answered || !thinking;
+    }
+    if (n) block_delta(st, out, thinking ? "thinking_delta" : "text_delta", thinking ? "thinking" : "text", text_item(s, n));
 }
 
 /* message_start: the message with no content yet; then a ping, as Anthropic's streams begin. */
@@ -721,8 +743,9 @@ static void message_start(const anth_call *q, const stream_view *v, srv_buf *out
     put_event(out, "ping", event("ping"));
 }
 
-/* One piece: text into the open text block (opened first), a whole tool call as its own block (opened with
- * an empty input, the input as one input_json_delta, closed), the choice's end (the open block closed). */
+/* One piece: thoughts or text into an open block of their kind (opened first), a whole tool call as its own
+ * block (opened with an empty input, the input as one input_json_delta, closed), the choice's end (the open
+ * block closed). */
 static void put_piece(const anth_call *q, const stream_view *v, const stream_piece *pc, srv_buf *out) {
     anth_stream *st = q->st;
     if (pc->open) {
@@ -731,23 +754,18 @@ static void put_piece(const anth_call *q, const stream_view *v, const stream_pie
     }
     if (pc->call >= 0) {
         const char *id = v->text + pc->call_off, *name = id + strlen(id) + 1, *args = name + strlen(name) + 1;
-        if (st->text_open) block_stop(st, out);
-        block_start(st, out, tool_use_block(id, name, args, true));
-        block_delta(st, out, "input_json_delta", "partial_json", text_item(args, strlen(args)));
         block_stop(st, out);
+        block_start(st, out, tool_use_block(id, name, args, true));
+        st->answered = true;
+        block_delta(st, out, "input_json_delta", "partial_json", text_item(args, strlen(args)));
+        put_indexed(out, "content_block_stop", st->blocks - 1, NULL, NULL);
         return;
     }
-    if (pc->has_text && pc->text_n && v->text) {
-        if (!st->text_open) block_start(st, out, text_block("", 0));
-        st->text_open = true;
-        block_delta(st, out, "text_delta", "text", text_item(v->text + pc->text_off, pc->text_n));
-    }
+    if ((pc->has_text || pc->reasoning) && pc->text_n && v->text)
+        block_text(st, out, pc->reasoning, v->text + pc->text_off, pc->text_n);
     if (pc->finish) {
-        if (!st->blocks) { /* an empty reply: one empty text block, as the whole answer has */
-            block_start(st, out, text_block("", 0));
-            st->text_open = true;
-        }
-        if (st->text_open) block_stop(st, out);
+        if (!st->answered) block_text(st, out, false, "", 0); /* an empty reply: an empty text block, as answered whole */
+        block_stop(st, out);
         st->finish = pc->finish;
         st->n_calls = pc->n_calls;
         snprintf(st->stop, sizeof st->stop, "%s", pc->finish == GEN_STOP_STRING && pc->stop ? pc->stop : "");

@@ -129,6 +129,14 @@ static void take_choice(const job *j, int i, job_reader *rd, stream_view *v) {
         v->piece[v->n_pieces++] = (stream_piece){.choice = i, .open = true, .call = -1};
         m->opened = true;
     }
+    size_t rl = 0; /* thoughts come before the text they lead to */
+    const char *r = g->tp ? gm_tool_parser_reasoning(g->tp, &rl) : NULL;
+    if (rl > m->thought) {
+        stream_piece *pc = &v->piece[v->n_pieces++];
+        *pc = (stream_piece){.choice = i, .reasoning = true, .text_n = rl - m->thought, .call = -1};
+        view_text(v, r + m->thought, rl - m->thought, &pc->text_off);
+        m->thought = rl;
+    }
     if (g->visible > m->sent) {
         stream_piece *pc = &v->piece[v->n_pieces++];
         *pc = (stream_piece){.choice = i, .has_text = true, .text_n = g->visible - m->sent, .call = -1};
@@ -140,7 +148,7 @@ static void take_choice(const job *j, int i, job_reader *rd, stream_view *v) {
     /* the calls read since, each once complete (a call is sent whole: it was checked before it is shown);
      * a few per take, the rest the next time (the view has room for every choice's other pieces) */
     const int calls = gen_session_n_calls(g);
-    while (m->calls_sent < calls && v->n_pieces < (int)(sizeof v->piece / sizeof *v->piece) - 3 * SRV_MAX_N) {
+    while (m->calls_sent < calls && v->n_pieces < (int)(sizeof v->piece / sizeof *v->piece) - 4 * SRV_MAX_N) {
         const char *name = NULL, *args = NULL;
         gm_tool_parser_call(g->tp, (size_t)m->calls_sent, &name, &args);
         const char *id = g->call_id[m->calls_sent];

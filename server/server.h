@@ -134,6 +134,7 @@ int job_generated(const job *j); /* tokens taken by all its choices */
  * reader asking for many log-probabilities never holds up the scheduler. */
 typedef struct reader_mark {
     size_t sent;            /* bytes of text taken */
+    size_t thought;         /* bytes of thoughts taken */
     int lp_sent;            /* log-probability entries taken */
     int calls_sent;         /* tool calls taken */
     bool opened, finished;
@@ -147,6 +148,7 @@ typedef struct stream_piece {
     bool open;              /* the choice's first piece, alone (an endpoint may announce the choice) */
     size_t text_off, text_n; /* new visible text: view.text[text_off, +text_n) */
     bool has_text;
+    bool reasoning;         /* new thoughts (Gemma 4's thought channel) at view.text[text_off, +text_n), alone */
     int lp_off, lp_n;       /* log-probabilities: view.lp[lp_off, +lp_n) */
     size_t lp_first_offset; /* text offset of the first of them */
     gen_finish finish;      /* the finishing piece: why the choice ended */

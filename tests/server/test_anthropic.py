@@ -111,7 +111,7 @@ def check_stream_shape(events):
             open_index = d["index"]
             blocks.append(dict(d["content_block"]))
             b = blocks[-1]
-            assert (b["type"] == "text" and b == {"type": "text", "text": ""}) or \
+            assert b in ({"type": "text", "text": ""}, {"type": "thinking", "thinking": "", "signature": ""}) or \
                    (b["type"] == "tool_use" and set(b) == {"type", "id", "name", "input"} and b["input"] == {}), b
             if b["type"] == "tool_use":
                 b["partial"] = ""
@@ -121,6 +121,10 @@ def check_stream_shape(events):
             if delta["type"] == "text_delta":
                 assert b["type"] == "text" and set(delta) == {"type", "text"}, delta
                 b["text"] += delta["text"]
+            elif delta["type"] in ("thinking_delta", "signature_delta"):
+                key = delta["type"][:-6]
+                assert b["type"] == "thinking" and set(delta) == {"type", key}, delta
+                b[key] += delta[key]
             else:
                 assert delta["type"] == "input_json_delta" and b["type"] == "tool_use", delta
                 assert set(delta) == {"type", "partial_json"}, delta
@@ -457,6 +461,24 @@ def test_marker_formats(env):
                                                           for b in r.content if b.type == "tool_use"]}]
             r2 = c.messages.create(model="g", max_tokens=8, messages=history, tools=[WEATHER], extra_body=GREEDY)
             assert r2.stop_reason in STOP_REASONS, (name, r2)
+            if name.startswith("gemma4"):
+                thinking_stream(s)
+
+
+def thinking_stream(s):
+    """Gemma 4's thought channel streamed as thinking blocks. The random model opens it now and then when it
+    samples (~1 reply in 10 of 200 tokens): streams are drawn until one has thoughts."""
+    body = {"model": "g", "max_tokens": 200, "temperature": 1, "stream": True, "tools": [WEATHER],
+            "messages": [{"role": "user", "content": "hi"}]}
+    for _ in range(100):
+        st, _, raw = messages(s, body)
+        assert st == 200, raw
+        blocks, md = check_stream_shape(sse(raw))
+        thoughts = [b for b in blocks if b["type"] == "thinking"]
+        if thoughts:
+            assert all(b["thinking"] and b["signature"] == "" for b in thoughts), thoughts
+            return
+    raise AssertionError("no thinking block in 100 sampled streams")
 
 
 def main():
