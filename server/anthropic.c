@@ -16,6 +16,7 @@
 #include "gemma_chat.h"
 
 enum { MAX_BLOCKS = 4096 };
+#define COUNT(a) (sizeof(a) / sizeof *(a))
 
 /* A stream's progress (the connection thread's alone): which content blocks it has opened. */
 typedef struct anth_stream {
@@ -68,11 +69,6 @@ static bool type_is(const cJSON *block, const char *t) {
 
 /* ---------------------------------------------------------------- content blocks: checked first */
 
-/* A block's fields: known ones only, each of the right type. where: "messages[2].content[1]". */
-static bool block_known(const cJSON *b, const char *where, const char *const *known, size_t n, srv_error *e) {
-    return srq_known(b, where, known, n, e);
-}
-
 static bool need_string(const cJSON *b, const char *k, const char *where, srv_error *e) {
     if (cJSON_IsString(field(b, k))) return true;
     return bad(e, "%s.%s must be a string", where, k);
@@ -80,7 +76,7 @@ static bool need_string(const cJSON *b, const char *k, const char *where, srv_er
 
 static bool check_text(const cJSON *b, const char *where, srv_error *e) {
     static const char *const known[] = {"type", "text", "cache_control", "citations"};
-    if (!block_known(b, where, known, 4, e) || !need_string(b, "text", where, e)) return false;
+    if (!srq_known(b, where, known, COUNT(known), e) || !need_string(b, "text", where, e)) return false;
     const cJSON *cit = field(b, "citations");
     if (cit && !(cJSON_IsArray(cit) && !cit->child)) return bad(e, "%s.citations are not supported", where);
     return true;
@@ -89,25 +85,25 @@ static bool check_text(const cJSON *b, const char *where, srv_error *e) {
 /* image: {source: {type: base64, media_type, data} | {type: url, url}} */
 static bool check_image(const cJSON *b, const char *where, srv_error *e) {
     static const char *const known[] = {"type", "source", "cache_control"};
-    if (!block_known(b, where, known, 3, e)) return false;
+    if (!srq_known(b, where, known, COUNT(known), e)) return false;
     const cJSON *src = field(b, "source");
     if (!cJSON_IsObject(src)) return bad(e, "%s.source must be an object", where);
     char w[128];
     snprintf(w, sizeof w, "%s.source", where);
     if (type_is(src, "base64")) {
         static const char *const k64[] = {"type", "media_type", "data"};
-        return block_known(src, w, k64, 3, e) && need_string(src, "media_type", w, e) && need_string(src, "data", w, e);
+        return srq_known(src, w, k64, COUNT(k64), e) && need_string(src, "media_type", w, e) && need_string(src, "data", w, e);
     }
     if (type_is(src, "url")) {
         static const char *const kurl[] = {"type", "url"};
-        return block_known(src, w, kurl, 2, e) && need_string(src, "url", w, e);
+        return srq_known(src, w, kurl, COUNT(kurl), e) && need_string(src, "url", w, e);
     }
     return bad(e, "%s.type must be \"base64\" or \"url\" (the Files API is not supported)", w);
 }
 
 static bool check_tool_use(const cJSON *b, const char *where, srv_error *e) {
     static const char *const known[] = {"type", "id", "name", "input", "cache_control"};
-    if (!block_known(b, where, known, 5, e) || !need_string(b, "id", where, e) || !need_string(b, "name", where, e))
+    if (!srq_known(b, where, known, COUNT(known), e) || !need_string(b, "id", where, e) || !need_string(b, "name", where, e))
         return false;
     if (!cJSON_IsObject(field(b, "input"))) return bad(e, "%s.input must be an object", where);
     return true;
@@ -116,7 +112,7 @@ static bool check_tool_use(const cJSON *b, const char *where, srv_error *e) {
 /* tool_result: {tool_use_id, content: string | [text blocks], is_error} (images in results: not supported) */
 static bool check_tool_result(const cJSON *b, const char *where, srv_error *e) {
     static const char *const known[] = {"type", "tool_use_id", "content", "is_error", "cache_control"};
-    if (!block_known(b, where, known, 5, e) || !need_string(b, "tool_use_id", where, e)) return false;
+    if (!srq_known(b, where, known, COUNT(known), e) || !need_string(b, "tool_use_id", where, e)) return false;
     const cJSON *err = field(b, "is_error");
     if (err && !cJSON_IsBool(err)) return bad(e, "%s.is_error must be true or false", where);
     const cJSON *c = field(b, "content");
@@ -136,12 +132,12 @@ static bool check_tool_result(const cJSON *b, const char *where, srv_error *e) {
 
 static bool check_thinking(const cJSON *b, const char *where, srv_error *e) {
     static const char *const known[] = {"type", "thinking", "signature"};
-    return block_known(b, where, known, 3, e) && need_string(b, "thinking", where, e);
+    return srq_known(b, where, known, COUNT(known), e) && need_string(b, "thinking", where, e);
 }
 
 static bool check_redacted(const cJSON *b, const char *where, srv_error *e) {
     static const char *const known[] = {"type", "data"};
-    return block_known(b, where, known, 2, e);
+    return srq_known(b, where, known, COUNT(known), e);
 }
 
 /* One block of a message of role user (text, image, tool_result) or assistant (text, tool_use, thinking,
@@ -179,7 +175,7 @@ static bool check_messages(const cJSON *msgs, int limit, srv_error *e) {
         snprintf(where, sizeof where, "messages[%d]", i);
         if (!cJSON_IsObject(m)) return bad(e, "%s must be an object", where);
         const char *role = NULL;
-        if (!srq_known(m, where, known, 2, e) || !(role = role_of(m, i, e))) return false;
+        if (!srq_known(m, where, known, COUNT(known), e) || !(role = role_of(m, i, e))) return false;
         const cJSON *c = field(m, "content");
         if (!cJSON_IsString(c) && !cJSON_IsArray(c))
             return bad(e, "%s.content must be a string or a list of content blocks", where);
@@ -227,10 +223,8 @@ static bool add_text(walk *w, const char *s, bool separate) {
 }
 
 /* The user side's current message for text and images: this user turn, or the tool result it follows. */
-static bool user_side(walk *w, const char *where, bool *fresh) {
-    *fresh = false;
+static bool user_side(walk *w, const char *where) {
     if (w->role && (!strcmp(w->role, "user") || !strcmp(w->role, "tool"))) return true;
-    *fresh = true;
     return open_msg(w, "user", where);
 }
 
@@ -260,8 +254,7 @@ static bool tool_result_block(walk *w, const cJSON *b, const char *where) {
 }
 
 static bool user_message(walk *w, const cJSON *content, const char *where) {
-    bool fresh = false;
-    if (cJSON_IsString(content)) return user_side(w, where, &fresh) && add_text(w, content->valuestring, true);
+    if (cJSON_IsString(content)) return user_side(w, where) && add_text(w, content->valuestring, true);
     const cJSON *b;
     bool first = true; /* blocks of one message are concatenated as OpenAI's parts are; merged messages set apart */
     cJSON_ArrayForEach(b, content) {
@@ -270,7 +263,7 @@ static bool user_message(walk *w, const cJSON *content, const char *where) {
             first = true;
             continue;
         }
-        if (!user_side(w, where, &fresh)) return false;
+        if (!user_side(w, where)) return false;
         if (type_is(b, "image") ? !image_block(w, b, where) : !add_text(w, field(b, "text")->valuestring, first))
             return false;
         first = false;
@@ -363,7 +356,7 @@ static bool read_tools(const cJSON *tools, gen_request *rq, srv_error *e) {
         if (ty && !(cJSON_IsString(ty) && !strcmp(ty->valuestring, "custom")))
             return bad(e, "%s: server tools are not supported ('%.60s'); declare custom tools with name and input_schema",
                        where, cJSON_IsString(ty) ? ty->valuestring : "?");
-        if (!srq_known(t, where, known, sizeof known / sizeof *known, e)) return false;
+        if (!srq_known(t, where, known, COUNT(known), e)) return false;
         const cJSON *name = field(t, "name"), *desc = field(t, "description"), *schema = field(t, "input_schema");
         const cJSON *strict = field(t, "strict");
         if (!cJSON_IsString(name)) return bad(e, "%s.name must be a string", where);
@@ -385,7 +378,7 @@ static bool read_tool_choice(const cJSON *c, const gm_tokenizer *tok, gen_reques
         static const char *const known[] = {"type", "name", "disable_parallel_tool_use"};
         const cJSON *ty = field(c, "type"), *name = field(c, "name"), *dp = field(c, "disable_parallel_tool_use");
         if (!cJSON_IsObject(c) || !cJSON_IsString(ty)) return bad(e, "tool_choice must be an object with a string 'type'");
-        if (!srq_known(c, "tool_choice", known, 3, e)) return false;
+        if (!srq_known(c, "tool_choice", known, COUNT(known), e)) return false;
         if (dp && !cJSON_IsBool(dp)) return bad(e, "tool_choice.disable_parallel_tool_use must be true or false");
         parallel = !cJSON_IsTrue(dp);
         const char *t = ty->valuestring;
@@ -447,7 +440,9 @@ static bool thinking(const cJSON *root, int max_tokens, srv_error *e) {
     const cJSON *ty = field(t, "type");
     if (!cJSON_IsObject(t) || !cJSON_IsString(ty)) return bad(e, "thinking must be an object with a string 'type'");
     static const char *const known[] = {"type", "budget_tokens", "display"};
-    if (!srq_known(t, "thinking", known, sizeof known / sizeof *known, e)) return false;
+    if (!srq_known(t, "thinking", known, COUNT(known), e)) return false;
+    const cJSON *display = field(t, "display");
+    if (display && !cJSON_IsString(display)) return bad(e, "thinking.display must be a string");
     const char *k = ty->valuestring;
     if (!strcmp(k, "enabled")) {
         int budget = 0;
@@ -467,14 +462,14 @@ static bool output_config(const cJSON *root, gen_request *rq, srv_error *e) {
     if (!oc) return true;
     static const char *const known[] = {"format", "effort"};
     if (!cJSON_IsObject(oc)) return bad(e, "output_config must be an object");
-    if (!srq_known(oc, "output_config", known, 2, e)) return false;
+    if (!srq_known(oc, "output_config", known, COUNT(known), e)) return false;
     const cJSON *f = field(oc, "format"), *ef = field(oc, "effort");
     if (ef && !cJSON_IsString(ef)) return bad(e, "output_config.effort must be a string");
     if (!f) return true;
     static const char *const fknown[] = {"type", "schema"};
     if (!cJSON_IsObject(f) || !type_is(f, "json_schema"))
         return bad(e, "output_config.format must be {\"type\": \"json_schema\", \"schema\": {...}}");
-    if (!srq_known(f, "output_config.format", fknown, 2, e)) return false;
+    if (!srq_known(f, "output_config.format", fknown, COUNT(fknown), e)) return false;
     const cJSON *schema = field(f, "schema");
     if (!cJSON_IsObject(schema)) return bad(e, "output_config.format.schema must be a JSON schema object");
     return srq_schema(rq, "output_config.format", schema, e);
@@ -493,8 +488,8 @@ static bool max_tokens_field(const cJSON *root, const srv_options *o, int *asked
 static bool parse_body(const gen_call_in *in, const cJSON *root, gen_request *rq, anth_call *q, srv_error *e) {
     const srv_options *o = in->o;
     const bool count = q->count;
-    if (!(count ? srq_known(root, NULL, count_fields, sizeof count_fields / sizeof *count_fields, e)
-                : srq_known(root, NULL, message_fields, sizeof message_fields / sizeof *message_fields, e)))
+    if (!(count ? srq_known(root, NULL, count_fields, COUNT(count_fields), e)
+                : srq_known(root, NULL, message_fields, COUNT(message_fields), e)))
         return false;
     const cJSON *model = field(root, "model"), *meta = field(root, "metadata"), *tier = field(root, "service_tier");
     if (model && !cJSON_IsString(model)) return bad(e, "model must be a string");
