@@ -4,6 +4,7 @@
  *                transport (a thread per connection; each blocks on its job while the scheduler fills it)
  *   openai.c     the OpenAI wire format as two gen_endpoints: request JSON -> a gen_request (validation,
  *                400s) and a job's sessions -> response / Server-Sent Events chunks
+ *   anthropic.c  Anthropic's Messages API (/v1/messages, count_tokens) as gen_endpoints, the same way
  *   scheduler.c  the one thread that owns the engine: admits queued jobs, runs one forward call per step
  *                (a decode row for every active sequence plus a chunk of pending prompt), samples, and
  *                feeds every token to its choice's session; no HTTP, no JSON
