@@ -340,7 +340,8 @@ static bool conversation(const gen_call_in *in, const cJSON *root, gen_request *
 
 /* ---------------------------------------------------------------- tools */
 
-/* tools: custom tools {name, description, input_schema}; a server tool (web_search, bash, ...) is a 400. */
+/* tools: custom tools {name, description, input_schema}; a server tool (web_search, bash, ...) is a 400.
+ * defer_loading (Claude Code's tool search) is accepted: every tool is declared in the prompt. */
 static bool read_tools(const cJSON *tools, gen_request *rq, srv_error *e) {
     if (!tools) return true;
     if (!cJSON_IsArray(tools)) return bad(e, "tools must be a list of tools");
@@ -362,7 +363,6 @@ static bool read_tools(const cJSON *tools, gen_request *rq, srv_error *e) {
         if (!cJSON_IsString(name)) return bad(e, "%s.name must be a string", where);
         if (desc && !cJSON_IsString(desc)) return bad(e, "%s.description must be a string", where);
         if (strict && !cJSON_IsBool(strict)) return bad(e, "%s.strict must be true or false", where);
-        if (cJSON_IsTrue(field(t, "defer_loading"))) return bad(e, "%s.defer_loading (tool search) is not supported", where);
         if (!cJSON_IsObject(schema)) return bad(e, "%s.input_schema: Field required (a JSON schema object)", where);
         if (!srq_tool(rq, where, name->valuestring, desc ? desc->valuestring : NULL, schema, e)) return false;
     }
@@ -404,8 +404,10 @@ static bool read_tool_choice(const cJSON *c, const gm_tokenizer *tok, gen_reques
 static const char *const message_fields[] = {
     "model", "messages", "system", "max_tokens", "stop_sequences", "stream", "temperature", "top_p", "top_k", "tools",
     "tool_choice", "thinking", "output_config",
-    /* ignored: bookkeeping that cannot change the tokens */
-    "metadata", "service_tier"};
+    /* ignored: bookkeeping that cannot change the tokens; prompt caching is automatic here (cache_control);
+     * context editing (context_management, which Claude Code sends) is not done: the whole conversation is
+     * the prompt */
+    "metadata", "service_tier", "cache_control", "speed", "inference_geo", "context_management"};
 static const char *const count_fields[] = {"model", "messages", "system", "tools", "tool_choice", "thinking",
                                            "output_config"};
 
@@ -492,9 +494,11 @@ static bool parse_body(const gen_call_in *in, const cJSON *root, gen_request *rq
                 : srq_known(root, NULL, message_fields, COUNT(message_fields), e)))
         return false;
     const cJSON *model = field(root, "model"), *meta = field(root, "metadata"), *tier = field(root, "service_tier");
+    const cJSON *cm = field(root, "context_management");
     if (model && !cJSON_IsString(model)) return bad(e, "model must be a string");
     if (meta && !cJSON_IsObject(meta)) return bad(e, "metadata must be an object");
     if (tier && !cJSON_IsString(tier)) return bad(e, "service_tier must be a string");
+    if (cm && !cJSON_IsObject(cm)) return bad(e, "context_management must be an object");
     int asked = 0, max_tokens = 0;
     if (!count && !max_tokens_field(root, o, &asked, &max_tokens, e)) return false;
     rq->n = 1;

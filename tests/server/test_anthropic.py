@@ -331,6 +331,8 @@ def test_errors(env):
         check_error(st, data, status, etype, words)
 
     bad({"frobnicate": 1}, ["frobnicate"])
+    bad({"mcp_servers": [{"type": "url", "url": "https://example.com", "name": "x"}]}, ["mcp_servers"])
+    bad({"context_management": "auto"}, ["context_management"])
     bad({"messages": [{"role": "user", "content": "hi", "name": "x"}]}, ["messages[0].name"])
     bad({"messages": [{"role": "system", "content": "hi"}]}, ["role"])
     bad({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}, ["document"])
@@ -355,7 +357,9 @@ def test_errors(env):
         assert e.status_code == 400 and e.body["error"]["type"] == "invalid_request_error", e.body
     # accepted and ignored, or accepted with no effect on the prompt
     st, _, data = messages(srv, dict(ok, metadata={"user_id": "u1"}, service_tier="auto", top_k=5, top_p=0.9,
-                                     thinking={"type": "disabled"}))
+                                     thinking={"type": "disabled"}, cache_control={"type": "ephemeral"},
+                                     context_management={"edits": [{"type": "clear_tool_uses_20250919"}]},
+                                     tools=[dict(WEATHER, defer_loading=True, cache_control={"type": "ephemeral"})]))
     assert st == 200, data
     # early refusals of the HTTP layer come in Anthropic's shape too
     st, _, data = srv.request("GET", "/v1/messages", headers={})
