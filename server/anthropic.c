@@ -507,8 +507,8 @@ static bool parse_body(const gen_call_in *in, const cJSON *root, gen_request *rq
         !thinking(root, asked, e) || !output_config(root, rq, e) || !read_tools(field(root, "tools"), rq, e) ||
         !read_tool_choice(field(root, "tool_choice"), in->tok, rq, e) || !conversation(in, root, rq, e))
         return false;
+    if (!srq_fits(o, in->n_ctx, rq->n_prompt, 0, e)) return false; /* counted or run: one the server can take */
     if (count) return true;
-    if (!srq_fits(o, in->n_ctx, rq->n_prompt, 0, e)) return false;
     rq->max_tokens = rq->n_prompt + max_tokens > in->n_ctx ? 0 : max_tokens; /* 0: to the end of the context */
     return true;
 }
