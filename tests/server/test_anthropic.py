@@ -272,6 +272,10 @@ def test_count_tokens(env):
     st, _, data = srv.request("POST", "/v1/messages/count_tokens", {"messages": [{"role": "user", "content": "hi"}]},
                               headers={"Content-Type": "application/json"})
     assert st == 200 and set(json.loads(data)) == {"input_tokens"}, data
+    # a prompt this server cannot take is refused when counted too
+    st, _, data = srv.request("POST", "/v1/messages/count_tokens", {"messages": [{"role": "user", "content": "many words " * 1500}]},
+                              headers={"Content-Type": "application/json"})
+    check_error(st, data, 400, "invalid_request_error", ["tokens"])
     # the fields of a reply are not count_tokens' (as Anthropic's API answers them)
     st, _, data = srv.request("POST", "/v1/messages/count_tokens", {"messages": [{"role": "user", "content": "hi"}],
                                                                     "max_tokens": 5},
