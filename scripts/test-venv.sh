@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The Python environment of the server tests: .venv-test/ (git-ignored) with the official `openai`
-# client, the official `anthropic` client, `selenium` (drives Debian's chromium for the chat-page test) and `jsonschema` (the oracle of the
-# structured-output tests). Made once; later runs
-# only check it. Prints the venv's python on stdout.
+# The Python environment of the server tests: .venv-test/ (git-ignored) with the official `openai` and
+# `anthropic` clients, `selenium` (drives Debian's chromium for the chat-page test) and `jsonschema` (the
+# oracle of the structured-output tests). Made once; later runs only check it. Prints the venv's python on
+# stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=.venv-test
