@@ -20,19 +20,19 @@ enum { MAX_BLOCKS = 4096 };
 
 /* A stream's progress (the connection thread's alone): which content blocks it has opened. */
 typedef struct anth_stream {
-    int blocks;             /* content blocks opened so far: the next one's index */
+    int blocks;                                        /* content blocks opened so far: the next one's index */
     enum { NONE_OPEN, TEXT_OPEN, THINKING_OPEN } open; /* the last of them, still open */
-    bool answered;          /* a text or tool_use block was opened */
+    bool answered;                                     /* a text or tool_use block was opened */
     gen_finish finish;
     char stop[SRV_MAX_STOP_LEN + 1]; /* the stop sequence that ended it ("" none) */
     int n_calls;
 } anth_stream;
 
 typedef struct anth_call {
-    bool count;             /* count_tokens: the prompt is counted, not run */
-    char id[48];            /* msg_ + 24 hex digits */
+    bool count;  /* count_tokens: the prompt is counted, not run */
+    char id[48]; /* msg_ + 24 hex digits */
     const char *model;
-    anth_stream *st;        /* render's state (the call itself is const there) */
+    anth_stream *st; /* render's state (the call itself is const there) */
 } anth_call;
 
 static void free_call(void *call) {
@@ -92,7 +92,8 @@ static bool check_image(const cJSON *b, const char *where, srv_error *e) {
     snprintf(w, sizeof w, "%s.source", where);
     if (type_is(src, "base64")) {
         static const char *const k64[] = {"type", "media_type", "data"};
-        return srq_known(src, w, k64, COUNT(k64), e) && need_string(src, "media_type", w, e) && need_string(src, "data", w, e);
+        return srq_known(src, w, k64, COUNT(k64), e) && need_string(src, "media_type", w, e) &&
+               need_string(src, "data", w, e);
     }
     if (type_is(src, "url")) {
         static const char *const kurl[] = {"type", "url"};
@@ -103,7 +104,8 @@ static bool check_image(const cJSON *b, const char *where, srv_error *e) {
 
 static bool check_tool_use(const cJSON *b, const char *where, srv_error *e) {
     static const char *const known[] = {"type", "id", "name", "input", "cache_control"};
-    if (!srq_known(b, where, known, COUNT(known), e) || !need_string(b, "id", where, e) || !need_string(b, "name", where, e))
+    if (!srq_known(b, where, known, COUNT(known), e) || !need_string(b, "id", where, e) ||
+        !need_string(b, "name", where, e))
         return false;
     if (!cJSON_IsObject(field(b, "input"))) return bad(e, "%s.input must be an object", where);
     return true;
@@ -144,7 +146,8 @@ static bool check_redacted(const cJSON *b, const char *where, srv_error *e) {
  * redacted_thinking). */
 static bool check_block(const cJSON *b, bool user, const char *where, srv_error *e) {
     const cJSON *ty = field(b, "type");
-    if (!cJSON_IsObject(b) || !cJSON_IsString(ty)) return bad(e, "%s must be a content block with a string 'type'", where);
+    if (!cJSON_IsObject(b) || !cJSON_IsString(ty))
+        return bad(e, "%s must be a content block with a string 'type'", where);
     const char *t = ty->valuestring;
     if (!strcmp(t, "text")) return check_text(b, where, e);
     if (user && !strcmp(t, "image")) return check_image(b, where, e);
@@ -152,13 +155,16 @@ static bool check_block(const cJSON *b, bool user, const char *where, srv_error 
     if (!user && !strcmp(t, "tool_use")) return check_tool_use(b, where, e);
     if (!user && !strcmp(t, "thinking")) return check_thinking(b, where, e);
     if (!user && !strcmp(t, "redacted_thinking")) return check_redacted(b, where, e);
-    return bad(e, "%s: content blocks of type '%.40s' are not supported in %s messages (user: text, image, tool_result; "
-               "assistant: text, tool_use, thinking, redacted_thinking)", where, t, user ? "user" : "assistant");
+    return bad(e,
+               "%s: content blocks of type '%.40s' are not supported in %s messages (user: text, image, tool_result; "
+               "assistant: text, tool_use, thinking, redacted_thinking)",
+               where, t, user ? "user" : "assistant");
 }
 
 static const char *role_of(const cJSON *m, int i, srv_error *e) {
     const cJSON *r = field(m, "role");
-    if (cJSON_IsString(r) && (!strcmp(r->valuestring, "user") || !strcmp(r->valuestring, "assistant"))) return r->valuestring;
+    if (cJSON_IsString(r) && (!strcmp(r->valuestring, "user") || !strcmp(r->valuestring, "assistant")))
+        return r->valuestring;
     bad(e, "messages[%d].role must be \"user\" or \"assistant\"", i);
     return NULL;
 }
@@ -166,7 +172,8 @@ static const char *role_of(const cJSON *m, int i, srv_error *e) {
 /* Every message's shape, before anything is decoded (no image is decoded for a request refused later). */
 static bool check_messages(const cJSON *msgs, int limit, srv_error *e) {
     if (!cJSON_IsArray(msgs)) return bad(e, "messages: Field required (a list of messages)");
-    if (cJSON_GetArraySize(msgs) > limit) return bad(e, "messages has more entries than this server's context can hold");
+    if (cJSON_GetArraySize(msgs) > limit)
+        return bad(e, "messages has more entries than this server's context can hold");
     static const char *const known[] = {"role", "content"};
     const cJSON *m;
     int i = 0, blocks = 0;
@@ -192,7 +199,7 @@ static bool check_messages(const cJSON *msgs, int limit, srv_error *e) {
     if (i == 0) return bad(e, "messages: at least one message is required");
     if (!strcmp(role_of(cJSON_GetArrayItem(msgs, i - 1), i - 1, e), "assistant"))
         return bad(e, "messages: the last message must be a user message (a final assistant message, Anthropic's "
-                   "prefill, is not supported by this server)");
+                      "prefill, is not supported by this server)");
     return true;
 }
 
@@ -205,8 +212,8 @@ static bool check_messages(const cJSON *msgs, int limit, srv_error *e) {
 typedef struct walk {
     srq_conv *cv;
     srv_error *e;
-    const char *role;       /* the conversation's last message's role (NULL: none) */
-    bool has_text;          /* it has text already (merged text is set apart by a blank line) */
+    const char *role; /* the conversation's last message's role (NULL: none) */
+    bool has_text;    /* it has text already (merged text is set apart by a blank line) */
 } walk;
 
 static bool open_msg(walk *w, const char *role, const char *where) {
@@ -297,7 +304,8 @@ static bool assistant_message(walk *w, const cJSON *content, const char *where) 
 /* system: a string or a list of text blocks (set apart by blank lines). */
 static bool system_prompt(walk *w, const cJSON *sys) {
     if (!sys) return true;
-    if (cJSON_IsString(sys)) return !*sys->valuestring || (open_msg(w, "system", "system") && add_text(w, sys->valuestring, true));
+    if (cJSON_IsString(sys))
+        return !*sys->valuestring || (open_msg(w, "system", "system") && add_text(w, sys->valuestring, true));
     if (!cJSON_IsArray(sys)) return bad(w->e, "system must be a string or a list of text blocks");
     const cJSON *b;
     int k = 0;
@@ -331,7 +339,8 @@ static bool conversation(const gen_call_in *in, const cJSON *root, gen_request *
         char where[32];
         snprintf(where, sizeof where, "messages[%d]", i++);
         const cJSON *c = field(m, "content");
-        ok = !strcmp(field(m, "role")->valuestring, "user") ? user_message(&w, c, where) : assistant_message(&w, c, where);
+        ok = !strcmp(field(m, "role")->valuestring, "user") ? user_message(&w, c, where)
+                                                            : assistant_message(&w, c, where);
     }
     ok = ok && srq_conv_tokenize(w.cv, rq, limit);
     srq_conv_free(w.cv);
@@ -345,8 +354,9 @@ static bool conversation(const gen_call_in *in, const cJSON *root, gen_request *
 static bool read_tools(const cJSON *tools, gen_request *rq, srv_error *e) {
     if (!tools) return true;
     if (!cJSON_IsArray(tools)) return bad(e, "tools must be a list of tools");
-    static const char *const known[] = {"type", "name", "description", "input_schema", "cache_control", "strict",
-                                        "eager_input_streaming", "input_examples", "defer_loading"};
+    static const char *const known[] = {"type",          "name",   "description",           "input_schema",
+                                        "cache_control", "strict", "eager_input_streaming", "input_examples",
+                                        "defer_loading"};
     const cJSON *t;
     int i = 0;
     cJSON_ArrayForEach(t, tools) {
@@ -355,7 +365,8 @@ static bool read_tools(const cJSON *tools, gen_request *rq, srv_error *e) {
         if (!cJSON_IsObject(t)) return bad(e, "%s must be an object", where);
         const cJSON *ty = field(t, "type");
         if (ty && !(cJSON_IsString(ty) && !strcmp(ty->valuestring, "custom")))
-            return bad(e, "%s: server tools are not supported ('%.60s'); declare custom tools with name and input_schema",
+            return bad(e,
+                       "%s: server tools are not supported ('%.60s'); declare custom tools with name and input_schema",
                        where, cJSON_IsString(ty) ? ty->valuestring : "?");
         if (!srq_known(t, where, known, COUNT(known), e)) return false;
         const cJSON *name = field(t, "name"), *desc = field(t, "description"), *schema = field(t, "input_schema");
@@ -377,7 +388,8 @@ static bool read_tool_choice(const cJSON *c, const gm_tokenizer *tok, gen_reques
     if (c) {
         static const char *const known[] = {"type", "name", "disable_parallel_tool_use"};
         const cJSON *ty = field(c, "type"), *name = field(c, "name"), *dp = field(c, "disable_parallel_tool_use");
-        if (!cJSON_IsObject(c) || !cJSON_IsString(ty)) return bad(e, "tool_choice must be an object with a string 'type'");
+        if (!cJSON_IsObject(c) || !cJSON_IsString(ty))
+            return bad(e, "tool_choice must be an object with a string 'type'");
         if (!srq_known(c, "tool_choice", known, COUNT(known), e)) return false;
         if (dp && !cJSON_IsBool(dp)) return bad(e, "tool_choice.disable_parallel_tool_use must be true or false");
         parallel = !cJSON_IsTrue(dp);
@@ -408,8 +420,8 @@ static const char *const message_fields[] = {
      * context editing (context_management, which Claude Code sends) is not done: the whole conversation is
      * the prompt */
     "metadata", "service_tier", "cache_control", "speed", "inference_geo", "context_management"};
-static const char *const count_fields[] = {"model", "messages", "system", "tools", "tool_choice", "thinking",
-                                           "output_config"};
+static const char *const count_fields[] = {"model",       "messages", "system",       "tools",
+                                           "tool_choice", "thinking", "output_config"};
 
 /* temperature (Anthropic's default 1.0; 0 is greedy), top_p, top_k: the anthropic SDK 2.x sends them with
  * extra_body. The rest of the sampler as OpenAI's chat sets it, so the two agree token for token. */
@@ -418,8 +430,8 @@ static bool sampling(const cJSON *root, gen_request *rq, srv_error *e) {
     s->temperature = 1.0f;
     s->repeat_last_n = 64;
     return srq_float(root, "temperature", NULL, 0, 1, &s->temperature, e) &&
-           srq_float(root, "top_p", NULL, 0, 1, &s->top_p, e) && srq_int(root, "top_k", NULL, 0, 1 << 20, &s->top_k, e) &&
-           srq_sampling_check(rq, e);
+           srq_float(root, "top_p", NULL, 0, 1, &s->top_p, e) &&
+           srq_int(root, "top_k", NULL, 0, 1 << 20, &s->top_k, e) && srq_sampling_check(rq, e);
 }
 
 static bool stop_sequences(const cJSON *root, gen_request *rq, srv_error *e) {
@@ -537,7 +549,9 @@ static void *parse_call(const gen_call_in *in, gen_request *rq, srv_error *e, bo
     return q;
 }
 
-static void *parse_messages(const gen_call_in *in, gen_request *rq, srv_error *e) { return parse_call(in, rq, e, false); }
+static void *parse_messages(const gen_call_in *in, gen_request *rq, srv_error *e) {
+    return parse_call(in, rq, e, false);
+}
 static void *parse_count(const gen_call_in *in, gen_request *rq, srv_error *e) { return parse_call(in, rq, e, true); }
 
 /* ---------------------------------------------------------------- answers */
@@ -639,7 +653,8 @@ static char *response(const void *call, const job *j, const gm_tokenizer *tok) {
         cJSON_AddItemToArray(content, tool_use_block(g->call_id[i], name, args, false));
     }
     cJSON_AddStringToObject(o, "stop_reason", stop_reason(g->finish, n_calls));
-    if (g->finish == GEN_STOP_STRING && g->stop_matched) cJSON_AddItemToObject(o, "stop_sequence", text_item(g->stop_matched, strlen(g->stop_matched)));
+    if (g->finish == GEN_STOP_STRING && g->stop_matched)
+        cJSON_AddItemToObject(o, "stop_sequence", text_item(g->stop_matched, strlen(g->stop_matched)));
     else cJSON_AddNullToObject(o, "stop_sequence");
     cJSON_AddItemToObject(o, "usage", usage_json(j->rq.n_prompt, j->cached, job_generated(j)));
     return print(o);
@@ -727,7 +742,9 @@ static void block_text(anth_stream *st, srv_buf *out, bool thinking, const char 
         st->open = thinking ? THINKING_OPEN : TEXT_OPEN;
         st->answered = st->answered || !thinking;
     }
-    if (n) block_delta(st, out, thinking ? "thinking_delta" : "text_delta", thinking ? "thinking" : "text", text_item(s, n));
+    if (n)
+        block_delta(st, out, thinking ? "thinking_delta" : "text_delta", thinking ? "thinking" : "text",
+                    text_item(s, n));
 }
 
 /* message_start: the message with no content yet; then a ping, as Anthropic's streams begin. */
@@ -763,7 +780,8 @@ static void put_piece(const anth_call *q, const stream_view *v, const stream_pie
     if ((pc->has_text || pc->reasoning) && pc->text_n && v->text)
         block_text(st, out, pc->reasoning, v->text + pc->text_off, pc->text_n);
     if (pc->finish) {
-        if (!st->answered) block_text(st, out, false, "", 0); /* an empty reply: an empty text block, as answered whole */
+        if (!st->answered)
+            block_text(st, out, false, "", 0); /* an empty reply: an empty text block, as answered whole */
         block_stop(st, out);
         st->finish = pc->finish;
         st->n_calls = pc->n_calls;
@@ -776,7 +794,8 @@ static void render(const void *call, const stream_view *v, const gm_tokenizer *t
     (void)tok;
     const anth_call *q = call;
     if (v->err) {
-        put_event(out, "error", error_object(v->err == JOB_ERR_UNAVAILABLE ? "overloaded_error" : "api_error", v->err_msg));
+        put_event(out, "error",
+                  error_object(v->err == JOB_ERR_UNAVAILABLE ? "overloaded_error" : "api_error", v->err_msg));
         return;
     }
     for (int k = 0; k < v->n_pieces; k++) put_piece(q, v, &v->piece[k], out);
