@@ -14,8 +14,8 @@
  *  - the answer is a run of whole responses, each starting "HTTP/1.x NNN " and delimited by its
  *    Content-Length, its chunked encoding, or the end of the connection;
  *  - an application/json body is a JSON object; a 200 text/event-stream body is SSE `data:` events of
- *    JSON objects (and comments), ending with [DONE], or (Responses) `event:` + `data:` events ending with
- *    response.completed, .incomplete or .failed;
+ *    JSON objects (and comments), ending with [DONE], or named `event:` + `data:` events (Anthropic's, ending
+ *    with message_stop or error; Responses', ending with response.completed, .incomplete or .failed);
  *  - no 500 except for running out of memory. */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -257,33 +257,42 @@ static void check_json_object(const char *s, size_t n, const char *what) {
     cJSON_Delete(o);
 }
 
-/* SSE: events of `data: ` + JSON object, or comments (":" lines: the half-close probe), then [DONE]. */
+/* SSE: events of `data: ` + JSON object, or comments (":" lines: the half-close probe), then [DONE]; or
+ * named events (`event: NAME` + `data: ` JSON object: Anthropic's and Responses' streams), whose last is
+ * message_stop or error (Anthropic) or response.completed, .incomplete or .failed (Responses). */
+static bool final_event(const char *name, size_t n) {
+    static const char *const finals[] = {"message_stop", "error", "response.completed", "response.incomplete",
+                                         "response.failed"};
+    for (size_t i = 0; i < sizeof finals / sizeof *finals; i++)
+        if (n == strlen(finals[i]) && !strncmp(name, finals[i], n)) return true;
+    return false;
+}
+
 static void check_sse(const char *p, size_t n) {
-    const char *end = p + n, *last = NULL; /* a typed stream's last event */
+    const char *end = p + n, *last = NULL; /* a named stream's last event */
+    size_t last_n = 0;
     bool done = false;
     while (p < end) {
         const char *e = find(p, end, "\n\n");
         if (!e) fail("an SSE event not ended by a blank line");
         if (done) fail("an SSE event after [DONE]");
         if (*p == ':') {
-        } else if (!strncmp(p, "event: ", 7)) { /* Responses: the event's type, then its data */
-            const char *nl = find(p, e, "\n");
-            if (!nl || strncmp(nl + 1, "data: ", 6)) fail("an SSE event line without its data");
-            check_json_object(nl + 7, (size_t)(e - nl - 7), "an SSE event");
-            last = p + 7;
         } else if (e - p == 12 && !strncmp(p, "data: [DONE]", 12)) {
             done = true;
         } else if (!strncmp(p, "data: ", 6)) {
             check_json_object(p + 6, (size_t)(e - p - 6), "an SSE event");
+        } else if (!strncmp(p, "event: ", 7)) {
+            const char *data = find(p, e, "\ndata: ");
+            if (!data) fail("an SSE event line without its data");
+            check_json_object(data + 7, (size_t)(e - data - 7), "an SSE event");
+            last = p + 7, last_n = (size_t)(data - p - 7);
         } else {
             fail("an SSE line that is neither data nor a comment");
         }
         p = e + 2;
     }
     if (last && !done) {
-        if (strncmp(last, "response.completed\n", 19) && strncmp(last, "response.incomplete\n", 20) &&
-            strncmp(last, "response.failed\n", 16))
-            fail("a typed stream that does not end with its final event");
+        if (!final_event(last, last_n)) fail("a named stream that does not end with its final event");
         return;
     }
     if (!done) fail("a stream without [DONE]");

@@ -1,7 +1,8 @@
-/* fuzz/fuzz_openai_request.c — libFuzzer harness for the server's OpenAI request parsers and response
- * writers (server/openai.c, server/responses.c, through their gen_endpoints). Byte 0 picks the endpoint (bits 0
- * and 2: completions, chat, responses, responses' input_tokens) and whether the rendered job fails midway
- * (bit 1); the rest is the body. Responses keep finished answers in a small store (previous_response_id).
+/* fuzz/fuzz_openai_request.c — libFuzzer harness for the server's request parsers and response writers
+ * (server/openai.c, server/responses.c, server/anthropic.c, through their gen_endpoints). Byte 0 picks the
+ * endpoint (bit 0 and bits 2-4: an entry of `endpoints`, bit 0 alone choosing OpenAI's chat or completions),
+ * whether the rendered job fails midway (bit 1) and the API key (bits 5-7: Responses keep finished answers
+ * per key in a small store, for previous_response_id); the rest is the body.
  * Properties (abort() on violation):
  *  - the endpoint's parse either accepts (then: a non-empty prompt of in-vocabulary ids shorter than the
  *    context, n in 1..8, max_tokens within the limits, sampling options gm_sampling_validate accepts,
@@ -9,7 +10,9 @@
  *  - for an accepted request, a job whose choices hold arbitrary bytes (the body itself: invalid
  *    UTF-8, NULs, quotes) streams, taken and rendered as the connection thread does it (half the text,
  *    then the rest), as `data:` events of JSON objects ending with [DONE] (an error event first when
- *    the job fails midway), and renders whole as a JSON object. */
+ *    the job fails midway) — Anthropic's: `event: NAME` + `data:` events of JSON objects whose type is
+ *    NAME, from message_start to message_stop (or ending with an error event) — and renders whole as a
+ *    JSON object. */
 #include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,6 +21,19 @@
 
 #include "fuzz/fuzz_vocab.h"
 #include "server/server.h"
+
+/* The endpoints byte 0 picks from, with the protocol of their errors and streams. */
+static const struct {
+    const gen_endpoint *ep;
+    srv_protocol proto;
+} endpoints[] = {
+    {&openai_completions, PROTO_OPENAI},
+    {&openai_chat, PROTO_OPENAI},
+    {&anthropic_messages, PROTO_ANTHROPIC},
+    {&anthropic_count_tokens, PROTO_ANTHROPIC},
+    {&openai_responses, PROTO_OPENAI},
+    {&openai_responses_count, PROTO_OPENAI},
+};
 
 static gm_tokenizer *g_tok;
 static srv_options g_opt;
@@ -53,6 +69,7 @@ static void check_accepted(const gen_request *rq) {
 typedef struct call {
     job *j;
     const gen_endpoint *ep;
+    srv_protocol proto;
     void *state;
     job_reader rd;
     srv_buf out;
@@ -115,6 +132,34 @@ static void check_typed_sse(const srv_buf *out, bool failed) {
     }
     if (failed ? strcmp(last, "response.failed") : strcmp(last, "response.completed") && strcmp(last, "response.incomplete"))
         fail("the stream does not end with its final event");
+/* Anthropic's stream: `event: NAME\ndata: {"type": NAME, ...}` events, message_start first, message_stop
+ * last (an error event last if `failed`); content blocks opened, filled and closed by index in order. */
+static void check_named_sse(const srv_buf *out, bool failed) {
+    const char *p = out->p, *end = out->p + out->len;
+    char last[40] = "";
+    int n = 0, opened = 0, open = -1;
+    while (p < end) {
+        const char *e = memmem(p, (size_t)(end - p), "\n\n", 2), *nl = memchr(p, '\n', (size_t)(end - p));
+        if (!e || strncmp(p, "event: ", 7) || nl >= e || strncmp(nl + 1, "data: ", 6)) fail("named SSE framing");
+        if (!strcmp(last, "message_stop") || !strcmp(last, "error")) fail("an event after the end");
+        snprintf(last, sizeof last, "%.*s", (int)(nl - p - 7 < 39 ? nl - p - 7 : 39), p + 7);
+        cJSON *o = cJSON_ParseWithLength(nl + 7, (size_t)(e - nl - 7));
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type"), *idx = cJSON_GetObjectItemCaseSensitive(o, "index");
+        if (!cJSON_IsObject(o) || !cJSON_IsString(type) || strcmp(type->valuestring, last)) fail("an event's data type is not its name");
+        if (n++ == 0 && strcmp(last, "message_start") && strcmp(last, "error")) fail("a stream not opened by message_start");
+        if (!strcmp(last, "content_block_start")) {
+            if (open >= 0 || !cJSON_IsNumber(idx) || idx->valueint != opened) fail("content block indices");
+            open = opened++;
+        } else if (!strcmp(last, "content_block_delta") || !strcmp(last, "content_block_stop")) {
+            if (open < 0 || !cJSON_IsNumber(idx) || idx->valueint != open) fail("a delta or stop outside its block");
+            if (!strcmp(last, "content_block_stop")) open = -1;
+        } else if (!strcmp(last, "message_delta") && (open >= 0 || !opened)) {
+            fail("message_delta with a block open, or no block");
+        }
+        cJSON_Delete(o);
+        p = e + 2;
+    }
+    if (strcmp(last, failed ? "error" : "message_stop")) fail(failed ? "a failed stream without its error event" : "no message_stop");
 }
 
 /* Choice c holds `text` (visible up to its first half: the rest could still be a stop string) and,
@@ -153,7 +198,8 @@ static void check_rendering(call *k, const uint8_t *text, size_t len, bool fail_
     for (int steps = 0; !k->rd.closed; steps++)
         if (!stream_step(k) || steps > 2) fail("a finished job's stream does not end");
     if (stream_step(k)) fail("something to send after the end");
-    if (k->ep == &openai_responses) check_typed_sse(&k->out, fail_midway);
+    if (k->proto == PROTO_ANTHROPIC) check_named_sse(&k->out, fail_midway);
+    else if (k->ep == &openai_responses) check_typed_sse(&k->out, fail_midway);
     else check_sse(&k->out, fail_midway);
     if (fail_midway) return;
     char *resp = k->ep->response(k->state, j, g_tok);
@@ -164,18 +210,17 @@ static void check_rendering(call *k, const uint8_t *text, size_t len, bool fail_
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1 || !g_tok) return 0;
-    static const gen_endpoint *const endpoints[] = {&openai_completions, &openai_chat, &openai_responses,
-                                                    &openai_responses_count};
-    call k = {.j = job_new(), .ep = endpoints[(data[0] & 1) | ((data[0] & 4) >> 1)]};
+    const unsigned pick = ((unsigned)((data[0] >> 2) & 7) << 1 | (data[0] & 1)) % (sizeof endpoints / sizeof *endpoints);
+    call k = {.j = job_new(), .ep = endpoints[pick].ep, .proto = endpoints[pick].proto};
     if (!k.j) return 0;
     const bool fail_midway = data[0] & 2;
     /* no vision encoder: image parts are 400s */
-    const gen_call_in in = {(const char *)data + 1, size - 1, g_tok, &g_opt, 256, "m\"odel", NULL, g_store, data[0] >> 3};
+    const gen_call_in in = {(const char *)data + 1, size - 1, g_tok, &g_opt, 256, "m\"odel", NULL, g_store, data[0] >> 5};
     srv_error err = {0};
     if ((k.state = k.ep->parse(&in, &k.j->rq, &err))) {
         if (err.status) fail("accepted with an error set");
         check_accepted(&k.j->rq);
-        if (k.ep == &openai_responses_count) { /* a count: answered from the parsed request, nothing runs */
+        if (k.ep == &openai_responses_count || k.ep == &anthropic_count_tokens) { /* a count: nothing runs */
             char *c = k.ep->response(k.state, k.j, g_tok);
             if (!c) fail("no count");
             check_json_object(c, strlen(c));
@@ -187,7 +232,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else {
         if ((err.status != 400 && err.status != 404 && err.status != 500) || !err.msg[0])
             fail("a refusal without a 400 (404: an unknown previous_response_id) and a message");
-        char *e = openai_error_json(err.type, err.code, err.msg);
+        char *e = k.proto == PROTO_ANTHROPIC ? anthropic_error_json(&err) : openai_error_json(err.type, err.code, err.msg);
         if (!e) fail("no error JSON");
         check_json_object(e, strlen(e));
         free(e);

@@ -105,6 +105,7 @@ srv_error srv_error_of(int status, const char *type, const char *code, const cha
 char *srv_error_json(srv_protocol p, const srv_error *e) {
     switch (p) {
     case PROTO_OPENAI: break;
+    case PROTO_ANTHROPIC: return anthropic_error_json(e);
     }
     return openai_error_json(e->type, e->code, e->msg);
 }
@@ -489,8 +490,9 @@ static MHD_Result embeddings(struct MHD_Connection *c, server *s, req *r) {
     return reply(c, s, r, status, "application/json", out);
 }
 
-/* A counting endpoint (/v1/responses/input_tokens): the request read as its generating twin reads it,
- * answered with its prompt's size; nothing runs. */
+/* A counting endpoint (/v1/responses/input_tokens, Anthropic's /v1/messages/count_tokens): the request read
+ * as its generating twin reads it, answered (the endpoint's response() of a job never submitted) with its
+ * prompt's size; nothing runs. */
 static MHD_Result count_tokens(struct MHD_Connection *c, server *s, req *r, const gen_endpoint *ep) {
     if (!s->sched)
         return reply_error(c, s, r, 400, "invalid_request_error", "model_not_supported",
@@ -504,6 +506,7 @@ static MHD_Result count_tokens(struct MHD_Connection *c, server *s, req *r, cons
     guard_parse_leave(s->guard);
     char *out = call ? ep->response(call, j, s->tok) : NULL;
     if (call) ep->free_call(call);
+    r->prompt = j->rq.n_prompt;
     job_release(j);
     if (!call) return reply_error(c, s, r, e.status, e.type, e.code, e.msg);
     return reply(c, s, r, 200, "application/json", out);
@@ -642,6 +645,8 @@ static const route_row routes[] = {
     {"/v1/responses", R_GENERATE, true, PROTO_OPENAI, &openai_responses, "/v1/responses"},
     {"/responses", R_GENERATE, true, PROTO_OPENAI, &openai_responses, "/v1/responses"},
     {"/v1/responses/input_tokens", R_COUNT, true, PROTO_OPENAI, &openai_responses_count, "/v1/responses/input_tokens"},
+    {"/v1/messages", R_GENERATE, true, PROTO_ANTHROPIC, &anthropic_messages, "/v1/messages"},
+    {"/v1/messages/count_tokens", R_COUNT, true, PROTO_ANTHROPIC, &anthropic_count_tokens, "/v1/messages/count_tokens"},
 };
 /* /v1/responses/{id}: GET or DELETE of a kept response (matched by prefix after the rows above) */
 static const route_row stored_row = {"/v1/responses/", R_STORED, false, PROTO_OPENAI, NULL, "/v1/responses/{id}"};

@@ -176,7 +176,7 @@ static void take_choice(const job *j, int i, job_reader *rd, stream_view *v) {
     }
     if (g->finish && !m->finished && m->sent == g->len && m->calls_sent == calls) {
         stream_piece *pc = &v->piece[v->n_pieces++];
-        *pc = (stream_piece){.choice = i, .finish = g->finish, .call = -1, .n_calls = calls};
+        *pc = (stream_piece){.choice = i, .finish = g->finish, .stop = g->stop_matched, .call = -1, .n_calls = calls};
         const int k = gen_session_lp_shown(g, g->len);
         if (j->rq.logprobs && k > m->lp_sent && view_lp(v, g, m->lp_sent, k, pc)) m->lp_sent = k;
         m->finished = true;
@@ -198,10 +198,10 @@ bool job_stream_take(job *j, job_reader *rd, stream_view *v) {
         take_choice(j, i, rd, v);
         all = all && rd->ch[i].finished;
     }
+    v->n_prompt = j->rq.n_prompt; /* known once started: a stream may announce them at its start */
+    v->cached = j->cached;
     if (all && j->done) {
         v->end = true;
-        v->n_prompt = j->rq.n_prompt;
-        v->cached = j->cached;
         v->gen = job_generated(j);
         rd->closed = true;
     }

@@ -6,6 +6,7 @@
  *                400s) and a job's sessions -> response / Server-Sent Events chunks
  *   responses.c  OpenAI Responses as a gen_endpoint (input items -> a gen_request, sessions -> output items and
  *                typed events), and the store of recent responses for previous_response_id
+ *   anthropic.c  Anthropic's Messages API (/v1/messages, count_tokens) as gen_endpoints, the same way
  *   scheduler.c  the one thread that owns the engine: admits queued jobs, runs one forward call per step
  *                (a decode row for every active sequence plus a chunk of pending prompt), samples, and
  *                feeds every token to its choice's session; no HTTP, no JSON
@@ -155,6 +156,7 @@ typedef struct stream_piece {
     int lp_off, lp_n;       /* log-probabilities: view.lp[lp_off, +lp_n) */
     size_t lp_first_offset; /* text offset of the first of them */
     gen_finish finish;      /* the finishing piece: why the choice ended */
+    const char *stop;       /* the finishing piece of GEN_STOP_STRING: the stop string (the job's request holds it) */
     int n_calls;            /* the finishing piece: the tool calls the choice made */
     int call;               /* a tool call piece: its index in the choice (-1: none), with its id, name and
                              * arguments at view.text[call_off]: three NUL-terminated strings */
@@ -172,7 +174,8 @@ typedef struct stream_view {
     job_error err;          /* the job failed: an error, then the end of the stream */
     char err_msg[300];
     bool end;               /* every choice finished */
-    int n_prompt, cached, gen;
+    int n_prompt, cached;   /* the prompt's tokens and those from the prefix cache (once the job started) */
+    int gen;                /* tokens generated (at the end) */
 } stream_view;
 /* true when there is something to render (then the view must be freed) */
 bool job_stream_take(job *j, job_reader *rd, stream_view *v);
@@ -188,7 +191,7 @@ void srv_error_set(srv_error *e, int status, const char *type, const char *code,
 srv_error srv_error_of(int status, const char *type, const char *code, const char *msg);
 
 /* The wire formats the server speaks (a route's): each writes its errors in its own shape. */
-typedef enum { PROTO_OPENAI } srv_protocol;
+typedef enum { PROTO_OPENAI, PROTO_ANTHROPIC } srv_protocol;
 /* e as protocol p's error body; malloc'd (NULL on out of memory). */
 char *srv_error_json(srv_protocol p, const srv_error *e);
 
@@ -368,6 +371,13 @@ void resp_store_free(resp_store *s);
 /* GET /v1/responses/{id} (del false) or DELETE: the JSON to answer (malloc'd) and its *status; a 404 for
  * an id not kept under key. */
 char *resp_store_answer(resp_store *s, int key, const char *id, bool del, int *status);
+/* ---------------------------------------------------------------- Anthropic Messages (anthropic.c) */
+
+/* POST /v1/messages, and /v1/messages/count_tokens (its response() answers {"input_tokens"} for a job
+ * that is parsed, never submitted: http.c's R_COUNT). */
+extern const gen_endpoint anthropic_messages, anthropic_count_tokens;
+/* {"type": "error", "error": {"type": <Anthropic's type for e->status>, "message"}}; malloc'd. */
+char *anthropic_error_json(const srv_error *e);
 
 /* ---------------------------------------------------------------- OpenAI tools (openai_tools.c) */
 
