@@ -9,7 +9,8 @@ HAProxy runs deploy/haproxy/haproxy.cfg unchanged (the addresses come from the e
 round-robin comparison runs the same file with its balance line replaced.
 
   (a) affinity: 20 conversations of 10 turns (200 requests) of one application (one system prompt, half of
-      them writing their turns as lists of parts) through HAProxy; later turns must reuse their whole previous
+      them writing their turns as lists of parts; in turn OpenAI chat, Anthropic Messages, Responses and
+      Ollama's chat) through HAProxy; later turns must reuse their whole previous
       prompt on >= 65% of requests (and twice round robin's rate) with the shipped configuration, no replica may
       open more than 60% of the conversations, and round robin must stay under 40% (fresh replicas for each; the KV budget holds about a third of the conversations per replica,
       the regime where routing decides whether the cache hits)
@@ -263,6 +264,51 @@ def user_turn(c, k):
     return [{"type": "text", "text": text}] if c % 2 else text
 
 
+PROTOCOLS = ("openai", "anthropic", "responses", "ollama")
+MODEL_ID = "gemma-3-270m-q4_k_m.gguf"  # the replicas' model id (the file's name): Ollama's API checks it
+
+
+def text_of(content):
+    return content if isinstance(content, str) else "".join(p["text"] for p in content)
+
+
+def turn_request(proto, msgs, max_tokens):
+    """The conversation msgs (OpenAI's shape: the system message, then user / assistant turns) as protocol
+    proto writes it: (path, body). The same conversation in each is the same prompt underneath."""
+    turns = msgs[1:]
+    if proto == "anthropic":
+        return "/v1/messages", {"system": msgs[0]["content"], "max_tokens": max_tokens, "temperature": 0, "messages": [
+            {"role": m["role"], "content": m["content"] if isinstance(m["content"], str) else
+             [{"type": "text", "text": p["text"]} for p in m["content"]]} for m in turns]}
+    if proto == "responses":
+        items = [{"role": m["role"], "content": m["content"] if isinstance(m["content"], str) or m["role"] != "user" else
+                  [{"type": "input_text", "text": p["text"]} for p in m["content"]]} for m in turns]
+        return "/v1/responses", {"instructions": msgs[0]["content"], "input": items, "max_output_tokens": max_tokens,
+                                 "temperature": 0, "store": False}
+    if proto == "ollama":  # its contents are strings
+        return "/api/chat", {"model": MODEL_ID, "stream": False, "options": {"temperature": 0, "num_predict": max_tokens},
+                             "messages": [{"role": m["role"], "content": text_of(m["content"])} for m in msgs]}
+    return "/v1/chat/completions", {"messages": msgs, "max_tokens": max_tokens, "temperature": 0}
+
+
+def turn_answer(proto, r):
+    """(reply text, prompt tokens, cached prompt tokens or None where the protocol does not say, completion
+    tokens, system_fingerprint or None)."""
+    if proto == "anthropic":
+        u = r["usage"]
+        return ("".join(b["text"] for b in r["content"] if b["type"] == "text"),
+                u["input_tokens"] + u["cache_read_input_tokens"], u["cache_read_input_tokens"], u["output_tokens"], None)
+    if proto == "responses":
+        u = r["usage"]
+        text = "".join(c["text"] for it in r["output"] if it["type"] == "message" for c in it["content"])
+        return text, u["input_tokens"], u["input_tokens_details"]["cached_tokens"], u["output_tokens"], None
+    if proto == "ollama":
+        return r["message"]["content"], r["prompt_eval_count"], None, r["eval_count"], None
+    u = r["usage"]
+    return (r["choices"][0]["message"]["content"], u["prompt_tokens"],
+            u.get("prompt_tokens_details", {}).get("cached_tokens", 0), u["completion_tokens"], r.get("system_fingerprint"))
+
+
 def chat(port, messages, max_tokens, stream=False, timeout=300, extra=None):
     body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0}
     body.update(extra or {})
@@ -288,21 +334,20 @@ def run_conversations(port):
             cv["turn"] += 1
             c, k, msgs = cv["c"], cv["turn"], cv["msgs"]
             msgs.append({"role": "user", "content": user_turn(c, k)})
-            st, hdr, data = chat(port, msgs, REPLY_TOKENS)
+            proto = PROTOCOLS[c % len(PROTOCOLS)]
+            path, body = turn_request(proto, msgs, REPLY_TOKENS)
+            st, hdr, data = request("127.0.0.1", port, "POST", path, body, timeout=300, headers=AUTH)
             if st != 200:
                 with lock:
                     records.append({"conv": c, "turn": k, "status": st, "error": data[:200]})
                 continue
-            r = json.loads(data)
-            u = r["usage"]
-            msgs.append({"role": "assistant", "content": r["choices"][0]["message"]["content"]})
+            text, prompt, cached, completion, fingerprint = turn_answer(proto, json.loads(data))
+            msgs.append({"role": "assistant", "content": text})
             with lock:
-                records.append({"conv": c, "turn": k, "status": st, "replica": hdr.get("x-gemma-replica"),
-                                "fingerprint": r.get("system_fingerprint"), "prompt": u["prompt_tokens"],
-                                "prev_prompt": cv.get("prev_prompt", 0),
-                                "cached": u.get("prompt_tokens_details", {}).get("cached_tokens", 0),
-                                "completion": u["completion_tokens"]})
-                cv["prev_prompt"] = u["prompt_tokens"]
+                records.append({"conv": c, "turn": k, "status": st, "replica": hdr.get("x-gemma-replica"), "proto": proto,
+                                "fingerprint": fingerprint, "prompt": prompt, "prev_prompt": cv.get("prev_prompt", 0),
+                                "cached": cached, "completion": completion})
+                cv["prev_prompt"] = prompt
                 if k < N_TURNS:
                     queue.append(cv)
 
@@ -318,7 +363,7 @@ def summarize(name, recs):
     bad = [r for r in recs if r["status"] != 200]
     assert not bad, "%s: failed requests: %s" % (name, bad[:3])
     assert len(recs) == N_CONV * N_TURNS, (name, len(recs))
-    later = [r for r in recs if r["turn"] > 1]
+    later = [r for r in recs if r["turn"] > 1 and r["cached"] is not None]  # Ollama's API has no cached count
     # every conversation opens with the same template tokens (<bos><start_of_turn>user\nConversation), which
     # the cache shares between all of them: cached_tokens > 0 holds even for a replica that never saw the
     # conversation, and the cache evicts a chain's last blocks first, so a replica keeps the opening block
@@ -335,7 +380,9 @@ def summarize(name, recs):
     per = {}
     for r in recs:
         per[r["replica"]] = per.get(r["replica"], 0) + 1
-    assert all(r["fingerprint"] == r["replica"] for r in recs), "system_fingerprint differs from X-Gemma-Replica"
+    assert all(r["fingerprint"] == r["replica"] for r in recs if r["proto"] == "openai"), \
+        "system_fingerprint differs from X-Gemma-Replica"
+    assert {r["proto"] for r in recs} == set(PROTOCOLS), "every protocol went through the balancer"
     log("  %s: later turns reusing the whole previous prompt: %.1f%% (cached_tokens > 0: %.1f%%, >= %d: %.1f%%); "
         "prompt tokens cached: %.1f%%; conversations on one replica: %d/%d; requests per replica: %s; first turns "
         "per replica: %s" % (name, 100 * hit, 100 * any_cached, HIT_TOKENS, 100 * block, 100 * share, same, N_CONV,
@@ -637,6 +684,8 @@ def main():
     if len(sys.argv) < 4:
         sys.exit("usage: test_cluster.py GEMMA MODEL SRC")
     gemma, model, src = sys.argv[1:4]
+    global MODEL_ID
+    MODEL_ID = os.path.basename(model)
     if os.environ.get("GM_SANITIZER_BUILD"):
         print("skip: the cluster test runs three replicas of the release build (the drain and health states it relies "
               "on are covered under the sanitizers by tests/server/test_api.py)")
