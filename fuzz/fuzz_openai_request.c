@@ -1,6 +1,7 @@
-/* fuzz/fuzz_openai_request.c — libFuzzer harness for the server's OpenAI request parser and response
- * writer (server/openai.c, through its gen_endpoint). Byte 0 picks the endpoint (bit 0: chat or completions) and whether the
- * rendered job fails midway (bit 1); the rest is the body.
+/* fuzz/fuzz_openai_request.c — libFuzzer harness for the server's request parsers and response writers
+ * (server/openai.c and server/ollama.c, through their gen_endpoints). Byte 0 picks the endpoint (bits 0 and
+ * 2: completions, chat, Ollama's generate, Ollama's chat) and whether the rendered job fails midway (bit 1);
+ * the rest is the body.
  * Properties (abort() on violation):
  *  - the endpoint's parse either accepts (then: a non-empty prompt of in-vocabulary ids shorter than the
  *    context, n in 1..8, max_tokens within the limits, sampling options gm_sampling_validate accepts,
@@ -8,7 +9,8 @@
  *  - for an accepted request, a job whose choices hold arbitrary bytes (the body itself: invalid
  *    UTF-8, NULs, quotes) streams, taken and rendered as the connection thread does it (half the text,
  *    then the rest), as `data:` events of JSON objects ending with [DONE] (an error event first when
- *    the job fails midway), and renders whole as a JSON object. */
+ *    the job fails midway) or, for Ollama, as NDJSON: lines of JSON objects, the last one done (or the
+ *    error), and renders whole as a JSON object. */
 #include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -46,10 +48,19 @@ static void check_accepted(const gen_request *rq) {
     if (rq->top_logprobs < 0 || rq->top_logprobs > SRV_MAX_TOP_LOGPROBS) fail("top_logprobs");
 }
 
+/* The endpoints byte 0 picks, with their framing and error shape. */
+static const struct {
+    const gen_endpoint *ep;
+    bool ndjson;
+    srv_protocol proto;
+} endpoints[4] = {{&openai_completions, false, PROTO_OPENAI}, {&openai_chat, false, PROTO_OPENAI},
+                  {&ollama_generate, true, PROTO_OLLAMA}, {&ollama_chat, true, PROTO_OLLAMA}};
+
 /* An accepted call: the job, its endpoint's state, and what a streaming reader keeps. */
 typedef struct call {
     job *j;
     const gen_endpoint *ep;
+    bool ndjson;
     void *state;
     job_reader rd;
     srv_buf out;
@@ -91,6 +102,25 @@ static void check_sse(const srv_buf *out, bool failed) {
     if (failed != saw_error) fail(failed ? "a failed stream without its error event" : "an error event in a good stream");
 }
 
+/* NDJSON: lines of JSON objects; the last one the error (`failed`) or the end ("done": true), no other
+ * line done. */
+static void check_ndjson(const srv_buf *out, bool failed) {
+    const char *p = out->p, *end = out->p + out->len;
+    bool saw_done = false, saw_error = false;
+    while (p < end) {
+        const char *e = memchr(p, '\n', (size_t)(end - p));
+        if (!e) fail("an NDJSON line without its newline");
+        if (saw_done || saw_error) fail("a line after the last one");
+        cJSON *o = cJSON_ParseWithLength(p, (size_t)(e - p));
+        if (!cJSON_IsObject(o)) fail("an NDJSON line that is not a JSON object");
+        saw_done = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "done"));
+        saw_error = cJSON_GetObjectItemCaseSensitive(o, "error") != NULL;
+        cJSON_Delete(o);
+        p = e + 1;
+    }
+    if (failed ? !saw_error : !saw_done) fail(failed ? "a failed stream without its error line" : "a stream without its done line");
+}
+
 /* Choice c holds `text` (visible up to its first half: the rest could still be a stop string) and,
  * when asked, two log-probability entries splitting the text. */
 static void fill_choice(const job *j, gen_session *c, int i, const uint8_t *text, size_t len) {
@@ -127,7 +157,8 @@ static void check_rendering(call *k, const uint8_t *text, size_t len, bool fail_
     for (int steps = 0; !k->rd.closed; steps++)
         if (!stream_step(k) || steps > 2) fail("a finished job's stream does not end");
     if (stream_step(k)) fail("something to send after the end");
-    check_sse(&k->out, fail_midway);
+    if (k->ndjson) check_ndjson(&k->out, fail_midway);
+    else check_sse(&k->out, fail_midway);
     if (fail_midway) return;
     char *resp = k->ep->response(k->state, j, g_tok);
     if (!resp) fail("no response");
@@ -137,7 +168,8 @@ static void check_rendering(call *k, const uint8_t *text, size_t len, bool fail_
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1 || !g_tok) return 0;
-    call k = {.j = job_new(), .ep = data[0] & 1 ? &openai_chat : &openai_completions};
+    const int which = (data[0] & 1) | ((data[0] >> 1) & 2);
+    call k = {.j = job_new(), .ep = endpoints[which].ep, .ndjson = endpoints[which].ndjson};
     if (!k.j) return 0;
     const bool fail_midway = data[0] & 2;
     const gen_call_in in = {(const char *)data + 1, size - 1, g_tok, &g_opt, 256, "m\"odel", NULL}; /* no vision encoder: image parts are 400s */
@@ -148,8 +180,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_rendering(&k, data + 1, size - 1 < 512 ? size - 1 : 512, fail_midway);
         k.ep->free_call(k.state);
     } else {
-        if ((err.status != 400 && err.status != 500) || !err.msg[0]) fail("a refusal without a 400 and a message");
-        char *e = openai_error_json(err.type, err.code, err.msg);
+        if ((err.status != 400 && err.status != 404 && err.status != 500) || !err.msg[0])
+            fail("a refusal without a 400 (404) and a message");
+        if (err.status == 404 && endpoints[which].proto != PROTO_OLLAMA) fail("a 404 from a parser");
+        char *e = endpoints[which].proto == PROTO_OLLAMA ? ollama_error_json(&err)
+                                                         : openai_error_json(err.type, err.code, err.msg);
         if (!e) fail("no error JSON");
         check_json_object(e, strlen(e));
         free(e);

@@ -14,8 +14,8 @@
  *   guard.c      connection limits, the request deadline, the Host check, parses at once
  *   metrics.c    counters, gauges and histograms; Prometheus text
  *   embeddings.c /v1/embeddings with an embedding model (no scheduler then: see there)
- *   ollama.c     Ollama's native API (/api/chat, /api/generate as gen_endpoints; /api/tags, /api/show, /api/ps,
- *                /api/version, /api/embed from the model's facts), NDJSON streams
+ *   ollama.c     Ollama's native API: /api/chat, /api/generate as gen_endpoints (NDJSON streams); its model
+ *                endpoints (/api/tags, /api/show, /api/ps, /api/version) and /api/embed in ollama_models.c
  *   chat.html    the chat page at / (embedded at build time by cmake/embed.cmake as srv_chat_html)
  *
  * Threads: the scheduler is the only thread that touches the engine and sequences; connection threads
@@ -414,7 +414,10 @@ void ollama_facts_init(ollama_facts *f, const char *path, const char *id, const 
 extern const gen_endpoint ollama_chat, ollama_generate;
 /* {"error": msg}; malloc'd. */
 char *ollama_error_json(const srv_error *e);
-/* GET /api/version, /api/tags, /api/ps; POST /api/show: the malloc'd JSON with *status. */
+/* The request's "model" names the served id (or "<id>:latest"): its name copied to echo; else a 400 (none
+ * given) or a 404. */
+bool ollama_model_ok(const struct cJSON *root, const char *id, char *echo, size_t n, srv_error *e);
+/* (ollama_models.c) GET /api/version, /api/tags, /api/ps; POST /api/show: the malloc'd JSON with *status. */
 char *ollama_version(void);
 char *ollama_tags(const ollama_facts *f);
 char *ollama_ps(const ollama_facts *f);
