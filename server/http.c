@@ -622,11 +622,12 @@ static const route_row routes[] = {
 };
 
 static const route_row no_route = {"", R_NONE, false, PROTO_OPENAI, NULL, "other"};
+static const route_row no_ollama_route = {"", R_NONE, false, PROTO_OLLAMA, NULL, "other"};
 
 static const route_row *route_of(const char *url) {
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (!strcmp(url, routes[i].path)) return &routes[i];
-    return &no_route;
+    return strncmp(url, "/api/", 5) ? &no_route : &no_ollama_route; /* Ollama's other endpoints: 404 in its shape */
 }
 
 /* A browser asks for the page at /; an API client (Accept absent or not HTML) gets Ollama's answer. */

@@ -336,6 +336,8 @@ def test_errors(env):
     check_error(st, json.loads(data), 405)
     st, o = srv.post("/api/chat", "{}", headers={"Content-Type": "text/plain"})
     check_error(st, o, 415)
+    st, o = srv.post("/api/pull", {"model": "llama3"})  # what this server does not do: 404 in Ollama's shape
+    check_error(st, o, 404)
     # think: false, keep_alive and empty format are accepted
     st, o = srv.post("/api/chat", {"model": name, "messages": msgs, "think": False, "keep_alive": "5m", "format": "",
                                    "stream": False, "options": {"num_predict": 2}})
