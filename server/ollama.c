@@ -186,11 +186,10 @@ static bool limits(parse *ps, const cJSON *opts) {
         !srq_int(opts, "num_ctx", "options.num_ctx", 0, 1 << 30, &num_ctx, ps->e))
         return false;
     const int ctx = num_ctx > 0 && num_ctx < ps->in->n_ctx ? num_ctx : ps->in->n_ctx;
-    int max_tokens = predict > 0 ? predict : 0;
-    if (!srq_fits(o, ctx, ps->rq->n_prompt, max_tokens, ps->e)) return false;
-    if (ctx < ps->in->n_ctx && max_tokens == 0) /* stops at num_ctx (within --max-tokens) */
-        max_tokens = ctx - ps->rq->n_prompt < o->max_tokens ? ctx - ps->rq->n_prompt : o->max_tokens;
-    ps->rq->max_tokens = max_tokens;
+    if (!srq_fits(o, ctx, ps->rq->n_prompt, predict > 0 ? predict : 0, ps->e)) return false;
+    /* no limit asked: up to the context (num_ctx's), within --max-tokens, the most one request generates */
+    const int room = ctx - ps->rq->n_prompt;
+    ps->rq->max_tokens = predict > 0 ? predict : room < o->max_tokens ? room : o->max_tokens;
     return true;
 }
 
@@ -525,7 +524,8 @@ static void render(const void *call, const stream_view *v, const gm_tokenizer *t
     (void)tok;
     oll_call *q = (oll_call *)call;
     if (v->err) {
-        const srv_error e = srv_error_of(500, "server_error", NULL, v->err_msg);
+        srv_error e;
+        srv_error_set(&e, 500, "server_error", NULL, "%s", v->err_msg);
         char *s = ollama_error_json(&e);
         if (s) srv_buf_put(out, s, strlen(s)), srv_buf_put(out, "\n", 1);
         free(s);

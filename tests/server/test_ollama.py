@@ -73,7 +73,11 @@ def ndjson(srv, path, body):
     assert text.endswith("\n"), text[-80:]
     lines = [json.loads(l) for l in text.split("\n")[:-1]]
     assert all(isinstance(o, dict) for o in lines)
-    return lines
+    # a slow step (a sanitizer build) may bring keep-alive lines: empty pieces without model and time
+    keepalive = {"/api/chat": {"message": {"role": "assistant", "content": ""}, "done": False},
+                 "/api/generate": {"response": "", "done": False}}[path]
+    assert all(o == keepalive for o in lines if "model" not in o), lines
+    return [o for o in lines if "model" in o]
 
 
 def openai_chat(srv, messages, n):
@@ -256,9 +260,10 @@ def test_format_schema(env):
                    stream=False)
         assert r.done_reason == "stop", r
         jsonschema.validate(json.loads(r.message.content), schema)
-    g = c.generate(model=name, prompt="Invent a person. Reply in JSON.", format="json", options={"temperature": 0, "num_predict": 64},
-                   stream=False)
-    assert g.done_reason == "stop" and isinstance(json.loads(g.response), dict), g
+    if not SAN:
+        g = c.generate(model=name, prompt="Invent a person. Reply in JSON.", format="json",
+                       options={"temperature": 0, "num_predict": 64}, stream=False)
+        assert g.done_reason == "stop" and isinstance(json.loads(g.response), dict), g
     parts = list(c.chat(model=name, messages=msgs, format=schema, options={"temperature": 0, "num_predict": 64}, stream=True))
     jsonschema.validate(json.loads("".join(p.message.content for p in parts)), schema)
     st, o = srv.post("/api/chat", {"model": name, "messages": msgs, "format": "yaml"})
@@ -419,13 +424,25 @@ def test_embed(env):
         check_error(st, o, 400, "embedding model")
 
 
+def test_gemma4_capabilities(env):
+    """A model whose vocabulary has Gemma 4's tool and thought markers (a tiny random one) thinks and calls tools."""
+    model = os.path.join(env["src"], "tests/data/tools/gemma4-tools.gguf")
+    with Server(env["bin"], model=model, ctx=256, parallel=2) as srv:
+        c = client(srv)
+        assert c.show("gemma4-tools.gguf").capabilities == ["completion", "tools", "thinking"]
+        r = c.chat(model="gemma4-tools.gguf", messages=[{"role": "user", "content": "hi"}], think=True,
+                   options={"num_predict": 3}, stream=False)
+        assert r.done and r.eval_count <= 3, r
+
+
 def main():
     binary, model, src = sys.argv[1], sys.argv[2], sys.argv[3]
     env = {"bin": binary, "model": model, "src": src, "mmproj": os.path.join(src, "tests/data/vision/mmproj-640.gguf")}
     with Server(binary, model=model, parallel=4) as srv:
         env["srv"] = srv
         rc = run_tests([test_root_and_version, test_tags_show_ps, test_chat, test_ndjson_shape, test_generate, test_options,
-                        test_format_schema, test_tools, test_errors, test_metrics, test_vision, test_embed], env)
+                        test_format_schema, test_tools, test_errors, test_metrics, test_vision, test_embed,
+                        test_gemma4_capabilities], env)
         if rc:
             print("".join(srv.log[-30:]))
     return rc
