@@ -25,8 +25,8 @@ typedef enum { OLL_CHAT, OLL_GENERATE } oll_kind;
 /* A call's own state: what answering needs besides the job. */
 typedef struct oll_call {
     oll_kind kind;
-    char model[200];        /* the name the request gave, echoed */
-    gen_finish finish;      /* a stream's: why its choice ended (seen before the end is) */
+    char model[200];   /* the name the request gave, echoed */
+    gen_finish finish; /* a stream's: why its choice ended (seen before the end is) */
 } oll_call;
 
 /* A body being read into a request. */
@@ -35,7 +35,6 @@ typedef struct parse {
     oll_call *q;
     srv_error *e;
     const gen_call_in *in;
-    int n_ctx;              /* the context this request may use: the server's, or options.num_ctx when smaller */
 } parse;
 
 static bool bad(srv_error *e, const char *fmt, const char *field) { return srq_bad(e, fmt, field); }
@@ -102,13 +101,13 @@ bool ollama_model_ok(const cJSON *root, const char *id, char *echo, size_t n, sr
 /* ---------------------------------------------------------------- options */
 
 /* Options that tune loading or speed, not the tokens: accepted and ignored (the server's settings hold). */
-static const char *const ignored_options[] = {"num_keep", "numa", "num_batch", "num_gpu", "main_gpu", "low_vram",
-                                              "f16_kv", "logits_all", "vocab_only", "use_mmap", "use_mlock",
-                                              "embedding_only", "num_thread", "penalize_newline", "mirostat_tau",
-                                              "mirostat_eta"};
-static const char *const read_options[] = {"temperature", "top_k", "top_p", "min_p", "seed", "num_predict", "num_ctx",
-                                           "stop", "repeat_penalty", "repeat_last_n", "presence_penalty",
-                                           "frequency_penalty"};
+static const char *const ignored_options[] = {
+    "num_keep",     "numa",        "num_batch", "num_gpu",   "main_gpu",       "low_vram",   "f16_kv",
+    "logits_all",   "vocab_only",  "use_mmap",  "use_mlock", "embedding_only", "num_thread", "penalize_newline",
+    "mirostat_tau", "mirostat_eta"};
+static const char *const read_options[] = {"temperature",    "top_k",         "top_p",           "min_p",
+                                           "seed",           "num_predict",   "num_ctx",         "stop",
+                                           "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty"};
 
 static bool in_list(const char *k, const char *const *list, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -128,7 +127,8 @@ static bool option_names(const cJSON *opts, srv_error *e) {
     const cJSON *f;
     cJSON_ArrayForEach(f, opts) {
         const char *k = f->string;
-        if (cJSON_IsNull(f) || neutral_option(f) || in_list(k, read_options, sizeof read_options / sizeof *read_options) ||
+        if (cJSON_IsNull(f) || neutral_option(f) ||
+            in_list(k, read_options, sizeof read_options / sizeof *read_options) ||
             in_list(k, ignored_options, sizeof ignored_options / sizeof *ignored_options))
             continue;
         srv_error_set(e, 400, "invalid_request_error", "unsupported_field",
@@ -208,7 +208,8 @@ static bool format_field(parse *ps, const cJSON *root) {
 static bool think_field(parse *ps, const cJSON *root) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "think");
     if (!t || cJSON_IsNull(t) || cJSON_IsFalse(t)) return true;
-    if (!cJSON_IsTrue(t) && !cJSON_IsString(t)) return bad(ps->e, "'%s' must be true, false, or high / medium / low", "think");
+    if (!cJSON_IsTrue(t) && !cJSON_IsString(t))
+        return bad(ps->e, "'%s' must be true, false, or high / medium / low", "think");
     if (gm_tokenizer_tool_format(ps->in->tok) == GM_TOOLS_GEMMA4) return true;
     srv_error_set(ps->e, 400, "invalid_request_error", NULL, "\"%.200s\" does not support thinking", ps->q->model);
     return false;
@@ -222,7 +223,8 @@ static bool other_fields(parse *ps, const cJSON *root) {
         return bad(ps->e, "'%s' must be a duration (\"5m\") or a number of seconds", "keep_alive");
     const cJSON *lp = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
     const cJSON *tlp = cJSON_GetObjectItemCaseSensitive(root, "top_logprobs");
-    if ((lp && !cJSON_IsNull(lp) && !cJSON_IsFalse(lp)) || (tlp && !cJSON_IsNull(tlp) && !(cJSON_IsNumber(tlp) && tlp->valuedouble == 0)))
+    if ((lp && !cJSON_IsNull(lp) && !cJSON_IsFalse(lp)) ||
+        (tlp && !cJSON_IsNull(tlp) && !(cJSON_IsNumber(tlp) && tlp->valuedouble == 0)))
         return bad(ps->e, "'%s' is not supported by this server's Ollama API (use /v1/chat/completions)", "logprobs");
     ps->rq->stream = true; /* Ollama streams unless told not to */
     if (!srq_bool(root, "stream", NULL, &ps->rq->stream, ps->e)) return false;
@@ -241,7 +243,10 @@ static bool add_image(parse *ps, srq_conv *cv, const cJSON *img, const char *whe
     const char *b = img->valuestring;
     if (!strncmp(b, "data:", 5)) return srq_conv_image(cv, b);
     /* the decoder reads the format from the bytes; the type only names it */
-    const char *type = !strncmp(b, "iVBOR", 5) ? "png" : !strncmp(b, "/9j/", 4) ? "jpeg" : !strncmp(b, "UklGR", 5) ? "webp" : "unknown";
+    const char *type = !strncmp(b, "iVBOR", 5)   ? "png"
+                       : !strncmp(b, "/9j/", 4)  ? "jpeg"
+                       : !strncmp(b, "UklGR", 5) ? "webp"
+                                                 : "unknown";
     const size_t n = strlen(b);
     char *uri = malloc(n + 40);
     if (!uri) return oom(ps->e);
@@ -275,19 +280,23 @@ static bool add_calls(parse *ps, srq_conv *cv, const cJSON *calls, const char *w
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
         const cJSON *name = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "name") : NULL;
         const cJSON *args = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "arguments") : NULL;
-        static const char *const known_call[] = {"id", "type", "function"}, *const known_fn[] = {"name", "arguments", "index"};
+        static const char *const known_call[] = {"id", "type", "function"}, *const known_fn[] = {"name", "arguments",
+                                                                                                 "index"};
         char w[80];
         snprintf(w, sizeof w, "%s.tool_calls[]", where);
         if (!cJSON_IsObject(c)) return bad(ps->e, "%s must be objects", w);
         if (!srq_known(c, w, known_call, 3, ps->e)) return false;
-        if (!cJSON_IsString(name) || !(cJSON_IsObject(args) || cJSON_IsString(args) || !args) || (id && !cJSON_IsNull(id) && !cJSON_IsString(id)))
+        if (!cJSON_IsString(name) || !(cJSON_IsObject(args) || cJSON_IsString(args) || !args) ||
+            (id && !cJSON_IsNull(id) && !cJSON_IsString(id)))
             return bad(ps->e, "%s must be {\"function\": {\"name\": ..., \"arguments\": {...}}}", w);
         snprintf(w, sizeof w, "%s.tool_calls[].function", where);
         if (!srq_known(f, w, known_fn, 3, ps->e)) return false;
         char *printed = cJSON_IsObject(args) ? cJSON_PrintUnformatted(args) : NULL;
         if (cJSON_IsObject(args) && !printed) return oom(ps->e);
         const bool ok = srq_conv_call(cv, cJSON_IsString(id) ? id->valuestring : NULL, name->valuestring,
-                                      printed ? printed : args ? args->valuestring : "{}");
+                                      printed ? printed
+                                      : args  ? args->valuestring
+                                              : "{}");
         free(printed);
         if (!ok) return false;
     }
@@ -307,7 +316,8 @@ static const char *string_of(parse *ps, const cJSON *o, const char *k, const cha
 static bool chat_message(parse *ps, srq_conv *cv, const cJSON *m, int i) {
     char where[32];
     snprintf(where, sizeof where, "messages[%d]", i);
-    static const char *const known[] = {"role", "content", "images", "thinking", "tool_calls", "tool_name", "tool_call_id"};
+    static const char *const known[] = {"role",       "content",   "images",      "thinking",
+                                        "tool_calls", "tool_name", "tool_call_id"};
     if (!cJSON_IsObject(m)) return bad(ps->e, "%s must be an object", where);
     if (!srq_known(m, where, known, sizeof known / sizeof *known, ps->e)) return false;
     bool ok = true;
@@ -316,12 +326,14 @@ static bool chat_message(parse *ps, srq_conv *cv, const cJSON *m, int i) {
     const char *call_id = string_of(ps, m, "tool_call_id", where, &ok);
     if (!ok) return false;
     if (!role || (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "tool"))) {
-        srv_error_set(ps->e, 400, "invalid_request_error", NULL, "%s.role must be system, user, assistant or tool", where);
+        srv_error_set(ps->e, 400, "invalid_request_error", NULL, "%s.role must be system, user, assistant or tool",
+                      where);
         return false;
     }
     if (!strcmp(role, "system") && i > 0) return bad(ps->e, "%s: a system message may only come first", where);
     const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
-    if (!srq_conv_message(cv, role, where) || !add_images(ps, cv, cJSON_GetObjectItemCaseSensitive(m, "images"), where) ||
+    if (!srq_conv_message(cv, role, where) ||
+        !add_images(ps, cv, cJSON_GetObjectItemCaseSensitive(m, "images"), where) ||
         (content && !srq_conv_text(cv, content, strlen(content))))
         return false;
     if (calls && !cJSON_IsNull(calls) && !add_calls(ps, cv, calls, where)) return false;
@@ -333,7 +345,8 @@ static bool chat_prompt(parse *ps, const cJSON *root) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
     const int limit = srq_prompt_limit(ps->in->o, ps->in->n_ctx);
     if (!cJSON_IsArray(msgs)) return bad(ps->e, "'%s' must be a list of messages", "messages");
-    if (cJSON_GetArraySize(msgs) > limit) return bad(ps->e, "'%s' has more entries than this server's context can hold", "messages");
+    if (cJSON_GetArraySize(msgs) > limit)
+        return bad(ps->e, "'%s' has more entries than this server's context can hold", "messages");
     srq_conv *cv = srq_conv_new(ps->in, "messages", ps->e);
     bool ok = cv != NULL;
     int i = 0;
@@ -350,13 +363,15 @@ static bool chat_prompt(parse *ps, const cJSON *root) {
  * text as it is (control-token texts parsed: the caller wrote the template). */
 static bool generate_prompt(parse *ps, const cJSON *root) {
     bool ok = true, raw = false;
-    const char *prompt = string_of(ps, root, "prompt", "body", &ok), *system = string_of(ps, root, "system", "body", &ok);
+    const char *prompt = string_of(ps, root, "prompt", "body", &ok),
+               *system = string_of(ps, root, "system", "body", &ok);
     const cJSON *imgs = cJSON_GetObjectItemCaseSensitive(root, "images");
     if (!ok || !srq_bool(root, "raw", NULL, &raw, ps->e)) return false;
     const int limit = srq_prompt_limit(ps->in->o, ps->in->n_ctx);
     if (raw) {
         if ((imgs && !cJSON_IsNull(imgs)) || (system && *system))
-            return bad(ps->e, "%s: a raw prompt is sent as it is (write the system text and images into a chat request)", "raw");
+            return bad(ps->e, "%s: a raw prompt is sent as it is (write the system text and images into a chat request)",
+                       "raw");
         const size_t len = prompt ? strlen(prompt) : 0;
         if (!len) return bad(ps->e, "the %s is empty", "prompt");
         if (!srq_bytes_fit(ps->in->tok, len, limit, ps->e)) return false;
@@ -372,7 +387,8 @@ static bool generate_prompt(parse *ps, const cJSON *root) {
     if ((!prompt || !*prompt) && empty_or_null(imgs)) return bad(ps->e, "the %s is empty", "prompt");
     srq_conv *cv = srq_conv_new(ps->in, "prompt", ps->e);
     ok = cv != NULL;
-    if (ok && system && *system) ok = srq_conv_message(cv, "system", "system") && srq_conv_text(cv, system, strlen(system));
+    if (ok && system && *system)
+        ok = srq_conv_message(cv, "system", "system") && srq_conv_text(cv, system, strlen(system));
     ok = ok && srq_conv_message(cv, "user", "prompt") && add_images(ps, cv, imgs, "body") &&
          (!prompt || srq_conv_text(cv, prompt, strlen(prompt)));
     ok = ok && srq_conv_tokenize(cv, ps->rq, limit);
@@ -394,12 +410,14 @@ static bool generate_refusals(parse *ps, const cJSON *root) {
 }
 
 static bool known_fields(parse *ps, const cJSON *root) {
-    static const char *const chat[] = {"model", "messages", "tools", "format", "options", "stream", "keep_alive",
-                                       "think", "logprobs", "top_logprobs"};
-    static const char *const gen[] = {"model", "prompt", "system", "raw", "images", "suffix", "context", "template",
-                                      "format", "options", "stream", "keep_alive", "think", "logprobs", "top_logprobs"};
+    static const char *const chat[] = {"model",  "messages",   "tools", "format",   "options",
+                                       "stream", "keep_alive", "think", "logprobs", "top_logprobs"};
+    static const char *const gen[] = {"model",  "prompt",     "system",   "raw",      "images",
+                                      "suffix", "context",    "template", "format",   "options",
+                                      "stream", "keep_alive", "think",    "logprobs", "top_logprobs"};
     const bool is_chat = ps->q->kind == OLL_CHAT;
-    return srq_known(root, NULL, is_chat ? chat : gen, is_chat ? sizeof chat / sizeof *chat : sizeof gen / sizeof *gen, ps->e);
+    return srq_known(root, NULL, is_chat ? chat : gen, is_chat ? sizeof chat / sizeof *chat : sizeof gen / sizeof *gen,
+                     ps->e);
 }
 
 static bool parse_body(parse *ps, const char *body, size_t len) {
@@ -408,7 +426,8 @@ static bool parse_body(parse *ps, const char *body, size_t len) {
     const cJSON *opts = cJSON_GetObjectItemCaseSensitive(root, "options");
     bool ok = cJSON_IsObject(root) || bad(ps->e, "the body must be a JSON %s", "object");
     ok = ok && known_fields(ps, root) && ollama_model_ok(root, ps->in->model, ps->q->model, sizeof ps->q->model, ps->e);
-    if (ok && opts && !cJSON_IsNull(opts) && !cJSON_IsObject(opts)) ok = bad(ps->e, "'%s' must be an object", "options");
+    if (ok && opts && !cJSON_IsNull(opts) && !cJSON_IsObject(opts))
+        ok = bad(ps->e, "'%s' must be an object", "options");
     if (opts && !cJSON_IsObject(opts)) opts = NULL;
     ok = ok && think_field(ps, root) && other_fields(ps, root) && sampling(ps, opts) && format_field(ps, root);
     if (ps->q->kind == OLL_CHAT) {
@@ -427,7 +446,7 @@ static void *parse_call(const gen_call_in *in, gen_request *rq, srv_error *e, ol
     oll_call *q = calloc(1, sizeof *q);
     if (!q) return oom(e), NULL;
     q->kind = kind;
-    parse ps = {rq, q, e, in, in->n_ctx};
+    parse ps = {rq, q, e, in};
     rq->n = 1;
     if (!parse_body(&ps, in->body ? in->body : "", in->len)) {
         free(q);
@@ -436,7 +455,9 @@ static void *parse_call(const gen_call_in *in, gen_request *rq, srv_error *e, ol
     return q;
 }
 
-static void *parse_chat(const gen_call_in *in, gen_request *rq, srv_error *e) { return parse_call(in, rq, e, OLL_CHAT); }
+static void *parse_chat(const gen_call_in *in, gen_request *rq, srv_error *e) {
+    return parse_call(in, rq, e, OLL_CHAT);
+}
 static void *parse_generate(const gen_call_in *in, gen_request *rq, srv_error *e) {
     return parse_call(in, rq, e, OLL_GENERATE);
 }
@@ -555,10 +576,14 @@ static void render(const void *call, const stream_view *v, const gm_tokenizer *t
 }
 
 /* A keep-alive its readers take as an empty piece (the official clients parse every line as JSON). */
-const gen_endpoint ollama_chat = {parse_chat, response, render, "application/x-ndjson",
-                                  "{\"message\":{\"role\":\"assistant\",\"content\":\"\"},\"done\":false}\n", free_call};
-const gen_endpoint ollama_generate = {parse_generate, response, render, "application/x-ndjson",
-                                      "{\"response\":\"\",\"done\":false}\n", free_call};
+const gen_endpoint ollama_chat = {parse_chat,
+                                  response,
+                                  render,
+                                  "application/x-ndjson",
+                                  "{\"message\":{\"role\":\"assistant\",\"content\":\"\"},\"done\":false}\n",
+                                  free_call};
+const gen_endpoint ollama_generate = {
+    parse_generate, response, render, "application/x-ndjson", "{\"response\":\"\",\"done\":false}\n", free_call};
 
 /* ---------------------------------------------------------------- load requests */
 
@@ -572,7 +597,8 @@ char *ollama_load_reply(const ollama_facts *f, const char *body, size_t len, boo
     srv_error e;
     const bool load = cJSON_IsObject(root) && empty_or_null(p) && (!generate || empty_or_null(imgs)) &&
                       ollama_model_ok(root, f->id, q.model, sizeof q.model, &e);
-    const bool unload = load && ((cJSON_IsNumber(ka) && ka->valuedouble == 0) || (cJSON_IsString(ka) && !strcmp(ka->valuestring, "0")));
+    const bool unload = load && ((cJSON_IsNumber(ka) && ka->valuedouble == 0) ||
+                                 (cJSON_IsString(ka) && !strcmp(ka->valuestring, "0")));
     cJSON_Delete(root);
     if (!load) return NULL;
     cJSON *o = envelope(&q);

@@ -46,9 +46,9 @@ static void human_number(int64_t n, char *out, size_t len) {
 
 /* The quantization a file name states ("...-q4_k_m.gguf"), as Ollama names file types; "" when none. */
 static void quant_of_name(const char *path, char *out, size_t n) {
-    static const char *const names[] = {"q4_k_m", "q4_k_s", "q5_k_m", "q5_k_s", "q3_k_m", "q3_k_s", "q3_k_l", "iq4_xs",
-                                        "iq4_nl", "q2_k", "q6_k", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "bf16", "f16",
-                                        "f32"};
+    static const char *const names[] = {"q4_k_m", "q4_k_s", "q5_k_m", "q5_k_s", "q3_k_m", "q3_k_s", "q3_k_l",
+                                        "iq4_xs", "iq4_nl", "q2_k",   "q6_k",   "q4_0",   "q4_1",   "q5_0",
+                                        "q5_1",   "q8_0",   "bf16",   "f16",    "f32"};
     const char *b = strrchr(path, '/');
     b = b ? b + 1 : path;
     out[0] = 0;
@@ -56,8 +56,10 @@ static void quant_of_name(const char *path, char *out, size_t n) {
         const size_t l = strlen(names[i]);
         for (const char *p = b; (p = strcasestr(p, names[i])); p++) {
             const char before = p > b ? p[-1] : '-', after = p[l];
-            if ((before == '-' || before == '_' || before == '.') && (after == '-' || after == '_' || after == '.' || !after)) {
-                for (size_t k = 0; k <= l && k < n; k++) out[k] = (char)(k < l && p[k] >= 'a' && p[k] <= 'z' ? p[k] - 32 : p[k]);
+            if ((before == '-' || before == '_' || before == '.') &&
+                (after == '-' || after == '_' || after == '.' || !after)) {
+                for (size_t k = 0; k <= l && k < n; k++)
+                    out[k] = (char)(k < l && p[k] >= 'a' && p[k] <= 'z' ? p[k] - 32 : p[k]);
                 if (l < n) out[l] = 0;
                 return;
             }
@@ -83,9 +85,12 @@ static void describe_facts(ollama_facts *f, const char *path) {
         const cJSON *dim, *shape = cJSON_GetObjectItemCaseSensitive(t, "shape");
         cJSON_ArrayForEach(dim, shape) n *= cJSON_IsNumber(dim) ? dim->valuedouble : 1;
         f->n_params += (int64_t)n;
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name"), *type = cJSON_GetObjectItemCaseSensitive(t, "type");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name"),
+                    *type = cJSON_GetObjectItemCaseSensitive(t, "type");
         const cJSON *b = cJSON_GetObjectItemCaseSensitive(t, "bytes");
-        if (!cJSON_IsString(name) || strncmp(name->valuestring, "blk.", 4) || !cJSON_IsString(type) || !cJSON_IsNumber(b)) continue;
+        if (!cJSON_IsString(name) || strncmp(name->valuestring, "blk.", 4) || !cJSON_IsString(type) ||
+            !cJSON_IsNumber(b))
+            continue;
         cJSON *have = cJSON_GetObjectItemCaseSensitive(bytes_by_type, type->valuestring);
         if (have) cJSON_SetNumberValue(have, have->valuedouble + b->valuedouble);
         else cJSON_AddNumberToObject(bytes_by_type, type->valuestring, b->valuedouble);
@@ -181,7 +186,8 @@ static cJSON *model_info(const ollama_facts *f) {
     char k[96];
     cJSON_AddStringToObject(mi, "general.architecture", f->family);
     cJSON_AddNumberToObject(mi, "general.parameter_count", (double)f->n_params);
-#define KEY(suffix, value) (snprintf(k, sizeof k, "%s." suffix, f->family), cJSON_AddNumberToObject(mi, k, (double)(value)))
+#define KEY(suffix, value)                                                                                             \
+    (snprintf(k, sizeof k, "%s." suffix, f->family), cJSON_AddNumberToObject(mi, k, (double)(value)))
     KEY("context_length", f->n_ctx);
     KEY("embedding_length", f->embedding ? c->embedding_dim : c->d_model);
     KEY("block_count", c->n_layers);
@@ -220,9 +226,14 @@ char *ollama_show(const ollama_facts *f, const char *body, size_t len, int *stat
     cJSON_AddItemToObject(o, "details", details_json(f));
     cJSON_AddItemToObject(o, "model_info", model_info(f));
     cJSON *caps = cJSON_AddArrayToObject(o, "capabilities");
-    const struct { bool on; const char *name; } cap[] = {{f->completion, "completion"}, {f->tools, "tools"},
-                                                          {f->vision, "vision"}, {f->embedding, "embedding"},
-                                                          {f->thinking, "thinking"}};
+    const struct {
+        bool on;
+        const char *name;
+    } cap[] = {{f->completion, "completion"},
+               {f->tools, "tools"},
+               {f->vision, "vision"},
+               {f->embedding, "embedding"},
+               {f->thinking, "thinking"}};
     for (size_t i = 0; i < sizeof cap / sizeof *cap; i++)
         if (cap[i].on) cJSON_AddItemToArray(caps, cJSON_CreateString(cap[i].name));
     cJSON_AddStringToObject(o, "modified_at", f->modified_at);
@@ -247,12 +258,16 @@ char *ollama_embed(const srv_embed_ctx *x, const ollama_facts *f, const char *bo
     const cJSON *trunc = cJSON_GetObjectItemCaseSensitive(root, "truncate");
     const cJSON *opts = cJSON_GetObjectItemCaseSensitive(root, "options");
     bool ok = (cJSON_IsObject(root) || bad(&e, "the body must be a JSON %s", "object")) &&
-              srq_known(root, NULL, known, sizeof known / sizeof *known, &e) && ollama_model_ok(root, f->id, echo, sizeof echo, &e);
-    if (ok && !(cJSON_IsString(input) || cJSON_IsArray(input))) ok = bad(&e, "'%s' must be a string or a list of strings", "input");
+              srq_known(root, NULL, known, sizeof known / sizeof *known, &e) &&
+              ollama_model_ok(root, f->id, echo, sizeof echo, &e);
+    if (ok && !(cJSON_IsString(input) || cJSON_IsArray(input)))
+        ok = bad(&e, "'%s' must be a string or a list of strings", "input");
     const cJSON *it;
     if (ok && cJSON_IsArray(input))
-        cJSON_ArrayForEach(it, input) if (ok && !cJSON_IsString(it)) ok = bad(&e, "'%s' must be a string or a list of strings", "input");
-    if (ok && trunc && !cJSON_IsNull(trunc) && !cJSON_IsBool(trunc)) ok = bad(&e, "'%s' must be true or false", "truncate");
+        cJSON_ArrayForEach(it, input) if (ok && !cJSON_IsString(it))
+            ok = bad(&e, "'%s' must be a string or a list of strings", "input");
+    if (ok && trunc && !cJSON_IsNull(trunc) && !cJSON_IsBool(trunc))
+        ok = bad(&e, "'%s' must be true or false", "truncate");
     if (ok && opts && !cJSON_IsNull(opts) && !cJSON_IsObject(opts)) ok = bad(&e, "'%s' must be an object", "options");
     char *inner = NULL;
     if (ok) { /* the same request in the OpenAI shape */
@@ -281,7 +296,8 @@ char *ollama_embed(const srv_embed_ctx *x, const ollama_facts *f, const char *bo
     cJSON *o = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(o, "embeddings");
     cJSON_AddStringToObject(o, "model", echo);
     const cJSON *d, *data = cJSON_GetObjectItemCaseSensitive(r, "data");
-    cJSON_ArrayForEach(d, data) cJSON_AddItemToArray(list, cJSON_DetachItemFromObjectCaseSensitive((cJSON *)d, "embedding"));
+    cJSON_ArrayForEach(d, data)
+        cJSON_AddItemToArray(list, cJSON_DetachItemFromObjectCaseSensitive((cJSON *)d, "embedding"));
     cJSON_AddNumberToObject(o, "total_duration", (double)ns(srv_now() - t0));
     cJSON_AddNumberToObject(o, "load_duration", 0);
     cJSON_AddNumberToObject(o, "prompt_eval_count", *n_prompt);
