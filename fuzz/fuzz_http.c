@@ -14,8 +14,9 @@
  *  - the answer is a run of whole responses, each starting "HTTP/1.x NNN " and delimited by its
  *    Content-Length, its chunked encoding, or the end of the connection;
  *  - an application/json body is a JSON object; a 200 text/event-stream body is SSE `data:` events of
- *    JSON objects (and comments), ending with [DONE]; a 200 application/x-ndjson body (Ollama's) lines of
- *    JSON objects, the last one done or an error;
+ *    JSON objects (and comments), ending with [DONE], or named `event:` + `data:` events (Anthropic's, ending
+ *    with message_stop or error; Responses', ending with response.completed, .incomplete or .failed); a 200
+ *    application/x-ndjson body (Ollama's) lines of JSON objects, the last one done or an error;
  *  - no 500 except for running out of memory. */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -77,6 +78,8 @@ static srv_options options(bool guarded) {
         o.cors = "https://app.example";
         o.allowed_hosts = "app.example,api.example";
         o.lookup = true;
+        o.responses_store = 4; /* /v1/responses kept for previous_response_id, per key */
+        o.responses_store_bytes = 1 << 16;
     }
     return o;
 }
@@ -256,9 +259,20 @@ static void check_json_object(const char *s, size_t n, const char *what) {
     cJSON_Delete(o);
 }
 
-/* SSE: events of `data: ` + JSON object, or comments (":" lines: the half-close probe), then [DONE]. */
+/* SSE: events of `data: ` + JSON object, or comments (":" lines: the half-close probe), then [DONE]; or
+ * named events (`event: NAME` + `data: ` JSON object: Anthropic's and Responses' streams), whose last is
+ * message_stop or error (Anthropic) or response.completed, .incomplete or .failed (Responses). */
+static bool final_event(const char *name, size_t n) {
+    static const char *const finals[] = {"message_stop", "error", "response.completed", "response.incomplete",
+                                         "response.failed"};
+    for (size_t i = 0; i < sizeof finals / sizeof *finals; i++)
+        if (n == strlen(finals[i]) && !strncmp(name, finals[i], n)) return true;
+    return false;
+}
+
 static void check_sse(const char *p, size_t n) {
-    const char *end = p + n;
+    const char *end = p + n, *last = NULL; /* a named stream's last event */
+    size_t last_n = 0;
     bool done = false;
     while (p < end) {
         const char *e = find(p, end, "\n\n");
@@ -269,10 +283,19 @@ static void check_sse(const char *p, size_t n) {
             done = true;
         } else if (!strncmp(p, "data: ", 6)) {
             check_json_object(p + 6, (size_t)(e - p - 6), "an SSE event");
+        } else if (!strncmp(p, "event: ", 7)) {
+            const char *data = find(p, e, "\ndata: ");
+            if (!data) fail("an SSE event line without its data");
+            check_json_object(data + 7, (size_t)(e - data - 7), "an SSE event");
+            last = p + 7, last_n = (size_t)(data - p - 7);
         } else {
             fail("an SSE line that is neither data nor a comment");
         }
         p = e + 2;
+    }
+    if (last && !done) {
+        if (!final_event(last, last_n)) fail("a named stream that does not end with its final event");
+        return;
     }
     if (!done) fail("a stream without [DONE]");
 }

@@ -1,7 +1,8 @@
 /* fuzz/fuzz_openai_request.c — libFuzzer harness for the server's request parsers and response writers
- * (server/openai.c and server/ollama.c, through their gen_endpoints). Byte 0 picks the endpoint (bits 0 and
- * 2: completions, chat, Ollama's generate, Ollama's chat) and whether the rendered job fails midway (bit 1);
- * the rest is the body.
+ * (server/openai.c, server/responses.c, server/anthropic.c, server/ollama.c, through their gen_endpoints).
+ * Byte 0 picks the endpoint (bit 0 and bits 2-4: an entry of `endpoints`, bit 0 alone choosing OpenAI's chat or
+ * completions), whether the rendered job fails midway (bit 1) and the API key (bits 5-7: Responses keep finished answers
+ * per key in a small store, for previous_response_id); the rest is the body.
  * Properties (abort() on violation):
  *  - the endpoint's parse either accepts (then: a non-empty prompt of in-vocabulary ids shorter than the
  *    context, n in 1..8, max_tokens within the limits, sampling options gm_sampling_validate accepts,
@@ -9,8 +10,9 @@
  *  - for an accepted request, a job whose choices hold arbitrary bytes (the body itself: invalid
  *    UTF-8, NULs, quotes) streams, taken and rendered as the connection thread does it (half the text,
  *    then the rest), as `data:` events of JSON objects ending with [DONE] (an error event first when
- *    the job fails midway) or, for Ollama, as NDJSON: lines of JSON objects, the last one done (or the
- *    error), and renders whole as a JSON object. */
+ *    the job fails midway) — Anthropic's: `event: NAME` + `data:` events of JSON objects whose type is
+ *    NAME, from message_start to message_stop (or ending with an error event); Ollama's: NDJSON, lines of
+ *    JSON objects, the last one done (or the error) — and renders whole as a JSON object. */
 #include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,14 +22,31 @@
 #include "fuzz/fuzz_vocab.h"
 #include "server/server.h"
 
+/* The endpoints byte 0 picks from, with the protocol of their errors and streams. */
+static const struct {
+    const gen_endpoint *ep;
+    srv_protocol proto;
+} endpoints[] = {
+    {&openai_completions, PROTO_OPENAI},
+    {&openai_chat, PROTO_OPENAI},
+    {&anthropic_messages, PROTO_ANTHROPIC},
+    {&anthropic_count_tokens, PROTO_ANTHROPIC},
+    {&openai_responses, PROTO_OPENAI},
+    {&openai_responses_count, PROTO_OPENAI},
+    {&ollama_generate, PROTO_OLLAMA},
+    {&ollama_chat, PROTO_OLLAMA},
+};
+
 static gm_tokenizer *g_tok;
 static srv_options g_opt;
+static resp_store *g_store;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
     g_tok = fv_build(true, NULL);
     g_opt = (srv_options){.parallel = 4, .max_prompt = 200, .max_tokens = 256, .n_ctx = 256};
+    g_store = resp_store_new(4, 64 << 10);
     return 0;
 }
 
@@ -48,19 +67,11 @@ static void check_accepted(const gen_request *rq) {
     if (rq->top_logprobs < 0 || rq->top_logprobs > SRV_MAX_TOP_LOGPROBS) fail("top_logprobs");
 }
 
-/* The endpoints byte 0 picks, with their framing and error shape. */
-static const struct {
-    const gen_endpoint *ep;
-    bool ndjson;
-    srv_protocol proto;
-} endpoints[4] = {{&openai_completions, false, PROTO_OPENAI}, {&openai_chat, false, PROTO_OPENAI},
-                  {&ollama_generate, true, PROTO_OLLAMA}, {&ollama_chat, true, PROTO_OLLAMA}};
-
 /* An accepted call: the job, its endpoint's state, and what a streaming reader keeps. */
 typedef struct call {
     job *j;
     const gen_endpoint *ep;
-    bool ndjson;
+    srv_protocol proto;
     void *state;
     job_reader rd;
     srv_buf out;
@@ -121,6 +132,57 @@ static void check_ndjson(const srv_buf *out, bool failed) {
     if (failed ? !saw_error : !saw_done) fail(failed ? "a failed stream without its error line" : "a stream without its done line");
 }
 
+/* Responses' SSE: `event: T` / `data: {"type": T, ..., "sequence_number": 0, 1, ...}` blocks, ending with
+ * response.completed or .incomplete, or (failed) an error event and response.failed. */
+static void check_typed_sse(const srv_buf *out, bool failed) {
+    const char *p = out->p, *end = out->p + out->len;
+    double seq = 0;
+    char last[64] = "";
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p)), *e = memmem(p, (size_t)(end - p), "\n\n", 2);
+        if (!nl || !e || strncmp(p, "event: ", 7) || strncmp(nl + 1, "data: ", 6)) fail("typed SSE framing");
+        cJSON *o = cJSON_ParseWithLength(nl + 7, (size_t)(e - nl - 7));
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type"), *sn = cJSON_GetObjectItemCaseSensitive(o, "sequence_number");
+        if (!cJSON_IsString(type) || (size_t)(nl - p - 7) != strlen(type->valuestring) ||
+            strncmp(p + 7, type->valuestring, (size_t)(nl - p - 7)))
+            fail("an event whose data does not name its type");
+        if (!cJSON_IsNumber(sn) || sn->valuedouble != seq++) fail("sequence numbers are not 0, 1, 2, ...");
+        snprintf(last, sizeof last, "%s", type->valuestring);
+        cJSON_Delete(o);
+        p = e + 2;
+    }
+    if (failed ? strcmp(last, "response.failed") : strcmp(last, "response.completed") && strcmp(last, "response.incomplete"))
+        fail("the stream does not end with its final event");
+/* Anthropic's stream: `event: NAME\ndata: {"type": NAME, ...}` events, message_start first, message_stop
+ * last (an error event last if `failed`); content blocks opened, filled and closed by index in order. */
+static void check_named_sse(const srv_buf *out, bool failed) {
+    const char *p = out->p, *end = out->p + out->len;
+    char last[40] = "";
+    int n = 0, opened = 0, open = -1;
+    while (p < end) {
+        const char *e = memmem(p, (size_t)(end - p), "\n\n", 2), *nl = memchr(p, '\n', (size_t)(end - p));
+        if (!e || strncmp(p, "event: ", 7) || nl >= e || strncmp(nl + 1, "data: ", 6)) fail("named SSE framing");
+        if (!strcmp(last, "message_stop") || !strcmp(last, "error")) fail("an event after the end");
+        snprintf(last, sizeof last, "%.*s", (int)(nl - p - 7 < 39 ? nl - p - 7 : 39), p + 7);
+        cJSON *o = cJSON_ParseWithLength(nl + 7, (size_t)(e - nl - 7));
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type"), *idx = cJSON_GetObjectItemCaseSensitive(o, "index");
+        if (!cJSON_IsObject(o) || !cJSON_IsString(type) || strcmp(type->valuestring, last)) fail("an event's data type is not its name");
+        if (n++ == 0 && strcmp(last, "message_start") && strcmp(last, "error")) fail("a stream not opened by message_start");
+        if (!strcmp(last, "content_block_start")) {
+            if (open >= 0 || !cJSON_IsNumber(idx) || idx->valueint != opened) fail("content block indices");
+            open = opened++;
+        } else if (!strcmp(last, "content_block_delta") || !strcmp(last, "content_block_stop")) {
+            if (open < 0 || !cJSON_IsNumber(idx) || idx->valueint != open) fail("a delta or stop outside its block");
+            if (!strcmp(last, "content_block_stop")) open = -1;
+        } else if (!strcmp(last, "message_delta") && (open >= 0 || !opened)) {
+            fail("message_delta with a block open, or no block");
+        }
+        cJSON_Delete(o);
+        p = e + 2;
+    }
+    if (strcmp(last, failed ? "error" : "message_stop")) fail(failed ? "a failed stream without its error event" : "no message_stop");
+}
+
 /* Choice c holds `text` (visible up to its first half: the rest could still be a stop string) and,
  * when asked, two log-probability entries splitting the text. */
 static void fill_choice(const job *j, gen_session *c, int i, const uint8_t *text, size_t len) {
@@ -157,7 +219,9 @@ static void check_rendering(call *k, const uint8_t *text, size_t len, bool fail_
     for (int steps = 0; !k->rd.closed; steps++)
         if (!stream_step(k) || steps > 2) fail("a finished job's stream does not end");
     if (stream_step(k)) fail("something to send after the end");
-    if (k->ndjson) check_ndjson(&k->out, fail_midway);
+    if (k->proto == PROTO_ANTHROPIC) check_named_sse(&k->out, fail_midway);
+    else if (k->ep == &openai_responses) check_typed_sse(&k->out, fail_midway);
+    else if (k->proto == PROTO_OLLAMA) check_ndjson(&k->out, fail_midway);
     else check_sse(&k->out, fail_midway);
     if (fail_midway) return;
     char *resp = k->ep->response(k->state, j, g_tok);
@@ -168,23 +232,31 @@ static void check_rendering(call *k, const uint8_t *text, size_t len, bool fail_
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1 || !g_tok) return 0;
-    const int which = (data[0] & 1) | ((data[0] >> 1) & 2);
-    call k = {.j = job_new(), .ep = endpoints[which].ep, .ndjson = endpoints[which].ndjson};
+    const unsigned pick = ((unsigned)((data[0] >> 2) & 7) << 1 | (data[0] & 1)) % (sizeof endpoints / sizeof *endpoints);
+    call k = {.j = job_new(), .ep = endpoints[pick].ep, .proto = endpoints[pick].proto};
     if (!k.j) return 0;
     const bool fail_midway = data[0] & 2;
-    const gen_call_in in = {(const char *)data + 1, size - 1, g_tok, &g_opt, 256, "m\"odel", NULL}; /* no vision encoder: image parts are 400s */
+    /* no vision encoder: image parts are 400s */
+    const gen_call_in in = {(const char *)data + 1, size - 1, g_tok, &g_opt, 256, "m\"odel", NULL, g_store, data[0] >> 5};
     srv_error err = {0};
     if ((k.state = k.ep->parse(&in, &k.j->rq, &err))) {
         if (err.status) fail("accepted with an error set");
         check_accepted(&k.j->rq);
-        check_rendering(&k, data + 1, size - 1 < 512 ? size - 1 : 512, fail_midway);
+        if (k.ep == &openai_responses_count || k.ep == &anthropic_count_tokens) { /* a count: nothing runs */
+            char *c = k.ep->response(k.state, k.j, g_tok);
+            if (!c) fail("no count");
+            check_json_object(c, strlen(c));
+            free(c);
+        } else {
+            check_rendering(&k, data + 1, size - 1 < 512 ? size - 1 : 512, fail_midway);
+        }
         k.ep->free_call(k.state);
     } else {
         if ((err.status != 400 && err.status != 404 && err.status != 500) || !err.msg[0])
-            fail("a refusal without a 400 (404) and a message");
-        if (err.status == 404 && endpoints[which].proto != PROTO_OLLAMA) fail("a 404 from a parser");
-        char *e = endpoints[which].proto == PROTO_OLLAMA ? ollama_error_json(&err)
-                                                         : openai_error_json(err.type, err.code, err.msg);
+            fail("a refusal without a 400 (404: an unknown previous_response_id, another model's name) and a message");
+        char *e = k.proto == PROTO_ANTHROPIC ? anthropic_error_json(&err)
+                  : k.proto == PROTO_OLLAMA  ? ollama_error_json(&err)
+                                             : openai_error_json(err.type, err.code, err.msg);
         if (!e) fail("no error JSON");
         check_json_object(e, strlen(e));
         free(e);

@@ -47,6 +47,7 @@ struct srv {
     srv_turns emb_turns;    /* embedding requests take the embedder input by input, in turn */
     srv_metrics *met;
     srv_media *media;       /* --mmproj: images in chat requests */
+    resp_store *responses;  /* /v1/responses kept for previous_response_id (NULL: --responses-store 0) */
     char model_id[128];
     ollama_facts ollama;    /* what Ollama's model endpoints report */
     char replica_id[128];   /* --replica-id, or host name:port: in /health, /metrics, every response */
@@ -63,7 +64,7 @@ typedef enum { SRV_LOADING, SRV_READY, SRV_DRAINING, SRV_STOPPING } srv_state;
 static srv_state state_of(const struct srv *s) { return (srv_state)__atomic_load_n(&s->state, __ATOMIC_ACQUIRE); }
 
 typedef enum { R_NONE, R_PAGE, R_HEALTH, R_MODELS, R_METRICS, R_GENERATE, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS,
-               R_OLLAMA_VERSION, R_OLLAMA_TAGS, R_OLLAMA_PS, R_OLLAMA_SHOW } route;
+               R_COUNT, R_STORED, R_OLLAMA_VERSION, R_OLLAMA_TAGS, R_OLLAMA_PS, R_OLLAMA_SHOW } route;
 
 /* A path the server answers: what it does, its method, the wire format of its answers and errors, and
  * (R_GENERATE) the endpoint that translates that format. A new protocol is an endpoint and rows here. */
@@ -89,6 +90,7 @@ typedef struct req {
     const char *endpoint;
     double t0;
     int prompt, cached, gen;
+    const char *url, *method; /* the current call's (MHD's, valid during it) */
 } req;
 
 /* ---------------------------------------------------------------- replies */
@@ -104,6 +106,7 @@ srv_error srv_error_of(int status, const char *type, const char *code, const cha
 char *srv_error_json(srv_protocol p, const srv_error *e) {
     switch (p) {
     case PROTO_OPENAI: break;
+    case PROTO_ANTHROPIC: return anthropic_error_json(e);
     case PROTO_OLLAMA: return ollama_error_json(e);
     }
     return openai_error_json(e->type, e->code, e->msg);
@@ -440,7 +443,7 @@ static MHD_Result completion(struct MHD_Connection *c, server *s, req *r, const 
     j->t_submit = srv_now();
     j->rq.smp.seed = srv_fresh_u64(); /* kept unless the request gives a seed */
     j->rq.prefix_scope = s->o->prefix_scope_key ? (uint64_t)r->key : 0;
-    const gen_call_in in = {r->body, r->len, s->tok, s->o, s->n_ctx, s->model_id, s->media};
+    const gen_call_in in = {r->body, r->len, s->tok, s->o, s->n_ctx, s->model_id, s->media, s->responses, r->key};
     srv_error e = {0};
     guard_parse_enter(s->guard);
     void *call = ep->parse(&in, &j->rq, &e);
@@ -487,6 +490,36 @@ static MHD_Result embeddings(struct MHD_Connection *c, server *s, req *r, srv_pr
         r->status = 499;
         return MHD_NO;
     }
+    return reply(c, s, r, status, "application/json", out);
+}
+
+/* A counting endpoint (/v1/responses/input_tokens, Anthropic's /v1/messages/count_tokens): the request read
+ * as its generating twin reads it, answered (the endpoint's response() of a job never submitted) with its
+ * prompt's size; nothing runs. */
+static MHD_Result count_tokens(struct MHD_Connection *c, server *s, req *r, const gen_endpoint *ep) {
+    if (!s->sched)
+        return reply_error(c, s, r, 400, "invalid_request_error", "model_not_supported",
+                           "this server's model is an embedding model: it has no chat format");
+    job *j = job_new();
+    if (!j) return reply_error(c, s, r, 500, "server_error", NULL, "out of memory");
+    const gen_call_in in = {r->body, r->len, s->tok, s->o, s->n_ctx, s->model_id, s->media, s->responses, r->key};
+    srv_error e = {0};
+    guard_parse_enter(s->guard);
+    void *call = ep->parse(&in, &j->rq, &e);
+    guard_parse_leave(s->guard);
+    char *out = call ? ep->response(call, j, s->tok) : NULL;
+    if (call) ep->free_call(call);
+    r->prompt = j->rq.n_prompt;
+    job_release(j);
+    if (!call) return reply_error(c, s, r, e.status, e.type, e.code, e.msg);
+    return reply(c, s, r, 200, "application/json", out);
+}
+
+/* GET or DELETE /v1/responses/{id}: a response kept for previous_response_id, under the request's key. */
+static MHD_Result stored_response(struct MHD_Connection *c, server *s, req *r, const char *url, const char *method) {
+    const char *id = url + strlen("/v1/responses/");
+    int status = 500;
+    char *out = resp_store_answer(s->responses, r->key, id, !strcmp(method, "DELETE"), &status);
     return reply(c, s, r, status, "application/json", out);
 }
 
@@ -612,6 +645,11 @@ static const route_row routes[] = {
     {"/detokenize", R_DETOKENIZE, true, PROTO_OPENAI, NULL, "/detokenize"},
     {"/v1/embeddings", R_EMBEDDINGS, true, PROTO_OPENAI, NULL, "/v1/embeddings"},
     {"/embeddings", R_EMBEDDINGS, true, PROTO_OPENAI, NULL, "/v1/embeddings"},
+    {"/v1/responses", R_GENERATE, true, PROTO_OPENAI, &openai_responses, "/v1/responses"},
+    {"/responses", R_GENERATE, true, PROTO_OPENAI, &openai_responses, "/v1/responses"},
+    {"/v1/responses/input_tokens", R_COUNT, true, PROTO_OPENAI, &openai_responses_count, "/v1/responses/input_tokens"},
+    {"/v1/messages", R_GENERATE, true, PROTO_ANTHROPIC, &anthropic_messages, "/v1/messages"},
+    {"/v1/messages/count_tokens", R_COUNT, true, PROTO_ANTHROPIC, &anthropic_count_tokens, "/v1/messages/count_tokens"},
     {"/api/chat", R_GENERATE, true, PROTO_OLLAMA, &ollama_chat, "/api/chat"},
     {"/api/generate", R_GENERATE, true, PROTO_OLLAMA, &ollama_generate, "/api/generate"},
     {"/api/embed", R_EMBEDDINGS, true, PROTO_OLLAMA, NULL, "/api/embed"},
@@ -620,6 +658,8 @@ static const route_row routes[] = {
     {"/api/ps", R_OLLAMA_PS, false, PROTO_OLLAMA, NULL, "/api/ps"},
     {"/api/show", R_OLLAMA_SHOW, true, PROTO_OLLAMA, NULL, "/api/show"},
 };
+/* /v1/responses/{id}: GET or DELETE of a kept response (matched by prefix after the rows above) */
+static const route_row stored_row = {"/v1/responses/", R_STORED, false, PROTO_OPENAI, NULL, "/v1/responses/{id}"};
 
 static const route_row no_route = {"", R_NONE, false, PROTO_OPENAI, NULL, "other"};
 static const route_row no_ollama_route = {"", R_NONE, false, PROTO_OLLAMA, NULL, "other"};
@@ -627,6 +667,7 @@ static const route_row no_ollama_route = {"", R_NONE, false, PROTO_OLLAMA, NULL,
 static const route_row *route_of(const char *url) {
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (!strcmp(url, routes[i].path)) return &routes[i];
+    if (!strncmp(url, stored_row.path, strlen(stored_row.path)) && url[strlen(stored_row.path)]) return &stored_row;
     return strncmp(url, "/api/", 5) ? &no_route : &no_ollama_route; /* Ollama's other endpoints: 404 in its shape */
 }
 
@@ -664,6 +705,8 @@ static MHD_Result dispatch(struct MHD_Connection *c, server *s, req *r, const ro
     case R_TOKENIZE: return tokenize(c, s, r);
     case R_DETOKENIZE: return detokenize(c, s, r);
     case R_EMBEDDINGS: return embeddings(c, s, r, row->proto);
+    case R_COUNT: return count_tokens(c, s, r, row->ep);
+    case R_STORED: return stored_response(c, s, r, r->url, r->method);
     case R_OLLAMA_VERSION: return reply(c, s, r, 200, "application/json", ollama_version());
     case R_OLLAMA_TAGS: return reply(c, s, r, 200, "application/json", ollama_tags(&s->ollama));
     case R_OLLAMA_PS: return reply(c, s, r, 200, "application/json", ollama_ps(&s->ollama));
@@ -676,11 +719,11 @@ static MHD_Result dispatch(struct MHD_Connection *c, server *s, req *r, const ro
     }
 }
 
-static MHD_Result preflight(struct MHD_Connection *c, server *s, req *r, bool want_post) {
+static MHD_Result preflight(struct MHD_Connection *c, server *s, req *r, const char *methods) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!resp) return MHD_NO;
     add_common_headers(s, resp);
-    MHD_add_response_header(resp, "Access-Control-Allow-Methods", want_post ? "POST, OPTIONS" : "GET, OPTIONS");
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", methods);
     MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version");
     MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     r->status = 204;
@@ -708,10 +751,12 @@ static MHD_Result first_call(struct MHD_Connection *c, server *s, req *r, const 
     if (rt != R_HEALTH && guard_open(s->guard) > s->o->max_conns)
         return reply_error(c, s, r, 503, "server_error", NULL,
                            "the server holds too many connections (--max-conns); retry later");
-    if (s->o->cors && !strcmp(method, "OPTIONS")) return preflight(c, s, r, want_post); /* no key needed to ask */
-    if (want_post ? !is_post : !is_get) {
+    if (s->o->cors && !strcmp(method, "OPTIONS")) /* no key needed to ask */
+        return preflight(c, s, r, want_post ? "POST, OPTIONS" : rt == R_STORED ? "GET, DELETE, OPTIONS" : "GET, OPTIONS");
+    const bool is_delete = rt == R_STORED && !strcmp(method, "DELETE"); /* a kept response can be deleted */
+    if (want_post ? !is_post : !(is_get || is_delete)) {
         char msg[96];
-        snprintf(msg, sizeof msg, "this endpoint takes %s", want_post ? "POST" : "GET");
+        snprintf(msg, sizeof msg, "this endpoint takes %s", want_post ? "POST" : rt == R_STORED ? "GET or DELETE" : "GET");
         return reply_error(c, s, r, 405, "invalid_request_error", NULL, msg);
     }
     r->key = key_of(s, c);
@@ -722,7 +767,7 @@ static MHD_Result first_call(struct MHD_Connection *c, server *s, req *r, const 
     if (!want_post) return MHD_YES;
     if (state_of(s) == SRV_STOPPING)
         return reply_error(c, s, r, 503, "server_error", NULL, "the server is shutting down");
-    if (rt == R_GENERATE || rt == R_EMBEDDINGS) {
+    if (rt == R_GENERATE || rt == R_EMBEDDINGS || rt == R_COUNT) {
         /* counted before the state is read, both sequentially consistent (srv_drain does the reverse):
          * either this request sees the drain and is refused, or the drain sees it and waits for it */
         r->working = true;
@@ -775,6 +820,7 @@ static MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *ur
     server *s = cls;
     const route_row *row = route_of(url);
     req *r = *con_cls;
+    if (r) r->url = url, r->method = method;
     if (!r) {
         if (!(r = calloc(1, sizeof *r))) return MHD_NO;
         __atomic_add_fetch(&s->inflight, 1, __ATOMIC_ACQ_REL);
@@ -1003,6 +1049,12 @@ bool srv_start(const srv_options *o, bool listen, srv **out, char *msg, size_t n
         return false;
     }
     if (!s->opt.max_body) s->opt.max_body = default_max_body(s);
+    s->responses = resp_store_new(o->responses_store, o->responses_store_bytes);
+    if (o->responses_store > 0 && o->responses_store_bytes > 0 && !s->responses) {
+        snprintf(msg, n, "out of memory");
+        srv_stop(s);
+        return false;
+    }
     __atomic_store_n(&s->state, SRV_READY, __ATOMIC_SEQ_CST); /* publishes the model to connection threads */
     *out = s;
     return true;
@@ -1037,6 +1089,7 @@ void srv_stop(srv *s) {
     sched_free(s->sched);
     gm_embedder_free(s->emb);
     media_free(s->media);
+    resp_store_free(s->responses);
     gm_threadpool_free(s->pool); /* after the engine, embedder and encoder that ran on it */
     guard_free(s->guard);
     metrics_free(s->met);

@@ -121,6 +121,28 @@ static bool view_lp(stream_view *v, const gen_session *g, int from, int to, stre
     return true;
 }
 
+/* Bytes of s[0..n) that end on a whole UTF-8 character (a thought's last character may still be arriving). */
+static size_t whole_chars(const char *s, size_t n) {
+    for (size_t back = 1; back <= 3 && back <= n; back++) {
+        const unsigned char b = (unsigned char)s[n - back];
+        if ((b & 0xC0) == 0x80) continue; /* a continuation byte: its lead is further back */
+        const size_t need = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 1;
+        return need > back ? n - back : n;
+    }
+    return n;
+}
+
+/* New thoughts (read by the tool parser: Gemma 4's thought channel), whole characters until the end. */
+static void take_reasoning(const gen_session *g, int i, reader_mark *m, stream_view *v) {
+    size_t rl = 0;
+    const char *r = g->tp ? gm_tool_parser_reasoning(g->tp, &rl) : NULL;
+    if (r && !g->finish) rl = whole_chars(r, rl);
+    if (!r || rl <= m->reason_sent) return;
+    stream_piece *pc = &v->piece[v->n_pieces++];
+    *pc = (stream_piece){.choice = i, .call = -1, .reason_n = rl - m->reason_sent};
+    if (view_text(v, r + m->reason_sent, rl - m->reason_sent, &pc->reason_off)) m->reason_sent = rl;
+}
+
 /* The pieces choice i has to send now, in the order its text became visible. */
 static void take_choice(const job *j, int i, job_reader *rd, stream_view *v) {
     const gen_session *g = &j->gen[i];
@@ -129,6 +151,7 @@ static void take_choice(const job *j, int i, job_reader *rd, stream_view *v) {
         v->piece[v->n_pieces++] = (stream_piece){.choice = i, .open = true, .call = -1};
         m->opened = true;
     }
+    take_reasoning(g, i, m, v); /* thoughts come before the text and calls of a turn */
     if (g->visible > m->sent) {
         stream_piece *pc = &v->piece[v->n_pieces++];
         *pc = (stream_piece){.choice = i, .has_text = true, .text_n = g->visible - m->sent, .call = -1};
@@ -138,9 +161,10 @@ static void take_choice(const job *j, int i, job_reader *rd, stream_view *v) {
         m->sent = g->visible;
     }
     /* the calls read since, each once complete (a call is sent whole: it was checked before it is shown);
-     * a few per take, the rest the next time (the view has room for every choice's other pieces) */
+     * a few per take, the rest the next time (the view has room for every choice's other pieces: open,
+     * thoughts, text, finish) */
     const int calls = gen_session_n_calls(g);
-    while (m->calls_sent < calls && v->n_pieces < (int)(sizeof v->piece / sizeof *v->piece) - 3 * SRV_MAX_N) {
+    while (m->calls_sent < calls && v->n_pieces < (int)(sizeof v->piece / sizeof *v->piece) - 4 * SRV_MAX_N) {
         const char *name = NULL, *args = NULL;
         gm_tool_parser_call(g->tp, (size_t)m->calls_sent, &name, &args);
         const char *id = g->call_id[m->calls_sent];
@@ -152,7 +176,7 @@ static void take_choice(const job *j, int i, job_reader *rd, stream_view *v) {
     }
     if (g->finish && !m->finished && m->sent == g->len && m->calls_sent == calls) {
         stream_piece *pc = &v->piece[v->n_pieces++];
-        *pc = (stream_piece){.choice = i, .finish = g->finish, .call = -1, .n_calls = calls};
+        *pc = (stream_piece){.choice = i, .finish = g->finish, .stop = g->stop_matched, .call = -1, .n_calls = calls};
         const int k = gen_session_lp_shown(g, g->len);
         if (j->rq.logprobs && k > m->lp_sent && view_lp(v, g, m->lp_sent, k, pc)) m->lp_sent = k;
         m->finished = true;
@@ -174,10 +198,10 @@ bool job_stream_take(job *j, job_reader *rd, stream_view *v) {
         take_choice(j, i, rd, v);
         all = all && rd->ch[i].finished;
     }
+    v->n_prompt = j->rq.n_prompt; /* known once started: a stream may announce them at its start */
+    v->cached = j->cached;
     if (all && j->done) {
         v->end = true;
-        v->n_prompt = j->rq.n_prompt;
-        v->cached = j->cached;
         v->gen = job_generated(j);
         v->t_submit = j->t_submit;
         v->t_started = j->t_started;

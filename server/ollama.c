@@ -555,6 +555,12 @@ static void render(const void *call, const stream_view *v, const gm_tokenizer *t
     for (int k = 0; k < v->n_pieces; k++) {
         const stream_piece *pc = &v->piece[k];
         if (pc->finish) q->finish = pc->finish;
+        if (pc->reason_n && v->text) { /* thoughts (Gemma 4): a line of their own */
+            cJSON *o = envelope(q), *m = add_text(q, o, "", 0);
+            cJSON_AddItemToObject(m, "thinking", text_item(v->text + pc->reason_off, pc->reason_n));
+            cJSON_AddBoolToObject(o, "done", false);
+            put_line(out, o);
+        }
         if (pc->call >= 0) {
             const char *id = v->text + pc->call_off, *name = id + strlen(id) + 1, *args = name + strlen(name) + 1;
             cJSON *o = envelope(q), *m = add_text(q, o, "", 0);

@@ -732,6 +732,7 @@ static bool put_event(srv_buf *out, cJSON *o) {
 static void put_piece(const openai_call *q, const stream_view *v, const stream_piece *pc, const gm_tokenizer *tok,
                       srv_buf *out) {
     if (pc->open && q->kind != CALL_CHAT && !q->echo) return; /* completions announce nothing but an echo */
+    if (pc->reason_n) return; /* thoughts: reasoning_content of the whole answer only */
     if (pc->call >= 0) { /* a tool call: its announcement (id, name), then its arguments */
         const char *id = v->text + pc->call_off, *name = id + strlen(id) + 1, *args = name + strlen(name) + 1;
         for (int part = 0; part < 2; part++) {

@@ -4,6 +4,9 @@
  *                transport (a thread per connection; each blocks on its job while the scheduler fills it)
  *   openai.c     the OpenAI wire format as two gen_endpoints: request JSON -> a gen_request (validation,
  *                400s) and a job's sessions -> response / Server-Sent Events chunks
+ *   responses.c  OpenAI Responses as a gen_endpoint (input items -> a gen_request, sessions -> output items and
+ *                typed events), and the store of recent responses for previous_response_id
+ *   anthropic.c  Anthropic's Messages API (/v1/messages, count_tokens) as gen_endpoints, the same way
  *   scheduler.c  the one thread that owns the engine: admits queued jobs, runs one forward call per step
  *                (a decode row for every active sequence plus a chunk of pending prompt), samples, and
  *                feeds every token to its choice's session; no HTTP, no JSON
@@ -81,6 +84,8 @@ typedef struct srv_options {
     const char *replica_id; /* reported in /health, /metrics, X-Gemma-Replica, system_fingerprint (NULL:
                              * host name:port) */
     int drain_timeout;      /* seconds SIGTERM lets running requests finish (0: stop at once, as SIGINT) */
+    int responses_store;    /* /v1/responses kept for previous_response_id (0: none kept) */
+    size_t responses_store_bytes; /* their total size */
 } srv_options;
 
 typedef struct srv_guard srv_guard;
@@ -139,6 +144,7 @@ typedef struct reader_mark {
     size_t sent;            /* bytes of text taken */
     int lp_sent;            /* log-probability entries taken */
     int calls_sent;         /* tool calls taken */
+    size_t reason_sent;     /* bytes of thoughts taken */
     bool opened, finished;
 } reader_mark;
 typedef struct job_reader {
@@ -153,10 +159,12 @@ typedef struct stream_piece {
     int lp_off, lp_n;       /* log-probabilities: view.lp[lp_off, +lp_n) */
     size_t lp_first_offset; /* text offset of the first of them */
     gen_finish finish;      /* the finishing piece: why the choice ended */
+    const char *stop;       /* the finishing piece of GEN_STOP_STRING: the stop string (the job's request holds it) */
     int n_calls;            /* the finishing piece: the tool calls the choice made */
     int call;               /* a tool call piece: its index in the choice (-1: none), with its id, name and
                              * arguments at view.text[call_off]: three NUL-terminated strings */
     size_t call_off;
+    size_t reason_off, reason_n; /* new thoughts (the tool parser's): view.text[reason_off, +reason_n) */
 } stream_piece;
 typedef struct stream_view {
     stream_piece piece[SRV_MAX_N * 8];
@@ -169,7 +177,8 @@ typedef struct stream_view {
     job_error err;          /* the job failed: an error, then the end of the stream */
     char err_msg[300];
     bool end;               /* every choice finished */
-    int n_prompt, cached, gen;
+    int n_prompt, cached;   /* the prompt's tokens and those from the prefix cache (once the job started) */
+    int gen;                /* tokens generated (at the end) */
     double t_submit, t_started; /* (at the end) when the job was submitted, when its prompt was computed */
 } stream_view;
 /* true when there is something to render (then the view must be freed) */
@@ -186,7 +195,7 @@ void srv_error_set(srv_error *e, int status, const char *type, const char *code,
 srv_error srv_error_of(int status, const char *type, const char *code, const char *msg);
 
 /* The wire formats the server speaks (a route's): each writes its errors in its own shape. */
-typedef enum { PROTO_OPENAI, PROTO_OLLAMA } srv_protocol;
+typedef enum { PROTO_OPENAI, PROTO_ANTHROPIC, PROTO_OLLAMA } srv_protocol;
 /* e as protocol p's error body; malloc'd (NULL on out of memory). */
 char *srv_error_json(srv_protocol p, const srv_error *e);
 
@@ -251,12 +260,15 @@ typedef struct gen_call_in {
     int n_ctx;
     const char *model;      /* the id responses echo */
     srv_media *media;       /* images (NULL: text only) */
+    struct resp_store *responses; /* stored /v1/responses (NULL: none kept) */
+    int key;                /* the API key the request gave (index + 1; 0: none) */
 } gen_call_in;
 typedef struct gen_endpoint {
     /* Parses the body into rq (prompt tokenized, every field checked); returns the endpoint's state of
      * this call (freed by free_call), or NULL with *e set. rq comes with its seed and prefix scope set. */
     void *(*parse)(const gen_call_in *in, gen_request *rq, srv_error *e);
-    /* The body of a whole (non-streaming) answer of a finished job; malloc'd. */
+    /* The body of a whole (non-streaming) answer of a finished job; malloc'd. A counting endpoint (an
+     * R_COUNT route: nothing runs) answers its parsed, never submitted job. */
     char *(*response)(const void *call, const job *j, const gm_tokenizer *tok);
     /* A stream's next bytes for what the reader took; when v->end or v->err, the stream's end too. */
     void (*render)(const void *call, const stream_view *v, const gm_tokenizer *tok, srv_buf *out);
@@ -350,6 +362,26 @@ bool srv_token_id(const struct cJSON *e, int V, int32_t *out);
 char *srv_clean_utf8(const char *s, size_t n);
 /* {"error": {...}}; malloc'd. */
 char *openai_error_json(const char *type, const char *code, const char *msg);
+
+/* ---------------------------------------------------------------- OpenAI Responses (responses.c) */
+
+/* /v1/responses and /v1/responses/input_tokens (its count). */
+extern const gen_endpoint openai_responses, openai_responses_count;
+/* Recent responses kept for previous_response_id, per API key: at most max_items and max_bytes (the
+ * oldest go first); shared by the connection threads. NULL when max_items is 0 (none kept). */
+typedef struct resp_store resp_store;
+resp_store *resp_store_new(int max_items, size_t max_bytes);
+void resp_store_free(resp_store *s);
+/* GET /v1/responses/{id} (del false) or DELETE: the JSON to answer (malloc'd) and its *status; a 404 for
+ * an id not kept under key. */
+char *resp_store_answer(resp_store *s, int key, const char *id, bool del, int *status);
+/* ---------------------------------------------------------------- Anthropic Messages (anthropic.c) */
+
+/* POST /v1/messages, and /v1/messages/count_tokens (its response() answers {"input_tokens"} for a job
+ * that is parsed, never submitted: http.c's R_COUNT). */
+extern const gen_endpoint anthropic_messages, anthropic_count_tokens;
+/* {"type": "error", "error": {"type": <Anthropic's type for e->status>, "message"}}; malloc'd. */
+char *anthropic_error_json(const srv_error *e);
 
 /* ---------------------------------------------------------------- OpenAI tools (openai_tools.c) */
 

@@ -134,14 +134,16 @@ static void append_flushed(gen_session *g) {
 static void apply_stops(gen_session *g, size_t old_len) {
     const gen_request *rq = g->rq;
     size_t best = SIZE_MAX;
+    int hit = -1;
     for (int k = 0; k < rq->n_stop; k++) {
         const size_t sl = strlen(rq->stop[k]);
         const size_t from = old_len >= sl - 1 ? old_len - (sl - 1) : 0; /* a match may straddle old_len */
         if (g->len < from + sl) continue;
         const char *p = memmem(g->text + from, g->len - from, rq->stop[k], sl);
-        if (p && (size_t)(p - g->text) < best) best = (size_t)(p - g->text);
+        if (p && (size_t)(p - g->text) < best) best = (size_t)(p - g->text), hit = k;
     }
     if (best != SIZE_MAX) {
+        g->stop_matched = rq->stop[hit]; /* Anthropic's stop_sequence names it */
         g->len = best;
         g->text[g->len] = 0;
         g->visible = g->len;

@@ -92,6 +92,7 @@ typedef struct gen_session {
     size_t visible;         /* bytes no stop string can still claim */
     int n_gen;              /* tokens taken */
     gen_finish finish;
+    const char *stop_matched; /* GEN_STOP_STRING: the stop string that ended it (one of rq->stop) */
     gen_logprob *lp;        /* one entry per token taken, when the request wants them */
     int n_lp, cap_lp;
     gm_tool_parser *tp;     /* the request declares tools: replies are read for calls (text holds the rest) */

@@ -8,6 +8,8 @@
  * only starts to match is held back and then shown whole; n = 2 gives two equal greedy choices;
  * log-probabilities come one per token; speculative decoding (--lookup) gives the same text; a request
  * cancelled before it runs, one withdrawn from the queue and one cancelled while it generates all end.
+ * A stream's reader takes a reply's thoughts (Gemma 4's thought channel, read by the tool parser) as
+ * pieces of whole characters, before its text.
  * Every wait is bounded (a hang fails the test instead of stalling it); nothing is timed. */
 #include <pthread.h>
 #include <stdio.h>
@@ -313,6 +315,52 @@ TEST(withdraw_and_cancel_running) {
     sched_free(s);
 }
 
+/* Thoughts stream as pieces apart from the text (job_stream_take): taken token by token they are whole UTF-8
+ * characters, come before the text, and add up to the parser's thoughts (a tiny Gemma 4 vocabulary). */
+TEST(thoughts_stream_as_pieces) {
+    gm_model *m4 = NULL;
+    gm_error err = {0};
+    CHECK_OK(gm_model_open(test_data_path("tools/gemma4-tools.gguf"), NULL, &m4, &err), &err);
+    const gm_tokenizer *tok = gm_model_tokenizer(m4);
+    job *j = job_new();
+    j->rq.tools = calloc(1, sizeof *j->rq.tools);
+    j->rq.tools[0] = (gm_tool){.name = strdup("f")};
+    j->rq.n_tools = 1;
+    j->rq.tool_mode = TOOLS_AUTO;
+    CHECK_OK(gen_session_start(&j->gen[0], &j->rq, tok, gm_tokenizer_n_vocab(tok), 128, &err), &err);
+    j->started = true;
+    const char *reply = "<|channel>thought\nJe pense \xC3\xA0 l'\xC3\xA9t\xC3\xA9 \xE2\x82\xAC<channel|>Bonjour";
+    int32_t *ids = NULL;
+    size_t n = 0;
+    CHECK_OK(gm_tokenize(tok, reply, strlen(reply), false, true, &ids, &n, &err), &err);
+    job_reader rd = {0};
+    char thoughts[256] = "";
+    size_t text_len = 0;
+    for (size_t i = 0; i <= n; i++) {
+        if (i < n) gen_session_take(&j->gen[0], ids[i], NULL, (int)i + 2);
+        else j->gen[0].finish = GEN_END_OF_TURN, j->done = true;
+        stream_view v;
+        if (!job_stream_take(j, &rd, &v)) continue;
+        for (int k = 0; k < v.n_pieces; k++) {
+            const stream_piece *pc = &v.piece[k];
+            if (pc->has_text) text_len += pc->text_n;
+            if (!pc->reason_n) continue;
+            CHECK_MSG(gm_text_is_utf8(v.text + pc->reason_off, pc->reason_n), "a piece of thoughts cut a character");
+            CHECK_MSG(text_len == 0, "thoughts after the text");
+            strncat(thoughts, v.text + pc->reason_off, pc->reason_n);
+        }
+        stream_view_free(&v);
+    }
+    size_t rl = 0;
+    const char *r = gm_tool_parser_reasoning(j->gen[0].tp, &rl);
+    CHECK_MSG(rl > 0 && !strcmp(thoughts, r), "streamed '%s', parsed '%s'", thoughts, r);
+    CHECK_MSG(strstr(thoughts, "\xE2\x82\xAC") != NULL, "got '%s'", thoughts);
+    CHECK_EQ_INT((int)text_len, (int)j->gen[0].len);
+    free(ids);
+    job_release(j);
+    gm_model_free(m4);
+}
+
 int main(void) {
     gm_error err = {0};
     if (gm_model_open(test_data_path("tiny/gemma3.gguf"), NULL, &M, &err)) {
@@ -328,6 +376,7 @@ int main(void) {
     RUN(speculative_equals_plain);
     RUN(cancelled_before_running);
     RUN(withdraw_and_cancel_running);
+    RUN(thoughts_stream_as_pieces);
     metrics_free(MET);
     gm_model_free(M);
     return test_summary();

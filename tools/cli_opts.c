@@ -216,6 +216,11 @@ static const cli_opt OPTS[] = {
      "largest decoded image, in pixels (default 40000000)", NULL},
     {"--image-cache-mb", NULL, MIB("N", srv.image_cache_bytes, 0, MIB_MAX), SERVE,
      "recent images' encoder rows kept for repeats (default 256)", NULL},
+    {"--responses-store", NULL, INT("N", srv.responses_store, 0, 1 << 20), SERVE,
+     "/v1/responses kept in memory for previous_response_id, per API key\n"
+     "(default 256; the oldest go first; 0: none kept, previous_response_id\nis a 400)", NULL},
+    {"--responses-store-mb", NULL, MIB("N", srv.responses_store_bytes, 0, MIB_MAX), SERVE,
+     "their total size (default 64)", NULL},
     /* bench */
     {"-p", NULL, INT("N", pp, 0, MIB_MAX), BENCH, "prompt-processing test of N tokens (default 512; 0 = skip)", NULL},
     {"-n", NULL, INT("N", tg, 0, MIB_MAX), BENCH, "generation test of N tokens (default 128; 0 = skip)", NULL},
@@ -279,6 +284,7 @@ static void serve_defaults(cli_args *a) {
     a->srv = (srv_options){.host = "127.0.0.1", .port = 8080, .parallel = 4, .queue = 64, .chunk = 256,
                            .max_conns = 512, .max_conns_per_ip = 128, .request_timeout = 10, .idle_timeout = 60,
                            .max_images = 8, .drain_timeout = 30, .image_cache_bytes = (size_t)256 << 20,
+                           .responses_store = 256, .responses_store_bytes = (size_t)64 << 20,
                            .max_prompt = -1, .max_tokens = -1};
 }
 

@@ -8,9 +8,10 @@ replicas are three hosts as far as HAProxy and Prometheus can tell; everything s
 HAProxy runs deploy/haproxy/haproxy.cfg unchanged (the addresses come from the environment); the
 round-robin comparison runs the same file with its balance line replaced.
 
-  (a) affinity: 20 conversations of 10 turns (200 requests) through HAProxy; later turns must report
-      cached_tokens > 0 on >= 90% of requests with the shipped configuration, and under 40% with round
-      robin (fresh replicas for each; the KV budget holds about a third of the conversations per replica,
+  (a) affinity: 20 conversations of 10 turns (200 requests) of one application (one system prompt, half of
+      them writing their turns as lists of parts) through HAProxy; later turns must reuse their whole previous
+      prompt on >= 65% of requests (and twice round robin's rate) with the shipped configuration, no replica may
+      open more than 60% of the conversations, and round robin must stay under 40% (fresh replicas for each; the KV budget holds about a third of the conversations per replica,
       the regime where routing decides whether the cache hits)
   (b) kill -9 a replica under load: every non-streaming request is answered (retried elsewhere), the streams
       on the dead replica end in an error the client sees (no [DONE]), the others complete
@@ -83,7 +84,7 @@ def wait_for(what, cond, timeout, step=0.1):
         try:
             if cond():
                 return
-        except OSError:
+        except (OSError, ValueError):  # not listening yet, or a starting Prometheus answering non-JSON
             pass
         time.sleep(step)
     raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, what))
@@ -245,14 +246,21 @@ class Cluster:
 
 # ---------------------------------------------------------------- clients
 
+# One application: every conversation has its system prompt; what tells them apart is the first user turn.
+SYSTEM = "You are a patient guide who answers in one short sentence and never changes the subject."
+
+
 def conversation_messages(c):
-    t = TOPICS[c % len(TOPICS)]
-    return [{"role": "system", "content": "Conversation %d, about %s. You are a patient guide who answers in one "
-                                          "short sentence and never changes the subject." % (c, t)}]
+    return [{"role": "system", "content": SYSTEM}]
 
 
 def user_turn(c, k):
-    return "Turn %d: tell me one more thing about %s that a curious child would like to know." % (k, TOPICS[c % len(TOPICS)])
+    """Turn k of conversation c; odd conversations write it as a list of parts, as the openai SDK and many
+    apps do (HAProxy's key must read those too, or every conversation would hash on the system prompt)."""
+    t = TOPICS[c % len(TOPICS)]
+    text = ("Conversation %d, about %s. " % (c, t) if k == 1 else "") + \
+        "Turn %d: tell me one more thing about %s that a curious child would like to know." % (k, t)
+    return [{"type": "text", "text": text}] if c % 2 else text
 
 
 def chat(port, messages, max_tokens, stream=False, timeout=300, extra=None):
@@ -320,15 +328,19 @@ def summarize(name, recs):
     hit = sum(1 for r in later if r["cached"] >= r["prev_prompt"]) / len(later)
     share = sum(r["cached"] for r in later) / sum(r["prompt"] for r in later)
     same = sum(1 for c in range(N_CONV) if len({r["replica"] for r in recs if r["conv"] == c}) == 1)
+    first = {}
+    for r in recs:
+        if r["turn"] == 1:
+            first[r["replica"]] = first.get(r["replica"], 0) + 1
     per = {}
     for r in recs:
         per[r["replica"]] = per.get(r["replica"], 0) + 1
     assert all(r["fingerprint"] == r["replica"] for r in recs), "system_fingerprint differs from X-Gemma-Replica"
     log("  %s: later turns reusing the whole previous prompt: %.1f%% (cached_tokens > 0: %.1f%%, >= %d: %.1f%%); "
-        "prompt tokens cached: %.1f%%; conversations on one replica: %d/%d; requests per replica: %s" % (
-            name, 100 * hit, 100 * any_cached, HIT_TOKENS, 100 * block, 100 * share, same, N_CONV,
-            dict(sorted(per.items()))))
-    return hit, share
+        "prompt tokens cached: %.1f%%; conversations on one replica: %d/%d; requests per replica: %s; first turns "
+        "per replica: %s" % (name, 100 * hit, 100 * any_cached, HIT_TOKENS, 100 * block, 100 * share, same, N_CONV,
+                             dict(sorted(per.items())), dict(sorted(first.items()))))
+    return hit, share, first
 
 
 class Stream(threading.Thread):
@@ -459,7 +471,10 @@ def test_affinity_and_prometheus(cl):
     t0 = time.time()
     recs = run_conversations(cl.port)
     log("  affinity run: %d requests in %.1f s" % (len(recs), time.time() - t0))
-    hit_aff, share_aff = summarize("prefix affinity (deploy/haproxy/haproxy.cfg)", recs)
+    hit_aff, share_aff, first_aff = summarize("prefix affinity (deploy/haproxy/haproxy.cfg)", recs)
+    # one application's conversations (one system prompt) spread over the replicas: no replica opens more
+    # than 60% of them (a key of the system prompt alone puts them all on one)
+    assert len(first_aff) == N_REPLICAS and max(first_aff.values()) <= 0.6 * N_CONV, first_aff
     cl.conv_replica = {r["conv"]: r["replica"] for r in recs if r["turn"] == 1}  # where each key hashes
     # (d): the counters Prometheus scraped equal what the clients got
     want = sum(r["completion"] for r in recs)
@@ -475,6 +490,7 @@ def test_affinity_and_prometheus(cl):
             "prefix hits %s of %s lookups" % (got[0], want, cl.prom_query("sum(gemma_prefix_cache_hits_total)"),
                                               cl.prom_query("sum(gemma_prefix_cache_lookups_total)")))
     assert cl.prom_query("count(gemma_replica_info)") == N_REPLICAS
+    hot_key(cl)
     cl.stop_haproxy()
     cl.stop_replicas()
     # the same clients and fresh replicas, round robin
@@ -483,11 +499,41 @@ def test_affinity_and_prometheus(cl):
     t0 = time.time()
     recs = run_conversations(cl.port)
     log("  round-robin run: %d requests in %.1f s" % (len(recs), time.time() - t0))
-    hit_rr, share_rr = summarize("round robin (same file, balance roundrobin)", recs)
+    hit_rr, share_rr, _ = summarize("round robin (same file, balance roundrobin)", recs)
     cl.stop_haproxy()
-    assert hit_aff >= 0.90, "affinity: later turns with a cache hit %.1f%% < 90%%" % (100 * hit_aff)
+    # bounded loads trade hits for balance: this workload hashes 11 / 6 / 3 of its 20 conversations (55% of
+    # the requests on one replica unbounded), so hash-balance-factor 175 passes some turns on (measured: 75%
+    # of later turns hit, requests 48 / 87 / 65; factor 300: 92%, 30 / 110 / 60, and no bound on a hot key)
+    assert hit_aff >= 0.65 and hit_aff >= 2 * hit_rr, "affinity: later turns with a cache hit %.1f%% (round robin " \
+        "%.1f%%)" % (100 * hit_aff, 100 * hit_rr)
     assert hit_rr < 0.40, "round robin: later turns with a cache hit %.1f%% >= 40%% (the KV budget holds too much " \
                           "for the comparison to mean anything)" % (100 * hit_rr)
+
+
+def hot_key(cl, n=12):
+    """n requests of one conversation at once: the bounded load of consistent hashing (hash-balance-factor)
+    passes some to other replicas instead of queueing all n on the key's replica. The factor binds only
+    below 100 x replicas (HAProxy gives each replica ceil((open + 1) x factor / 100 / replicas) slots): 300
+    never did with three; 175 gives 7 / 5 / 0 of 12 here (and 10 / 2 with two replicas)."""
+    msgs = conversation_messages(99) + [{"role": "user", "content": user_turn(99, 1)}]
+    got, lock, go = [], threading.Lock(), threading.Barrier(n)
+
+    def one():
+        go.wait()
+        st, hdr, _ = chat(cl.port, msgs, 48, extra={"ignore_eos": True})
+        with lock:
+            got.append((st, hdr.get("x-gemma-replica")))
+    ts = [threading.Thread(target=one) for _ in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(300)
+    per = {}
+    for st, rep_ in got:
+        assert st == 200, got
+        per[rep_] = per.get(rep_, 0) + 1
+    log("  hot key: %d concurrent requests of one conversation per replica: %s" % (n, dict(sorted(per.items()))))
+    assert len(got) == n and max(per.values()) <= (2 * n) // 3, per
 
 
 def under_load(cl, stream_tokens, n_load, tag):
