@@ -1,8 +1,8 @@
 /* fuzz/fuzz_openai_request.c — libFuzzer harness for the server's request parsers and response writers
  * (server/openai.c, server/responses.c, server/anthropic.c, server/ollama.c, through their gen_endpoints).
  * Byte 0 picks the endpoint (bit 0 and bits 2-4: an entry of `endpoints`, bit 0 alone choosing OpenAI's chat or
- * completions), whether the rendered job fails midway (bit 1) and the API key (bits 5-7: Responses keep finished answers
- * per key in a small store, for previous_response_id); the rest is the body.
+ * completions), whether the rendered job fails midway (bit 1) and the API key (bits 5-7: Responses keep
+ * finished answers per key in a small store, for previous_response_id); the rest is the body.
  * Properties (abort() on violation):
  *  - the endpoint's parse either accepts (then: a non-empty prompt of in-vocabulary ids shorter than the
  *    context, n in 1..8, max_tokens within the limits, sampling options gm_sampling_validate accepts,
@@ -153,6 +153,8 @@ static void check_typed_sse(const srv_buf *out, bool failed) {
     }
     if (failed ? strcmp(last, "response.failed") : strcmp(last, "response.completed") && strcmp(last, "response.incomplete"))
         fail("the stream does not end with its final event");
+}
+
 /* Anthropic's stream: `event: NAME\ndata: {"type": NAME, ...}` events, message_start first, message_stop
  * last (an error event last if `failed`); content blocks opened, filled and closed by index in order. */
 static void check_named_sse(const srv_buf *out, bool failed) {
