@@ -15,7 +15,8 @@
  *    Content-Length, its chunked encoding, or the end of the connection;
  *  - an application/json body is a JSON object; a 200 text/event-stream body is SSE `data:` events of
  *    JSON objects (and comments), ending with [DONE], or named `event:` + `data:` events (Anthropic's, ending
- *    with message_stop or error; Responses', ending with response.completed, .incomplete or .failed);
+ *    with message_stop or error; Responses', ending with response.completed, .incomplete or .failed); a 200
+ *    application/x-ndjson body (Ollama's) lines of JSON objects, the last one done or an error;
  *  - no 500 except for running out of memory. */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -157,7 +158,7 @@ static size_t exchange(int fd, const uint8_t *data, size_t n, size_t *dropped) {
 
 typedef struct response {
     int status;
-    bool typed, json, sse, chunked, has_length;
+    bool typed, json, sse, ndjson, chunked, has_length;
     size_t length;
     const char *body;   /* in the answer, or (chunked) decoded into a buffer of its own */
     size_t body_len;
@@ -195,6 +196,7 @@ static void parse_head(const char *p, const char *end, response *r) {
             r->typed = true;
             r->json = !strncasecmp(header_value(h), "application/json", 16);
             r->sse = !strncasecmp(header_value(h), "text/event-stream", 17);
+            r->ndjson = !strncasecmp(header_value(h), "application/x-ndjson", 20);
         } else if (header_is(h, "Transfer-Encoding")) {
             r->chunked = !strcasecmp(header_value(h), "chunked");
         } else if (header_is(h, "Content-Length")) {
@@ -298,6 +300,23 @@ static void check_sse(const char *p, size_t n) {
     if (!done) fail("a stream without [DONE]");
 }
 
+/* NDJSON (Ollama's streams): lines of JSON objects, the last one done or an error. */
+static void check_ndjson(const char *p, size_t n) {
+    const char *end = p + n;
+    bool last = false;
+    while (p < end) {
+        const char *e = memchr(p, '\n', (size_t)(end - p));
+        if (!e) fail("an NDJSON line without its newline");
+        if (last) fail("an NDJSON line after the last one");
+        cJSON *o = cJSON_ParseWithLength(p, (size_t)(e - p));
+        if (!cJSON_IsObject(o)) fail("an NDJSON line that is not a JSON object");
+        last = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "done")) || cJSON_GetObjectItemCaseSensitive(o, "error");
+        cJSON_Delete(o);
+        p = e + 1;
+    }
+    if (!last) fail("an NDJSON stream without its last line");
+}
+
 static void check_body(const response *r) {
     if (r->json) check_json_object(r->body, r->body_len, "a JSON body");
     if (r->status == 500 && !memmem(r->body, r->body_len, "out of memory", 13)) {
@@ -305,6 +324,7 @@ static void check_body(const response *r) {
         fail("a 500 that is not out of memory");
     }
     if (r->sse && r->status == 200) check_sse(r->body, r->body_len);
+    if (r->ndjson && r->status == 200) check_ndjson(r->body, r->body_len);
 }
 
 /* Whether a response has no body at all: interim ones, 204, 304, and (when the input has a HEAD

@@ -1,8 +1,8 @@
 /* fuzz/fuzz_openai_request.c — libFuzzer harness for the server's request parsers and response writers
- * (server/openai.c, server/responses.c, server/anthropic.c, through their gen_endpoints). Byte 0 picks the
- * endpoint (bit 0 and bits 2-4: an entry of `endpoints`, bit 0 alone choosing OpenAI's chat or completions),
- * whether the rendered job fails midway (bit 1) and the API key (bits 5-7: Responses keep finished answers
- * per key in a small store, for previous_response_id); the rest is the body.
+ * (server/openai.c, server/responses.c, server/anthropic.c, server/ollama.c, through their gen_endpoints).
+ * Byte 0 picks the endpoint (bit 0 and bits 2-4: an entry of `endpoints`, bit 0 alone choosing OpenAI's chat or
+ * completions), whether the rendered job fails midway (bit 1) and the API key (bits 5-7: Responses keep
+ * finished answers per key in a small store, for previous_response_id); the rest is the body.
  * Properties (abort() on violation):
  *  - the endpoint's parse either accepts (then: a non-empty prompt of in-vocabulary ids shorter than the
  *    context, n in 1..8, max_tokens within the limits, sampling options gm_sampling_validate accepts,
@@ -11,8 +11,8 @@
  *    UTF-8, NULs, quotes) streams, taken and rendered as the connection thread does it (half the text,
  *    then the rest), as `data:` events of JSON objects ending with [DONE] (an error event first when
  *    the job fails midway) — Anthropic's: `event: NAME` + `data:` events of JSON objects whose type is
- *    NAME, from message_start to message_stop (or ending with an error event) — and renders whole as a
- *    JSON object. */
+ *    NAME, from message_start to message_stop (or ending with an error event); Ollama's: NDJSON, lines of
+ *    JSON objects, the last one done (or the error) — and renders whole as a JSON object. */
 #include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -33,6 +33,8 @@ static const struct {
     {&anthropic_count_tokens, PROTO_ANTHROPIC},
     {&openai_responses, PROTO_OPENAI},
     {&openai_responses_count, PROTO_OPENAI},
+    {&ollama_generate, PROTO_OLLAMA},
+    {&ollama_chat, PROTO_OLLAMA},
 };
 
 static gm_tokenizer *g_tok;
@@ -111,6 +113,25 @@ static void check_sse(const srv_buf *out, bool failed) {
     if (failed != saw_error) fail(failed ? "a failed stream without its error event" : "an error event in a good stream");
 }
 
+/* NDJSON: lines of JSON objects; the last one the error (`failed`) or the end ("done": true), no other
+ * line done. */
+static void check_ndjson(const srv_buf *out, bool failed) {
+    const char *p = out->p, *end = out->p + out->len;
+    bool saw_done = false, saw_error = false;
+    while (p < end) {
+        const char *e = memchr(p, '\n', (size_t)(end - p));
+        if (!e) fail("an NDJSON line without its newline");
+        if (saw_done || saw_error) fail("a line after the last one");
+        cJSON *o = cJSON_ParseWithLength(p, (size_t)(e - p));
+        if (!cJSON_IsObject(o)) fail("an NDJSON line that is not a JSON object");
+        saw_done = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "done"));
+        saw_error = cJSON_GetObjectItemCaseSensitive(o, "error") != NULL;
+        cJSON_Delete(o);
+        p = e + 1;
+    }
+    if (failed ? !saw_error : !saw_done) fail(failed ? "a failed stream without its error line" : "a stream without its done line");
+}
+
 /* Responses' SSE: `event: T` / `data: {"type": T, ..., "sequence_number": 0, 1, ...}` blocks, ending with
  * response.completed or .incomplete, or (failed) an error event and response.failed. */
 static void check_typed_sse(const srv_buf *out, bool failed) {
@@ -132,6 +153,8 @@ static void check_typed_sse(const srv_buf *out, bool failed) {
     }
     if (failed ? strcmp(last, "response.failed") : strcmp(last, "response.completed") && strcmp(last, "response.incomplete"))
         fail("the stream does not end with its final event");
+}
+
 /* Anthropic's stream: `event: NAME\ndata: {"type": NAME, ...}` events, message_start first, message_stop
  * last (an error event last if `failed`); content blocks opened, filled and closed by index in order. */
 static void check_named_sse(const srv_buf *out, bool failed) {
@@ -200,6 +223,7 @@ static void check_rendering(call *k, const uint8_t *text, size_t len, bool fail_
     if (stream_step(k)) fail("something to send after the end");
     if (k->proto == PROTO_ANTHROPIC) check_named_sse(&k->out, fail_midway);
     else if (k->ep == &openai_responses) check_typed_sse(&k->out, fail_midway);
+    else if (k->proto == PROTO_OLLAMA) check_ndjson(&k->out, fail_midway);
     else check_sse(&k->out, fail_midway);
     if (fail_midway) return;
     char *resp = k->ep->response(k->state, j, g_tok);
@@ -231,8 +255,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         k.ep->free_call(k.state);
     } else {
         if ((err.status != 400 && err.status != 404 && err.status != 500) || !err.msg[0])
-            fail("a refusal without a 400 (404: an unknown previous_response_id) and a message");
-        char *e = k.proto == PROTO_ANTHROPIC ? anthropic_error_json(&err) : openai_error_json(err.type, err.code, err.msg);
+            fail("a refusal without a 400 (404: an unknown previous_response_id, another model's name) and a message");
+        char *e = k.proto == PROTO_ANTHROPIC ? anthropic_error_json(&err)
+                  : k.proto == PROTO_OLLAMA  ? ollama_error_json(&err)
+                                             : openai_error_json(err.type, err.code, err.msg);
         if (!e) fail("no error JSON");
         check_json_object(e, strlen(e));
         free(e);

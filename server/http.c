@@ -49,6 +49,7 @@ struct srv {
     srv_media *media;       /* --mmproj: images in chat requests */
     resp_store *responses;  /* /v1/responses kept for previous_response_id (NULL: --responses-store 0) */
     char model_id[128];
+    ollama_facts ollama;    /* what Ollama's model endpoints report */
     char replica_id[128];   /* --replica-id, or host name:port: in /health, /metrics, every response */
     int n_ctx;
     int inflight;       /* requests not yet completed (atomic): shutdown lets them finish writing */
@@ -63,7 +64,7 @@ typedef enum { SRV_LOADING, SRV_READY, SRV_DRAINING, SRV_STOPPING } srv_state;
 static srv_state state_of(const struct srv *s) { return (srv_state)__atomic_load_n(&s->state, __ATOMIC_ACQUIRE); }
 
 typedef enum { R_NONE, R_PAGE, R_HEALTH, R_MODELS, R_METRICS, R_GENERATE, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS,
-               R_COUNT, R_STORED } route;
+               R_COUNT, R_STORED, R_OLLAMA_VERSION, R_OLLAMA_TAGS, R_OLLAMA_PS, R_OLLAMA_SHOW } route;
 
 /* A path the server answers: what it does, its method, the wire format of its answers and errors, and
  * (R_GENERATE) the endpoint that translates that format. A new protocol is an endpoint and rows here. */
@@ -106,6 +107,7 @@ char *srv_error_json(srv_protocol p, const srv_error *e) {
     switch (p) {
     case PROTO_OPENAI: break;
     case PROTO_ANTHROPIC: return anthropic_error_json(e);
+    case PROTO_OLLAMA: return ollama_error_json(e);
     }
     return openai_error_json(e->type, e->code, e->msg);
 }
@@ -473,11 +475,12 @@ static bool embed_keep_going(void *arg) {
     return state_of(w->s) != SRV_STOPPING && still_there(&w->w);
 }
 
-static MHD_Result embeddings(struct MHD_Connection *c, server *s, req *r) {
+static MHD_Result embeddings(struct MHD_Connection *c, server *s, req *r, srv_protocol proto) {
     int status = 500;
     embed_watch w = {.s = s, .w = watch_of(c, r, false)};
     const srv_embed_ctx x = {s->emb, &s->emb_turns, s->m, s->model_id, s->guard, embed_keep_going, &w};
-    char *out = srv_embeddings(&x, r->body, r->len, &status, &r->prompt);
+    char *out = proto == PROTO_OLLAMA ? ollama_embed(&x, &s->ollama, r->body, r->len, &status, &r->prompt)
+                                      : srv_embeddings(&x, r->body, r->len, &status, &r->prompt);
     if (status == 499 && state_of(s) == SRV_STOPPING) {
         free(out);
         return reply_error(c, s, r, 503, "server_error", NULL, "the server is shutting down");
@@ -647,23 +650,39 @@ static const route_row routes[] = {
     {"/v1/responses/input_tokens", R_COUNT, true, PROTO_OPENAI, &openai_responses_count, "/v1/responses/input_tokens"},
     {"/v1/messages", R_GENERATE, true, PROTO_ANTHROPIC, &anthropic_messages, "/v1/messages"},
     {"/v1/messages/count_tokens", R_COUNT, true, PROTO_ANTHROPIC, &anthropic_count_tokens, "/v1/messages/count_tokens"},
+    {"/api/chat", R_GENERATE, true, PROTO_OLLAMA, &ollama_chat, "/api/chat"},
+    {"/api/generate", R_GENERATE, true, PROTO_OLLAMA, &ollama_generate, "/api/generate"},
+    {"/api/embed", R_EMBEDDINGS, true, PROTO_OLLAMA, NULL, "/api/embed"},
+    {"/api/version", R_OLLAMA_VERSION, false, PROTO_OLLAMA, NULL, "/api/version"},
+    {"/api/tags", R_OLLAMA_TAGS, false, PROTO_OLLAMA, NULL, "/api/tags"},
+    {"/api/ps", R_OLLAMA_PS, false, PROTO_OLLAMA, NULL, "/api/ps"},
+    {"/api/show", R_OLLAMA_SHOW, true, PROTO_OLLAMA, NULL, "/api/show"},
 };
 /* /v1/responses/{id}: GET or DELETE of a kept response (matched by prefix after the rows above) */
 static const route_row stored_row = {"/v1/responses/", R_STORED, false, PROTO_OPENAI, NULL, "/v1/responses/{id}"};
 
 static const route_row no_route = {"", R_NONE, false, PROTO_OPENAI, NULL, "other"};
+static const route_row no_ollama_route = {"", R_NONE, false, PROTO_OLLAMA, NULL, "other"};
 
 static const route_row *route_of(const char *url) {
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (!strcmp(url, routes[i].path)) return &routes[i];
     if (!strncmp(url, stored_row.path, strlen(stored_row.path)) && url[strlen(stored_row.path)]) return &stored_row;
-    return &no_route;
+    return strncmp(url, "/api/", 5) ? &no_route : &no_ollama_route; /* Ollama's other endpoints: 404 in its shape */
+}
+
+/* A browser asks for the page at /; an API client (Accept absent or not HTML) gets Ollama's answer. */
+static bool wants_html(struct MHD_Connection *c) {
+    const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept");
+    return a && strcasestr(a, "text/html") != NULL;
 }
 
 static MHD_Result dispatch(struct MHD_Connection *c, server *s, req *r, const route_row *row) {
     guard_request_received(s->guard, c); /* answering has no deadline */
     switch (row->r) {
     case R_PAGE: {
+        if (!strcmp(row->path, "/") && !wants_html(c)) /* Ollama's clients look for this at / */
+            return reply(c, s, r, 200, "text/plain; charset=utf-8", strdup("Ollama is running"));
         char *page = malloc(srv_chat_html_len + 1);
         if (page) memcpy(page, srv_chat_html, srv_chat_html_len + 1);
         return reply(c, s, r, 200, "text/html; charset=utf-8", page);
@@ -678,12 +697,24 @@ static MHD_Result dispatch(struct MHD_Connection *c, server *s, req *r, const ro
         }
         return reply(c, s, r, 200, "text/plain; version=0.0.4",
                      metrics_render(s->met, s->model_id, s->replica_id, state_name(state_of(s))));
-    case R_GENERATE: return completion(c, s, r, row->ep);
+    case R_GENERATE: {
+        char *load = row->proto == PROTO_OLLAMA && s->sched
+                         ? ollama_load_reply(&s->ollama, r->body, r->len, row->ep == &ollama_generate) : NULL;
+        return load ? reply(c, s, r, 200, "application/json", load) : completion(c, s, r, row->ep);
+    }
     case R_TOKENIZE: return tokenize(c, s, r);
     case R_DETOKENIZE: return detokenize(c, s, r);
-    case R_EMBEDDINGS: return embeddings(c, s, r);
+    case R_EMBEDDINGS: return embeddings(c, s, r, row->proto);
     case R_COUNT: return count_tokens(c, s, r, row->ep);
     case R_STORED: return stored_response(c, s, r, r->url, r->method);
+    case R_OLLAMA_VERSION: return reply(c, s, r, 200, "application/json", ollama_version());
+    case R_OLLAMA_TAGS: return reply(c, s, r, 200, "application/json", ollama_tags(&s->ollama));
+    case R_OLLAMA_PS: return reply(c, s, r, 200, "application/json", ollama_ps(&s->ollama));
+    case R_OLLAMA_SHOW: {
+        int status = 500;
+        char *out = ollama_show(&s->ollama, r->body, r->len, &status);
+        return reply(c, s, r, status, "application/json", out);
+    }
     default: return reply_error(c, s, r, 404, "invalid_request_error", NULL, "no such endpoint");
     }
 }
@@ -925,6 +956,7 @@ static bool open_model(server *s, char *msg, size_t n) {
         return false;
     }
     s->n_ctx = s->emb ? gm_embedder_n_ctx(s->emb) : sched_n_ctx(s->sched);
+    ollama_facts_init(&s->ollama, o->model_path, s->model_id, s->m, s->n_ctx, s->media != NULL);
     return true;
 }
 

@@ -203,6 +203,8 @@ bool job_stream_take(job *j, job_reader *rd, stream_view *v) {
     if (all && j->done) {
         v->end = true;
         v->gen = job_generated(j);
+        v->t_submit = j->t_submit;
+        v->t_started = j->t_started;
         rd->closed = true;
     }
     if (v->oom) { /* what was taken cannot be sent: the stream ends with the error */

@@ -352,6 +352,7 @@ static bool start_choices(srv_sched *s, job *j, double now) {
     for (int i = 0; i < j->rq.n && !st && j->rq.speculative; i++) st = gm_spec_new(j->seq[i], &s->spec, &j->spec[i], &err);
     if (st) job_fail(j, JOB_ERR_INTERNAL, "%s", err.msg);
     j->started = true;
+    j->t_started = now;
     pthread_mutex_unlock(&j->mu);
     if (!st) metrics_ttft(s->met, now - j->t_submit);
     return !st;

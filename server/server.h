@@ -17,6 +17,8 @@
  *   guard.c      connection limits, the request deadline, the Host check, parses at once
  *   metrics.c    counters, gauges and histograms; Prometheus text
  *   embeddings.c /v1/embeddings with an embedding model (no scheduler then: see there)
+ *   ollama.c     Ollama's native API: /api/chat, /api/generate as gen_endpoints (NDJSON streams); its model
+ *                endpoints (/api/tags, /api/show, /api/ps, /api/version) and /api/embed in ollama_models.c
  *   chat.html    the chat page at / (embedded at build time by cmake/embed.cmake as srv_chat_html)
  *
  * Threads: the scheduler is the only thread that touches the engine and sequences; connection threads
@@ -111,6 +113,7 @@ typedef struct job {
     int cached;             /* prompt tokens taken from the prefix cache */
     bool started;           /* prompt computed, choices forked */
     bool done;
+    double t_started;       /* when the prompt was computed (srv_now) */
     job_error err;          /* JOB_OK, or failed with err_msg */
     char err_msg[300];
     bool cancelled;         /* the client went away (set by the connection thread) */
@@ -176,6 +179,7 @@ typedef struct stream_view {
     bool end;               /* every choice finished */
     int n_prompt, cached;   /* the prompt's tokens and those from the prefix cache (once the job started) */
     int gen;                /* tokens generated (at the end) */
+    double t_submit, t_started; /* (at the end) when the job was submitted, when its prompt was computed */
 } stream_view;
 /* true when there is something to render (then the view must be freed) */
 bool job_stream_take(job *j, job_reader *rd, stream_view *v);
@@ -191,7 +195,7 @@ void srv_error_set(srv_error *e, int status, const char *type, const char *code,
 srv_error srv_error_of(int status, const char *type, const char *code, const char *msg);
 
 /* The wire formats the server speaks (a route's): each writes its errors in its own shape. */
-typedef enum { PROTO_OPENAI, PROTO_ANTHROPIC } srv_protocol;
+typedef enum { PROTO_OPENAI, PROTO_ANTHROPIC, PROTO_OLLAMA } srv_protocol;
 /* e as protocol p's error body; malloc'd (NULL on out of memory). */
 char *srv_error_json(srv_protocol p, const srv_error *e);
 
@@ -419,6 +423,43 @@ typedef struct srv_embed_ctx {
     void *arg;
 } srv_embed_ctx;
 char *srv_embeddings(const srv_embed_ctx *x, const char *body, size_t len, int *status, int *n_prompt);
+
+/* ---------------------------------------------------------------- Ollama's API (ollama.c) */
+
+/* What Ollama's model endpoints say about the one model served: read once when the model opens. */
+typedef struct ollama_facts {
+    char name[160];         /* the model's Ollama name: "<id>:latest" ("<id>" when the id has a tag) */
+    const char *id;         /* the served id (also accepted without ":latest") */
+    char family[32];        /* the GGUF architecture ("gemma3") */
+    char parameter_size[16]; /* "268.10M" */
+    char quantization[16];  /* "Q4_K_M" */
+    char digest[65];        /* hex: an identity of the file (its name, size and time), not its SHA-256 */
+    char modified_at[40];   /* the file's time, RFC 3339 */
+    int64_t size;           /* the file's bytes */
+    int64_t n_params;
+    const gm_config *cfg;
+    int n_ctx;
+    bool completion, tools, vision, embedding, thinking; /* its capabilities */
+} ollama_facts;
+void ollama_facts_init(ollama_facts *f, const char *path, const char *id, const gm_model *m, int n_ctx, bool vision);
+
+extern const gen_endpoint ollama_chat, ollama_generate;
+/* {"error": msg}; malloc'd. */
+char *ollama_error_json(const srv_error *e);
+/* The request's "model" names the served id (or "<id>:latest"): its name copied to echo; else a 400 (none
+ * given) or a 404. */
+bool ollama_model_ok(const struct cJSON *root, const char *id, char *echo, size_t n, srv_error *e);
+/* (ollama_models.c) GET /api/version, /api/tags, /api/ps; POST /api/show: the malloc'd JSON with *status. */
+char *ollama_version(void);
+char *ollama_tags(const ollama_facts *f);
+char *ollama_ps(const ollama_facts *f);
+char *ollama_show(const ollama_facts *f, const char *body, size_t len, int *status);
+/* A load request of /api/chat or /api/generate (no messages, no prompt): its answer (NULL: not one; the
+ * endpoint reads it). generate: which endpoint. */
+char *ollama_load_reply(const ollama_facts *f, const char *body, size_t len, bool generate);
+/* POST /api/embed over the embedder (srv_embeddings): the malloc'd JSON with *status. */
+char *ollama_embed(const srv_embed_ctx *x, const ollama_facts *f, const char *body, size_t len, int *status,
+                   int *n_prompt);
 
 /* ---------------------------------------------------------------- guard (guard.c) */
 

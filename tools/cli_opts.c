@@ -298,7 +298,9 @@ static const cli_command COMMANDS[] = {
      "An OpenAI-compatible HTTP server with continuous batching and a prefix cache; a chat page at /.\n"
      "Endpoints: POST /v1/chat/completions, POST /v1/completions (stream or not), GET /v1/models,\n"
      "GET /health, GET /metrics (Prometheus), POST /tokenize, POST /detokenize, GET / (chat page).\n"
-     "With an embedding model (EmbeddingGemma): POST /v1/embeddings instead of the completions.",
+     "With an embedding model (EmbeddingGemma): POST /v1/embeddings instead of the completions.\n"
+     "Ollama's API on the same port (--port 11434 for its clients): /api/chat, /api/generate, /api/tags,\n"
+     "/api/show, /api/ps, /api/version, /api/embed; GET / answers \"Ollama is running\" to non-browsers.",
      "--kv-mem is shared by the live sequences and the prefix cache. With --mmproj, chat messages may\n"
      "hold image_url parts (data:image/...;base64 URIs; remote URLs are refused).\n"
      "A request may say \"speculative\": false (or true); requests with logprobs do not speculate.\n"
