@@ -8,6 +8,7 @@
  * the index and lets go of sliding-window blocks the sequence no longer needs. */
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,7 @@
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
 #include "engine/engine.h"
+#include "backends/vulkan/vulkan.h"
 
 /* ---------------------------------------------------------------- engine */
 
@@ -30,8 +32,9 @@ static gm_status check_engine_options(const gm_config *c, const gm_engine_option
     if (o->n_threads > 1024) return gm_fail(err, GM_ERR_ARG, "engine: %d threads is more than 1024", o->n_threads);
     if (o->kv_type != GM_KV_DTYPE_F32 && o->kv_type != GM_KV_DTYPE_F16)
         return gm_fail(err, GM_ERR_ARG, "engine: unknown KV storage type %d", (int)o->kv_type);
-    if (o->backend != GM_BACKEND_CPU && o->backend != GM_BACKEND_REFERENCE)
+    if (o->backend < GM_BACKEND_CPU || o->backend > GM_BACKEND_AUTO)
         return gm_fail(err, GM_ERR_ARG, "engine: unknown backend %d", (int)o->backend);
+    if (o->device < 0 || o->device > 64) return gm_fail(err, GM_ERR_ARG, "engine: device %d must be in [0, 64]", o->device);
     if (!gm_isa_valid(o->isa)) return gm_fail(err, GM_ERR_ARG, "engine: unknown ISA level %d", (int)o->isa);
     return GM_OK;
 }
@@ -50,9 +53,48 @@ bool gm_backend_kind_parse(const char *name, gm_backend_kind *out) {
     if (!name) return false;
     if (!strcmp(name, "cpu")) *out = GM_BACKEND_CPU;
     else if (!strcmp(name, "reference")) *out = GM_BACKEND_REFERENCE;
+    else if (!strcmp(name, "vulkan")) *out = GM_BACKEND_VULKAN;
+    else if (!strcmp(name, "auto")) *out = GM_BACKEND_AUTO;
     else return false;
     return true;
 }
+
+/* AUTO: a usable GPU (or the device asked for) when the build has Vulkan, else the CPU */
+static gm_backend_kind resolve_auto(const gm_engine_options *o) {
+    if (o->backend != GM_BACKEND_AUTO) return o->backend;
+    if (!gm_backend_vulkan_built()) return GM_BACKEND_CPU;
+    if (o->device > 0) return GM_BACKEND_VULKAN;
+    gm_gpu_device d[16];
+    int n = 0;
+    if (gm_gpu_devices(d, 16, &n, NULL)) return GM_BACKEND_CPU;
+    for (int i = 0; i < n && i < 16; i++)
+        if (d[i].gpu && d[i].usable) return GM_BACKEND_VULKAN;
+    return GM_BACKEND_CPU;
+}
+
+/* The backend the options ask for; AUTO falls back to the CPU where the GPU cannot run the model. */
+static gm_status create_backend(gm_engine *e, const gm_engine_options *o, const gm_backend_options *bo, gm_error *err) {
+    const gm_backend_kind k = resolve_auto(o);
+    gm_status st;
+    if (k == GM_BACKEND_VULKAN) {
+        gm_error e2 = {0};
+        st = gm_backend_vulkan_new(e->m, &e->lay, bo, &e->be, o->backend == GM_BACKEND_AUTO ? &e2 : err);
+        if (!st) st = gm_forward_new(e->m, &e->lay, e->be, e->n_batch, e->n_ctx, &e->fwd, o->backend == GM_BACKEND_AUTO ? &e2 : err);
+        if (!st) {
+            snprintf(e->backend_name, sizeof e->backend_name, "vulkan: %s", gm_backend_vulkan_device(e->be));
+            return GM_OK;
+        }
+        if (o->backend != GM_BACKEND_AUTO || st != GM_ERR_UNSUPPORTED) return st;
+        if (e->be) e->be->ops->free(e->be);
+        e->be = NULL;
+    }
+    st = (k == GM_BACKEND_REFERENCE ? gm_backend_ref_new : gm_backend_cpu_new)(e->m, &e->lay, bo, &e->be, err);
+    if (!st) st = gm_forward_new(e->m, &e->lay, e->be, e->n_batch, e->n_ctx, &e->fwd, err);
+    snprintf(e->backend_name, sizeof e->backend_name, "%s", e->be ? e->be->ops->name : "");
+    return st;
+}
+
+const char *gm_engine_backend_name(const gm_engine *e) { return e ? e->backend_name : ""; }
 
 gm_status gm_engine_new(const gm_model *m, const gm_engine_options *opt, gm_engine **out, gm_error *err) {
     if (out) *out = NULL;
@@ -84,9 +126,9 @@ gm_status gm_engine_create(const gm_model *m, const gm_engine_options *opt, gm_e
     e->row_seq = malloc((size_t)e->n_batch * sizeof *e->row_seq);
     if (!e->rows || !e->row_seq) st = gm_fail(err, GM_ERR_NOMEM, "engine: out of memory");
     if (!st) st = gm_kv_layout_init(&e->lay, m, o.kv_type, err);
-    const gm_backend_options bo = {o.n_threads, e->n_batch, e->n_ctx, e->isa, o.pool, false};
-    if (!st) st = (o.backend == GM_BACKEND_REFERENCE ? gm_backend_ref_new : gm_backend_cpu_new)(m, &e->lay, &bo, &e->be, err);
-    if (!st) st = gm_forward_new(m, &e->lay, e->be, e->n_batch, e->n_ctx, &e->fwd, err);
+    const gm_backend_options bo = {.n_threads = o.n_threads, .max_batch = e->n_batch, .max_ctx = e->n_ctx,
+                                   .isa = e->isa, .pool = o.pool, .device = o.device, .validate = o.gpu_validate};
+    if (!st) st = create_backend(e, &o, &bo, err);
     if (!st) {
         /* default budget: one sequence of n_ctx positions with every layer's blocks (no window savings) */
         const size_t blocks = (size_t)(e->n_ctx + GM_KV_BLOCK - 1) / GM_KV_BLOCK;

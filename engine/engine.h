@@ -30,6 +30,7 @@ struct gm_engine {
     gm_seq **row_seq;      /* the sequence of each row */
     int tap_layers[GM_ENGINE_MAX_TAPS]; /* gm_engine_set_taps */
     int n_taps;
+    char backend_name[300]; /* gm_engine_backend_name */
 };
 
 /* Positions [pos, pos + n) of a history whose inputs are caller embeddings (gm_seq_append_embeds). */

@@ -60,7 +60,7 @@ gm_status gm_embedder_new(const gm_model *m, const gm_embedder_options *opt, gm_
     e->dim = c->embedding_dim;
     const gm_engine_options eo = {.n_threads = o.n_threads, .n_ctx = e->n_ctx, .n_batch = e->n_ctx,
                                   .kv_type = GM_KV_DTYPE_F32, .no_prefix_cache = true, .backend = o.backend, .isa = o.isa,
-                                  .pool = o.pool};
+                                  .pool = o.pool, .device = o.device, .gpu_validate = o.gpu_validate};
     gm_status st = gm_engine_create(m, &eo, &e->e, err);
     if (!st) st = gm_seq_new(e->e, &e->s, err);
     if (!st) {

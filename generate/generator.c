@@ -49,7 +49,7 @@ gm_status gm_generator_new(const gm_model *m, const gm_generator_options *opt, g
     const gm_engine_options eo = {.n_threads = o.n_threads, .n_ctx = o.n_ctx, .n_batch = o.n_batch,
                                   .kv_mem = o.kv_mem, .kv_type = o.kv_type,
                                   .no_prefix_cache = o.no_prefix_cache, .backend = o.backend, .isa = o.isa,
-                                  .pool = o.pool};
+                                  .pool = o.pool, .device = o.device, .gpu_validate = o.gpu_validate};
     gm_status st = gm_engine_new(m, &eo, &g->e, err);
     if (!st) st = gm_seq_new(g->e, &g->s, err);
     if (!st && o.kv_full) { /* the blocks of one whole context, allocated now */

@@ -388,8 +388,10 @@ typedef enum gm_kv_dtype {
 typedef enum gm_backend_kind {
     GM_BACKEND_CPU = 0,       /* thread pool, the best ISA kernels the CPU has */
     GM_BACKEND_REFERENCE = 1, /* plain scalar loops, double accumulation */
+    GM_BACKEND_VULKAN = 2,    /* a Vulkan device (gm_gpu_devices): weights, activations and KV in its memory */
+    GM_BACKEND_AUTO = 3,      /* Vulkan on a GPU when one is usable, else the CPU (gm_engine_backend_name says which) */
 } gm_backend_kind;
-/* "cpu" / "reference" to the kind; false for anything else. */
+/* "cpu" / "reference" / "vulkan" / "auto" to the kind; false for anything else. */
 GEMMA_API bool gm_backend_kind_parse(const char *name, gm_backend_kind *out);
 
 typedef struct gm_engine_options {
@@ -407,12 +409,35 @@ typedef struct gm_engine_options {
     /* NULL: the engine starts its own pool of n_threads; else it runs on this one (n_threads unused), which
      * must outlive it. */
     gm_threadpool *pool;
+    /* Vulkan: 0 the first GPU (else the first usable device); N > 0 the (N-1)th device gm_gpu_devices lists */
+    int device;
+    bool gpu_validate; /* Vulkan: the Khronos validation layer on; its errors fail the calls that follow */
 } gm_engine_options;
 
 GEMMA_API gm_status gm_engine_new(const gm_model *m, const gm_engine_options *opt, gm_engine **out, gm_error *err);
 /* Frees the engine; its sequences must be freed first (GM_ERR_STATE otherwise: nothing is freed). */
 GEMMA_API gm_status gm_engine_free(gm_engine *e);
 GEMMA_API const gm_model *gm_engine_model(const gm_engine *e);
+/* What runs the engine: "cpu", "reference", or "vulkan: " and the device's name. */
+GEMMA_API const char *gm_engine_backend_name(const gm_engine *e);
+
+/* A Vulkan device as gm_gpu_devices lists it. */
+typedef struct gm_gpu_device {
+    char name[256];
+    char type[16];            /* "discrete", "integrated", "virtual", "cpu" (lavapipe), "other" */
+    char api[16];             /* the Vulkan version it supports, "1.3.230" */
+    uint64_t memory_bytes;    /* device-local heaps */
+    uint64_t max_alloc_bytes; /* the largest single allocation */
+    uint64_t max_storage_range; /* maxStorageBufferRange (the backend addresses buffers by device address instead) */
+    uint32_t shared_memory;   /* bytes of workgroup memory */
+    uint32_t subgroup;
+    bool gpu;                 /* a GPU, not a CPU implementation */
+    bool usable;              /* has every feature the backend needs (else `missing` names the first lacking) */
+    char missing[64];
+} gm_gpu_device;
+/* The Vulkan devices (up to cap written, *n the number present). GM_ERR_UNSUPPORTED with a message naming what is
+ * missing: a build without the backend, no loader, no driver. */
+GEMMA_API gm_status gm_gpu_devices(gm_gpu_device *out, int cap, int *n, gm_error *err);
 GEMMA_API int gm_engine_n_ctx(const gm_engine *e);
 /* The CPU backend copies the model's layer matrices into its kernels' layouts (gm_repack) when the first engine on
  * the model is made; the quantized ones by up to two threads after gm_engine_new returns: until a matrix's copy is

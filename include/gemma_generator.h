@@ -25,6 +25,8 @@ typedef struct gm_generator_options {
     gm_backend_kind backend; /* GM_BACKEND_CPU (0) by default */
     gm_isa isa;       /* as gm_engine_options.isa */
     gm_threadpool *pool; /* as gm_engine_options.pool */
+    int device;        /* as gm_engine_options.device */
+    bool gpu_validate; /* as gm_engine_options.gpu_validate */
 } gm_generator_options;
 
 
@@ -146,6 +148,8 @@ typedef struct gm_embedder_options {
     gm_backend_kind backend; /* GM_BACKEND_CPU (0) by default */
     gm_isa isa;    /* as gm_engine_options.isa */
     gm_threadpool *pool; /* as gm_engine_options.pool */
+    int device;        /* as gm_engine_options.device */
+    bool gpu_validate; /* as gm_engine_options.gpu_validate */
 } gm_embedder_options;
 
 GEMMA_API gm_status gm_embedder_new(const gm_model *m, const gm_embedder_options *opt, gm_embedder **out, gm_error *err);

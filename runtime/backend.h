@@ -83,6 +83,23 @@ typedef struct gm_attn_call {
     int n_keys;
 } gm_attn_call;
 
+/* The keys [*lo, *hi) a row attends to in call c, as gm_attn_call states: the bias alone when it is the mask;
+ * bidirectional: every key, or the symmetric window; else its window or every earlier position, up to its
+ * attend_end when that is past it. */
+static inline void gm_attn_key_range(const gm_attn_call *c, const gm_fwd_row *row, int *lo, int *hi) {
+    const int pos = row->pos, w = c->lc->window;
+    if (c->bias && c->bias_is_mask) {
+        *lo = 0, *hi = c->bias_n;
+    } else if (c->n_keys > 0) {
+        *lo = w > 0 ? pos - w / 2 : 0, *hi = w > 0 ? pos + w / 2 + 1 : c->n_keys;
+        if (*lo < 0) *lo = 0;
+        if (*hi > c->n_keys) *hi = c->n_keys;
+    } else {
+        const bool ahead = row->attend_end > pos + 1 && (!row->attend_sliding_only || w > 0);
+        *lo = w > 0 && pos - w + 1 > 0 ? pos - w + 1 : 0, *hi = ahead ? row->attend_end : pos + 1;
+    }
+}
+
 /* ---- the dense-row ops: an encoder's layers (the vision encoders: every patch of an image at once, no cache) */
 
 typedef enum gm_act {
@@ -186,6 +203,8 @@ typedef struct gm_backend_options {
      * over an image's thousands of rows, sums in another order than matmul's kernels (Gemma 3's encoder; the text
      * model never sets it). */
     bool float_gemm;
+    int device;     /* a GPU backend's device: 0 the first GPU (else the first usable device), N > 0 the (N-1)th listed */
+    bool validate;  /* a GPU backend: the API's validation layer on, its errors fail the ops that follow */
 } gm_backend_options;
 
 /* The CPU backend: a thread pool, ISA kernels, blocks in host memory. m and lay must outlive it. m and lay NULL:

@@ -34,6 +34,14 @@ command -v clang >/dev/null || need+=(clang)
 command -v python3 >/dev/null || need+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need+=(python3-venv)
+# the Vulkan backend (backends/vulkan/): headers and glslc to build it, the loader, Mesa's lavapipe (a Vulkan
+# device on the CPU) and the Khronos validation layer to test it, vulkaninfo to see devices
+[ -f /usr/include/vulkan/vulkan.h ] || need+=(libvulkan-dev)
+command -v glslc >/dev/null || need+=(glslc)
+[ -f /usr/share/vulkan/icd.d/lvp_icd.x86_64.json ] || [ -f /usr/share/vulkan/icd.d/lvp_icd.aarch64.json ] ||
+  need+=(mesa-vulkan-drivers)
+[ -f /usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json ] || need+=(vulkan-validationlayers)
+command -v vulkaninfo >/dev/null || need+=(vulkan-tools)
 # the server's chat-page test drives a real browser
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)

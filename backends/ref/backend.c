@@ -125,22 +125,6 @@ static const float *cached(ref_backend *r, const char *p, int hd) {
     return r->kv_row;
 }
 
-/* keys [*lo, *hi) of a query at pos, as the contract of gm_attn_call states */
-static void key_range(const gm_attn_call *c, const gm_fwd_row *row, int *lo, int *hi) {
-    const int pos = row->pos;
-    const int w = c->lc->window;
-    if (c->bias && c->bias_is_mask) {
-        *lo = 0, *hi = c->bias_n;
-    } else if (c->n_keys > 0) {
-        *lo = w > 0 ? pos - w / 2 : 0, *hi = w > 0 ? pos + w / 2 + 1 : c->n_keys;
-        if (*lo < 0) *lo = 0;
-        if (*hi > c->n_keys) *hi = c->n_keys;
-    } else {
-        const bool ahead = row->attend_end > pos + 1 && (!row->attend_sliding_only || w > 0);
-        *lo = w > 0 && pos - w + 1 > 0 ? pos - w + 1 : 0, *hi = ahead ? row->attend_end : pos + 1;
-    }
-}
-
 /* softmax(scores) . values of one query head over keys [lo, hi), in double */
 static void ref_attention(gm_backend *be, const gm_attn_call *c) {
     ref_backend *r = ref(be);
@@ -149,7 +133,7 @@ static void ref_attention(gm_backend *be, const gm_attn_call *c) {
     for (int i = 0; i < c->n; i++) {
         const gm_fwd_row *row = &c->rows[i];
         int lo, hi;
-        key_range(c, row, &lo, &hi);
+        gm_attn_key_range(c, row, &lo, &hi);
         for (int h = 0; h < H; h++) {
             const float *q = c->q + ((size_t)i * H + h) * hd;
             const size_t off = (size_t)(h / G) * hd * r->lay->elem;
