@@ -940,7 +940,8 @@ static bool open_model(server *s, char *msg, size_t n) {
         snprintf(msg, n, "%s", err.msg);
         return false;
     }
-    const gm_embedder_options eo = {.n_threads = o->threads, .pool = s->pool,
+    const gm_embedder_options eo = {.n_threads = o->threads, .pool = s->pool, .backend = o->backend,
+                                    .device = o->device, .gpu_validate = o->gpu_validate,
                                     .n_ctx = o->n_ctx < mc->context_length ? o->n_ctx : mc->context_length};
     if (media_new(o, s->m, s->pool, &s->media, &err)) {
         snprintf(msg, n, "%s%s", o->mmproj_path ? "--mmproj: " : "", err.msg);
@@ -956,6 +957,7 @@ static bool open_model(server *s, char *msg, size_t n) {
         return false;
     }
     s->n_ctx = s->emb ? gm_embedder_n_ctx(s->emb) : sched_n_ctx(s->sched);
+    if (o->backend != GM_BACKEND_CPU && s->sched) fprintf(stderr, "gemma serve: backend %s\n", sched_backend(s->sched));
     ollama_facts_init(&s->ollama, o->model_path, s->model_id, s->m, s->n_ctx, s->media != NULL);
     return true;
 }

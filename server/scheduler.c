@@ -67,6 +67,8 @@ struct srv_sched {
     int *spec_choice;
 };
 
+const char *sched_backend(const srv_sched *s) { return gm_engine_backend_name(s->e); }
+
 int sched_n_ctx(const srv_sched *s) { return gm_engine_n_ctx(s->e); }
 
 /* ---------------------------------------------------------------- the queue */
@@ -684,7 +686,8 @@ gm_status sched_new(gm_model *m, const srv_options *o, gm_threadpool *pool, srv_
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     gm_engine_options eo = {.n_threads = o->threads, .n_ctx = o->n_ctx, .kv_type = o->kv_type,
-                            .no_prefix_cache = o->no_prefix_cache, .pool = pool};
+                            .no_prefix_cache = o->no_prefix_cache, .pool = pool, .backend = o->backend,
+                            .device = o->device, .gpu_validate = o->gpu_validate};
     eo.n_batch = o->parallel + o->chunk > 512 ? o->parallel + o->chunk : 512;
     if (eo.n_batch < o->min_batch) eo.n_batch = o->min_batch;
     /* default budget: every parallel sequence at full context with every position of every layer; the

@@ -56,6 +56,9 @@ typedef struct srv_options {
     int queue;              /* requests waiting for a slot; one more gets 429 */
     int chunk;              /* prompt tokens per step (chunked prefill) */
     size_t kv_mem;
+    gm_backend_kind backend; /* --backend */
+    int device;              /* gm_engine_options.device */
+    bool gpu_validate;
     gm_kv_dtype kv_type;
     bool no_prefix_cache;
     const char *const *api_keys; /* any of them is accepted (--api-key, repeatable); none: no key needed */
@@ -246,6 +249,8 @@ void sched_withdraw(srv_sched *s, job *j);
 void sched_stop(srv_sched *s);
 void sched_free(srv_sched *s);
 int sched_n_ctx(const srv_sched *s);
+/* what runs the engine (gm_engine_backend_name) */
+const char *sched_backend(const srv_sched *s);
 
 /* ---------------------------------------------------------------- generation endpoints */
 

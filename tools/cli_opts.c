@@ -64,7 +64,7 @@ typedef struct cli_opt {
 #define INTS(arg, f, lo, hi) arg, K_INTS, AT(cli_ints, f), lo, hi
 #define MIB(arg, f, lo, hi) arg, K_MIB, AT(size_t, f), lo, hi
 #define KV_TYPE(f) "f32|f16", K_KV_TYPE, AT(gm_kv_dtype, f), 0, 0
-#define BACKEND(f) "cpu|reference", K_BACKEND, AT(gm_backend_kind, f), 0, 0
+#define BACKEND(f) "cpu|vulkan|auto|reference", K_BACKEND, AT(gm_backend_kind, f), 0, 0
 #define CHOICE(arg, f) arg, K_CHOICE, AT(const char *, f), 0, 0
 
 enum {
@@ -124,9 +124,14 @@ static const cli_opt OPTS[] = {
     {"--kv-type", NULL, KV_TYPE(kv_type), GEN | SERVE | BENCH | PPL, "KV cache storage (default f32)", NULL},
     {"--kv-mem", NULL, MIB("MIB", kv_mem, 1, MIB_MAX), GEN | SERVE | BENCH,
      "KV cache budget (default: every sequence's whole context, every layer)", NULL},
-    {"--backend", NULL, BACKEND(backend), GEN | PPL,
-     "what runs the model (default cpu; reference: plain loops in double,\none thread, very slow: for checking numbers)",
+    {"--backend", NULL, BACKEND(backend), GEN | PPL | BENCH | EMBED | SERVE,
+     "what runs the model (default cpu; vulkan: a Vulkan device, see\n`gemma inspect --devices`; auto: a GPU when one can run it, else\n"
+     "the CPU; reference: plain loops in double, one thread, very slow:\nfor checking numbers)",
      NULL},
+    {"--device", NULL, INT("N", device, 0, 63), GEN | PPL | BENCH | EMBED | SERVE,
+     "the Vulkan device (default: the first GPU, else the first device)", NULL},
+    {"--gpu-validate", NULL, FLAG(gpu_validate), GEN | PPL | BENCH | EMBED | SERVE,
+     "Vulkan: the Khronos validation layer on; its errors fail the run", NULL},
     {"--naive", NULL, FLAG(naive), RUN, "recompute the whole history for every token (reference path; slow)", NULL},
     {"--ignore-eos", NULL, FLAG(ignore_eos), GEN, "keep generating past <eos> / <end_of_turn>", NULL},
     /* sampling */
@@ -248,6 +253,7 @@ static const cli_opt OPTS[] = {
     {"--no-special", NULL, FLAG(no_special), TOKENIZE, "control-token spellings in the text are plain text", NULL},
     {"--special", NULL, FLAG(special), DETOKENIZE, "write control tokens' text too", NULL},
     {"--json", NULL, FLAG(json), BENCH | INSPECT, "machine-readable output", NULL},
+    {"--devices", NULL, FLAG(devices), INSPECT, "list the Vulkan devices and their limits", NULL},
     {"--mtp", NULL, FLAG(mtp), INSPECT, "also list MTP / nextn tensors (hidden by default)", NULL},
 };
 
@@ -571,6 +577,7 @@ int cli_parse(cli_cmd cmd, int argc, char **argv, cli_args *a) {
     memset(a, 0, sizeof *a);
     a->model = gm_cli_default_model();
     a->s = gm_sampling_default();
+    a->device = -1; /* the library's default (gm_engine_options.device 0) */
     c->defaults(a);
     int rc = CLI_GO;
     for (int i = 1; i < argc && rc == CLI_GO; i++) {

@@ -50,6 +50,9 @@ typedef struct cli_args {
     size_t kv_mem;            /* --kv-mem, bytes (0: the library's default budget) */
     gm_kv_dtype kv_type;      /* --kv-type */
     gm_backend_kind backend;  /* --backend */
+    int device;               /* --device (-1: not given); the options' device is device + 1 */
+    bool gpu_validate;        /* --gpu-validate */
+    bool devices;             /* inspect --devices */
     bool json;                /* run: constrain the output to a JSON object; bench, embed, inspect: JSON out */
     bool no_bos;              /* run, tokenize */
     /* run and chat (lookup, draft_model, draft_max, mmproj: serve too) */

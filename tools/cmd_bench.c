@@ -99,6 +99,8 @@ static gm_status job_pass(const bench_job *j, const int32_t *ids, int n, double 
     return j->g ? run_pp(j->g, ids, n, secs, err) : run_tg(j->e, ids, n, j->seqs, j->logits, secs, err);
 }
 
+static char bench_backend[300] = "cpu"; /* what ran: gm_engine_backend_name */
+
 static gm_status gm_fail_oom(gm_error *err) {
     snprintf(err->msg, sizeof err->msg, "out of memory");
     return err->code = GM_ERR_NOMEM;
@@ -141,7 +143,8 @@ static gm_status first_token_ms(const cli_args *a, double *open_ms, double *ttft
     const gm_model_options mo = gm_cli_model_options();
     gm_status st = gm_model_open(a->model, &mo, &m, err);
     *open_ms = 1e3 * (cli_now_s() - t0);
-    gm_generator_options o = {.n_threads = a->thread_list.v[a->thread_list.n - 1], .n_ctx = 64};
+    gm_generator_options o = {.n_threads = a->thread_list.v[a->thread_list.n - 1], .n_ctx = 64, .backend = a->backend,
+                              .device = a->device + 1, .gpu_validate = a->gpu_validate};
     if (st == GM_OK) st = gm_generator_new(m, &o, &g, err);
     int32_t ids[8];
     if (st == GM_OK) {
@@ -151,6 +154,7 @@ static gm_status first_token_ms(const cli_args *a, double *open_ms, double *ttft
     int32_t tok;
     gm_sampling s = gm_sampling_default();
     if (st == GM_OK) st = gm_generator_step_cached(g, &s, &tok, err);
+    if (g) snprintf(bench_backend, sizeof bench_backend, "%s", gm_engine_backend_name(gm_generator_engine(g)));
     *ttft_ms = 1e3 * (cli_now_s() - t0);
     if (g) gm_engine_wait_weights(gm_generator_engine(g));
     *packed_ms = 1e3 * (cli_now_s() - t0);
@@ -164,9 +168,9 @@ static void print_rows(const cli_args *a, const gm_model *m, const bench_row *ro
     const gm_config *c = gm_model_config(m);
     const double huge = file_huge_mib();
     if (a->json) {
-        printf("{\"model\": \"%s\", \"arch\": \"%s\", \"isa\": \"%s\", \"open_ms\": %.2f, \"first_token_ms\": %.2f, "
+        printf("{\"model\": \"%s\", \"arch\": \"%s\", \"backend\": \"%s\", \"isa\": \"%s\", \"open_ms\": %.2f, \"first_token_ms\": %.2f, "
                "\"packed_ms\": %.2f, \"peak_rss_mib\": %.1f, \"huge_page_mib\": %.1f, \"results\": [",
-               a->model, c->arch, gm_isa_name(gm_model_isa(m)), open_ms, ttft_ms, packed_ms, peak_rss_mib(), huge);
+               a->model, c->arch, bench_backend, gm_isa_name(gm_model_isa(m)), open_ms, ttft_ms, packed_ms, peak_rss_mib(), huge);
         for (int i = 0; i < n_rows; i++)
             printf("%s{\"test\": \"%s%d\", \"threads\": %d, \"sequences\": %d, \"kv_type\": \"%s\", "
                    "\"tokens_per_s\": %.3f, \"stddev\": %.3f}",
@@ -179,8 +183,8 @@ static void print_rows(const cli_args *a, const gm_model *m, const bench_row *ro
     for (int i = 0; i < n_rows; i++)
         printf("| %s %d layers | %d | %d | %s%d | %.2f ± %.2f |\n", c->arch, c->n_layers, rows[i].threads,
                rows[i].seqs, rows[i].test, rows[i].n, rows[i].mean, rows[i].sd);
-    printf("\nKV cache: %s; kernels: %s (GEMMA_ISA=scalar|avx2|avx512|neon|neondot lowers it)\n",
-           a->kv_type == GM_KV_DTYPE_F16 ? "f16" : "f32", gm_isa_name(gm_model_isa(m)));
+    printf("\nKV cache: %s; backend: %s; kernels: %s (GEMMA_ISA=scalar|avx2|avx512|neon|neondot lowers it)\n",
+           a->kv_type == GM_KV_DTYPE_F16 ? "f16" : "f32", bench_backend, gm_isa_name(gm_model_isa(m)));
     printf("\nmodel open %.1f ms; start to first token (8-token prompt) %.1f ms; weight copies ready at %.1f ms; "
            "peak RSS %.1f MiB\n", open_ms, ttft_ms, packed_ms, peak_rss_mib());
     if (huge >= 0)
@@ -193,7 +197,8 @@ static gm_status bench_pp(const gm_model *m, const cli_args *a, const int32_t *i
                           gm_error *err) {
     gm_generator *g = NULL;
     const gm_generator_options o = {.n_threads = threads, .n_ctx = a->pp + 1, .kv_full = true, .kv_mem = a->kv_mem,
-                                    .kv_type = a->kv_type, .no_prefix_cache = true};
+                                    .kv_type = a->kv_type, .no_prefix_cache = true, .backend = a->backend,
+                                    .device = a->device + 1, .gpu_validate = a->gpu_validate};
     gm_status st = gm_generator_new(m, &o, &g, err);
     *row = (bench_row){"pp", a->pp, threads, 1, 0, 0};
     const bench_job j = {.g = g};
@@ -208,7 +213,8 @@ static gm_status bench_tg(const gm_model *m, const cli_args *a, const int32_t *i
     gm_engine *e = NULL;
     const gm_engine_options o = {.n_threads = threads, .n_ctx = a->tg + 1, .kv_type = a->kv_type,
                                  .no_prefix_cache = true, .n_batch = S > 512 ? S : 512,
-                                 .kv_mem = a->kv_mem ? a->kv_mem : kv_need(m, a->tg + 1, a->kv_type) * (size_t)S};
+                                 .kv_mem = a->kv_mem ? a->kv_mem : kv_need(m, a->tg + 1, a->kv_type) * (size_t)S,
+                                 .backend = a->backend, .device = a->device + 1, .gpu_validate = a->gpu_validate};
     gm_status st = gm_engine_new(m, &o, &e, err);
     *row = (bench_row){"tg", a->tg, threads, S, 0, 0};
     const bench_job j = {.e = e, .seqs = S, .logits = malloc((size_t)S * (size_t)gm_model_config(m)->n_vocab * sizeof(float))};
@@ -251,9 +257,10 @@ static int bench(cli_args *a) {
     /* One engine holds the CPU weight copies for the whole run: each measured engine shares them (the engines on a
      * model share one set) instead of making its own; waited for: the speed of the copies, not of the minutes before
      * they are ready. */
-    if (st == GM_OK) st = gm_engine_new(m, &(gm_engine_options){.n_threads = 1, .n_ctx = 1}, &holder, &err);
+    if (st == GM_OK && a->backend == GM_BACKEND_CPU)
+        st = gm_engine_new(m, &(gm_engine_options){.n_threads = 1, .n_ctx = 1}, &holder, &err);
     if (st == GM_OK) {
-        gm_engine_wait_weights(holder);
+        if (holder) gm_engine_wait_weights(holder);
         st = bench_all(m, a, rows, &n_rows, &err);
     }
     if (st == GM_OK) print_rows(a, m, rows, n_rows, open_ms, ttft_ms, packed_ms);

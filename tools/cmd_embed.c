@@ -151,7 +151,8 @@ static int embed_inputs(const cli_args *a, const inputs *in) {
     gm_model *m = NULL;
     gm_embedder *e = NULL;
     const gm_model_options mo = gm_cli_model_options();
-    const gm_embedder_options eo = {.n_threads = a->threads, .n_ctx = a->n_ctx};
+    const gm_embedder_options eo = {.n_threads = a->threads, .n_ctx = a->n_ctx, .backend = a->backend,
+                                    .device = a->device + 1, .gpu_validate = a->gpu_validate};
     int rc = 1;
     if (gm_model_open(a->model, &mo, &m, &err) || gm_embedder_new(m, &eo, &e, &err))
         fprintf(stderr, "gemma embed: %s\n", err.msg);

@@ -59,6 +59,40 @@ static bool is_mmproj(const char *path) {
     return false;
 }
 
+/* `inspect --devices`: the Vulkan devices, their limits and whether the backend can use them */
+static int describe_devices(bool json) {
+    gm_gpu_device d[16];
+    int n = 0;
+    gm_error err = {0};
+    if (gm_gpu_devices(d, 16, &n, &err)) {
+        fprintf(stderr, "gemma inspect: %s\n", err.msg);
+        return 1;
+    }
+    if (json) printf("{\"devices\":[");
+    for (int i = 0; i < n && i < 16; i++) {
+        if (json) {
+            printf("%s{\"index\":%d,\"name\":\"%s\",\"type\":\"%s\",\"vulkan\":\"%s\",\"memory_bytes\":%llu,"
+                   "\"max_alloc_bytes\":%llu,\"max_storage_buffer_range\":%llu,\"shared_memory\":%u,\"subgroup\":%u,"
+                   "\"usable\":%s,\"missing\":\"%s\"}", i ? "," : "", i, d[i].name, d[i].type, d[i].api,
+                   (unsigned long long)d[i].memory_bytes, (unsigned long long)d[i].max_alloc_bytes,
+                   (unsigned long long)d[i].max_storage_range, d[i].shared_memory, d[i].subgroup,
+                   d[i].usable ? "true" : "false", d[i].missing);
+            continue;
+        }
+        printf("device %d: %s\n", i, d[i].name);
+        printf("  type                   %s%s\n", d[i].type, d[i].gpu ? "" : " (not a GPU: `--backend auto` skips it)");
+        printf("  Vulkan                 %s\n", d[i].api);
+        printf("  device memory          %.1f GiB (largest allocation %.1f GiB)\n", d[i].memory_bytes / 1073741824.0,
+               d[i].max_alloc_bytes / 1073741824.0);
+        printf("  storage buffer range   %.0f MiB\n", d[i].max_storage_range / 1048576.0);
+        printf("  shared memory          %u KiB, subgroup %u\n", d[i].shared_memory / 1024, d[i].subgroup);
+        printf("  usable                 %s%s\n", d[i].usable ? "yes" : "no: lacks ", d[i].missing);
+    }
+    if (json) printf("]}\n");
+    else if (!n) printf("no Vulkan device\n");
+    return 0;
+}
+
 /* ------------------------------------------------------------------ command */
 
 int cmd_inspect(int argc, char **argv) {
@@ -73,7 +107,8 @@ int cmd_inspect(int argc, char **argv) {
     }
     const char *path = a.n_pos ? a.pos[0] : a.model ? a.model : gm_cli_default_model();
     gm_error err = {0};
-    if (is_mmproj(path)) rc = describe_vision(path, a.json);
+    if (a.devices) rc = describe_devices(a.json);
+    else if (is_mmproj(path)) rc = describe_vision(path, a.json);
     else if (gm_model_describe(path, a.json, a.mtp, stdout, &err) == GM_OK) rc = 0;
     else { /* a write error is main()'s to report */
         if (cli_stdout_flush()) fprintf(stderr, "gemma inspect: %s\n", err.msg);

@@ -284,7 +284,8 @@ static bool open_scoring(const cli_args *a, const char *text, size_t len, gm_mod
                          int32_t **toks, size_t *n_toks) {
     gm_error err = {0};
     const gm_generator_options o = {.n_threads = a->threads ? a->threads : gm_physical_cores(), .n_ctx = a->n_ctx,
-                                    .kv_full = true, .kv_type = a->kv_type, .backend = a->backend};
+                                    .kv_full = true, .kv_type = a->kv_type, .backend = a->backend,
+                                    .device = a->device + 1, .gpu_validate = a->gpu_validate};
     const gm_model_options mo = gm_cli_model_options();
     if (gm_model_open(a->model, &mo, m, &err) != GM_OK || !gm_model_tokenizer(*m) ||
         gm_tokenize(gm_model_tokenizer(*m), text, len, true, false, toks, n_toks, &err) != GM_OK ||

@@ -126,7 +126,7 @@ static gm_status open_generator(const run_args *a, session *s, gm_error *err) {
     const int image_rows = s->media.v ? gm_vision_n_tokens(s->media.v) : 0;
     const gm_generator_options go = {.n_threads = a->threads, .n_ctx = a->n_ctx, .ignore_stop = a->ignore_eos,
                                      .kv_mem = a->kv_mem, .kv_type = a->kv_type, .backend = a->backend,
-                                     .pool = s->pool, .n_batch = image_rows > 512 ? image_rows : 0}; /* an image in one call */
+                                     .device = a->device + 1, .gpu_validate = a->gpu_validate, .pool = s->pool, .n_batch = image_rows > 512 ? image_rows : 0}; /* an image in one call */
     return gm_generator_new(s->m, &go, &s->g, err);
 }
 
@@ -145,6 +145,8 @@ static int open_session(const run_args *a, const char *cmd, session *s) {
     }
     s->tok = gm_model_tokenizer(s->m);
     s->load_s = cli_now_s() - t0;
+    if (a->backend != GM_BACKEND_CPU) /* what --backend vulkan / auto chose */
+        fprintf(stderr, "gemma %s: backend %s\n", cmd, gm_engine_backend_name(gm_generator_engine(s->g)));
     if (a->verbose)
         fprintf(stderr, "gemma %s: %s: %s, %d layers, d=%d, context %d, %d threads\n", cmd, a->model,
                 gm_model_config(s->m)->arch, gm_model_config(s->m)->n_layers, gm_model_config(s->m)->d_model,

@@ -98,6 +98,7 @@ static int server_options(const cli_args *a, srv_options *o, key_list *kl) {
     o->n_ctx = a->n_ctx;
     o->kv_mem = a->kv_mem;
     o->kv_type = a->kv_type;
+    o->backend = a->backend, o->device = a->device + 1, o->gpu_validate = a->gpu_validate;
     o->lookup = a->lookup;
     o->draft_model_path = a->draft_model;
     o->draft_max = a->draft_max;

@@ -351,7 +351,7 @@ static gm_status matmul_one(vk_backend *b, const gm_matrix *W, uint64_t y, uint3
             wt->row_bytes, ldy, 0, softcap};
     uint32_t gy;
     grid(((uint64_t)W->rows + 63) / 64, &pc.gx, &gy);
-    gm_vk_dispatch(b->vk, GM_VK_MATMUL, &pc, sizeof pc, pc.gx, gy, (uint32_t)((n + 7) / 8));
+    gm_vk_dispatch(b->vk, GM_VK_MATMUL, &pc, sizeof pc, pc.gx, gy, (uint32_t)((n + 15) / 16)); /* TILE rows of matmul.comp */
     return GM_OK;
 }
 

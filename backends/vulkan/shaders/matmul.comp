@@ -10,7 +10,7 @@ layout(push_constant) uniform PC {
     uint rows, cols, n, type, row_bytes, ldy, gx;
     float softcap;
 } pc;
-const uint TILE = 8u;
+const uint TILE = 16u;
 
 void main() {
     const uint j = (gl_WorkGroupID.y * pc.gx + gl_WorkGroupID.x) * 64u + gl_LocalInvocationID.x;
