@@ -96,6 +96,12 @@ static gm_status create_backend(gm_engine *e, const gm_engine_options *o, const 
 
 const char *gm_engine_backend_name(const gm_engine *e) { return e ? e->backend_name : ""; }
 
+void gm_engine_backend_stats(const gm_engine *e, gm_backend_stats *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (e && e->be->ops->stats) e->be->ops->stats(e->be, out);
+}
+
 gm_status gm_engine_new(const gm_model *m, const gm_engine_options *opt, gm_engine **out, gm_error *err) {
     if (out) *out = NULL;
     if (m && m->cfg.is_embedding)

@@ -420,6 +420,13 @@ GEMMA_API gm_status gm_engine_free(gm_engine *e);
 GEMMA_API const gm_model *gm_engine_model(const gm_engine *e);
 /* What runs the engine: "cpu", "reference", or "vulkan: " and the device's name. */
 GEMMA_API const char *gm_engine_backend_name(const gm_engine *e);
+/* What a GPU backend did since the engine was made (zeros on the CPU): submissions, command buffers recorded and
+ * replayed (a submission whose commands equal an earlier recorded one's, as each decode step of one shape does),
+ * compute dispatches. */
+typedef struct gm_backend_stats {
+    int64_t submits, recordings, replays, dispatches;
+} gm_backend_stats;
+GEMMA_API void gm_engine_backend_stats(const gm_engine *e, gm_backend_stats *out);
 
 /* A Vulkan device as gm_gpu_devices lists it. */
 typedef struct gm_gpu_device {

@@ -143,6 +143,8 @@ typedef struct gm_backend_ops {
      * with the same results before and after); NULL: nothing to wait for */
     void (*wait_weights)(gm_backend *be);
     void (*free)(gm_backend *be);
+    /* NULL: nothing to count (host backends) */
+    void (*stats)(gm_backend *be, gm_backend_stats *out);
 
     /* ---- buffers: n floats, 64-byte aligned; NULL when out of memory */
     float *(*alloc)(gm_backend *be, size_t n);

@@ -164,6 +164,8 @@ static const cli_opt OPTS[] = {
     {"--mmproj", NULL, STR("PATH", mmproj, 0, 0), SPEC,
      "the vision encoder for images (a llama.cpp mmproj GGUF of the model)", NULL},
     {"-v", "--verbose", FLAG(verbose), GEN, "verbose (with speculation: passes, acceptance rate, tokens per pass)", NULL},
+    {"-v", "--verbose", FLAG(verbose), BENCH, "per test, what a GPU backend submitted: command buffers recorded and\n"
+     "replayed, dispatches", NULL},
     /* serve */
     {"--alias", NULL, STR("NAME", srv.model_name, 1, 0), SERVE, "the model id reported and echoed (default: the file name)", NULL},
     {"--host", NULL, STR("ADDR", srv.host, 1, 0), SERVE,

@@ -192,6 +192,15 @@ static void print_rows(const cli_args *a, const gm_model *m, const bench_row *ro
                huge < 64 ? " (the page cache holds it in small pages: decode is slower; see docs/performance.md)" : "");
 }
 
+/* -v: what the backend submitted over a test's passes (the warm-up included) */
+static void print_backend_stats(const char *test, int n, const gm_engine *e) {
+    gm_backend_stats s;
+    gm_engine_backend_stats(e, &s);
+    fprintf(stderr, "%s%d on %s: %lld submissions, %lld command buffers recorded, %lld replayed, %lld dispatches\n", test,
+            n, gm_engine_backend_name(e), (long long)s.submits, (long long)s.recordings, (long long)s.replays,
+            (long long)s.dispatches);
+}
+
 /* pp: no prefix index, so that every repetition computes the whole prompt. */
 static gm_status bench_pp(const gm_model *m, const cli_args *a, const int32_t *ids, int threads, bench_row *row,
                           gm_error *err) {
@@ -203,6 +212,7 @@ static gm_status bench_pp(const gm_model *m, const cli_args *a, const int32_t *i
     *row = (bench_row){"pp", a->pp, threads, 1, 0, 0};
     const bench_job j = {.g = g};
     if (st == GM_OK) st = measure(&j, ids, a->pp, a->reps, row, err);
+    if (st == GM_OK && a->verbose) print_backend_stats("pp", a->pp, gm_generator_engine(g));
     gm_generator_free(g);
     return st;
 }
@@ -220,6 +230,7 @@ static gm_status bench_tg(const gm_model *m, const cli_args *a, const int32_t *i
     const bench_job j = {.e = e, .seqs = S, .logits = malloc((size_t)S * (size_t)gm_model_config(m)->n_vocab * sizeof(float))};
     if (st == GM_OK && !j.logits) st = gm_fail_oom(err);
     if (st == GM_OK) st = measure(&j, ids, a->tg, a->reps, row, err);
+    if (st == GM_OK && a->verbose) print_backend_stats("tg", a->tg, e);
     free(j.logits);
     if (e) gm_engine_free(e);
     return st;

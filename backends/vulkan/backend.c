@@ -324,7 +324,10 @@ static void vk_rmsnorm(gm_backend *be, float *y, const float *x, const float *w,
     uint64_t ia = 0;
     if (idx) {
         void *h;
-        if (!(ia = gm_vk_arena(b->vk, (size_t)n * sizeof *idx, &h))) return;
+        if (!(ia = gm_vk_arena(b->vk, (size_t)n * sizeof *idx, &h))) {
+            gm_vk_fail(b->vk, GM_ERR_NOMEM);
+            return;
+        }
         memcpy(h, idx, (size_t)n * sizeof *idx);
     }
     struct {
@@ -381,12 +384,15 @@ static gm_status vk_head(gm_backend *be, const gm_matrix *W, const float *x, int
 static void vk_rope_prepare(gm_backend *be, int kind, const float *inv_freq, int dims, const gm_fwd_row *rows, int n) {
     vk_backend *b = vkb(be);
     const size_t bytes = (size_t)b->max_batch * (size_t)(dims / 2) * 2 * sizeof(float);
-    if (gm_vk_pending(b->vk) && gm_vk_flush(b->vk)) return;
+    if (gm_vk_pending(b->vk) && gm_vk_flush(b->vk)) return; /* failed: sticky, the next flush says so */
     if (bytes > b->rope_bytes[kind]) {
         if (b->rope[kind]) gm_vk_buffer_free(b->vk, b->rope[kind]);
         b->rope[kind] = gm_vk_buffer(b->vk, bytes, true);
         b->rope_bytes[kind] = b->rope[kind] ? bytes : 0;
-        if (!b->rope[kind]) return;
+        if (!b->rope[kind]) {
+            gm_vk_fail(b->vk, GM_ERR_NOMEM);
+            return;
+        }
     }
     float *t = gm_vk_map(b->vk, b->rope[kind]);
     const int h = dims / 2;
@@ -414,7 +420,10 @@ static void vk_kv_store(gm_backend *be, const float *k, const float *v, const gm
     vk_backend *b = vkb(be);
     void *h;
     const uint64_t a = gm_vk_arena(b->vk, (size_t)n * 16, &h);
-    if (!a) return;
+    if (!a) {
+        gm_vk_fail(b->vk, GM_ERR_NOMEM);
+        return;
+    }
     uint64_t *dst = h;
     for (int i = 0; i < n; i++) {
         dst[2 * i] = A(gm_kv_row_k(b->lay, rows[i].kv, il, rows[i].pos));
@@ -434,7 +443,10 @@ static void vk_attention(gm_backend *be, const gm_attn_call *c) {
     const gm_kv_layout *lay = b->lay;
     const int n = c->n, src = lay->source[c->il], g = lay->group[src];
     int *lo = malloc((size_t)n * 3 * sizeof *lo);
-    if (!lo) return;
+    if (!lo) {
+        gm_vk_fail(b->vk, GM_ERR_NOMEM);
+        return;
+    }
     int *hi = lo + n, *list = hi + n; /* list[i]: the first row of i's run */
     size_t blocks = 0;
     for (int i = 0; i < n; i++) {
@@ -447,6 +459,7 @@ static void vk_attention(gm_backend *be, const gm_attn_call *c) {
     const uint64_t a = gm_vk_arena(b->vk, (size_t)n * 32 + blocks * 16 + bias_bytes, &h);
     if (!a) {
         free(lo);
+        gm_vk_fail(b->vk, GM_ERR_NOMEM);
         return;
     }
     uint64_t *meta = h, *bl = meta + 4 * (size_t)n;
@@ -499,12 +512,20 @@ static void vk_free(gm_backend *be) {
     free(b);
 }
 
+static void vk_stats(gm_backend *be, gm_backend_stats *out) {
+    gm_vk_counters c;
+    gm_vk_counters_get(vkb(be)->vk, &c);
+    *out = (gm_backend_stats){.submits = c.submits, .recordings = c.recordings, .replays = c.replays,
+                              .dispatches = c.dispatches};
+}
+
 static const gm_backend_ops vk_ops = {
     .name = "vulkan",
     .host_memory = false,
     .kv_storage = vk_kv_storage,
     .n_threads = vk_threads,
     .free = vk_free,
+    .stats = vk_stats,
     .alloc = vk_alloc,
     .release = vk_release,
     .read = vk_read,

@@ -47,6 +47,25 @@ typedef struct vk_buf {
     void *map;
 } vk_buf;
 
+/* one logged op (gm_vk_dispatch, gm_vk_copy, gm_vk_read): compared as bytes, so always zeroed before filling */
+enum { VK_OP_DISPATCH, VK_OP_COPY, VK_OP_COPY_TO_HOST };
+typedef struct vk_op {
+    int kind, pipe;
+    uint32_t push_bytes, g[3];
+    uint8_t push[128];
+    VkBuffer src, dst;
+    VkDeviceSize src_off, dst_off, bytes;
+} vk_op;
+
+/* a recorded command buffer and the log it was recorded from */
+enum { GM_VK_RECORDED = 16 };
+typedef struct vk_recorded {
+    VkCommandBuffer cmd;
+    vk_op *log;
+    int n;
+    uint64_t hash, used;
+} vk_recorded;
+
 struct gm_vk {
     vk_fns f;
     VkInstance inst;
@@ -62,9 +81,11 @@ struct gm_vk {
     VkPipelineLayout layout;
     VkPipeline pipes[GM_VK_PIPES];
     VkCommandPool cpool;
-    VkCommandBuffer cmd;
     VkFence fence;
-    bool recording;
+    vk_op *log; /* what is to be submitted */
+    int n_log, cap_log;
+    vk_recorded rec[GM_VK_RECORDED]; /* recorded command buffers, least recently used replaced */
+    uint64_t tick;
     vk_buf *bufs; /* sorted by address */
     int n_bufs, cap_bufs;
     uint64_t arena;       /* the upload arena (host-visible) */
@@ -73,7 +94,9 @@ struct gm_vk {
     uint64_t staging;     /* host-visible: reads, and uploads to memory the host cannot map */
     size_t staging_size;
     gm_vk_counters counters;
-    int64_t validation_seen; /* validation errors already reported by a flush */
+    bool device_fns;   /* every device function loaded (what gm_vk_close may call) */
+    gm_status sticky;  /* an op that could not be recorded (out of arena memory), a device or validation error:
+                        * every later flush returns it, so the engine's next call fails instead of computing wrong */
 };
 
 /* ---------------------------------------------------------------- instance and device */
@@ -258,6 +281,7 @@ static gm_status create_device(gm_vk *vk, gm_error *err) {
 #define X(fn) if (!f->fn) return gm_fail(err, GM_ERR_UNSUPPORTED, "vulkan: the driver lacks %s", #fn);
     GM_VK_DEVICE_FNS(X)
 #undef X
+    vk->device_fns = true;
     f->vkGetDeviceQueue(vk->dev, vk->queue_family, 0, &vk->queue);
     f->vkGetPhysicalDeviceMemoryProperties(vk->phys, &vk->memp);
     return GM_OK;
@@ -298,11 +322,6 @@ static gm_status create_stream(gm_vk *vk, gm_error *err) {
     if (f->vkCreateCommandPool(vk->dev, &pi, NULL, &vk->cpool) != VK_SUCCESS ||
         f->vkCreateFence(vk->dev, &fi, NULL, &vk->fence) != VK_SUCCESS)
         return gm_fail(err, GM_ERR_UNSUPPORTED, "vulkan: cannot create a command pool");
-    const VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
-                                            .commandPool = vk->cpool, .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-                                            .commandBufferCount = 1};
-    if (f->vkAllocateCommandBuffers(vk->dev, &ai, &vk->cmd) != VK_SUCCESS)
-        return gm_fail(err, GM_ERR_UNSUPPORTED, "vulkan: cannot allocate a command buffer");
     vk->arena_size = (size_t)8 << 20;
     vk->arena = gm_vk_buffer(vk, vk->arena_size, true);
     vk->staging_size = (size_t)16 << 20;
@@ -359,7 +378,9 @@ gm_status gm_vk_open(const gm_vk_options *o, gm_vk **out, gm_error *err) {
 void gm_vk_close(gm_vk *vk) {
     if (!vk) return;
     vk_fns *f = &vk->f;
-    if (vk->dev) {
+    if (vk->dev && !vk->device_fns) {
+        if (f->vkDestroyDevice) f->vkDestroyDevice(vk->dev, NULL);
+    } else if (vk->dev) {
         f->vkDeviceWaitIdle(vk->dev);
         while (vk->n_bufs) gm_vk_buffer_free(vk, vk->bufs[vk->n_bufs - 1].addr);
         for (int p = 0; p < GM_VK_PIPES; p++)
@@ -372,6 +393,8 @@ void gm_vk_close(gm_vk *vk) {
     if (vk->messenger) f->vkDestroyDebugUtilsMessengerEXT(vk->inst, vk->messenger, NULL);
     if (vk->inst) f->vkDestroyInstance(vk->inst, NULL);
     if (f->lib) dlclose(f->lib);
+    for (int i = 0; i < GM_VK_RECORDED; i++) free(vk->rec[i].log);
+    free(vk->log);
     free(vk->bufs);
     free(vk);
 }
@@ -464,7 +487,13 @@ uint64_t gm_vk_buffer(gm_vk *vk, size_t bytes, bool host_visible) {
 void gm_vk_buffer_free(gm_vk *vk, uint64_t addr) {
     vk_buf *b = find_buf(vk, addr);
     if (!b) return;
-    if (vk->recording) gm_vk_flush(vk); /* a recorded op may still read it */
+    if (vk->n_log) gm_vk_flush(vk); /* a logged op may still read it */
+    for (int i = 0; i < GM_VK_RECORDED; i++) /* recordings naming it must not be replayed */
+        for (int k = 0; k < vk->rec[i].n; k++)
+            if (vk->rec[i].log[k].src == b->buf || vk->rec[i].log[k].dst == b->buf) {
+                vk->rec[i].n = 0, vk->rec[i].hash = 0;
+                break;
+            }
     vk->f.vkDestroyBuffer(vk->dev, b->buf, NULL);
     vk->f.vkFreeMemory(vk->dev, b->mem, NULL);
     const int at = (int)(b - vk->bufs);
@@ -497,27 +526,94 @@ gm_status gm_vk_upload(gm_vk *vk, uint64_t dst, const void *src, size_t bytes) {
 
 /* ---------------------------------------------------------------- the stream */
 
-static void begin(gm_vk *vk) {
-    if (vk->recording) return;
-    const VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
-                                         .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
-    vk->f.vkBeginCommandBuffer(vk->cmd, &bi);
-    vk->recording = true;
+/* The log of what is to be submitted: ops are logged, not recorded, so that a submission whose log equals one
+ * recorded before replays that command buffer (each decode step of the same shape logs the same ops with the same
+ * arguments: the per-step data lives in the arena, at the same addresses, not in the commands). */
+static bool log_op(gm_vk *vk, const vk_op *op) {
+    if (vk->n_log == vk->cap_log) {
+        const int cap = vk->cap_log ? 2 * vk->cap_log : 1024;
+        vk_op *nl = realloc(vk->log, (size_t)cap * sizeof *nl);
+        if (!nl) {
+            gm_vk_fail(vk, GM_ERR_NOMEM);
+            return false;
+        }
+        vk->log = nl, vk->cap_log = cap;
+    }
+    vk->log[vk->n_log++] = *op;
+    return true;
 }
 
-/* every later op sees what the earlier ones wrote */
-static void barrier(gm_vk *vk, VkPipelineStageFlags dst_stage, VkAccessFlags dst_access) {
-    const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-                                .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
-                                .dstAccessMask = dst_access};
-    vk->f.vkCmdPipelineBarrier(vk->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, dst_stage,
-                               0, 1, &mb, 0, NULL, 0, NULL);
+/* the logged ops into cmd, a barrier after each (every op reads what the ones before wrote) */
+static void record(gm_vk *vk, VkCommandBuffer cmd, const vk_op *log, int n) {
+    vk_fns *f = &vk->f;
+    const VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    f->vkBeginCommandBuffer(cmd, &bi);
+    for (int i = 0; i < n; i++) {
+        const vk_op *op = &log[i];
+        if (op->kind == VK_OP_DISPATCH) {
+            f->vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, vk->pipes[op->pipe]);
+            f->vkCmdPushConstants(cmd, vk->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, op->push_bytes, op->push);
+            f->vkCmdDispatch(cmd, op->g[0], op->g[1], op->g[2]);
+        } else {
+            const VkBufferCopy c = {.srcOffset = op->src_off, .dstOffset = op->dst_off, .size = op->bytes};
+            f->vkCmdCopyBuffer(cmd, op->src, op->dst, 1, &c);
+        }
+        const bool to_host = op->kind == VK_OP_COPY_TO_HOST;
+        const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                    .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                                    .dstAccessMask = to_host ? VK_ACCESS_HOST_READ_BIT
+                                                             : VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                                                                   VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT};
+        f->vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                                to_host ? VK_PIPELINE_STAGE_HOST_BIT
+                                        : VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                                0, 1, &mb, 0, NULL, 0, NULL);
+    }
+    f->vkEndCommandBuffer(cmd);
 }
 
-static void barrier_ops(gm_vk *vk) {
-    barrier(vk, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
-            VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
-                VK_ACCESS_TRANSFER_WRITE_BIT);
+static uint64_t log_hash(const vk_op *log, int n) {
+    const uint8_t *p = (const uint8_t *)log;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < (size_t)n * sizeof *log; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The command buffer for the current log: a cached one with the same log (a replay), else the least recently used
+ * slot re-recorded. NULL when no command buffer can be had. */
+static VkCommandBuffer command_buffer_for_log(gm_vk *vk) {
+    const uint64_t h = log_hash(vk->log, vk->n_log);
+    vk_recorded *lru = NULL;
+    vk->tick++;
+    for (int i = 0; i < GM_VK_RECORDED; i++) {
+        vk_recorded *r = &vk->rec[i];
+        if (r->cmd && r->hash == h && r->n == vk->n_log && !memcmp(r->log, vk->log, (size_t)r->n * sizeof *r->log)) {
+            r->used = vk->tick;
+            vk->counters.replays++;
+            return r->cmd;
+        }
+        if (!lru || r->used < lru->used) lru = r;
+    }
+    if (!lru->cmd) {
+        const VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                                .commandPool = vk->cpool, .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                                .commandBufferCount = 1};
+        if (vk->f.vkAllocateCommandBuffers(vk->dev, &ai, &lru->cmd) != VK_SUCCESS) return NULL;
+    } else {
+        vk->f.vkResetCommandBuffer(lru->cmd, 0);
+    }
+    vk_op *copy = realloc(lru->log, (size_t)vk->n_log * sizeof *copy);
+    if (!copy) {
+        lru->n = 0; /* never matches: the slot is re-recorded next time */
+        record(vk, lru->cmd, vk->log, vk->n_log);
+        vk->counters.recordings++;
+        return lru->cmd;
+    }
+    memcpy(copy, vk->log, (size_t)vk->n_log * sizeof *copy);
+    lru->log = copy, lru->n = vk->n_log, lru->hash = h, lru->used = vk->tick;
+    record(vk, lru->cmd, vk->log, vk->n_log);
+    vk->counters.recordings++;
+    return lru->cmd;
 }
 
 uint64_t gm_vk_arena(gm_vk *vk, size_t bytes, void **host) {
@@ -542,22 +638,25 @@ uint64_t gm_vk_arena(gm_vk *vk, size_t bytes, void **host) {
 void gm_vk_dispatch(gm_vk *vk, gm_vk_pipe p, const void *push, size_t push_bytes, uint32_t gx, uint32_t gy,
                     uint32_t gz) {
     if (!gx || !gy || !gz) return;
-    begin(vk);
-    vk->f.vkCmdBindPipeline(vk->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, vk->pipes[p]);
-    vk->f.vkCmdPushConstants(vk->cmd, vk->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, (uint32_t)push_bytes, push);
-    vk->f.vkCmdDispatch(vk->cmd, gx, gy, gz);
-    barrier_ops(vk);
-    vk->counters.dispatches++;
+    vk_op op;
+    memset(&op, 0, sizeof op); /* padding too: logs are compared as bytes */
+    op.kind = VK_OP_DISPATCH, op.pipe = (int)p, op.push_bytes = (uint32_t)push_bytes;
+    memcpy(op.push, push, push_bytes);
+    op.g[0] = gx, op.g[1] = gy, op.g[2] = gz;
+    if (log_op(vk, &op)) vk->counters.dispatches++;
 }
 
-void gm_vk_copy(gm_vk *vk, uint64_t dst, uint64_t src, size_t bytes) {
+static void log_copy(gm_vk *vk, uint64_t dst, uint64_t src, size_t bytes, int kind) {
     vk_buf *d = find_buf(vk, dst), *s = find_buf(vk, src);
     if (!d || !s || !bytes) return;
-    begin(vk);
-    const VkBufferCopy c = {.srcOffset = src - s->addr, .dstOffset = dst - d->addr, .size = bytes};
-    vk->f.vkCmdCopyBuffer(vk->cmd, s->buf, d->buf, 1, &c);
-    barrier_ops(vk);
+    vk_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = kind, op.src = s->buf, op.dst = d->buf;
+    op.src_off = src - s->addr, op.dst_off = dst - d->addr, op.bytes = bytes;
+    log_op(vk, &op);
 }
+
+void gm_vk_copy(gm_vk *vk, uint64_t dst, uint64_t src, size_t bytes) { log_copy(vk, dst, src, bytes, VK_OP_COPY); }
 
 gm_status gm_vk_read(gm_vk *vk, void *host, uint64_t src, size_t bytes) {
     vk->counters.reads++;
@@ -577,8 +676,7 @@ gm_status gm_vk_read(gm_vk *vk, void *host, uint64_t src, size_t bytes) {
         gm_vk_buffer_free(vk, vk->staging);
         vk->staging = a, vk->staging_size = size;
     }
-    gm_vk_copy(vk, vk->staging, src, bytes);
-    barrier(vk, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+    log_copy(vk, vk->staging, src, bytes, VK_OP_COPY_TO_HOST);
     st = gm_vk_flush(vk);
     if (!st) memcpy(host, gm_vk_map(vk, vk->staging), bytes);
     return st;
@@ -586,25 +684,27 @@ gm_status gm_vk_read(gm_vk *vk, void *host, uint64_t src, size_t bytes) {
 
 gm_status gm_vk_flush(gm_vk *vk) {
     gm_status st = GM_OK;
-    if (vk->recording) {
+    if (vk->n_log) {
         vk_fns *f = &vk->f;
-        vk->recording = false;
-        const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &vk->cmd};
-        if (f->vkEndCommandBuffer(vk->cmd) != VK_SUCCESS || f->vkQueueSubmit(vk->queue, 1, &si, vk->fence) != VK_SUCCESS ||
+        VkCommandBuffer cmd = command_buffer_for_log(vk);
+        vk->n_log = 0;
+        const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
+        if (!cmd || f->vkQueueSubmit(vk->queue, 1, &si, vk->fence) != VK_SUCCESS ||
             f->vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, UINT64_MAX) != VK_SUCCESS)
             st = GM_ERR_IO;
         f->vkResetFences(vk->dev, 1, &vk->fence);
-        f->vkResetCommandBuffer(vk->cmd, 0);
         vk->counters.submits++;
     }
     vk->arena_used = 0;
-    if (vk->counters.validation_errors > vk->validation_seen) {
-        vk->validation_seen = vk->counters.validation_errors;
-        st = GM_ERR_IO;
-    }
-    return st;
+    if (st && !vk->sticky) vk->sticky = st;
+    if (vk->counters.validation_errors > 0 && !vk->sticky) vk->sticky = GM_ERR_IO;
+    return vk->sticky;
 }
 
-bool gm_vk_pending(const gm_vk *vk) { return vk->recording; }
+void gm_vk_fail(gm_vk *vk, gm_status st) {
+    if (!vk->sticky) vk->sticky = st;
+}
+
+bool gm_vk_pending(const gm_vk *vk) { return vk->n_log > 0; }
 
 void gm_vk_counters_get(const gm_vk *vk, gm_vk_counters *out) { *out = vk->counters; }

@@ -2,9 +2,11 @@
  * Vulkan driver still runs on the CPU), the instance and device with the features the shaders need, buffers named by
  * device addresses, the compute pipelines of the embedded shaders, and one command stream.
  *
- * The stream. Ops are recorded into one command buffer, each dispatch followed by a barrier (every op reads what the
- * one before wrote), and submitted only when the host must see a result (gm_vk_flush: a read, the logits) or before
- * it rewrites memory a recorded op reads. Host data an op needs (row positions, block tables, a caller's
+ * The stream. Ops are logged, then recorded into a command buffer with a barrier after each (every op reads what the
+ * one before wrote) and submitted only when the host must see a result (gm_vk_flush: a read, the logits) or before
+ * it rewrites memory a logged op reads. A log equal to one recorded before (a decode step of the same shape: same
+ * rows, same buffers, its per-step data in the arena at the same addresses) replays that command buffer instead of
+ * recording a new one: the seed's decode graphs per bucket, with the bucket being the step's exact shape. Host data an op needs (row positions, block tables, a caller's
  * embedding) goes into the upload arena, a host-visible buffer written in order and reset after each flush.
  *
  * Buffers. Every buffer is created with a device address (VK_KHR_buffer_device_address, core in Vulkan 1.2): the
@@ -61,13 +63,17 @@ void gm_vk_dispatch(gm_vk *vk, gm_vk_pipe p, const void *push, size_t push_bytes
 void gm_vk_copy(gm_vk *vk, uint64_t dst, uint64_t src, size_t bytes);
 /* copies bytes at src (device) to host after every recorded op: flushes */
 gm_status gm_vk_read(gm_vk *vk, void *host, uint64_t src, size_t bytes);
-/* submits what is recorded and waits; GM_ERR_IO on a device error or a validation error since the last one */
+/* submits what is recorded and waits; GM_ERR_IO on a device or validation error, or the error of an op that could
+ * not be recorded (gm_vk_fail): once one happened, every later flush returns it */
 gm_status gm_vk_flush(gm_vk *vk);
+/* an op could not be recorded (st): every later flush fails with it */
+void gm_vk_fail(gm_vk *vk, gm_status st);
 /* true when ops are recorded and not yet submitted */
 bool gm_vk_pending(const gm_vk *vk);
 
 typedef struct gm_vk_counters {
     int64_t dispatches, submits, uploads_bytes, reads;
+    int64_t recordings, replays; /* submissions recorded anew / replayed from an equal earlier log */
     int64_t validation_errors;
 } gm_vk_counters;
 void gm_vk_counters_get(const gm_vk *vk, gm_vk_counters *out);
