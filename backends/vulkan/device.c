@@ -392,10 +392,8 @@ void gm_vk_close(gm_vk *vk) {
     }
     if (vk->messenger) f->vkDestroyDebugUtilsMessengerEXT(vk->inst, vk->messenger, NULL);
     if (vk->inst) f->vkDestroyInstance(vk->inst, NULL);
-    /* The loader stays loaded (dlopen counts references: the next open gets the same one). Unloading it unloads the
-     * driver and layers whose static data still holds some of their allocations, which LeakSanitizer then reports as
-     * leaks of an unknown module (measured: lavapipe + the validation layer, 128-384 bytes per instance); drivers
-     * are not written to be unloaded, and loaders are commonly kept for the process's life. */
+    /* The loader stays loaded for the process's life (dlopen counts references: the next open gets the same one),
+     * as applications commonly keep it: unloading it mid-process buys nothing and drivers are not written for it. */
     for (int i = 0; i < GM_VK_RECORDED; i++) free(vk->rec[i].log);
     free(vk->log);
     free(vk->bufs);
