@@ -30,30 +30,6 @@ typedef struct cmp_stats {
     int top1_agree, n;
 } cmp_stats;
 
-/* KL(p || q) of the softmaxes of logit rows a (reference) and b, in double */
-static double kl_of(const float *a, const float *b, int V) {
-    double ma = a[0], mb = b[0];
-    for (int i = 1; i < V; i++) {
-        if (a[i] > ma) ma = a[i];
-        if (b[i] > mb) mb = b[i];
-    }
-    double za = 0.0, zb = 0.0;
-    for (int i = 0; i < V; i++) za += exp(a[i] - ma), zb += exp(b[i] - mb);
-    double kl = 0.0;
-    for (int i = 0; i < V; i++) {
-        const double la = a[i] - ma - log(za), lb = b[i] - mb - log(zb);
-        kl += exp(la) * (la - lb);
-    }
-    return kl > 0.0 ? kl : 0.0;
-}
-
-static int argmax(const float *x, int V) {
-    int best = 0;
-    for (int i = 1; i < V; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* An image span in the prompt (NULL: none): its rows at `at`, both ways inside it. */
 static const gm_prompt_span *g_span;
 
@@ -83,10 +59,10 @@ static cmp_stats compare(const gm_model *m, const int32_t *ids, int n) {
     if (ref && cpu) {
         for (int p = 0; p < n; p++) {
             const float *a = ref + (size_t)p * V, *b = cpu + (size_t)p * V;
-            const double kl = kl_of(a, b, V);
+            const double kl = test_kl(a, b, V);
             s.kl_max = kl > s.kl_max ? kl : s.kl_max;
             s.kl_mean += kl / n;
-            s.top1_agree += argmax(a, V) == argmax(b, V);
+            s.top1_agree += test_argmax(a, V) == test_argmax(b, V);
             double lo = a[0], hi = a[0], step = 0.0;
             for (int i = 0; i < V; i++) {
                 const double dl = fabs((double)a[i] - b[i]);

@@ -32,26 +32,6 @@ typedef struct cmp_stats {
     int top1_agree, n;
 } cmp_stats;
 
-static double kl_of(const float *a, const float *b, int V) {
-    double ma = a[0], mb = b[0];
-    for (int i = 1; i < V; i++) ma = fmax(ma, a[i]), mb = fmax(mb, b[i]);
-    double za = 0.0, zb = 0.0;
-    for (int i = 0; i < V; i++) za += exp(a[i] - ma), zb += exp(b[i] - mb);
-    double kl = 0.0;
-    for (int i = 0; i < V; i++) {
-        const double la = a[i] - ma - log(za), lb = b[i] - mb - log(zb);
-        kl += exp(la) * (la - lb);
-    }
-    return kl > 0.0 ? kl : 0.0;
-}
-
-static int argmax(const float *x, int V) {
-    int best = 0;
-    for (int i = 1; i < V; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 static const gm_prompt_span *g_span; /* an image span in the prompt (NULL: none) */
 static gm_kv_dtype g_kv = GM_KV_DTYPE_F32;
 
@@ -79,8 +59,8 @@ static cmp_stats compare_rows(const float *ref, const float *got, int n, int V) 
     cmp_stats s = {.spread_min = INFINITY, .n = n};
     for (int p = 0; p < n; p++) {
         const float *a = ref + (size_t)p * V, *b = got + (size_t)p * V;
-        s.kl_max = fmax(s.kl_max, kl_of(a, b, V));
-        s.top1_agree += argmax(a, V) == argmax(b, V);
+        s.kl_max = fmax(s.kl_max, test_kl(a, b, V));
+        s.top1_agree += test_argmax(a, V) == test_argmax(b, V);
         double lo = a[0], hi = a[0];
         for (int i = 0; i < V; i++) {
             s.dlogit_max = fmax(s.dlogit_max, fabs((double)a[i] - b[i]));

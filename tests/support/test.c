@@ -1,6 +1,7 @@
 /* tests/support/test.c — harness state, small file helpers and checks shared by several tests. */
 #include "support/test.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <string.h>
 #include <unistd.h>
@@ -64,4 +65,27 @@ void test_check_layer_kinds(const char *path, const char *kinds, const char *wha
                   s ? "sliding" : "full");
     }
     gm_model_free(m);
+}
+
+double test_kl(const float *a, const float *b, int V) {
+    double ma = a[0], mb = b[0];
+    for (int i = 1; i < V; i++) {
+        if (a[i] > ma) ma = a[i];
+        if (b[i] > mb) mb = b[i];
+    }
+    double za = 0.0, zb = 0.0;
+    for (int i = 0; i < V; i++) za += exp(a[i] - ma), zb += exp(b[i] - mb);
+    double kl = 0.0;
+    for (int i = 0; i < V; i++) {
+        const double la = a[i] - ma - log(za), lb = b[i] - mb - log(zb);
+        kl += exp(la) * (la - lb);
+    }
+    return kl > 0.0 ? kl : 0.0;
+}
+
+int test_argmax(const float *x, int V) {
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
 }

@@ -76,6 +76,10 @@ int gm_test_threads(int n);
 /* Opens the model at path and checks each layer's kind as it loaded (gm_model_layer): kinds[il] 's' sliding (the
  * config's window and local RoPE base), 'f' full (no window, the global base); what names the case in failures. */
 void test_check_layer_kinds(const char *path, const char *kinds, const char *what);
+/* KL(p || q) of the softmaxes of logit rows a (the reference) and b over V entries, in double (>= 0). */
+double test_kl(const float *a, const float *b, int V);
+/* The index of the largest of x[0..V) (the first of equals). */
+int test_argmax(const float *x, int V);
 /* Reads a whole file; NULL on failure. Caller frees. */
 unsigned char *test_read_file(const char *path, size_t *len);
 
