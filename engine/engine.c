@@ -59,39 +59,32 @@ bool gm_backend_kind_parse(const char *name, gm_backend_kind *out) {
     return true;
 }
 
-/* AUTO: a usable GPU (or the device asked for) when the build has Vulkan, else the CPU */
-static gm_backend_kind resolve_auto(const gm_engine_options *o) {
-    if (o->backend != GM_BACKEND_AUTO) return o->backend;
-    if (!gm_backend_vulkan_built()) return GM_BACKEND_CPU;
-    if (o->device > 0) return GM_BACKEND_VULKAN;
-    gm_gpu_device d[16];
-    int n = 0;
-    if (gm_gpu_devices(d, 16, &n, NULL)) return GM_BACKEND_CPU;
-    for (int i = 0; i < n && i < 16; i++)
-        if (d[i].gpu && d[i].usable) return GM_BACKEND_VULKAN;
-    return GM_BACKEND_CPU;
-}
-
-/* The backend the options ask for; AUTO falls back to the CPU where the GPU cannot run the model. */
-static gm_status create_backend(gm_engine *e, const gm_engine_options *o, const gm_backend_options *bo, gm_error *err) {
-    const gm_backend_kind k = resolve_auto(o);
-    gm_status st;
-    if (k == GM_BACKEND_VULKAN) {
-        gm_error e2 = {0};
-        st = gm_backend_vulkan_new(e->m, &e->lay, bo, &e->be, o->backend == GM_BACKEND_AUTO ? &e2 : err);
-        if (!st) st = gm_forward_new(e->m, &e->lay, e->be, e->n_batch, e->n_ctx, &e->fwd, o->backend == GM_BACKEND_AUTO ? &e2 : err);
-        if (!st) {
-            snprintf(e->backend_name, sizeof e->backend_name, "vulkan: %s", gm_backend_vulkan_device(e->be));
-            return GM_OK;
-        }
-        if (o->backend != GM_BACKEND_AUTO || st != GM_ERR_UNSUPPORTED) return st;
+/* The engine's backend of kind k and its forward pass; on failure neither is kept. */
+static gm_status open_backend(gm_engine *e, gm_backend_kind k, const gm_backend_options *bo, gm_error *err) {
+    gm_status st = (k == GM_BACKEND_VULKAN ? gm_backend_vulkan_new : k == GM_BACKEND_REFERENCE ? gm_backend_ref_new
+                                                                                                : gm_backend_cpu_new)(
+        e->m, &e->lay, bo, &e->be, err);
+    if (!st) st = gm_forward_new(e->m, &e->lay, e->be, e->n_batch, e->n_ctx, &e->fwd, err);
+    if (st) {
         if (e->be) e->be->ops->free(e->be);
         e->be = NULL;
+        return st;
     }
-    st = (k == GM_BACKEND_REFERENCE ? gm_backend_ref_new : gm_backend_cpu_new)(e->m, &e->lay, bo, &e->be, err);
-    if (!st) st = gm_forward_new(e->m, &e->lay, e->be, e->n_batch, e->n_ctx, &e->fwd, err);
-    snprintf(e->backend_name, sizeof e->backend_name, "%s", e->be ? e->be->ops->name : "");
-    return st;
+    if (k == GM_BACKEND_VULKAN) snprintf(e->backend_name, sizeof e->backend_name, "vulkan: %s", gm_backend_vulkan_device(e->be));
+    else snprintf(e->backend_name, sizeof e->backend_name, "%s", e->be->ops->name);
+    return GM_OK;
+}
+
+/* The backend the options ask for. AUTO: Vulkan on a GPU (or on the device asked for), else the CPU — where the
+ * build has no Vulkan, no GPU is found, or the GPU cannot run the model (GM_ERR_UNSUPPORTED: its message dropped). */
+static gm_status create_backend(gm_engine *e, const gm_engine_options *o, const gm_backend_options *bo, gm_error *err) {
+    if (o->backend != GM_BACKEND_AUTO) return open_backend(e, o->backend, bo, err);
+    gm_backend_options gpu = *bo;
+    gpu.gpu_only = o->device == 0;
+    gm_error quiet = {0};
+    const gm_status st = gm_backend_vulkan_built() ? open_backend(e, GM_BACKEND_VULKAN, &gpu, &quiet) : GM_ERR_UNSUPPORTED;
+    if (st != GM_ERR_UNSUPPORTED) return st ? gm_fail(err, st, "%s", quiet.msg) : GM_OK;
+    return open_backend(e, GM_BACKEND_CPU, bo, err);
 }
 
 const char *gm_engine_backend_name(const gm_engine *e) { return e ? e->backend_name : ""; }

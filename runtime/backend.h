@@ -206,6 +206,7 @@ typedef struct gm_backend_options {
      * model never sets it). */
     bool float_gemm;
     int device;     /* a GPU backend's device: 0 the first GPU (else the first usable device), N > 0 the (N-1)th listed */
+    bool gpu_only;  /* device 0: a GPU or nothing (GM_ERR_UNSUPPORTED), never a CPU implementation such as lavapipe */
     bool validate;  /* a GPU backend: the API's validation layer on, its errors fail the ops that follow */
 } gm_backend_options;
 

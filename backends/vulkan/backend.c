@@ -78,6 +78,15 @@ static uint64_t weight_of(const vk_backend *b, const void *host) {
     return w ? w->addr : 0;
 }
 
+/* w into the table, which stays sorted by host pointer (b->w has room: upload_weights sized it) */
+static void add_weight(vk_backend *b, vk_weight w) {
+    int at = b->n_w;
+    while (at > 0 && (uintptr_t)b->w[at - 1].host > (uintptr_t)w.host) at--;
+    memmove(&b->w[at + 1], &b->w[at], (size_t)(b->n_w - at) * sizeof *b->w);
+    b->w[at] = w;
+    b->n_w++;
+}
+
 /* Bytes per block as uploaded: the file's, or (types whose fields are not 4-byte aligned in the file) a block
  * with every field aligned, so the shaders read words (shaders/common.glsl). */
 static size_t upload_block_bytes(int type) {
@@ -139,8 +148,7 @@ static gm_status add_matrix(vk_backend *b, const gm_matrix *M, gm_error *err) {
         free(tmp);
     }
     if (st) return gm_fail(err, st, "vulkan: cannot upload a matrix");
-    b->w[b->n_w++] = (vk_weight){M->data, a, (uint32_t)row_bytes};
-    qsort(b->w, (size_t)b->n_w, sizeof *b->w, cmp_weight);
+    add_weight(b, (vk_weight){M->data, a, (uint32_t)row_bytes});
     return GM_OK;
 }
 
@@ -170,10 +178,7 @@ static gm_status add_norms(vk_backend *b, gm_error *err) {
     size_t off = 0;
     for (int k = 0; !st && k < n; k++) {
         memcpy(host + off, v[k], (size_t)len[k] * sizeof *host);
-        if (!weight_of(b, v[k])) {
-            b->w[b->n_w++] = (vk_weight){v[k], b->norms + off * sizeof *host, 0};
-            qsort(b->w, (size_t)b->n_w, sizeof *b->w, cmp_weight);
-        }
+        if (!weight_of(b, v[k])) add_weight(b, (vk_weight){v[k], b->norms + off * sizeof *host, 0});
         off += (size_t)len[k];
     }
     if (!st && (st = gm_vk_upload(b->vk, b->norms, host, total * sizeof *host))) gm_fail(err, st, "vulkan: upload failed");
@@ -308,12 +313,12 @@ static gm_status vk_embed(gm_backend *be, float *x, const gm_fwd_row *rows, int 
             k++;
         }
     }
+    const vk_weight *E = find_weight(b, m->embd.data);
     struct {
         uint64_t x, w, meta;
         uint32_t n, d, type, row_bytes;
         float scale;
-    } pc = {A(x), weight_of(b, m->embd.data), a, (uint32_t)n, (uint32_t)d, (uint32_t)m->embd.type,
-            find_weight(b, m->embd.data)->row_bytes, m->cfg.embed_scale};
+    } pc = {A(x), E->addr, a, (uint32_t)n, (uint32_t)d, (uint32_t)m->embd.type, E->row_bytes, m->cfg.embed_scale};
     gm_vk_dispatch(b->vk, GM_VK_EMBED, &pc, sizeof pc, (uint32_t)n, 1, 1);
     return GM_OK;
 }
@@ -436,29 +441,22 @@ static void vk_kv_store(gm_backend *be, const float *k, const float *v, const gm
     gm_vk_dispatch(b->vk, GM_VK_KV_STORE, &pc, sizeof pc, (uint32_t)n, 1, 1);
 }
 
+/* row i belongs to the run of rows of one sequence that row i - 1 is in (they share one block list) */
+static bool run_continues(const gm_attn_call *c, int i) { return i > 0 && c->rows[i].kv == c->rows[i - 1].kv; }
+
 /* Per row: its keys [lo, hi) and the addresses of its layer's K and V rows per block (rows of one sequence in a
  * run share one list), and its row of the bias. One arena allocation for all of it. */
 static void vk_attention(gm_backend *be, const gm_attn_call *c) {
     vk_backend *b = vkb(be);
     const gm_kv_layout *lay = b->lay;
     const int n = c->n, src = lay->source[c->il], g = lay->group[src];
-    int *lo = malloc((size_t)n * 3 * sizeof *lo);
-    if (!lo) {
-        gm_vk_fail(b->vk, GM_ERR_NOMEM);
-        return;
-    }
-    int *hi = lo + n, *list = hi + n; /* list[i]: the first row of i's run */
-    size_t blocks = 0;
-    for (int i = 0; i < n; i++) {
-        gm_attn_key_range(c, &c->rows[i], &lo[i], &hi[i]);
-        list[i] = i > 0 && c->rows[i].kv == c->rows[i - 1].kv ? list[i - 1] : i;
-        if (list[i] == i) blocks += (size_t)c->rows[i].kv->cap;
-    }
+    size_t blocks = 0; /* block slots of every run's table */
+    for (int i = 0; i < n; i++)
+        if (!run_continues(c, i)) blocks += (size_t)c->rows[i].kv->cap;
     const size_t bias_bytes = c->bias ? (size_t)n * (size_t)c->bias_n * sizeof(float) : 0;
     void *h;
     const uint64_t a = gm_vk_arena(b->vk, (size_t)n * 32 + blocks * 16 + bias_bytes, &h);
     if (!a) {
-        free(lo);
         gm_vk_fail(b->vk, GM_ERR_NOMEM);
         return;
     }
@@ -467,7 +465,7 @@ static void vk_attention(gm_backend *be, const gm_attn_call *c) {
     uint64_t kl = 0, vl = 0;
     for (int i = 0; i < n; i++) {
         const gm_kv_table *t = c->rows[i].kv;
-        if (list[i] == i) { /* the run's lists: every block slot of its table */
+        if (!run_continues(c, i)) { /* the run's lists: every block slot of its table */
             kl = a + (uint64_t)((uint8_t *)bl - (uint8_t *)h);
             vl = kl + (uint64_t)t->cap * 8;
             for (int k = 0; k < t->cap; k++) {
@@ -477,8 +475,10 @@ static void vk_attention(gm_backend *be, const gm_attn_call *c) {
             }
             bl += 2 * (size_t)t->cap;
         }
+        int lo, hi;
+        gm_attn_key_range(c, &c->rows[i], &lo, &hi);
         meta[4 * i] = kl, meta[4 * i + 1] = vl;
-        meta[4 * i + 2] = (uint64_t)(uint32_t)lo[i] | (uint64_t)(uint32_t)hi[i] << 32;
+        meta[4 * i + 2] = (uint64_t)(uint32_t)lo | (uint64_t)(uint32_t)hi << 32;
         meta[4 * i + 3] = 0;
         if (c->bias) {
             float *r = bias + (size_t)i * c->bias_n;
@@ -486,7 +486,6 @@ static void vk_attention(gm_backend *be, const gm_attn_call *c) {
             meta[4 * i + 3] = a + (uint64_t)((uint8_t *)r - (uint8_t *)h);
         }
     }
-    free(lo);
     const gm_layer_config *lc = c->lc;
     struct {
         uint64_t q, att, meta;
@@ -512,12 +511,7 @@ static void vk_free(gm_backend *be) {
     free(b);
 }
 
-static void vk_stats(gm_backend *be, gm_backend_stats *out) {
-    gm_vk_counters c;
-    gm_vk_counters_get(vkb(be)->vk, &c);
-    *out = (gm_backend_stats){.submits = c.submits, .recordings = c.recordings, .replays = c.replays,
-                              .dispatches = c.dispatches};
-}
+static void vk_stats(gm_backend *be, gm_backend_stats *out) { *out = gm_vk_stats(vkb(be)->vk); }
 
 static const gm_backend_ops vk_ops = {
     .name = "vulkan",
@@ -556,7 +550,7 @@ gm_status gm_backend_vulkan_new(const gm_model *m, const gm_kv_layout *lay, cons
     if (!b) return gm_fail(err, GM_ERR_NOMEM, "vulkan: out of memory");
     b->base.ops = &vk_ops;
     b->m = m, b->lay = lay, b->max_batch = opt->max_batch;
-    const gm_vk_options vo = {.device = opt->device - 1, .validate = opt->validate};
+    const gm_vk_options vo = {.device = opt->device - 1, .gpu_only = opt->gpu_only, .validate = opt->validate};
     gm_status st = gm_vk_open(&vo, &b->vk, err);
     if (!st) st = upload_weights(b, err);
     if (st) {

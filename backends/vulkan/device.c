@@ -75,8 +75,6 @@ struct gm_vk {
     VkQueue queue;
     uint32_t queue_family;
     VkPhysicalDeviceMemoryProperties memp;
-    int mem_device, mem_host; /* memory type indices: device-local (maybe host-visible too), host-visible coherent */
-    bool device_mappable;     /* the device-local type is host-visible (lavapipe, integrated GPUs, ReBAR) */
     char name[VK_MAX_PHYSICAL_DEVICE_NAME_SIZE];
     VkPipelineLayout layout;
     VkPipeline pipes[GM_VK_PIPES];
@@ -93,7 +91,8 @@ struct gm_vk {
     uint8_t *arena_map;
     uint64_t staging;     /* host-visible: reads, and uploads to memory the host cannot map */
     size_t staging_size;
-    gm_vk_counters counters;
+    gm_backend_stats stats;
+    int64_t validation_errors; /* errors the validation layer reported (on_validation) */
     bool device_fns;   /* every device function loaded (what gm_vk_close may call) */
     gm_status sticky;  /* an op that could not be recorded (out of arena memory), a device or validation error:
                         * every later flush returns it, so the engine's next call fails instead of computing wrong */
@@ -106,7 +105,7 @@ static VKAPI_ATTR VkBool32 VKAPI_CALL on_validation(VkDebugUtilsMessageSeverityF
                                                     const VkDebugUtilsMessengerCallbackDataEXT *data, void *user) {
     (void)type;
     if (sev & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) {
-        ((gm_vk *)user)->counters.validation_errors++;
+        ((gm_vk *)user)->validation_errors++;
         fprintf(stderr, "vulkan validation: %s\n", data->pMessage);
     }
     return VK_FALSE;
@@ -198,9 +197,7 @@ static const char *missing_feature(const vk_fns *f, VkPhysicalDevice p) {
     f->vkGetPhysicalDeviceFeatures2(p, &f2);
     if (!f12.bufferDeviceAddress) return "bufferDeviceAddress";
     if (!f2.features.shaderInt64) return "shaderInt64";
-    if (!f12.storageBuffer8BitAccess) return "storageBuffer8BitAccess";
     if (!f11.storageBuffer16BitAccess) return "storageBuffer16BitAccess";
-    if (!f12.shaderInt8) return "shaderInt8";
     if (!f2.features.shaderInt16) return "shaderInt16";
     return NULL;
 }
@@ -265,8 +262,7 @@ static gm_status create_device(gm_vk *vk, gm_error *err) {
     const VkDeviceQueueCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
                                         .queueFamilyIndex = vk->queue_family, .queueCount = 1, .pQueuePriorities = &prio};
     VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
-                                            .bufferDeviceAddress = VK_TRUE, .storageBuffer8BitAccess = VK_TRUE,
-                                            .shaderInt8 = VK_TRUE};
+                                            .bufferDeviceAddress = VK_TRUE};
     VkPhysicalDeviceVulkan11Features f11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
                                             .pNext = &f12, .storageBuffer16BitAccess = VK_TRUE};
     VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f11,
@@ -331,8 +327,8 @@ static gm_status create_stream(gm_vk *vk, gm_error *err) {
     return GM_OK;
 }
 
-/* the device of index `want` (< 0: the first GPU, else the first usable device) */
-static gm_status pick_device(gm_vk *vk, int want, gm_error *err) {
+/* the device of index `want` (< 0: the first GPU, else unless gpu_only the first usable device) */
+static gm_status pick_device(gm_vk *vk, int want, bool gpu_only, gm_error *err) {
     VkPhysicalDevice ph[16];
     const uint32_t n = list_physical(vk, ph);
     if (!n) return gm_fail(err, GM_ERR_UNSUPPORTED, "vulkan: the loader found no device (install a driver: "
@@ -344,6 +340,7 @@ static gm_status pick_device(gm_vk *vk, int want, gm_error *err) {
         describe(&vk->f, ph[i], &d);
         if (d.usable && d.gpu) pick = (int)i;
     }
+    if (pick < 0 && gpu_only) return gm_fail(err, GM_ERR_UNSUPPORTED, "vulkan: no GPU can run the backend");
     for (uint32_t i = 0; pick < 0 && i < n; i++) {
         describe(&vk->f, ph[i], &d);
         if (d.usable) pick = (int)i;
@@ -360,10 +357,9 @@ gm_status gm_vk_open(const gm_vk_options *o, gm_vk **out, gm_error *err) {
     *out = NULL;
     gm_vk *vk = calloc(1, sizeof *vk);
     if (!vk) return gm_fail(err, GM_ERR_NOMEM, "vulkan: out of memory");
-    vk->mem_device = vk->mem_host = -1;
     gm_status st = load_loader(&vk->f, err);
     if (!st) st = create_instance(vk, o->validate, err);
-    if (!st) st = pick_device(vk, o->device, err);
+    if (!st) st = pick_device(vk, o->device, o->gpu_only, err);
     if (!st) st = create_device(vk, err);
     if (!st) st = create_pipelines(vk, err);
     if (!st) st = create_stream(vk, err);
@@ -508,7 +504,6 @@ void *gm_vk_map(gm_vk *vk, uint64_t addr) {
 }
 
 gm_status gm_vk_upload(gm_vk *vk, uint64_t dst, const void *src, size_t bytes) {
-    vk->counters.uploads_bytes += (int64_t)bytes;
     void *m = gm_vk_map(vk, dst);
     if (m) {
         memcpy(m, src, bytes);
@@ -590,7 +585,7 @@ static VkCommandBuffer command_buffer_for_log(gm_vk *vk) {
         vk_recorded *r = &vk->rec[i];
         if (r->cmd && r->hash == h && r->n == vk->n_log && !memcmp(r->log, vk->log, (size_t)r->n * sizeof *r->log)) {
             r->used = vk->tick;
-            vk->counters.replays++;
+            vk->stats.replays++;
             return r->cmd;
         }
         if (!lru || r->used < lru->used) lru = r;
@@ -607,13 +602,13 @@ static VkCommandBuffer command_buffer_for_log(gm_vk *vk) {
     if (!copy) {
         lru->n = 0; /* never matches: the slot is re-recorded next time */
         record(vk, lru->cmd, vk->log, vk->n_log);
-        vk->counters.recordings++;
+        vk->stats.recordings++;
         return lru->cmd;
     }
     memcpy(copy, vk->log, (size_t)vk->n_log * sizeof *copy);
     lru->log = copy, lru->n = vk->n_log, lru->hash = h, lru->used = vk->tick;
     record(vk, lru->cmd, vk->log, vk->n_log);
-    vk->counters.recordings++;
+    vk->stats.recordings++;
     return lru->cmd;
 }
 
@@ -644,7 +639,7 @@ void gm_vk_dispatch(gm_vk *vk, gm_vk_pipe p, const void *push, size_t push_bytes
     op.kind = VK_OP_DISPATCH, op.pipe = (int)p, op.push_bytes = (uint32_t)push_bytes;
     memcpy(op.push, push, push_bytes);
     op.g[0] = gx, op.g[1] = gy, op.g[2] = gz;
-    if (log_op(vk, &op)) vk->counters.dispatches++;
+    if (log_op(vk, &op)) vk->stats.dispatches++;
 }
 
 static void log_copy(gm_vk *vk, uint64_t dst, uint64_t src, size_t bytes, int kind) {
@@ -660,7 +655,6 @@ static void log_copy(gm_vk *vk, uint64_t dst, uint64_t src, size_t bytes, int ki
 void gm_vk_copy(gm_vk *vk, uint64_t dst, uint64_t src, size_t bytes) { log_copy(vk, dst, src, bytes, VK_OP_COPY); }
 
 gm_status gm_vk_read(gm_vk *vk, void *host, uint64_t src, size_t bytes) {
-    vk->counters.reads++;
     const void *m = gm_vk_map(vk, src);
     gm_status st = GM_OK;
     if (m) { /* host-visible: after the pending ops */
@@ -694,11 +688,11 @@ gm_status gm_vk_flush(gm_vk *vk) {
             f->vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, UINT64_MAX) != VK_SUCCESS)
             st = GM_ERR_IO;
         f->vkResetFences(vk->dev, 1, &vk->fence);
-        vk->counters.submits++;
+        vk->stats.submits++;
     }
     vk->arena_used = 0;
     if (st && !vk->sticky) vk->sticky = st;
-    if (vk->counters.validation_errors > 0 && !vk->sticky) vk->sticky = GM_ERR_IO;
+    if (vk->validation_errors > 0 && !vk->sticky) vk->sticky = GM_ERR_IO;
     return vk->sticky;
 }
 
@@ -708,4 +702,4 @@ void gm_vk_fail(gm_vk *vk, gm_status st) {
 
 bool gm_vk_pending(const gm_vk *vk) { return vk->n_log > 0; }
 
-void gm_vk_counters_get(const gm_vk *vk, gm_vk_counters *out) { *out = vk->counters; }
+gm_backend_stats gm_vk_stats(const gm_vk *vk) { return vk->stats; }

@@ -38,6 +38,7 @@ typedef enum gm_vk_pipe {
 
 typedef struct gm_vk_options {
     int device;    /* index into gm_gpu_devices' list; < 0: the first GPU, else the first device */
+    bool gpu_only; /* device < 0: the first GPU or GM_ERR_UNSUPPORTED */
     bool validate; /* the Khronos validation layer on; its errors fail the next flush */
 } gm_vk_options;
 
@@ -71,11 +72,7 @@ void gm_vk_fail(gm_vk *vk, gm_status st);
 /* true when ops are recorded and not yet submitted */
 bool gm_vk_pending(const gm_vk *vk);
 
-typedef struct gm_vk_counters {
-    int64_t dispatches, submits, uploads_bytes, reads;
-    int64_t recordings, replays; /* submissions recorded anew / replayed from an equal earlier log */
-    int64_t validation_errors;
-} gm_vk_counters;
-void gm_vk_counters_get(const gm_vk *vk, gm_vk_counters *out);
+/* submissions, recordings, replays, dispatches since the device was opened (gm_engine_backend_stats) */
+gm_backend_stats gm_vk_stats(const gm_vk *vk);
 
 #endif

@@ -1,13 +1,11 @@
 // backends/vulkan/shaders/common.glsl — what every shader of the Vulkan backend shares: buffers named by their
 // device addresses (VK_KHR_buffer_device_address: no descriptor sets, no 128 MiB storage-buffer range, a pointer
 // per argument in the push constants, as the host passes float pointers between ops), the file's weight types
-// read byte by byte, and the f32 -> f16 rounding of quant/types.c in integers (so the cache holds the CPU's bits).
+// read as 32-bit words, and the f32 -> f16 rounding of quant/types.c in integers (so the cache holds the CPU's bits).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference2 : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
-#extension GL_EXT_shader_explicit_arithmetic_types_int8 : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int16 : require
-#extension GL_EXT_shader_8bit_storage : require
 #extension GL_EXT_shader_16bit_storage : require
 
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer F32s { float v[]; };
@@ -16,7 +14,6 @@ layout(buffer_reference, std430, buffer_reference_align = 16) buffer V4s { vec4 
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer I32s { int v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer U64s { uint64_t v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 2) buffer U16s { uint16_t v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 1) buffer U8s { uint8_t v[]; };
 
 // the gm_type ids of include/gemma.h
 const uint T_F32 = 0u, T_F16 = 1u, T_Q4_0 = 2u, T_Q4_1 = 3u, T_Q5_0 = 6u, T_Q5_1 = 7u, T_Q8_0 = 8u;
@@ -143,5 +140,4 @@ uint f32_to_f16(float f) {
 
 // tanh that stays finite: GLSL's may be computed through exp and give inf / inf for |x| past ~44 (tanh(15) is 1.0f)
 float tanh_safe(float x) { return tanh(clamp(x, -15.0, 15.0)); }
-float at(uint64_t base, uint64_t i) { return F32s(base + 4ul * i).v[0]; }
 void put(uint64_t base, uint64_t i, float v) { F32s(base + 4ul * i).v[0] = v; }
