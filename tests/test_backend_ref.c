@@ -80,28 +80,6 @@ static cmp_stats compare(const gm_model *m, const int32_t *ids, int n) {
     return s;
 }
 
-/* n greedy tokens after ids */
-static void greedy(const gm_model *m, gm_backend_kind kind, const int32_t *ids, int n_ids, int n, int32_t *out) {
-    gm_error err = {0};
-    gm_generator *g = NULL;
-    const gm_generator_options o = {.n_threads = gm_test_threads(2), .ignore_stop = true, .backend = kind};
-    const gm_sampling greedy_s = gm_sampling_default();
-    int got = 0;
-    memset(out, 0, (size_t)n * sizeof *out);
-    CHECK_OK(gm_generator_new(m, &o, &g, &err), &err);
-    if (!g) return;
-    CHECK_OK(gm_generator_prefill(g, ids, n_ids, &err), &err);
-    CHECK_OK(gm_generator_generate_cached(g, n, &greedy_s, out, &got, &err), &err);
-    CHECK_EQ_INT(got, n);
-    gm_generator_free(g);
-}
-
-static void ids_for(const gm_model *m, int32_t *ids, int n) {
-    const int V = gm_model_config(m)->n_vocab;
-    ids[0] = 2; /* <bos> */
-    for (int i = 1; i < n; i++) ids[i] = (int32_t)(((int64_t)i * 7919 + 11) % (V - 8)) + 4;
-}
-
 /* The default model reads real text: random ids give flat, unstable distributions. */
 static int ids_of_text(const gm_model *m, int32_t *ids, int cap) {
     static const char text[] =
@@ -130,7 +108,7 @@ static void check_model(const char *path, bool text, int n, bounds b) {
     if (!m) return;
     int32_t ids[64];
     if (text) n = ids_of_text(m, ids, n);
-    else ids_for(m, ids, n);
+    else test_ids_for(m, ids, n);
     const cmp_stats s = compare(m, ids, n);
     fprintf(stderr, "  %-48s KL max %.2e mean %.2e, max |dlogit| %.2e (spread >= %.3f, step >= %.3f), top-1 %d/%d\n",
             path, s.kl_max, s.kl_mean, s.dlogit_max, s.spread_min, s.step_min, s.top1_agree, s.n);
@@ -140,8 +118,8 @@ static void check_model(const char *path, bool text, int n, bounds b) {
     CHECK_MSG(s.top1_agree >= b.top1_min * n, "%s: top-1 agreement %d of %d", path, s.top1_agree, n);
     if (b.n_greedy > 0) {
         int32_t x[16], y[16];
-        greedy(m, GM_BACKEND_REFERENCE, ids, 8, b.n_greedy, x);
-        greedy(m, GM_BACKEND_CPU, ids, 8, b.n_greedy, y);
+        test_greedy(m, GM_BACKEND_REFERENCE, ids, 8, b.n_greedy, x);
+        test_greedy(m, GM_BACKEND_CPU, ids, 8, b.n_greedy, y);
         CHECK_MSG(!memcmp(x, y, (size_t)b.n_greedy * sizeof *x), "%s: greedy tokens differ", path);
     }
     gm_model_free(m);
@@ -178,7 +156,7 @@ TEST(image_span) {
             const gm_prompt_span sp = {.at = 9, .span = {.embeds = rows, .n = R, .placeholder = 0, .key = {1, 2},
                                                          .bidirectional = true, .sliding_only = sliding_only}};
             int32_t ids[40];
-            ids_for(m, ids, 40);
+            test_ids_for(m, ids, 40);
             g_span = &sp;
             const cmp_stats st = compare(m, ids, 40);
             g_span = NULL;
@@ -214,7 +192,7 @@ TEST(embedding) {
     CHECK_OK(gm_model_open(path, NULL, &m, &err), &err);
     if (!m) return;
     int32_t ids[24];
-    ids_for(m, ids, 24);
+    test_ids_for(m, ids, 24);
     float *v[2] = {0};
     int dim = 0;
     for (int k = 0; k < 2; k++) {

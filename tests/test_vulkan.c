@@ -81,35 +81,13 @@ static cmp_stats compare(const gm_model *m, gm_backend_kind kind, const int32_t 
     return s;
 }
 
-static void ids_for(const gm_model *m, int32_t *ids, int n) {
-    const int V = gm_model_config(m)->n_vocab;
-    ids[0] = 2;
-    for (int i = 1; i < n; i++) ids[i] = (int32_t)(((int64_t)i * 7919 + 11) % (V - 8)) + 4;
-}
-
-static void greedy(const gm_model *m, gm_backend_kind kind, const int32_t *ids, int n_ids, int n, int32_t *out) {
-    gm_error err = {0};
-    gm_generator *g = NULL;
-    const gm_generator_options o = {.n_threads = gm_test_threads(2), .ignore_stop = true, .backend = kind,
-                                    .gpu_validate = kind == GM_BACKEND_VULKAN};
-    const gm_sampling greedy_s = gm_sampling_default();
-    int got = 0;
-    memset(out, 0, (size_t)n * sizeof *out);
-    CHECK_OK(gm_generator_new(m, &o, &g, &err), &err);
-    if (!g) return;
-    CHECK_OK(gm_generator_prefill(g, ids, n_ids, &err), &err);
-    CHECK_OK(gm_generator_generate_cached(g, n, &greedy_s, out, &got, &err), &err);
-    CHECK_EQ_INT(got, n);
-    gm_generator_free(g);
-}
-
 /* f32 sums against double ones: measured on lavapipe (Zen 3) when written: tiny models KL <= 2e-12, max |dlogit|
  * <= 1e-5 of spreads >= 2; the bounds are ~10x that, far below what a wrong mask, window or scale gives */
 static const double KL_TINY = 1e-9, DLOGIT_TINY = 1e-4;
 
 static void check_tiny(const char *what, const gm_model *m, int n, bool with_greedy) {
     int32_t ids[64];
-    ids_for(m, ids, n);
+    test_ids_for(m, ids, n);
     const cmp_stats s = compare(m, GM_BACKEND_VULKAN, ids, n);
     fprintf(stderr, "  %-40s KL max %.2e, max |dlogit| %.2e (spread >= %.2f), top-1 %d/%d\n", what, s.kl_max,
             s.dlogit_max, s.spread_min, s.top1_agree, s.n);
@@ -119,8 +97,8 @@ static void check_tiny(const char *what, const gm_model *m, int n, bool with_gre
     CHECK_EQ_INT(s.top1_agree, n);
     if (with_greedy) {
         int32_t x[12], y[12];
-        greedy(m, GM_BACKEND_REFERENCE, ids, 8, 12, x);
-        greedy(m, GM_BACKEND_VULKAN, ids, 8, 12, y);
+        test_greedy(m, GM_BACKEND_REFERENCE, ids, 8, 12, x);
+        test_greedy(m, GM_BACKEND_VULKAN, ids, 8, 12, y);
         CHECK_MSG(!memcmp(x, y, sizeof x), "%s: greedy tokens differ", what);
     }
 }
@@ -232,7 +210,7 @@ TEST(replays) {
     CHECK_OK(gm_generator_new(m, &o, &g, &err), &err);
     if (g) {
         int32_t ids[8], out[24];
-        ids_for(m, ids, 8);
+        test_ids_for(m, ids, 8);
         int got = 0;
         const gm_sampling greedy_s = gm_sampling_default();
         CHECK_OK(gm_generator_prefill(g, ids, 8, &err), &err);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "gemma.h"
+#include "gemma_generator.h"
 
 int gm_test_failures = 0;
 int gm_test_checks = 0;
@@ -88,4 +89,26 @@ int test_argmax(const float *x, int V) {
     for (int i = 1; i < V; i++)
         if (x[i] > x[best]) best = i;
     return best;
+}
+
+void test_ids_for(const gm_model *m, int32_t *ids, int n) {
+    const int V = gm_model_config(m)->n_vocab;
+    ids[0] = 2; /* <bos> */
+    for (int i = 1; i < n; i++) ids[i] = (int32_t)(((int64_t)i * 7919 + 11) % (V - 8)) + 4;
+}
+
+void test_greedy(const gm_model *m, gm_backend_kind kind, const int32_t *ids, int n_ids, int n, int32_t *out) {
+    gm_error err = {0};
+    gm_generator *g = NULL;
+    const gm_generator_options o = {.n_threads = gm_test_threads(2), .ignore_stop = true, .backend = kind,
+                                    .gpu_validate = kind == GM_BACKEND_VULKAN};
+    const gm_sampling greedy_s = gm_sampling_default();
+    int got = 0;
+    memset(out, 0, (size_t)n * sizeof *out);
+    CHECK_OK(gm_generator_new(m, &o, &g, &err), &err);
+    if (!g) return;
+    CHECK_OK(gm_generator_prefill(g, ids, n_ids, &err), &err);
+    CHECK_OK(gm_generator_generate_cached(g, n, &greedy_s, out, &got, &err), &err);
+    CHECK_EQ_INT(got, n);
+    gm_generator_free(g);
 }

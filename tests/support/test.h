@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "gemma.h"
 
 extern int gm_test_failures;
 extern int gm_test_checks;
@@ -80,6 +81,11 @@ void test_check_layer_kinds(const char *path, const char *kinds, const char *wha
 double test_kl(const float *a, const float *b, int V);
 /* The index of the largest of x[0..V) (the first of equals). */
 int test_argmax(const float *x, int V);
+/* n token ids for a model: <bos> then a fixed spread over the vocabulary (no special ids below 4). */
+void test_ids_for(const gm_model *m, int32_t *ids, int n);
+/* n greedy tokens after ids[0..n_ids) on a generator of backend kind (2 threads; Vulkan with its validation
+ * layer on), into out; failures are CHECK failures. */
+void test_greedy(const gm_model *m, gm_backend_kind kind, const int32_t *ids, int n_ids, int n, int32_t *out);
 /* Reads a whole file; NULL on failure. Caller frees. */
 unsigned char *test_read_file(const char *path, size_t *len);
 
