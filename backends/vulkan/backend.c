@@ -345,6 +345,8 @@ static void vk_rmsnorm(gm_backend *be, float *y, const float *x, const float *w,
     gm_vk_dispatch(b->vk, GM_VK_RMSNORM, &pc, sizeof pc, gx, gy, 1);
 }
 
+enum { MM_OUT = 2, MM_TILE = 8 }; /* OUT and TILE of shaders/matmul.comp */
+
 /* y (n rows of ldy floats) = x W^T, soft-capped when softcap > 0 */
 static gm_status matmul_one(vk_backend *b, const gm_matrix *W, uint64_t y, uint32_t ldy, const float *x, int n,
                             float softcap) {
@@ -358,8 +360,9 @@ static gm_status matmul_one(vk_backend *b, const gm_matrix *W, uint64_t y, uint3
     } pc = {w, A(x), y, (uint32_t)W->rows, (uint32_t)W->cols, (uint32_t)n, (uint32_t)W->type,
             wt->row_bytes, ldy, 0, softcap};
     uint32_t gy;
-    grid(((uint64_t)W->rows + 63) / 64, &pc.gx, &gy);
-    gm_vk_dispatch(b->vk, GM_VK_MATMUL, &pc, sizeof pc, pc.gx, gy, (uint32_t)((n + 15) / 16)); /* TILE rows of matmul.comp */
+    /* matmul.comp: workgroups of 64 invocations of MM_OUT features each, MM_TILE input rows per workgroup */
+    grid(((uint64_t)W->rows + 64 * MM_OUT - 1) / (64 * MM_OUT), &pc.gx, &gy);
+    gm_vk_dispatch(b->vk, GM_VK_MATMUL, &pc, sizeof pc, pc.gx, gy, (uint32_t)((n + MM_TILE - 1) / MM_TILE));
     return GM_OK;
 }
 
