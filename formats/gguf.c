@@ -407,7 +407,7 @@ static gm_status tensor_shape(cursor *c, gguf_tensor *t, const uint64_t *dims) {
     return GM_OK;
 }
 
-static gm_status parse_tensor_info(cursor *c, gguf_tensor *t, const gguf_open_options *opt) {
+static gm_status parse_tensor_info(cursor *c, gguf_tensor *t, bool keep_mtp) {
     gguf_str name;
     uint32_t n_dims = 0, type = 0;
     uint64_t dims[GGUF_MAX_DIMS] = {0};
@@ -427,11 +427,20 @@ static gm_status parse_tensor_info(cursor *c, gguf_tensor *t, const gguf_open_op
         return gm_fail(c->err, GM_ERR_UNSUPPORTED, "%s: tensor '%s' has unknown type id %u", c->name,
                        t->name, type);
     if ((st = tensor_shape(c, t, dims))) return st;
-    t->hidden = !(opt && opt->keep_mtp) && (strstr(t->name, "mtp") || strstr(t->name, "nextn"));
+    t->hidden = !keep_mtp && (strstr(t->name, "mtp") || strstr(t->name, "nextn"));
     return GM_OK;
 }
 
+/* A drafter file (Gemma 4's MTP assistant): its nextn tensors are its own weights, not extras to hide. */
+static bool is_drafter_file(const gguf_file *f) {
+    const gguf_kv *kv = gguf_find(f, "general.architecture");
+    static const char name[] = "gemma4-assistant";
+    return kv && kv->val.type == GGUF_VT_STRING && kv->val.v.str.len == sizeof name - 1 &&
+           !memcmp(kv->val.v.str.ptr, name, sizeof name - 1);
+}
+
 static gm_status parse_tensor_infos(cursor *c, gguf_file *f, uint64_t n, const gguf_open_options *opt) {
+    const bool keep_mtp = (opt && opt->keep_mtp) || is_drafter_file(f);
     uint64_t cap = 0;
     for (uint64_t i = 0; i < n; i++) {
         gm_status st = grow((void **)&f->tensors, &cap, i + 1, sizeof *f->tensors, c->name, c->err);
@@ -439,7 +448,7 @@ static gm_status parse_tensor_infos(cursor *c, gguf_file *f, uint64_t n, const g
         gguf_tensor *t = &f->tensors[i];
         memset(t, 0, sizeof *t);
         f->n_tensors = i + 1;
-        if ((st = parse_tensor_info(c, t, opt))) return st;
+        if ((st = parse_tensor_info(c, t, keep_mtp))) return st;
     }
     return GM_OK;
 }

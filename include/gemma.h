@@ -138,7 +138,7 @@ typedef struct gm_model_options {
 /* Architectural facts, all read from the file (GGUF metadata or config.json) or from the
  * rules of the model's family (model/families/registry.c). */
 typedef struct gm_config {
-    char arch[32];           /* "gemma", "gemma2", "gemma3", "gemma3n", "gemma4", "gemma-embedding" */
+    char arch[32];           /* "gemma", "gemma2", "gemma3", "gemma3n", "gemma4", "gemma-embedding", "gemma4-assistant" */
     int generation;          /* 1, 2, 3 (3 for gemma3n and gemma-embedding too), 4 */
     const struct gm_family *family; /* the family's row (internal: model/family.h), set by the loader */
     int n_vocab;
@@ -177,6 +177,11 @@ typedef struct gm_config {
     int dense_3_in, dense_3_out; /* optional projection after dense_2: dense_3_in -> d_model; 0 = none */
     int embedding_dim;       /* length of the pooled vector (d_model, or the last projection's output) */
     bool add_eos;            /* the tokenizer config appends <eos> to a text (embedding inputs) */
+    /* A drafter (Gemma 4's MTP assistant, arch "gemma4-assistant"): its layers have queries only and read a target
+     * model's cache; it cannot run alone (gm_engine_new refuses it: see "speculative decoding", gm_mtp_new).
+     * d_backbone: the target's hidden size, the width of the hidden states it reads and predicts. 0 otherwise. */
+    bool is_drafter;
+    int d_backbone;
 } gm_config;
 
 enum { GM_POOLING_NONE = 0, GM_POOLING_MEAN = 1 }; /* llama.cpp's pooling_type values */

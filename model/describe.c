@@ -38,6 +38,8 @@ static const field k_embedding_fields[] = {
     FB(is_embedding), FI(pooling), FI(dense_2_in), FI(dense_2_out), FI(dense_3_in), FI(dense_3_out),
     FI(embedding_dim), FB(add_eos),
 };
+/* listed only for drafters */
+static const field k_drafter_fields[] = {FB(is_drafter), FI(d_backbone)};
 #undef FI
 #undef FF
 #undef FB
@@ -74,6 +76,7 @@ static void config_text(const gm_config *c, FILE *out) {
     fprintf(out, "config:\n");
     fields_text(c, k_fields, sizeof k_fields / sizeof k_fields[0], out);
     if (c->is_embedding) fields_text(c, k_embedding_fields, sizeof k_embedding_fields / sizeof k_embedding_fields[0], out);
+    if (c->is_drafter) fields_text(c, k_drafter_fields, sizeof k_drafter_fields / sizeof k_drafter_fields[0], out);
 }
 
 
@@ -94,6 +97,7 @@ static cJSON *config_json(const gm_config *c) {
     cJSON *o = cJSON_CreateObject();
     fields_json(c, k_fields, sizeof k_fields / sizeof k_fields[0], o);
     if (c->is_embedding) fields_json(c, k_embedding_fields, sizeof k_embedding_fields / sizeof k_embedding_fields[0], o);
+    if (c->is_drafter) fields_json(c, k_drafter_fields, sizeof k_drafter_fields / sizeof k_drafter_fields[0], o);
     return o;
 }
 
@@ -344,7 +348,8 @@ static void layer_line(int first, int last, const shown_layer *sl, void *user) {
     const gm_layer_config *l = &sl->l;
     char span[32], kv[32], rot[32] = "", extra[128] = "";
     snprintf(span, sizeof span, first == last ? "%d" : "%d-%d", first, last);
-    snprintf(kv, sizeof kv, l->kv_source == first ? "own" : "of layer %d", l->kv_source);
+    snprintf(kv, sizeof kv, sl->x.reads_target ? "the target's" : l->kv_source == first ? "own" : "of layer %d",
+             l->kv_source);
     if (sl->x.rotated_pairs >= 0) snprintf(rot, sizeof rot, ", %d rotate", sl->x.rotated_pairs);
     if (sl->x.v_from_k) snprintf(extra, sizeof extra, "  no attn_v (V = K)");
     if (sl->x.out_scale != 1.0f)
@@ -371,7 +376,8 @@ static void layer_obj(int first, int last, const shown_layer *sl, void *user) {
     cJSON_AddNumberToObject(o, "rope_base", float_for_json(l->rope_base));
     cJSON_AddNumberToObject(o, "rope_scale", float_for_json(l->rope_scale));
     cJSON_AddNumberToObject(o, "rope_dims", l->rope_dims);
-    cJSON_AddBoolToObject(o, "kv_shared", l->kv_source != first);
+    cJSON_AddBoolToObject(o, "kv_shared", l->kv_source != first || sl->x.reads_target);
+    if (sl->x.reads_target) cJSON_AddBoolToObject(o, "kv_of_target", true);
     cJSON_AddNumberToObject(o, "kv_source", l->kv_source == first ? first : l->kv_source);
     if (sl->x.rotated_pairs >= 0) cJSON_AddNumberToObject(o, "rope_rotated_pairs", sl->x.rotated_pairs);
     if (sl->x.v_from_k) cJSON_AddBoolToObject(o, "v_from_k", true);

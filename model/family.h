@@ -45,6 +45,8 @@ typedef struct gm_family_rules {
     bool kv_tensors_optional;   /* a layer reading another's K/V may omit attn_k / attn_v / attn_k_norm, and one
                                    without attn_v takes V from the K projection (4) */
     bool embedding;             /* an encoder: the <arch>.pooling_type / dense_* keys, pooled vectors */
+    bool q_only;                /* a drafter: layers have queries only (no attn_k / attn_v / attn_k_norm) and read a
+                                   target's cache (Gemma 4's assistant) */
     bool hf_bidirectional_embedding; /* HF: use_bidirectional_attention makes it EmbeddingGemma (Gemma 3) */
 } gm_family_rules;
 
@@ -54,6 +56,7 @@ typedef struct gm_layer_extras {
     bool v_from_k;     /* no attn_v: V is the raw K projection */
     float out_scale;   /* layer output scale (1 when absent) */
     int n_expert, n_expert_used, ff_exp; /* mixture-of-experts layers; 0 otherwise */
+    bool reads_target; /* a drafter's layer: attends over the target's cache */
 } gm_layer_extras;
 
 /* A family's Hugging Face tensor names beyond the Gemma block's, as their GGUF names: model/source.c renames an HF

@@ -138,10 +138,11 @@ static gm_status load_layer(gm_model *m, int il, float **store, gm_error *err) {
     snprintf(name, sizeof name, "blk.%d." suffix ".weight", il);                   \
     if ((st = gm_model_load_norm(m, name, n, req, *store, &L->field, err))) return st;      \
     if (L->field) *store += (n);
+    const bool q_only = c->family->rules.q_only; /* a drafter's layers: no K/V of their own at all */
     MAT(wq, "attn_q", d, qd)
-    if (!opt_kv || own_kv || PRESENT("attn_k")) { MAT(wk, "attn_k", d, kvd) }
-    if (!opt_kv || PRESENT("attn_v")) { MAT(wv, "attn_v", d, kvd) }
-    else L->v_from_k = own_kv;
+    if (!q_only && (!opt_kv || own_kv || PRESENT("attn_k"))) { MAT(wk, "attn_k", d, kvd) }
+    if (!q_only && (!opt_kv || PRESENT("attn_v"))) { MAT(wv, "attn_v", d, kvd) }
+    else L->v_from_k = own_kv && !q_only;
     MAT(wo, "attn_output", qd, d)
     MAT(gate, "ffn_gate", d, ff)
     MAT(up, "ffn_up", d, ff)
@@ -151,7 +152,7 @@ static gm_status load_layer(gm_model *m, int il, float **store, gm_error *err) {
     NORM(post_attn_norm, "post_attention_norm", (int)d, c->has_post_norms)
     NORM(post_ffn_norm, "post_ffw_norm", (int)d, c->has_post_norms)
     NORM(q_norm, "attn_q_norm", lc->head_dim, c->has_qk_norm)
-    NORM(k_norm, "attn_k_norm", lc->head_dim, c->has_qk_norm && (!opt_kv || own_kv))
+    NORM(k_norm, "attn_k_norm", lc->head_dim, c->has_qk_norm && !q_only && (!opt_kv || own_kv))
 #undef MAT
 #undef NORM
 #undef PRESENT

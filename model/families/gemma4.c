@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "kernels/ops.h"
 #include "model/model.h"
 #include "quant/quant.h"
@@ -17,8 +18,19 @@ static gm_4_weights *weights(const gm_model *m) { return m->family_weights; }
 
 /* ------------------------------------------------------------------ keys */
 
+/* The keys' prefix: the file's architecture, "gemma4" or "gemma4-assistant" (the MTP drafter writes Gemma 4's keys
+ * under its own name). */
+static const char *arch_of(const gguf_file *f) {
+    gguf_str a;
+    static const char assistant[] = "gemma4-assistant";
+    if (gguf_get_str(f, "general.architecture", &a, NULL) == GM_OK && a.len == sizeof assistant - 1 &&
+        !memcmp(a.ptr, assistant, sizeof assistant - 1))
+        return assistant;
+    return "gemma4";
+}
+
 static const gguf_kv *key_of(const gguf_file *f, const char *suffix, char *key, size_t n) {
-    snprintf(key, n, "gemma4.%s", suffix);
+    snprintf(key, n, "%s.%s", arch_of(f), suffix);
     return gguf_find(f, key);
 }
 
@@ -79,8 +91,8 @@ static gm_status layer_int(const gguf_file *f, const char *suffix, int il, int n
 /* Whether layer il slides: the required array attention.sliding_window_pattern, one bool (or int32 / uint32, as
  * llama.cpp's get_arr reads it) per layer. */
 static gm_status sliding_at(const gguf_file *f, int il, int n_layers, bool *out, gm_error *err) {
-    const char *key = "gemma4.attention.sliding_window_pattern";
-    if (!gguf_find(f, key))
+    char key[128];
+    if (!key_of(f, "attention.sliding_window_pattern", key, sizeof key))
         return gm_fail(err, GM_ERR_NOT_FOUND, "%s: metadata key '%s' (a bool per layer) is missing", f->path, key);
     return gm_config_gguf_layer_flag(f, key, n_layers, il, out, err);
 }
@@ -118,7 +130,8 @@ static gm_status layer_config_gguf(const gguf_file *f, const gm_config *c, int i
         (st = layer_int(f, "feed_forward_length", il, L, -1, &l.d_ff, err)))
         return st;
     const int kv_start = L - shared;
-    if (shared > 0 && il >= kv_start) l.kv_source = kv_start - (sliding ? 2 : 1); /* llama.cpp's rule */
+    if (shared > 0 && il >= kv_start && !c->family->rules.q_only)
+        l.kv_source = kv_start - (sliding ? 2 : 1); /* llama.cpp's rule */
     *out = l;
     return GM_OK;
 }
@@ -181,7 +194,7 @@ gm_status gm_4_config_gguf(const gguf_file *f, gm_config *c, gm_error *err) {
         (st = key_float(f, "rope.freq_base_swa", 10000.0f, GM_NUM_POSITIVE, &c->rope_base_local, err)) ||
         (st = key_float(f, "final_logit_softcapping", 30.0f, GM_NUM_NONNEG, &c->final_softcap, err)) ||
         (st = key_int(f, "attention.shared_kv_layers", 0, &shared, err)) ||
-        (st = key_int(f, "embedding_length_per_layer_input", -1, &P, err)) ||
+        (st = key_int(f, "embedding_length_per_layer_input", c->family->rules.q_only ? 0 : -1, &P, err)) ||
         (st = key_int(f, "expert_count", 0, &experts, err)))
         return st;
     if (c->norm_eps <= 0.0f)
@@ -199,9 +212,27 @@ gm_status gm_4_config_gguf(const gguf_file *f, gm_config *c, gm_error *err) {
         for (int il = 0; il < L; il++)
             if ((st = layer_int(f, "expert_feed_forward_length", il, L, -1, &fe, err))) return st;
     }
-    if (shared >= L)
+    const bool drafter = c->family->rules.q_only;
+    if (drafter) { /* every layer reads the target's cache: shared_kv_layers (= block_count) is not used */
+        int layers_nextn = 0;
+        if ((st = key_int(f, "embedding_length_out", -1, &c->d_backbone, err)) ||
+            (st = key_int(f, "nextn_predict_layers", -1, &layers_nextn, err)))
+            return st;
+        if (c->d_backbone <= 0 || c->d_backbone == c->d_model || c->d_backbone > GM_MAX_D_MODEL)
+            return gm_fail(err, GM_ERR_FORMAT, "%s: %s.embedding_length_out = %d: a drafter reads a target's hidden "
+                           "states of another width than its own %d (at most %d)", f->path, arch_of(f), c->d_backbone,
+                           c->d_model, GM_MAX_D_MODEL);
+        if (layers_nextn != L)
+            return gm_fail(err, GM_ERR_FORMAT, "%s: %s.nextn_predict_layers = %d, block_count = %d: every layer of a "
+                           "Gemma 4 assistant is a draft layer", f->path, arch_of(f), layers_nextn, L);
+        if (experts > 0 || P > 0)
+            return gm_fail(err, GM_ERR_FORMAT, "%s: a Gemma 4 assistant has no experts or per-layer inputs", f->path);
+        c->is_drafter = true;
+        shared = 0;
+    } else if (shared >= L) {
         return gm_fail(err, GM_ERR_FORMAT, "%s: gemma4.attention.shared_kv_layers = %d with only %d layers", f->path,
                        shared, L);
+    }
     c->head_dim = hd_full;
     c->sliding_window = window;
     c->sliding_pattern = 0; /* per layer: gm_4_layer_config */
@@ -211,6 +242,7 @@ gm_status gm_4_config_gguf(const gguf_file *f, gm_config *c, gm_error *err) {
     c->norm_weights_plus_one = true; /* the file holds the raw w, which Gemma 4 multiplies by: use it as stored */
     c->has_v_norm = true;
     if (c->final_softcap < 0.0f) return gm_fail(err, GM_ERR_FORMAT, "%s: negative final_logit_softcapping", f->path);
+    if (drafter) c->final_softcap = 0.0f; /* llama.cpp reads no soft-cap for the assistant, even when the key is there */
     return check_sharing(f, c, shared, err);
 }
 
@@ -261,7 +293,8 @@ void gm_4_layer_extras_of(const gm_source *src, const gm_layer_config *l, int il
     *out = (gm_layer_extras){.rotated_pairs = -1, .out_scale = 1.0f};
     char name[96];
     snprintf(name, sizeof name, "blk.%d.attn_v.weight", il);
-    out->v_from_k = l->kv_source == il && !gm_source_tensor(src, name);
+    out->reads_target = gm_source_is_gguf(src) && !strcmp(arch_of(gm_source_gguf(src)), "gemma4-assistant");
+    out->v_from_k = l->kv_source == il && !out->reads_target && !gm_source_tensor(src, name);
     snprintf(name, sizeof name, "blk.%d.ffn_down_exps.weight", il);
     const gm_tensor *t = gm_source_tensor(src, name);
     snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
@@ -439,6 +472,36 @@ gm_status gm_4_load(gm_model *m, gm_error *err) {
         store += d;
     }
     return GM_OK;
+}
+
+/* The Gemma 4 assistant's weights beyond its layers (gm_4a_weights): the two projections and each layer's output
+ * scale, which every assistant layer has (llama.cpp requires it). */
+gm_status gm_4a_load(gm_model *m, gm_error *err) {
+    const gm_config *c = &m->cfg;
+    const char *path = gm_source_path(m->src);
+    const int64_t d = c->d_model, bb = c->d_backbone;
+    gm_4a_weights *w = calloc(1, sizeof *w);
+    m->family_weights = w;
+    if (!w || !(w->out_scale = malloc((size_t)c->n_layers * sizeof *w->out_scale)))
+        return gm_fail(err, GM_ERR_NOMEM, "model: out of memory for the assistant's weights");
+    gm_status st;
+    if ((st = gm_model_load_matrix(m, "nextn.pre_projection.weight", 2 * bb, d, &w->pre_proj, err)) ||
+        (st = gm_model_load_matrix(m, "nextn.post_projection.weight", d, bb, &w->post_proj, err)))
+        return st;
+    char name[96];
+    for (int il = 0; il < c->n_layers; il++) {
+        snprintf(name, sizeof name, "blk.%d.layer_output_scale.weight", il);
+        if (!gm_source_tensor(m->src, name))
+            return gm_fail(err, GM_ERR_NOT_FOUND, "%s: tensor %s is missing (every assistant layer has one)", path, name);
+        if ((st = out_scale(m, il, &w->out_scale[il], err))) return st;
+    }
+    return GM_OK;
+}
+
+void gm_4a_free(gm_4a_weights *w) {
+    if (!w) return;
+    free(w->out_scale);
+    free(w);
 }
 
 void gm_4_free(gm_4_weights *w) {

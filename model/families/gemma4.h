@@ -68,6 +68,17 @@ typedef struct gm_4_weights {
     float *store;
 } gm_4_weights;
 
+/* Gemma 4's MTP assistant (GGUF arch "gemma4-assistant", a gemma4-shaped file under its own key prefix; facts:
+ * docs/speculative.md): layers with queries only (attn_q, attn_q_norm, attn_output, the FFN and the four norms)
+ * that attend over a target's cache, and these weights beyond them. */
+typedef struct gm_4a_weights {
+    gm_matrix pre_proj;  /* [d x 2 d_backbone]: concat(target embedding * sqrt(d_backbone), h) -> d */
+    gm_matrix post_proj; /* [d_backbone x d]: the final-normed state -> the next step's h */
+    float *out_scale;    /* per layer: layer_output_scale */
+} gm_4a_weights;
+gm_status gm_4a_load(gm_model *m, gm_error *err);
+void gm_4a_free(gm_4a_weights *w);
+
 /* Every gemma4 key of a GGUF (after general.architecture): global sizes (layer 0's where per layer), window,
  * soft-cap, and the checks of the per-layer arrays and the KV-sharing split. */
 gm_status gm_4_config_gguf(const gguf_file *f, gm_config *c, gm_error *err);

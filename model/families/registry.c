@@ -27,6 +27,11 @@ static void g4_unload(gm_model *m) {
     m->family_weights = NULL;
 }
 
+static void g4a_unload(gm_model *m) {
+    gm_4a_free(m->family_weights);
+    m->family_weights = NULL;
+}
+
 /* ---- Hugging Face tensor names (model/family.h) */
 
 /* The per-layer inputs (3n, and 4 with PLE): the token table, the model projection and its norm, and each layer's
@@ -80,6 +85,12 @@ static const gm_family k_families[] = {
      .hf_names = (const gm_hf_name *const[]){k_hf_ple, gm_4_hf_names, NULL},
      .config_gguf = gm_4_config_gguf, .config_hf = gm_4_config_hf, .layer_config = gm_4_layer_config,
      .rope_factors = gm_4_rope_factors, .load = gm_4_load, .unload = g4_unload, .layer_extras = gm_4_layer_extras_of},
+    /* Gemma 4's MTP drafter: Gemma 4's keys under its own prefix, query-only layers over a target's cache */
+    {.arch = "gemma4-assistant", .generation = 4, .gguf_archs = NAMES("gemma4-assistant"), .hf_types = NONE,
+     .rules = {.post_norms = true, .qk_norm = true, .v_norm = true, .raw_norm_weights = true, .final_softcap = true,
+               .query_scale_one = true, .per_layer_shapes = true, .kv_tensors_optional = true, .q_only = true},
+     .config_gguf = gm_4_config_gguf, .layer_config = gm_4_layer_config, .rope_factors = gm_4_rope_factors,
+     .load = gm_4a_load, .unload = g4a_unload, .layer_extras = gm_4_layer_extras_of},
 };
 
 #undef GEMMA3_RULES
