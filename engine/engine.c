@@ -70,6 +70,7 @@ static gm_status open_backend(gm_engine *e, gm_backend_kind k, const gm_backend_
         e->be = NULL;
         return st;
     }
+    e->kind = k, e->bo = *bo;
     if (k == GM_BACKEND_VULKAN) snprintf(e->backend_name, sizeof e->backend_name, "vulkan: %s", gm_backend_vulkan_device(e->be));
     else snprintf(e->backend_name, sizeof e->backend_name, "%s", e->be->ops->name);
     return GM_OK;

@@ -23,6 +23,8 @@ struct gm_engine {
     gm_kv_layout lay;
     gm_kvpool *pool;
     gm_backend *be;        /* runs the ops */
+    gm_backend_kind kind;  /* be's kind (AUTO resolved) */
+    gm_backend_options bo; /* what be was made with (a drafter's backend is made alike: gm_mtp_new) */
     gm_isa isa;            /* the CPU kernels' level: the model's (checked against the options) */
     gm_forward *fwd;       /* the forward pass over them */
     int n_seqs;            /* live sequences */

@@ -648,6 +648,38 @@ GEMMA_API gm_status gm_spec_step_many(gm_spec *const *sps, int n, const gm_sampl
 GEMMA_API const int32_t *gm_spec_last(const gm_spec *sp, int *n);
 GEMMA_API void gm_spec_get_stats(const gm_spec *sp, gm_spec_stats *out);
 
+/* ------------------------------------------------------------------ drafters: Gemma 4's MTP assistant */
+
+/* A Gemma 4 assistant (a gemma4-assistant file: gm_config.is_drafter) drafts tokens for a target engine's
+ * sequences from the target's own cache: it has no cache of its own and needs no prefill. A draft step for a
+ * sequence whose cache holds positions [0, p) reads token t (the one at p: the last accepted, not yet computed)
+ * and a hidden state h of the target's width (first the target's final-normed state at p - 1: gm_row.hidden; then
+ * the previous step's h_next), and gives logits over the target's vocabulary and h_next. Every step of one draft
+ * attends at position p over the same keys (as llama.cpp's draft-mtp). docs/speculative.md has the math. */
+typedef struct gm_mtp gm_mtp;
+
+typedef struct gm_mtp_options {
+    int max_rows; /* rows per gm_mtp_draft call before it works in chunks; 0: 64 */
+} gm_mtp_options;
+
+/* The assistant over target's sequences. It runs on a backend of the target's kind (CPU or reference: one with
+ * host activations) on the target's thread pool when the target has one of the caller's. Bad pairs (another
+ * vocabulary or width, head shapes the target's layers do not have, a window the target does not keep) ->
+ * GM_ERR_ARG with a message. target and assistant must outlive it. */
+GEMMA_API gm_status gm_mtp_new(gm_engine *target, const gm_model *assistant, const gm_mtp_options *o, gm_mtp **out,
+                               gm_error *err);
+GEMMA_API void gm_mtp_free(gm_mtp *d);
+
+typedef struct gm_mtp_row {
+    const gm_seq *seq;   /* a sequence of the target engine with at least one computed position */
+    int32_t token;       /* the token at position gm_seq_n_computed(seq) */
+    const float *h;      /* the target's width (gm_config.d_model) of floats */
+    float *logits;       /* out: n_vocab floats */
+    float *h_next;       /* out: the target's width of floats */
+} gm_mtp_row;
+/* One draft step for each row (rows of distinct or equal sequences, in one batched pass). */
+GEMMA_API gm_status gm_mtp_draft(gm_mtp *d, const gm_mtp_row *rows, int n, gm_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,233 @@
+/* tests/test_mtp.c — Gemma 4's MTP assistant (gm_mtp) against llama.cpp's draft-mtp on tiny synthetic GGUFs.
+ *
+ * tests/data/gemma4/gemma4-mtp.gguf (tests/gen/gen_gemma4_mtp_fixtures.py) is a 4-layer assistant of width 16
+ * (3 sliding layers of head_dim 8 with 2 KV heads, window 6 — shorter than the target's 8, so the drafter's own
+ * window is what counts —, one full layer of head_dim 16 with 1 KV head and the target's rope_freqs) for
+ * gemma4-dense.gguf (width 32, 7 layers, its layers 5 and 6 reading layers 3 and 4's cache: so the assistant's
+ * sliding layers read target layer 3's keys and its full layer layer 4's). gemma4-mtp.draft.txt holds what
+ * llama.cpp 0.3.36 computes over libllama (tests/gen/mtp_llama_harness.cpp: F32 cache, CPU): for draft
+ * positions p in {1, 5, 12, 20, 33}, the target's final-normed hidden state at p - 1, then 3 draft steps at p,
+ * each with its token, logits and h_next.
+ *
+ * Here the target engine computes tokens [0, p) and hands its hidden state at p - 1 to the assistant; each step
+ * feeds the fixture's token and our previous h_next. Tolerances: rounding only separates the engines (llama.cpp's
+ * GELU reads an f16 table; op orders): |Δlogit| <= 2e-3 x the step's max |logit|, |Δh| <= 2e-3 x max |h|, the
+ * same argmax everywhere. A real error (a norm, the scale of the embedding, the source layer, the window, RoPE,
+ * the output scale) moves them by far more; `sensitivity` checks that zeroing h or changing the token does. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gemma.h"
+#include "support/test.h"
+
+#define MAX_TOK 64
+#define MAX_CASES 8
+#define MAX_STEPS 4
+#define V 300
+#define BB 32
+#define REL_TOL 2e-3
+
+typedef struct {
+    int pos, n_steps;
+    float h0[BB];
+    int32_t tok[MAX_STEPS];
+    float logits[MAX_STEPS][V], h[MAX_STEPS][BB];
+} draft_case;
+
+typedef struct {
+    int n_tok, n_cases;
+    int32_t tok[MAX_TOK];
+    draft_case c[MAX_CASES];
+} fixture;
+
+static int read_floats(char *p, float *out, int max) {
+    int n = 0;
+    for (char *end; n < max; n++, p = end) {
+        out[n] = strtof(p, &end);
+        if (end == p) break;
+    }
+    return n;
+}
+
+static bool load_fixture(const char *path, fixture *fx) {
+    size_t len;
+    char *text = (char *)test_read_file(path, &len);
+    if (!text) return false;
+    memset(fx, 0, sizeof *fx);
+    bool ok = true;
+    draft_case *c = NULL;
+    int step = -1;
+    for (char *line = strtok(text, "\n"); line && ok; line = strtok(NULL, "\n")) {
+        char *p = line;
+        if (!strncmp(line, "tokens ", 7)) {
+            fx->n_tok = (int)strtol(p + 7, &p, 10);
+            ok = fx->n_tok > 0 && fx->n_tok <= MAX_TOK;
+            for (int i = 0; ok && i < fx->n_tok; i++) fx->tok[i] = (int32_t)strtol(p, &p, 10);
+        } else if (!strncmp(line, "case ", 5)) {
+            ok = fx->n_cases < MAX_CASES;
+            if (!ok) break;
+            c = &fx->c[fx->n_cases++];
+            c->pos = (int)strtol(p + 5, &p, 10);
+            c->n_steps = (int)strtol(p, &p, 10);
+            ok = c->n_steps > 0 && c->n_steps <= MAX_STEPS;
+            step = -1;
+        } else if (c && !strncmp(line, "h0 ", 3)) {
+            ok = read_floats(p + 3, c->h0, BB) == BB;
+        } else if (c && !strncmp(line, "step ", 5)) {
+            step = (int)strtol(p + 5, &p, 10);
+            ok = step >= 0 && step < c->n_steps;
+            if (ok) c->tok[step] = (int32_t)strtol(p, &p, 10);
+        } else if (c && step >= 0 && !strncmp(line, "logits ", 7)) {
+            ok = read_floats(p + 7, c->logits[step], V) == V;
+        } else if (c && step >= 0 && !strncmp(line, "h ", 2)) {
+            ok = read_floats(p + 2, c->h[step], BB) == BB;
+        }
+    }
+    free(text);
+    return ok && fx->n_cases > 0 && fx->n_tok > 0;
+}
+
+static float max_abs(const float *v, int n) {
+    float m = 0.0f;
+    for (int i = 0; i < n; i++) m = fabsf(v[i]) > m ? fabsf(v[i]) : m;
+    return m;
+}
+
+static float max_diff(const float *a, const float *b, int n) {
+    float m = 0.0f;
+    for (int i = 0; i < n; i++) m = fabsf(a[i] - b[i]) > m ? fabsf(a[i] - b[i]) : m;
+    return m;
+}
+
+static int argmax(const float *v, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[b]) b = i;
+    return b;
+}
+
+typedef struct {
+    gm_model *t, *a;
+    gm_engine *e;
+    gm_mtp *d;
+} rig;
+
+static bool rig_open(rig *r, gm_backend_kind kind) {
+    gm_error err = {0};
+    memset(r, 0, sizeof *r);
+    const gm_engine_options eo = {.n_threads = 2, .n_ctx = 64, .kv_type = GM_KV_DTYPE_F32, .backend = kind};
+    CHECK_OK(gm_model_open(test_data_path("gemma4/gemma4-dense.gguf"), NULL, &r->t, &err), &err);
+    CHECK_OK(gm_model_open(test_data_path("gemma4/gemma4-mtp.gguf"), NULL, &r->a, &err), &err);
+    if (!r->t || !r->a) return false;
+    CHECK_OK(gm_engine_new(r->t, &eo, &r->e, &err), &err);
+    if (!r->e) return false;
+    CHECK_OK(gm_mtp_new(r->e, r->a, NULL, &r->d, &err), &err);
+    return r->d != NULL;
+}
+
+static void rig_close(rig *r) {
+    gm_mtp_free(r->d);
+    gm_engine_free(r->e);
+    gm_model_free(r->a);
+    gm_model_free(r->t);
+}
+
+/* The target computes tokens [0, p); its hidden state at p - 1 into h. */
+static gm_seq *prefill(rig *r, const fixture *fx, int p, float *h) {
+    gm_error err = {0};
+    gm_seq *s = NULL;
+    CHECK_OK(gm_seq_new(r->e, &s, &err), &err);
+    if (!s) return NULL;
+    gm_row rows[MAX_TOK];
+    for (int i = 0; i < p; i++) rows[i] = (gm_row){.seq = s, .token = fx->tok[i], .pos = i, .hidden = i == p - 1 ? h : NULL};
+    CHECK_OK(gm_engine_forward(r->e, rows, p, NULL, &err), &err);
+    return s;
+}
+
+/* Every case of the fixture through the assistant: the target's h, then each step's logits, argmax and h_next. */
+static void parity(gm_backend_kind kind, const char *name) {
+    fixture *fx = malloc(sizeof *fx);
+    rig r;
+    if (!fx || !load_fixture(test_data_path("gemma4/gemma4-mtp.draft.txt"), fx)) {
+        CHECK_MSG(false, "cannot read gemma4-mtp.draft.txt");
+        free(fx);
+        return;
+    }
+    if (!rig_open(&r, kind)) {
+        rig_close(&r);
+        free(fx);
+        return;
+    }
+    float worst_l = 0.0f, worst_h = 0.0f, worst_h0 = 0.0f;
+    int agree = 0, steps = 0;
+    for (int ci = 0; ci < fx->n_cases; ci++) {
+        const draft_case *c = &fx->c[ci];
+        float h[BB], h_next[BB], logits[V];
+        gm_seq *s = prefill(&r, fx, c->pos, h);
+        if (!s) continue;
+        const float e0 = max_diff(h, c->h0, BB) / max_abs(c->h0, BB);
+        worst_h0 = e0 > worst_h0 ? e0 : worst_h0;
+        for (int k = 0; k < c->n_steps; k++) {
+            gm_error err = {0};
+            const gm_mtp_row row = {.seq = s, .token = c->tok[k], .h = h, .logits = logits, .h_next = h_next};
+            CHECK_OK(gm_mtp_draft(r.d, &row, 1, &err), &err);
+            const float el = max_diff(logits, c->logits[k], V) / max_abs(c->logits[k], V);
+            const float eh = max_diff(h_next, c->h[k], BB) / max_abs(c->h[k], BB);
+            worst_l = el > worst_l ? el : worst_l;
+            worst_h = eh > worst_h ? eh : worst_h;
+            agree += argmax(logits, V) == argmax(c->logits[k], V);
+            steps++;
+            memcpy(h, h_next, sizeof h);
+        }
+        gm_seq_free(s);
+    }
+    fprintf(stderr, "  %s: %d cases, %d steps: target h rel err %.2g, logits rel err %.2g, h_next rel err %.2g, "
+            "argmax %d/%d\n", name, fx->n_cases, steps, worst_h0, worst_l, worst_h, agree, steps);
+    CHECK(steps == 15);
+    CHECK_MSG(worst_h0 <= REL_TOL, "target hidden state: relative error %g", worst_h0);
+    CHECK_MSG(worst_l <= REL_TOL, "draft logits: relative error %g", worst_l);
+    CHECK_MSG(worst_h <= REL_TOL, "h_next: relative error %g", worst_h);
+    CHECK_EQ_INT(agree, steps);
+    rig_close(&r);
+    free(fx);
+}
+
+/* The checks can fail: the same steps with h zeroed (the assistant ignoring the target's state) or with the
+ * token's embedding taken at another token move the logits far past the tolerance. */
+TEST(sensitivity) {
+    fixture *fx = malloc(sizeof *fx);
+    rig r;
+    if (!fx || !load_fixture(test_data_path("gemma4/gemma4-mtp.draft.txt"), fx) || !rig_open(&r, GM_BACKEND_CPU)) {
+        CHECK_MSG(false, "cannot set up");
+        free(fx);
+        return;
+    }
+    const draft_case *c = &fx->c[2];
+    float h[BB], zero[BB] = {0}, h_next[BB], logits[V];
+    gm_seq *s = prefill(&r, fx, c->pos, h);
+    gm_error err = {0};
+    gm_mtp_row row = {.seq = s, .token = c->tok[0], .h = zero, .logits = logits, .h_next = h_next};
+    CHECK_OK(gm_mtp_draft(r.d, &row, 1, &err), &err);
+    const float ez = max_diff(logits, c->logits[0], V) / max_abs(c->logits[0], V);
+    row.h = h, row.token = (c->tok[0] + 1) % V;
+    CHECK_OK(gm_mtp_draft(r.d, &row, 1, &err), &err);
+    const float et = max_diff(logits, c->logits[0], V) / max_abs(c->logits[0], V);
+    fprintf(stderr, "  h zeroed: rel err %.2g; another token: %.2g\n", ez, et);
+    CHECK(ez > 50 * REL_TOL);
+    CHECK(et > 50 * REL_TOL);
+    gm_seq_free(s);
+    rig_close(&r);
+    free(fx);
+}
+
+TEST(parity_cpu) { parity(GM_BACKEND_CPU, "cpu"); }
+TEST(parity_reference) { parity(GM_BACKEND_REFERENCE, "reference"); }
+
+int main(void) {
+    RUN(parity_cpu);
+    RUN(parity_reference);
+    RUN(sensitivity);
+    return test_summary();
+}
