@@ -49,6 +49,15 @@ gm_layer_max gm_model_layer_max(const gm_model *m) {
     return x;
 }
 
+gm_status gm_model_embedding_row(const gm_model *m, int32_t tok, float *out) {
+    const gm_matrix *E = &m->embd;
+    const gm_type_traits *tr = gm_type_traits_of(E->type);
+    if (!tr || !tr->dequant_row) return GM_ERR_UNSUPPORTED;
+    if (tok < 0 || tok >= E->rows) return GM_ERR_ARG;
+    tr->dequant_row((const char *)E->data + (size_t)tok * gm_row_bytes(E->type, E->cols), out, E->cols);
+    return GM_OK;
+}
+
 const gm_layer_config *gm_model_layer(const gm_model *m, int il) {
     return m && il >= 0 && il < m->cfg.n_layers ? &m->layers[il].lc : NULL;
 }

@@ -64,6 +64,8 @@ typedef struct gm_layer_max {
     int head_dim, n_heads, n_kv_heads, d_ff, q_dim, kv_dim, group; /* group: n_heads / n_kv_heads */
 } gm_layer_max;
 gm_layer_max gm_model_layer_max(const gm_model *m);
+/* Row tok of the token embeddings as d_model floats (no scale applied). */
+gm_status gm_model_embedding_row(const gm_model *m, int32_t tok, float *out);
 /* A 2-D weight [rows x cols] (GGUF ne = [cols, rows]) as a matrix view, its shape checked, numbered (the next id). */
 gm_status gm_model_load_matrix(gm_model *m, const char *name, int64_t cols, int64_t rows, gm_matrix *out,
                                gm_error *err);

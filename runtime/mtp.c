@@ -7,7 +7,6 @@
 
 #include "core/error.h"
 #include "model/families/gemma4.h"
-#include "quant/quant.h"
 
 typedef struct mtp_layer {
     gm_layer_config lc; /* the attention's view: the drafter's heads, the target layer's KV heads, window - 1 */
@@ -140,14 +139,11 @@ gm_status gm_mtp_fwd_new(const gm_model *t, const gm_kv_layout *tlay, const gm_m
 
 /* in[i] = concat(E_target[token] * sqrt(d_bb), h): llama.cpp scales by sqrtf of the backbone width */
 static gm_status write_inputs(gm_mtp_fwd *f, const gm_mtp_fwd_row *rows, int n) {
-    const gm_matrix *E = &f->t->embd;
-    const gm_type_traits *tr = gm_type_traits_of(E->type);
-    if (!tr || !tr->dequant_row) return GM_ERR_UNSUPPORTED;
-    const size_t rb = gm_row_bytes(E->type, E->cols);
     const float s = sqrtf((float)f->bb);
     for (int i = 0; i < n; i++) {
         float *in = f->in + (size_t)i * 2 * (size_t)f->bb;
-        tr->dequant_row((const char *)E->data + (size_t)rows[i].token * rb, f->embd_row, E->cols);
+        gm_status st = gm_model_embedding_row(f->t, rows[i].token, f->embd_row);
+        if (st) return st;
         for (int j = 0; j < f->bb; j++) in[j] = f->embd_row[j] * s;
         memcpy(in + f->bb, rows[i].h, (size_t)f->bb * sizeof *in);
     }
