@@ -120,4 +120,8 @@ gm_status gm_grammar_mask(gm_matcher *m, uint32_t *mask, int n_vocab, gm_error *
 /* Drops every block of s: the next evaluation computes (or adopts) from position 0. */
 void gm_seq_forget(gm_seq *s);
 
+/* The assistant a gm_mtp drafts with, and the engine whose sequences it drafts for (engine/mtp.c). */
+const gm_model *gm_mtp_assistant(const gm_mtp *d);
+const gm_engine *gm_mtp_target(const gm_mtp *d);
+
 #endif

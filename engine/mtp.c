@@ -9,11 +9,15 @@
 
 struct gm_mtp {
     gm_engine *e;
+    const gm_model *a;
     gm_backend *be;
     gm_mtp_fwd *fwd;
     gm_mtp_fwd_row *rows;
     int max_rows;
 };
+
+const gm_model *gm_mtp_assistant(const gm_mtp *d) { return d ? d->a : NULL; }
+const gm_engine *gm_mtp_target(const gm_mtp *d) { return d ? d->e : NULL; }
 
 void gm_mtp_free(gm_mtp *d) {
     if (!d) return;
@@ -34,7 +38,7 @@ gm_status gm_mtp_new(gm_engine *e, const gm_model *a, const gm_mtp_options *opt,
     if (o.max_rows < 0) return gm_fail(err, GM_ERR_ARG, "mtp: max_rows %d", o.max_rows);
     gm_mtp *d = calloc(1, sizeof *d);
     if (!d) return gm_fail(err, GM_ERR_NOMEM, "mtp: out of memory");
-    d->e = e;
+    d->e = e, d->a = a;
     d->max_rows = o.max_rows ? o.max_rows : 64;
     gm_backend_options bo = e->bo; /* the target's threads (its pool when the caller gave one), ISA and context */
     bo.max_batch = d->max_rows;

@@ -49,7 +49,12 @@ struct gm_spec {
     int32_t shadow;        /* the lookup proposal's first token while the gate is shut; -1: none */
     int32_t draft[GM_SPEC_MAX_K];
     int n_draft;
-    int k_want;            /* draft model: drafts to make this step */
+    int k_want;            /* draft model, assistant: drafts to make this step */
+    float *hid;            /* assistant: (k_max + 1) x d, the verify rows' hidden states */
+    float *h, *h_next;     /* assistant: the hidden state its next draft step reads, and the one it writes */
+    int h_pos;             /* assistant: the position whose hidden state h is after a step (-1: none) */
+    float *mtp_logits;     /* assistant: V, one draft step's logits */
+    int n_rows;            /* rows of this step's verify pass */
     bool q_dense;          /* q[j * V ..] is the draft's distribution for draft[j]; else point masses */
     float *q;              /* k_max x V, allocated when a sampled draft first needs it */
     float *logits;         /* (k_max + 1) x V */
@@ -238,13 +243,79 @@ static gm_status draft_rounds(gm_spec *const *sps, int n, const gm_sampling *s, 
     return st ? gm_fail_prefix(err, "speculative: draft model: ") : GM_OK;
 }
 
+/* The assistant can draft when the step's pass starts at the last token (uncomputed) and the state of the position
+ * before it was kept by the last step. */
+static gm_status mtp_begin(gm_spec *sp, int k) {
+    const gm_seq *q = sp->s;
+    if (sp->h_pos < 0 || sp->h_pos != q->n_kv - 1 || q->n_kv != q->n_tok - 1 || (q->grammar && ended(q->grammar)))
+        return GM_OK;
+    sp->k_want = k;
+    return GM_OK;
+}
+
+/* The assistant's next guess from its logits: the argmax (llama.cpp's draft-mtp), among the tokens the grammar
+ * allows under one (the target's matcher takes it and is rewound before the verify pass). */
+static gm_status mtp_pick(gm_spec *sp, gm_error *err) {
+    gm_matcher *m = sp->s->grammar;
+    const float *L = sp->mtp_logits;
+    gm_status st = m ? gm_grammar_mask(m, sp->s->mask, sp->V, err) : GM_OK;
+    if (st) return st;
+    int32_t best = -1;
+    for (int i = 0; i < sp->V; i++)
+        if ((!m || (sp->s->mask[i / 32] >> (i % 32) & 1u)) && (best < 0 || L[i] > L[best])) best = i;
+    if (best < 0) { /* the grammar allows nothing more */
+        sp->k_want = sp->n_draft;
+        return GM_OK;
+    }
+    bool ok = true;
+    if (m && !(st = gm_matcher_accept_token(m, best, &ok, err)) && !ok)
+        st = gm_fail(err, GM_ERR_STATE, "the grammar refused draft token %d its mask allowed", (int)best);
+    if (st) return st;
+    sp->g_steps += m != NULL;
+    sp->draft[sp->n_draft++] = best;
+    float *t = sp->h;
+    sp->h = sp->h_next, sp->h_next = t;
+    if (m && ended(m)) sp->k_want = sp->n_draft;
+    return GM_OK;
+}
+
+/* The assistant's guesses for every sequence, one token per round: the sequences sharing an assistant draft in one
+ * gm_mtp_draft call per round, each step reading the previous one's token and state. */
+static gm_status mtp_rounds(gm_spec *const *sps, int n, gm_error *err) {
+    gm_mtp_row one[16], *rows = n <= 16 ? one : malloc((size_t)n * sizeof *rows);
+    int *idx = malloc((size_t)n * sizeof *idx);
+    gm_status st = rows && idx ? GM_OK : gm_fail(err, GM_ERR_NOMEM, "speculative: out of memory");
+    while (!st) {
+        gm_mtp *d = NULL;
+        int m = 0;
+        for (int i = 0; i < n; i++) {
+            gm_spec *sp = sps[i];
+            if (sp->o.kind != GM_SPEC_MTP || sp->n_draft >= sp->k_want || (d && sp->o.mtp != d)) continue;
+            d = sp->o.mtp;
+            const gm_seq *q = sp->s;
+            idx[m] = i;
+            rows[m++] = (gm_mtp_row){.seq = q, .token = sp->n_draft ? sp->draft[sp->n_draft - 1] : q->tok[q->n_tok - 1],
+                                     .h = sp->h, .logits = sp->mtp_logits, .h_next = sp->h_next};
+        }
+        if (!m) break;
+        st = gm_mtp_draft(d, rows, m, err);
+        for (int j = 0; j < m && !st; j++) {
+            sps[idx[j]]->st.draft_evals++;
+            st = mtp_pick(sps[idx[j]], err);
+        }
+    }
+    if (rows != one) free(rows);
+    free(idx);
+    return st ? gm_fail_prefix(err, "speculative: assistant: ") : GM_OK;
+}
+
 static bool gate_open(const gm_spec *sp) { return sp->o.fixed_k || sp->rate >= GATE_OPEN; }
 
 /* At most k_cur proposals, fewer near the context's end or max_new (the target's token is one more);
  * none while the gate is shut (but a shadow lookup, or a draft model's probe). */
 static gm_status propose(gm_spec *sp, const gm_sampling *o, int max_new, gm_error *err) {
     gm_seq *q = sp->s;
-    const bool open = gate_open(sp), probe = !open && sp->o.kind == GM_SPEC_DRAFT && ++sp->shut_steps >= GATE_PROBE;
+    const bool open = gate_open(sp), probe = !open && sp->o.kind != GM_SPEC_LOOKUP && ++sp->shut_steps >= GATE_PROBE;
     int k = open ? sp->k_cur : 1;
     sp->shadow = -1;
     if (k > q->e->n_ctx - q->n_tok - 1) k = q->e->n_ctx - q->n_tok - 1;
@@ -259,15 +330,15 @@ static gm_status propose(gm_spec *sp, const gm_sampling *o, int max_new, gm_erro
     }
     if (!open && !probe) return GM_OK;
     sp->shut_steps = 0;
-    return draft_begin(sp, o, k, err);
+    return sp->o.kind == GM_SPEC_MTP ? mtp_begin(sp, k) : draft_begin(sp, o, k, err);
 }
 
 /* ---------------------------------------------------------------- new / free */
 
 static gm_status check_options(const gm_seq *s, gm_spec_options *o, gm_error *err) {
-    if (o->kind != GM_SPEC_LOOKUP && o->kind != GM_SPEC_DRAFT)
-        return gm_fail(err, GM_ERR_ARG, "speculative: unknown proposer kind %d (GM_SPEC_LOOKUP or GM_SPEC_DRAFT)",
-                       (int)o->kind);
+    if (o->kind != GM_SPEC_LOOKUP && o->kind != GM_SPEC_DRAFT && o->kind != GM_SPEC_MTP)
+        return gm_fail(err, GM_ERR_ARG, "speculative: unknown proposer kind %d (GM_SPEC_LOOKUP, GM_SPEC_DRAFT or "
+                       "GM_SPEC_MTP)", (int)o->kind);
     if (o->k_max == 0) o->k_max = 8;
     if (o->k_max < 1 || o->k_max > GM_SPEC_MAX_K)
         return gm_fail(err, GM_ERR_ARG, "speculative: k_max %d must be in [1, %d] (0 = 8)", o->k_max, GM_SPEC_MAX_K);
@@ -277,6 +348,12 @@ static gm_status check_options(const gm_seq *s, gm_spec_options *o, gm_error *er
         return gm_fail(err, GM_ERR_ARG, "speculative: n-gram lengths [%d, %d] must satisfy 1 <= min <= max <= 16",
                        o->ngram_min, o->ngram_max);
     if (o->kind == GM_SPEC_LOOKUP) return GM_OK;
+    if (o->kind == GM_SPEC_MTP) {
+        if (!o->mtp) return gm_fail(err, GM_ERR_ARG, "speculative: GM_SPEC_MTP needs an assistant (gm_mtp_new)");
+        if (gm_mtp_target(o->mtp) != s->e)
+            return gm_fail(err, GM_ERR_ARG, "speculative: the assistant drafts for another engine's sequences");
+        return gm_spec_check_vocab(s->e->m, gm_mtp_assistant(o->mtp), err);
+    }
     if (!o->draft) return gm_fail(err, GM_ERR_ARG, "speculative: GM_SPEC_DRAFT needs a draft engine");
     if (o->draft == s->e)
         return gm_fail(err, GM_ERR_ARG, "speculative: the draft engine must not be the target's (open a second engine)");
@@ -300,6 +377,16 @@ gm_status gm_spec_new(gm_seq *s, const gm_spec_options *opt, gm_spec **out, gm_e
     sp->logits = malloc((size_t)(o.k_max + 1) * sp->V * sizeof *sp->logits);
     if (!sp->logits) st = gm_fail(err, GM_ERR_NOMEM, "speculative: out of memory for %d rows of logits", o.k_max + 1);
     if (!st && o.kind == GM_SPEC_DRAFT) st = gm_seq_new(o.draft, &sp->ds, err);
+    sp->h_pos = -1;
+    if (!st && o.kind == GM_SPEC_MTP) {
+        const size_t d = (size_t)s->e->c->d_model;
+        sp->hid = malloc((size_t)(o.k_max + 1) * d * sizeof *sp->hid);
+        sp->h = malloc(d * sizeof *sp->h);
+        sp->h_next = malloc(d * sizeof *sp->h_next);
+        sp->mtp_logits = malloc((size_t)sp->V * sizeof *sp->mtp_logits);
+        if (!sp->hid || !sp->h || !sp->h_next || !sp->mtp_logits)
+            st = gm_fail(err, GM_ERR_NOMEM, "speculative: out of memory for the assistant's states");
+    }
     if (st) {
         gm_spec_free(sp);
         return st;
@@ -311,6 +398,10 @@ gm_status gm_spec_new(gm_seq *s, const gm_spec_options *opt, gm_spec **out, gm_e
 void gm_spec_free(gm_spec *sp) {
     if (!sp) return;
     gm_seq_free(sp->ds);
+    free(sp->hid);
+    free(sp->h);
+    free(sp->h_next);
+    free(sp->mtp_logits);
     free(sp->q);
     free(sp->logits);
     free(sp);
@@ -374,6 +465,9 @@ static int spec_rows(gm_spec *sp, gm_row *rows) {
     if (sp->have_base) memcpy(sp->logits, q->logits, (size_t)sp->V * sizeof *sp->logits);
     else rows[r++] = (gm_row){.seq = q, .token = q->tok[q->n_tok - 1], .pos = q->n_tok - 1, .logits = true};
     for (int j = 0; j < sp->n_draft; j++) rows[r++] = (gm_row){.seq = q, .token = sp->draft[j], .pos = q->n_tok + j, .logits = true};
+    if (sp->o.kind == GM_SPEC_MTP) /* the assistant's next draft reads one of these */
+        for (int i = 0; i < r; i++) rows[i].hidden = sp->hid + (size_t)i * (size_t)q->e->c->d_model;
+    sp->n_rows = r;
     sp->st.passes += r > 0;
     sp->st.verify_passes += sp->n_draft > 0;
     return r;
@@ -463,6 +557,12 @@ static gm_status accept(gm_spec *sp, const gm_sampling *o, gm_error *err) {
     if (a < 0) return st;
     if ((st = gm_seq_truncate(sp->s, sp->base + a, err)) || (st = gm_seq_append(sp->s, &t, 1, err))) return st;
     sp->g_steps = 0; /* the matcher has taken exactly the step's tokens: kept */
+    if (sp->o.kind == GM_SPEC_MTP) { /* the state of the row that gave t, the position before it */
+        const int first = sp->have_base ? sp->base : sp->base - 1, i = sp->base + a - 1 - first;
+        const size_t d = (size_t)sp->s->e->c->d_model;
+        sp->h_pos = i >= 0 && i < sp->n_rows ? sp->base + a - 1 : -1;
+        if (sp->h_pos >= 0) memcpy(sp->h, sp->hid + (size_t)i * d, d * sizeof *sp->h);
+    }
     memcpy(sp->out, sp->draft, (size_t)a * sizeof *sp->out);
     sp->out[a] = t;
     sp->n_out = a + 1;
@@ -489,6 +589,7 @@ gm_status gm_spec_step_many(gm_spec *const *sps, int n, const gm_sampling *s, co
     if ((st = prepare(sps, n, err))) return st;
     for (int i = 0; i < n && !st; i++) st = propose(sps[i], &s[i], max_new ? max_new[i] : 0, err);
     if (!st) st = draft_rounds(sps, n, s, err);
+    if (!st) st = mtp_rounds(sps, n, err);
     for (int i = 0; i < n && !st; i++) st = rewind_grammar(sps[i], err); /* drafting's steps: judge retakes them */
     if (!st) st = verify(sps, n, err);
     for (int i = 0; i < n && !st; i++) st = accept(sps[i], &s[i], err);

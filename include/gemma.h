@@ -581,11 +581,15 @@ GEMMA_API gm_status gm_seq_sample(gm_seq *s, const gm_sampling *opt, int32_t *to
  *    in the caller's engine `draft`, in a sequence of its own that follows the target's history;
  *    it drafts k tokens one at a time (greedy when the target is greedy, else sampled from q with
  *    the same settings, q kept for the rejection test).
+ *  GM_SPEC_MTP: Gemma 4's assistant (gm_mtp) drafts from the target's own cache and its final-normed hidden
+ *    state at the last computed position, which the verify pass records: no second cache, no prefill. Its
+ *    guesses are its argmax (as llama.cpp's draft-mtp), a point mass q for the rejection test. A step right
+ *    after a prompt has no hidden state yet and is a plain decode.
  * k adapts per sequence: it doubles after a pass that accepted every guess and drops to one more
  * than the accepted count after a rejection (never above k_max). A gate stops proposing while the
  * running rate at which a step's first guess is accepted is below 1/2 (an extra verify row is far
  * from free on a CPU); lookup keeps scoring its guesses meanwhile so the gate reopens when the text
- * turns to copying, a draft model probes with one token every 8 steps. With nothing proposed the
+ * turns to copying, a draft model or the assistant probes with one token every 8 steps. With nothing proposed the
  * step is a plain decode. fixed_k turns adaptation and the gate off.
  *
  * Grammars. Under a grammar (gm_seq_set_grammar on the target sequence) each position's token is chosen
@@ -603,7 +607,10 @@ typedef struct gm_spec gm_spec;
 typedef enum gm_spec_kind {
     GM_SPEC_LOOKUP = 1,
     GM_SPEC_DRAFT = 2,
+    GM_SPEC_MTP = 3,
 } gm_spec_kind;
+
+typedef struct gm_mtp gm_mtp; /* Gemma 4's MTP assistant: see "drafters" below */
 
 enum { GM_SPEC_MAX_K = 32 }; /* the largest k_max */
 
@@ -615,6 +622,8 @@ typedef struct gm_spec_options {
     int ngram_max;     /* lookup: longest n-gram matched, [ngram_min, 16]; 0: 4 */
     gm_engine *draft;  /* GM_SPEC_DRAFT: an engine over the draft model (kept by the caller, freed after
                           the gm_spec; several gm_spec may share it) */
+    gm_mtp *mtp;       /* GM_SPEC_MTP: the assistant over the target's engine (kept by the caller, freed after the
+                          gm_spec; several gm_spec may share it) */
 } gm_spec_options;
 
 /* Counters since gm_spec_new. Acceptance rate = accepted / drafted; tokens per pass = tokens / passes. */
@@ -651,13 +660,12 @@ GEMMA_API void gm_spec_get_stats(const gm_spec *sp, gm_spec_stats *out);
 /* ------------------------------------------------------------------ drafters: Gemma 4's MTP assistant */
 
 /* A Gemma 4 assistant (a gemma4-assistant file: gm_config.is_drafter) drafts tokens for a target engine's
- * sequences from the target's own cache: it has no cache of its own and needs no prefill. A draft step for a
+ * sequences from the target's own cache: it has no cache of its own and needs no prefill (GM_SPEC_MTP drafts
+ * with it). A draft step for a
  * sequence whose cache holds positions [0, p) reads token t (the one at p: the last accepted, not yet computed)
  * and a hidden state h of the target's width (first the target's final-normed state at p - 1: gm_row.hidden; then
  * the previous step's h_next), and gives logits over the target's vocabulary and h_next. Every step of one draft
  * attends at position p over the same keys (as llama.cpp's draft-mtp). docs/speculative.md has the math. */
-typedef struct gm_mtp gm_mtp;
-
 typedef struct gm_mtp_options {
     int max_rows; /* rows per gm_mtp_draft call before it works in chunks; 0: 64 */
 } gm_mtp_options;

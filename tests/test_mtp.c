@@ -18,8 +18,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gemma.h"
+#include "gemma_generator.h"
+#include "formats/gguf.h"
 #include "support/test.h"
 
 #define MAX_TOK 64
@@ -222,6 +225,117 @@ TEST(sensitivity) {
     free(fx);
 }
 
+/* n greedy tokens after the fixture's first np tokens, with the assistant drafting k (fixed) or adaptively, or
+ * without speculation (k 0). */
+static int greedy_run_with(const fixture *fx, const char *assistant, const gm_sampling *s, int np, int n, int k,
+                           bool fixed, int32_t *out, gm_spec_stats *st) {
+    gm_error err = {0};
+    gm_model *t = NULL, *a = NULL;
+    gm_generator *g = NULL;
+    gm_mtp *d = NULL;
+    int got = 0;
+    char apath[512]; /* test_data_path's buffer is reused */
+    snprintf(apath, sizeof apath, "%s", assistant);
+    CHECK_OK(gm_model_open(test_data_path("gemma4/gemma4-dense.gguf"), NULL, &t, &err), &err);
+    CHECK_OK(gm_model_open(apath, NULL, &a, &err), &err);
+    const gm_generator_options go = {.n_threads = 2, .n_ctx = 128, .ignore_stop = true};
+    if (t && a) CHECK_OK(gm_generator_new(t, &go, &g, &err), &err);
+    if (g && k) {
+        CHECK_OK(gm_mtp_new(gm_generator_engine(g), a, NULL, &d, &err), &err);
+        const gm_spec_options so = {.kind = GM_SPEC_MTP, .k_max = k, .fixed_k = fixed, .mtp = d};
+        if (d) CHECK_OK(gm_generator_set_speculative(g, &so, &err), &err);
+    }
+    if (g) CHECK_OK(gm_generator_prefill(g, fx->tok, np, &err), &err);
+    if (g) CHECK_OK(gm_generator_generate_cached(g, n, s, out, &got, &err), &err);
+    if (g && st) gm_spec_get_stats(gm_generator_speculative(g), st);
+    gm_generator_free(g);
+    gm_mtp_free(d);
+    gm_model_free(a);
+    gm_model_free(t);
+    return got;
+}
+
+static int greedy_run(const fixture *fx, int np, int n, int k, bool fixed, int32_t *out, gm_spec_stats *st) {
+    const gm_sampling s = gm_sampling_default();
+    return greedy_run_with(fx, test_data_path("gemma4/gemma4-mtp.gguf"), &s, np, n, k, fixed, out, st);
+}
+
+/* Greedy output with the assistant drafting equals the output without: every draft checked by the target, the
+ * rejected ones rolled back, the kept state of each step the one of the row before the next draft. */
+TEST(greedy_exact) {
+    fixture *fx = malloc(sizeof *fx);
+    if (!fx || !load_fixture(test_data_path("gemma4/gemma4-mtp.draft.txt"), fx)) {
+        CHECK_MSG(false, "cannot read the fixture");
+        free(fx);
+        return;
+    }
+    enum { N = 48 };
+    int32_t ref[N], got[N];
+    for (int np = 3; np <= 20; np += 17) {
+        CHECK_EQ_INT(greedy_run(fx, np, N, 0, false, ref, NULL), N);
+        const int ks[] = {1, 3, 8};
+        for (int i = 0; i < 3; i++)
+            for (int fixed = 0; fixed < 2; fixed++) {
+                gm_spec_stats st = {0};
+                CHECK_EQ_INT(greedy_run(fx, np, N, ks[i], fixed, got, &st), N);
+                CHECK_MSG(!memcmp(ref, got, sizeof ref), "prompt %d, k %d%s: greedy output differs", np, ks[i],
+                          fixed ? " fixed" : "");
+                if (getenv("MTP_VERBOSE")) fprintf(stderr, "  np %d k %d%s: %lld drafted, %lld accepted\n", np, ks[i], fixed ? " fixed" : "", (long long)st.drafted, (long long)st.accepted);
+                CHECK_MSG(st.tokens >= N && st.draft_evals > 0 && st.drafted > 0,
+                          "prompt %d, k %d: %lld tokens, %lld drafted in %lld assistant calls", np, ks[i],
+                          (long long)st.tokens, (long long)st.drafted, (long long)st.draft_evals);
+                if (fixed) /* every step drafts but the first two (no state yet) and the last k (max_new clamps them) */
+                    CHECK_MSG(st.verify_passes >= st.steps - 2 - ks[i], "k %d: %lld of %lld steps drafted", ks[i],
+                              (long long)st.verify_passes, (long long)st.steps);
+            }
+    }
+    free(fx);
+}
+
+/* Drafts that are accepted: the assistant with its output norm zeroed (every logit 0: it always guesses token 0)
+ * and the target pushed to token 0 by a logit bias. Every draft holds, so the steps keep k + 1 tokens, roll back
+ * nothing and take the state of the last verify row; the output is the one without speculation. */
+TEST(greedy_accepted) {
+    fixture *fx = malloc(sizeof *fx);
+    gm_error err = {0};
+    gguf_file *f = NULL;
+    char path[] = "/tmp/gm_mtp_zeroXXXXXX";
+    const int fd = mkstemp(path);
+    bool made = false;
+    if (fx && load_fixture(test_data_path("gemma4/gemma4-mtp.draft.txt"), fx) && fd >= 0 &&
+        gguf_open(test_data_path("gemma4/gemma4-mtp.gguf"), NULL, &f, &err) == GM_OK) {
+        size_t len;
+        unsigned char *bytes = test_read_file(test_data_path("gemma4/gemma4-mtp.gguf"), &len);
+        const gguf_tensor *t = gguf_find_tensor(f, "output_norm.weight");
+        if (bytes && t) {
+            memset(bytes + f->data_offset + t->offset, 0, (size_t)t->nbytes);
+            made = write(fd, bytes, len) == (ssize_t)len;
+        }
+        free(bytes);
+    }
+    if (fd >= 0) close(fd);
+    gguf_close(f);
+    CHECK_MSG(made, "cannot write the zeroed assistant");
+    if (made) {
+        enum { N = 40 };
+        int32_t ref[N], got[N];
+        const gm_logit_bias bias = {.token = 0, .bias = 1000.0f};
+        gm_sampling s = gm_sampling_default();
+        s.logit_bias = &bias, s.n_logit_bias = 1;
+        const int ks[] = {1, 4};
+        CHECK_EQ_INT(greedy_run_with(fx, path, &s, 6, N, 0, false, ref, NULL), N);
+        for (int i = 0; i < 2; i++) {
+            gm_spec_stats st = {0};
+            CHECK_EQ_INT(greedy_run_with(fx, path, &s, 6, N, ks[i], true, got, &st), N);
+            CHECK_MSG(!memcmp(ref, got, sizeof ref), "k %d: greedy output differs", ks[i]);
+            CHECK_MSG(st.drafted >= N / (ks[i] + 1) - 2 && st.accepted == st.drafted, "k %d: %lld of %lld drafts accepted", ks[i],
+                      (long long)st.accepted, (long long)st.drafted);
+        }
+    }
+    unlink(path);
+    free(fx);
+}
+
 TEST(parity_cpu) { parity(GM_BACKEND_CPU, "cpu"); }
 TEST(parity_reference) { parity(GM_BACKEND_REFERENCE, "reference"); }
 
@@ -229,5 +343,7 @@ int main(void) {
     RUN(parity_cpu);
     RUN(parity_reference);
     RUN(sensitivity);
+    RUN(greedy_exact);
+    RUN(greedy_accepted);
     return test_summary();
 }
