@@ -514,7 +514,7 @@ static bool parse_body(const gen_call_in *in, const cJSON *root, gen_request *rq
     int asked = 0, max_tokens = 0;
     if (!count && !max_tokens_field(root, o, &asked, &max_tokens, e)) return false;
     rq->n = 1;
-    rq->speculative = o->lookup || o->draft_model_path;
+    rq->speculative = srv_has_drafter(o);
     if (!sampling(root, rq, e) || !srq_bool(root, "stream", NULL, &rq->stream, e) || !stop_sequences(root, rq, e) ||
         !thinking(root, asked, e) || !output_config(root, rq, e) || !read_tools(field(root, "tools"), rq, e) ||
         !read_tool_choice(field(root, "tool_choice"), in->tok, rq, e) || !conversation(in, root, rq, e))

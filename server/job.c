@@ -203,6 +203,7 @@ bool job_stream_take(job *j, job_reader *rd, stream_view *v) {
     if (all && j->done) {
         v->end = true;
         v->gen = job_generated(j);
+        v->draft_n = j->draft_n, v->draft_n_accepted = j->draft_n_accepted;
         v->t_submit = j->t_submit;
         v->t_started = j->t_started;
         rd->closed = true;

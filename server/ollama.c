@@ -228,7 +228,7 @@ static bool other_fields(parse *ps, const cJSON *root) {
         return bad(ps->e, "'%s' is not supported by this server's Ollama API (use /v1/chat/completions)", "logprobs");
     ps->rq->stream = true; /* Ollama streams unless told not to */
     if (!srq_bool(root, "stream", NULL, &ps->rq->stream, ps->e)) return false;
-    ps->rq->speculative = ps->in->o->lookup || ps->in->o->draft_model_path;
+    ps->rq->speculative = srv_has_drafter(ps->in->o);
     return true;
 }
 

@@ -447,11 +447,11 @@ static bool output_fields(parse *ps, const cJSON *root, call_kind kind, const sr
         if (!cJSON_IsObject(so)) return bad(ps, "'%s' must be an object", "stream_options");
         if (!get_bool(ps, so, "include_usage", &ps->q->include_usage)) return false;
     }
-    const bool drafter = o->lookup || o->draft_model_path;
+    const bool drafter = srv_has_drafter(o);
     ps->rq->speculative = drafter;
     if (!get_bool(ps, root, "speculative", &ps->rq->speculative)) return false;
     if (ps->rq->speculative && !drafter)
-        return bad(ps, "'%s': this server has no drafter (start it with --lookup or --draft-model)", "speculative");
+        return bad(ps, "'%s': this server has no drafter (start it with --lookup, --draft-model or --mtp)", "speculative");
     if (kind == CALL_CHAT) {
         if (!get_bool(ps, root, "logprobs", &ps->rq->logprobs) ||
             !get_int(ps, root, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &ps->rq->top_logprobs))
@@ -584,13 +584,30 @@ static const char *finish_reason(gen_finish f, int n_calls) {
     return gen_finish_is_length(f) ? "length" : n_calls ? "tool_calls" : "stop";
 }
 
-static cJSON *usage_json(int n_prompt, int gen, int cached) {
+/* Speculation's counts go where OpenAI puts a predicted output's (completion_tokens_details: accepted and rejected
+ * prediction tokens) and where llama-server puts its drafts' (timings.draft_n, draft_n_accepted), when it drafted. */
+static cJSON *usage_json(int n_prompt, int gen, int cached, int64_t drafted, int64_t accepted) {
     cJSON *u = cJSON_CreateObject();
     cJSON_AddNumberToObject(u, "prompt_tokens", n_prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", gen);
     cJSON_AddNumberToObject(u, "total_tokens", n_prompt + gen);
     cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens", cached);
+    if (drafted > 0) {
+        cJSON *d = cJSON_AddObjectToObject(u, "completion_tokens_details");
+        cJSON_AddNumberToObject(d, "accepted_prediction_tokens", (double)accepted);
+        cJSON_AddNumberToObject(d, "rejected_prediction_tokens", (double)(drafted - accepted));
+    }
     return u;
+}
+
+static void add_timings(cJSON *o, int n_prompt, int cached, int gen, int64_t drafted, int64_t accepted) {
+    if (drafted <= 0) return;
+    cJSON *t = cJSON_AddObjectToObject(o, "timings");
+    cJSON_AddNumberToObject(t, "prompt_n", n_prompt - cached);
+    cJSON_AddNumberToObject(t, "cache_n", cached);
+    cJSON_AddNumberToObject(t, "predicted_n", gen);
+    cJSON_AddNumberToObject(t, "draft_n", (double)drafted);
+    cJSON_AddNumberToObject(t, "draft_n_accepted", (double)accepted);
 }
 
 static cJSON *token_item(const gm_tokenizer *tok, int32_t id, float lp, bool chat) {
@@ -700,7 +717,9 @@ static char *response(const void *call, const job *j, const gm_tokenizer *tok) {
     const openai_call *q = call;
     cJSON *o = envelope(q, false), *choices = cJSON_AddArrayToObject(o, "choices");
     for (int i = 0; i < j->rq.n; i++) cJSON_AddItemToArray(choices, choice_json(q, j, i, tok));
-    cJSON_AddItemToObject(o, "usage", usage_json(j->rq.n_prompt, job_generated(j), j->cached));
+    cJSON_AddItemToObject(o, "usage", usage_json(j->rq.n_prompt, job_generated(j), j->cached, j->draft_n,
+                                                  j->draft_n_accepted));
+    add_timings(o, j->rq.n_prompt, j->cached, job_generated(j), j->draft_n, j->draft_n_accepted);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -787,7 +806,8 @@ static void render(const void *call, const stream_view *v, const gm_tokenizer *t
     if (q->include_usage) {
         cJSON *o = envelope(q, true);
         cJSON_AddArrayToObject(o, "choices");
-        cJSON_AddItemToObject(o, "usage", usage_json(v->n_prompt, v->gen, v->cached));
+        cJSON_AddItemToObject(o, "usage", usage_json(v->n_prompt, v->gen, v->cached, v->draft_n, v->draft_n_accepted));
+        add_timings(o, v->n_prompt, v->cached, v->gen, v->draft_n, v->draft_n_accepted);
         put_event(out, o);
     }
     srv_buf_put(out, "data: [DONE]\n\n", 14);

@@ -575,8 +575,7 @@ static bool sampling_fields(parse *ps, const cJSON *root) {
     if (field(root, "top_logprobs") && !(cJSON_IsNumber(field(root, "top_logprobs")) && field(root, "top_logprobs")->valuedouble == 0))
         return bad(ps, "'%s' is not supported", "top_logprobs");
     if (field(root, "max_tool_calls")) return bad(ps, "'%s' is not supported", "max_tool_calls");
-    const bool drafter = ps->in->o->lookup || ps->in->o->draft_model_path;
-    ps->rq->speculative = drafter;
+    ps->rq->speculative = srv_has_drafter(ps->in->o);
     return srq_sampling_check(ps->rq, ps->e);
 }
 

@@ -60,6 +60,8 @@ struct srv_sched {
     gm_spec_options spec;
     gm_model *draft_model;
     gm_engine *draft;
+    gm_model *assistant;   /* --mtp: the assistant, and its drafter over the engine */
+    gm_mtp *mtp;
     gm_spec **spec_sps;
     gm_sampling *spec_smp;
     int *spec_max;
@@ -137,6 +139,7 @@ static void free_choices(srv_sched *s, job *j) {
             gm_spec_stats st;
             gm_spec_get_stats(j->spec[i], &st);
             metrics_speculative(s->met, &st);
+            j->draft_n += st.drafted, j->draft_n_accepted += st.accepted;
             gm_spec_free(j->spec[i]);
             j->spec[i] = NULL;
         }
@@ -662,9 +665,17 @@ static size_t kv_bytes_per_token(const gm_model *m, gm_kv_dtype t) {
 }
 
 /* --lookup needs nothing more; --draft-model opens the draft model and gives it an engine of its own,
- * shared by every speculating sequence (they draft together). */
+ * shared by every speculating sequence (they draft together); --mtp opens the assistant over the engine (its
+ * sequences draft together too). */
 static gm_status open_drafter(srv_sched *s, const srv_options *o, const gm_engine_options *target, gm_error *err) {
-    s->spec = (gm_spec_options){.kind = o->lookup ? GM_SPEC_LOOKUP : GM_SPEC_DRAFT, .k_max = o->draft_max};
+    s->spec = (gm_spec_options){.kind = o->lookup ? GM_SPEC_LOOKUP : o->mtp_path ? GM_SPEC_MTP : GM_SPEC_DRAFT,
+                                .k_max = o->draft_max};
+    if (o->mtp_path) { /* no engine of its own: it reads the target's cache */
+        gm_status st = gm_model_open(o->mtp_path, &o->model_opts, &s->assistant, err);
+        if (!st) st = gm_mtp_new(s->e, s->assistant, NULL, &s->mtp, err);
+        s->spec.mtp = s->mtp;
+        return st;
+    }
     if (!o->draft_model_path) return GM_OK;
     gm_status st = gm_model_open(o->draft_model_path, &o->model_opts, &s->draft_model, err);
     if (st) return st;
@@ -733,6 +744,8 @@ void sched_stop(srv_sched *s) {
 void sched_free(srv_sched *s) {
     if (!s) return;
     sched_stop(s);
+    gm_mtp_free(s->mtp); /* before the engine it drafts for */
+    gm_model_free(s->assistant);
     if (s->e) gm_engine_free(s->e);
     if (s->draft) gm_engine_free(s->draft);
     gm_model_free(s->draft_model);

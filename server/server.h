@@ -77,6 +77,7 @@ typedef struct srv_options {
     bool quiet;             /* no request log */
     bool lookup;            /* speculative decoding by prompt lookup, for requests that do not say */
     const char *draft_model_path; /* speculative decoding with this draft model */
+    const char *mtp_path;   /* speculative decoding with this Gemma 4 MTP assistant of the model */
     int draft_max;          /* most tokens proposed per pass (0: the library's default) */
     const char *mmproj_path; /* the vision encoder: image_url parts are read (NULL: text only) */
     const char *media_path; /* file:// image URLs are read under this folder only (NULL: refused) */
@@ -90,6 +91,10 @@ typedef struct srv_options {
     int responses_store;    /* /v1/responses kept for previous_response_id (0: none kept) */
     size_t responses_store_bytes; /* their total size */
 } srv_options;
+
+/* Whether the server was started with a drafter (--lookup, --draft-model or --mtp): requests then speculate
+ * unless they say not to. */
+static inline bool srv_has_drafter(const srv_options *o) { return o->lookup || o->draft_model_path || o->mtp_path; }
 
 typedef struct srv_guard srv_guard;
 typedef struct srv_media srv_media;
@@ -114,6 +119,7 @@ typedef struct job {
     pthread_cond_t cv;
     gen_session gen[SRV_MAX_N]; /* choice i's text, log-probabilities, finish */
     int cached;             /* prompt tokens taken from the prefix cache */
+    int64_t draft_n, draft_n_accepted; /* speculation: tokens drafted and accepted over its choices (at the end) */
     bool started;           /* prompt computed, choices forked */
     bool done;
     double t_started;       /* when the prompt was computed (srv_now) */
@@ -182,6 +188,7 @@ typedef struct stream_view {
     bool end;               /* every choice finished */
     int n_prompt, cached;   /* the prompt's tokens and those from the prefix cache (once the job started) */
     int gen;                /* tokens generated (at the end) */
+    int64_t draft_n, draft_n_accepted; /* (at the end) speculation: drafted and accepted tokens */
     double t_submit, t_started; /* (at the end) when the job was submitted, when its prompt was computed */
 } stream_view;
 /* true when there is something to render (then the view must be freed) */

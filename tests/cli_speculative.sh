@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/cli_speculative.sh — `gemma run` / `gemma chat` with --lookup, --draft-model, --draft-max: the
+# tests/cli_speculative.sh — `gemma run` / `gemma chat` with --lookup, --draft-model, --mtp, --draft-max: the
 # help documents them, greedy output is byte-identical to the output without them (the reference),
 # -v reports the counters, and the bad combinations are refused; under --grammar-file / --json-schema /
 # --json the text is the same with speculation as without. Tiny committed GGUF; the default
@@ -20,12 +20,13 @@ expect() {
 
 for cmd in run chat; do
   "$GEMMA" $cmd --help >"$TMP/help" 2>&1
-  for flag in --lookup --draft-model --draft-max; do
+  for flag in --lookup --draft-model --mtp --draft-max; do
     grep -q -- "$flag" "$TMP/help" && ok "$cmd --help lists $flag" || bad "$cmd --help lacks $flag"
   done
 done
 
 expect "--lookup with --draft-model" 2 "give one" -- "$GEMMA" run -m "$TINY" -p "the" --lookup --draft-model "$TINY"
+expect "--lookup with --mtp" 2 "give one" -- "$GEMMA" run -m "$TINY" -p "the" --lookup --mtp "$TINY"
 expect "--draft-max alone" 2 "needs --lookup" -- "$GEMMA" run -m "$TINY" -p "the" --draft-max 4
 expect "--draft-max 0" 2 "--draft-max" -- "$GEMMA" run -m "$TINY" -p "the" --lookup --draft-max 0
 expect "--draft-max 33" 2 "--draft-max" -- "$GEMMA" run -m "$TINY" -p "the" --lookup --draft-max 33
@@ -79,4 +80,50 @@ if [ -r "$MODEL" ]; then
 else
   echo "skip real model (missing $MODEL)"
 fi
+
+# Gemma 4's MTP assistant (tests/data/gemma4: a tiny target and its assistant): the same greedy text, the counters,
+# the refusals; `gemma serve --mtp`: the request's drafts in usage and timings, the same text as without.
+G4=$SRC/tests/data/gemma4/gemma4-dense.gguf
+MTP=$SRC/tests/data/gemma4/gemma4-mtp.gguf
+expect "g4 plain" 0 "generation: 30 tokens" -- "$GEMMA" run -m "$G4" -p "the cat" -n 30 --ignore-eos -t 2
+cp "$TMP/out" "$TMP/g4plain"
+expect "g4 --mtp" 0 "speculative (mtp assistant)" -- "$GEMMA" run -m "$G4" -p "the cat" -n 30 --ignore-eos -t 2 \
+  --mtp "$MTP" --draft-max 3 -v
+cmp -s "$TMP/out" "$TMP/g4plain" && ok "--mtp: same text" || bad "--mtp changed the greedy text"
+grep -q "mtp assistant: [1-9][0-9]* forward calls" "$TMP/err" && ok "--mtp -v counts the assistant's calls" \
+  || bad "--mtp -v: $(tail -2 "$TMP/err")"
+expect "--mtp with another target" 1 "hidden states of 32" -- "$GEMMA" run -m "$TINY" -p "the" --mtp "$MTP"
+expect "--mtp with a target file" 1 "not a drafter" -- "$GEMMA" run -m "$G4" -p "the" --mtp "$G4"
+expect "an assistant alone" 1 "cannot run alone" -- "$GEMMA" run -m "$MTP" -p "the"
+
+serve_g4() { # $1: extra options; the port into $TMP/port
+  "$GEMMA" serve -m "$G4" --port 0 -t 2 -c 128 $1 >"$TMP/srv.out" 2>"$TMP/srv.err" &
+  SRV=$!
+  for _ in $(seq 1 100); do
+    grep -q "listening on" "$TMP/srv.err" 2>/dev/null && break
+    sleep 0.1
+  done
+  grep -o "listening on http://[^ ]*:[0-9]*" "$TMP/srv.err" | grep -o "[0-9]*$" >"$TMP/port"
+}
+BODY='{"messages":[{"role":"user","content":"the cat"}],"max_tokens":24,"temperature":0}'
+for opts in "" "--mtp $MTP --draft-max 3"; do
+  serve_g4 "$opts"
+  if [ -s "$TMP/port" ]; then
+    curl -s -m 60 "http://127.0.0.1:$(cat "$TMP/port")/v1/chat/completions" -H 'Content-Type: application/json' \
+      -d "$BODY" >"$TMP/resp${opts:+.mtp}"
+  else
+    bad "serve $opts did not start: $(head -c 300 "$TMP/srv.err")"
+  fi
+  kill "$SRV" 2>/dev/null; wait "$SRV" 2>/dev/null
+done
+python3 - "$TMP/resp" "$TMP/resp.mtp" <<'PY' && ok "serve --mtp: same text, drafts in usage and timings" || bad "serve --mtp: $(head -c 400 "$TMP/resp.mtp")"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert a["choices"][0]["message"]["content"] == b["choices"][0]["message"]["content"], "text differs"
+t, d = b["timings"], b["usage"]["completion_tokens_details"]
+assert t["draft_n"] > 0 and 0 <= t["draft_n_accepted"] <= t["draft_n"], t
+assert d["accepted_prediction_tokens"] == t["draft_n_accepted"], d
+assert d["rejected_prediction_tokens"] == t["draft_n"] - t["draft_n_accepted"], d
+assert "timings" not in a, "a request without drafts has no timings"
+PY
 exit $fail

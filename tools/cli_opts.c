@@ -159,6 +159,9 @@ static const cli_opt OPTS[] = {
      "with a grammar too: the model's tokens are chosen under the grammar)", NULL},
     {"--draft-model", NULL, STR("PATH", draft_model, 0, 0), SPEC,
      "speculative decoding with a smaller model of the same vocabulary drafting", NULL},
+    {"--mtp", NULL, STR("PATH", mtp_path, 0, 0), SPEC,
+     "speculative decoding with Gemma 4's MTP assistant (a gemma4-assistant GGUF of\n"
+     "the model): it drafts from the model's own cache and hidden state", NULL},
     {"--draft-max", NULL, INT("K", draft_max, 1, GM_SPEC_MAX_K), SPEC,
      "most tokens proposed per pass, 1..{spec_k} (default 8; k adapts below it)", NULL},
     {"--mmproj", NULL, STR("PATH", mmproj, 0, 0), SPEC,

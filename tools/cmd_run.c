@@ -29,13 +29,15 @@ static const char *bad_combination(const run_args *a) {
         return "-c 1 leaves no room for a prompt and a generated token; use 0 (the model's context) or at least 2";
     if (!!a->grammar_file + !!a->schema_file + a->json > 1)
         return "--grammar-file, --json-schema and --json are three constraints: give one";
-    if (a->lookup && a->draft_model) return "--lookup and --draft-model are two ways to propose tokens: give one";
-    if (a->naive && (a->lookup || a->draft_model))
+    if (!!a->lookup + !!a->draft_model + !!a->mtp_path > 1)
+        return "--lookup, --draft-model and --mtp are ways to propose tokens: give one";
+    if (a->naive && (a->lookup || a->draft_model || a->mtp_path))
         return "--naive recomputes every token; it does not combine with speculation";
     if (n_images && !a->mmproj) return "--image needs the model's vision encoder: --mmproj PATH";
     if (n_images && (a->naive || a->truncate || a->no_bos))
         return "--image does not combine with --naive, --truncate or --no-bos";
-    if (a->draft_max && !a->lookup && !a->draft_model) return "--draft-max needs --lookup or --draft-model";
+    if (a->draft_max && !a->lookup && !a->draft_model && !a->mtp_path)
+        return "--draft-max needs --lookup, --draft-model or --mtp";
     return NULL;
 }
 
@@ -62,6 +64,8 @@ typedef struct session {
     gm_threadpool *pool;   /* the CPU backend's: shared by the generator, the draft engine and the encoder */
     gm_model *m, *dm;      /* dm, de: the draft model and its engine (--draft-model) */
     gm_engine *de;
+    gm_model *am;          /* am, mtp: the assistant and its drafter over the generator's engine (--mtp) */
+    gm_mtp *mtp;
     gm_generator *g;
     const gm_tokenizer *tok;
     double load_s;
@@ -77,8 +81,16 @@ static void close_session(session *s);
 /* --lookup / --draft-model: the generator's speculative decoding; the draft model gets its own engine
  * with the same threads and context (capped at its own). */
 static gm_status open_speculation(const run_args *a, session *s, gm_error *err) {
-    if (!a->lookup && !a->draft_model) return GM_OK;
-    gm_spec_options so = {.kind = a->lookup ? GM_SPEC_LOOKUP : GM_SPEC_DRAFT, .k_max = a->draft_max};
+    if (!a->lookup && !a->draft_model && !a->mtp_path) return GM_OK;
+    gm_spec_options so = {.kind = a->lookup ? GM_SPEC_LOOKUP : a->mtp_path ? GM_SPEC_MTP : GM_SPEC_DRAFT,
+                          .k_max = a->draft_max};
+    if (a->mtp_path) {
+        const gm_model_options mo = gm_cli_model_options();
+        gm_status st = gm_model_open(a->mtp_path, &mo, &s->am, err);
+        if (!st) st = gm_mtp_new(gm_generator_engine(s->g), s->am, NULL, &s->mtp, err);
+        if (st) return st;
+        so.mtp = s->mtp;
+    }
     if (a->draft_model) {
         const gm_model_options mo = gm_cli_model_options();
         gm_status st = gm_model_open(a->draft_model, &mo, &s->dm, err);
@@ -137,6 +149,7 @@ static int open_session(const run_args *a, const char *cmd, session *s) {
     const char *what = "";
     gm_status st = open_generator(a, s, &err);
     if (!st && (st = open_speculation(a, s, &err)) && a->draft_model && !s->de) what = "draft model: ";
+    else if (st && a->mtp_path && !s->am) what = "--mtp: ";
     if (!st) st = open_grammar(a, s, &err);
     if (st) {
         fprintf(stderr, "gemma %s: %s%s\n", cmd, what, err.msg);
@@ -163,6 +176,8 @@ static void close_session(session *s) {
     gm_gvocab_free(s->gv);
     gm_engine_free(s->de);
     gm_model_free(s->dm);
+    gm_mtp_free(s->mtp); /* after the generator, whose speculation drafted with it */
+    gm_model_free(s->am);
     gm_model_free(s->m);
     gm_threadpool_free(s->pool); /* after everything that ran on it */
 }
@@ -173,14 +188,17 @@ static void print_spec_stats(const session *s, const run_args *a, const char *cm
     gm_spec_get_stats(gm_generator_speculative(s->g), &ss);
     if (!gm_generator_speculative(s->g)) return;
     fprintf(stderr, "gemma %s: speculative (%s): %lld passes (%lld verifying proposals), %lld proposed, %lld accepted "
-                    "(%.1f%%), %.2f tokens per pass\n", cmd, a->lookup ? "lookup" : "draft model", (long long)ss.passes,
+                    "(%.1f%%), %.2f tokens per pass\n", cmd, a->lookup ? "lookup" : a->mtp_path ? "mtp assistant" : "draft model",
+            (long long)ss.passes,
             (long long)ss.verify_passes, (long long)ss.drafted, (long long)ss.accepted,
             ss.drafted ? 100.0 * (double)ss.accepted / (double)ss.drafted : 0.0,
             ss.passes ? (double)ss.tokens / (double)ss.passes : 0.0);
     if (ss.refused) /* under a grammar: lookup tokens the grammar refused, cut before the verify pass */
         fprintf(stderr, "gemma %s: grammar: %lld proposed tokens refused before verification\n", cmd,
                 (long long)ss.refused);
-    if (a->draft_model) fprintf(stderr, "gemma %s: draft model: %lld forward calls\n", cmd, (long long)ss.draft_evals);
+    if (a->draft_model || a->mtp_path)
+        fprintf(stderr, "gemma %s: %s: %lld forward calls\n", cmd, a->mtp_path ? "mtp assistant" : "draft model",
+                (long long)ss.draft_evals);
 }
 
 /* Streams each token's text to stdout as it is generated. */

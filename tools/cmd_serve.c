@@ -75,10 +75,10 @@ static int gather_keys(const cli_args *a, srv_options *o, key_list *kl) {
 /* The combinations of options that do not go together. Returns CLI_GO or 2. */
 static int check_combinations(const srv_options *o) {
     const char *why = NULL;
-    if (o->lookup && o->draft_model_path)
-        why = "--lookup and --draft-model are two ways to propose tokens: give one";
-    else if (o->draft_max && !o->lookup && !o->draft_model_path)
-        why = "--draft-max needs --lookup or --draft-model";
+    if (!!o->lookup + !!o->draft_model_path + !!o->mtp_path > 1)
+        why = "--lookup, --draft-model and --mtp are ways to propose tokens: give one";
+    else if (o->draft_max && !o->lookup && !o->draft_model_path && !o->mtp_path)
+        why = "--draft-max needs --lookup, --draft-model or --mtp";
     else if (o->media_path && !o->mmproj_path)
         why = "--media-path needs --mmproj (images need the model's vision encoder)";
     else if (o->prefix_scope_key && !o->n_api_keys)
@@ -101,6 +101,7 @@ static int server_options(const cli_args *a, srv_options *o, key_list *kl) {
     o->backend = a->backend, o->device = a->device + 1, o->gpu_validate = a->gpu_validate;
     o->lookup = a->lookup;
     o->draft_model_path = a->draft_model;
+    o->mtp_path = a->mtp_path;
     o->draft_max = a->draft_max;
     o->mmproj_path = a->mmproj;
     o->prefix_scope_key = !strcmp(a->prefix_scope, "key");
