@@ -120,7 +120,8 @@ typedef struct {
 static bool rig_open(rig *r, gm_backend_kind kind) {
     gm_error err = {0};
     memset(r, 0, sizeof *r);
-    const gm_engine_options eo = {.n_threads = 2, .n_ctx = 64, .kv_type = GM_KV_DTYPE_F32, .backend = kind};
+    const gm_engine_options eo = {.n_threads = 2, .n_ctx = 64, .kv_type = GM_KV_DTYPE_F32, .backend = kind,
+                                  .kv_mem = 4 << 20};
     CHECK_OK(gm_model_open(test_data_path("gemma4/gemma4-dense.gguf"), NULL, &r->t, &err), &err);
     CHECK_OK(gm_model_open(test_data_path("gemma4/gemma4-mtp.gguf"), NULL, &r->a, &err), &err);
     if (!r->t || !r->a) return false;
@@ -336,6 +337,86 @@ TEST(greedy_accepted) {
     free(fx);
 }
 
+/* Sampling: the step's first token follows the target's distribution. The assistant's guess d (its argmax: a point
+ * mass q) is accepted with probability p(d), else the token is drawn from p without d. A logit bias on d makes
+ * p(d) 0.4 so that both branches are taken often. Each trial: a fork of a prompt whose last token is pending, a
+ * greedy step (it keeps the hidden state), then the sampled step whose assistant drafts d. */
+TEST(sampling_distribution) {
+    fixture *fx = malloc(sizeof *fx);
+    rig r;
+    if (!fx || !load_fixture(test_data_path("gemma4/gemma4-mtp.draft.txt"), fx) || !rig_open(&r, GM_BACKEND_CPU)) {
+        CHECK_MSG(false, "cannot set up");
+        free(fx);
+        return;
+    }
+    enum { NP = 8 };
+    const float T = 1.5f;
+    gm_error err = {0};
+    /* what the trials will see: x the greedy token after the prompt, d the assistant's guess after x, l the
+     * target's logits after x */
+    float h[BB], hn[BB], dl[V], l[V];
+    gm_seq *q = prefill(&r, fx, NP, h);
+    gm_row last = {.seq = q, .token = fx->tok[NP - 1], .pos = NP - 1, .logits = true, .hidden = h};
+    CHECK_OK(gm_seq_truncate(q, NP - 1, &err), &err);
+    CHECK_OK(gm_engine_forward(r.e, &last, 1, l, &err), &err);
+    const int32_t x = (int32_t)argmax(l, V);
+    const gm_mtp_row dr = {.seq = q, .token = x, .h = h, .logits = dl, .h_next = hn};
+    CHECK_OK(gm_mtp_draft(r.d, &dr, 1, &err), &err);
+    const int32_t d = (int32_t)argmax(dl, V);
+    gm_row next = {.seq = q, .token = x, .pos = NP, .logits = true};
+    CHECK_OK(gm_engine_forward(r.e, &next, 1, l, &err), &err);
+    gm_seq_free(q);
+    double S = 0, mx = -INFINITY;
+    for (int v = 0; v < V; v++) mx = l[v] / T > mx ? l[v] / T : mx;
+    for (int v = 0; v < V; v++) S += v == d ? 0 : exp(l[v] / T - mx);
+    const float bias = (float)(T * (log(0.4 / 0.6 * S) + mx) - l[d]); /* p(d) = 0.4 */
+    double p[V], z = 0;
+    for (int v = 0; v < V; v++) z += p[v] = exp((l[v] + (v == d ? bias : 0)) / T - mx);
+    for (int v = 0; v < V; v++) p[v] /= z;
+    const gm_logit_bias lb = {.token = d, .bias = bias};
+    gm_sampling smp = gm_sampling_default(), greedy = gm_sampling_default();
+    smp.temperature = T, smp.logit_bias = &lb, smp.n_logit_bias = 1;
+    gm_seq *base = NULL;
+    CHECK_OK(gm_seq_new(r.e, &base, &err), &err);
+    gm_row rows[NP];
+    for (int i = 0; i < NP - 1; i++) rows[i] = (gm_row){.seq = base, .token = fx->tok[i], .pos = i};
+    CHECK_OK(gm_engine_forward(r.e, rows, NP - 1, NULL, &err), &err);
+    CHECK_OK(gm_seq_append(base, &fx->tok[NP - 1], 1, &err), &err);
+    const int n = getenv("GM_SANITIZER_BUILD") ? 2000 : 20000;
+    int *count = calloc(V, sizeof *count), taken = 0;
+    int64_t drafted = 0, accepted = 0;
+    for (int t = 0; t < n && count; t++) {
+        gm_seq *s = NULL;
+        gm_spec *sp = NULL;
+        const gm_spec_options so = {.kind = GM_SPEC_MTP, .k_max = 1, .fixed_k = true, .mtp = r.d};
+        const int32_t *toks;
+        int nt = 0;
+        if (gm_seq_fork(base, &s, &err) || gm_spec_new(s, &so, &sp, &err) ||
+            gm_spec_step(sp, &greedy, 0, &toks, &nt, &err) || nt != 1 || toks[0] != x) {
+            CHECK_MSG(false, "trial %d: set-up: %s (greedy token %d)", t, err.msg, nt ? (int)toks[0] : -1);
+            gm_spec_free(sp);
+            gm_seq_free(s);
+            break;
+        }
+        smp.seed = 5000 + (uint64_t)t;
+        if (gm_spec_step(sp, &smp, 0, &toks, &nt, &err) == GM_OK && nt >= 1) count[toks[0]]++, taken++;
+        gm_spec_stats st;
+        gm_spec_get_stats(sp, &st);
+        drafted += st.drafted, accepted += st.accepted;
+        gm_spec_free(sp);
+        gm_seq_free(s);
+    }
+    CHECK_EQ_INT(taken, n);
+    CHECK_MSG(drafted == n && accepted > n / 4 && accepted < n / 2, "%lld of %lld guesses (token %d) accepted",
+              (long long)accepted, (long long)drafted, (int)d);
+    CHECK_MSG(test_chi_square_ok(count, p, V, n, "assistant, T 1.5, p(guess) 0.4"),
+              "the first token's distribution is not the target's");
+    free(count);
+    gm_seq_free(base);
+    rig_close(&r);
+    free(fx);
+}
+
 TEST(parity_cpu) { parity(GM_BACKEND_CPU, "cpu"); }
 TEST(parity_reference) { parity(GM_BACKEND_REFERENCE, "reference"); }
 
@@ -345,5 +426,6 @@ int main(void) {
     RUN(sensitivity);
     RUN(greedy_exact);
     RUN(greedy_accepted);
+    RUN(sampling_distribution);
     return test_summary();
 }

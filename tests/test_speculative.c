@@ -540,25 +540,6 @@ static void exact_dist(const float *logits, const int32_t *hist, int nh, const g
     free(seen);
 }
 
-/* Chi-square of counts against n * p, tokens with an expected count below 5 pooled into one bin;
- * true when below the critical value at significance 1e-3 (z = 3.09, Wilson-Hilferty). */
-static bool chi_square_ok(const int *count, const double *p, int n, const char *what) {
-    double chi = 0, pool_e = 0, pool_o = 0;
-    int df = -1;
-    for (int v = 0; v < V; v++) {
-        const double e = n * p[v];
-        if (e < 5) {
-            pool_e += e, pool_o += count[v];
-            continue;
-        }
-        chi += (count[v] - e) * (count[v] - e) / e;
-        df++;
-    }
-    if (pool_e > 0) chi += (pool_o - pool_e) * (pool_o - pool_e) / (pool_e > 5 ? pool_e : 5), df++;
-    const double h = 2.0 / (9.0 * df), crit = df * pow(1 - h + 3.09 * sqrt(h), 3);
-    fprintf(stderr, "  %s: chi-square %.1f, %d degrees of freedom, critical %.1f\n", what, chi, df, crit);
-    return df > 0 && chi < crit;
-}
 
 /* Sampled steps per distribution (the header). */
 static int trials(void) { return SAN ? 2000 : 20000; }
@@ -610,7 +591,7 @@ static void sampling_case(gm_model *m, gm_engine *de, const int32_t *ids, int np
     gm_spec_stats st = {0};
     if (sp) first_token_counts(sp, s, k.m, *smp, count, &st);
     const int n = trials();
-    CHECK_MSG(chi_square_ok(count, p, n, what), "%s: the first token's distribution is not the target's", what);
+    CHECK_MSG(test_chi_square_ok(count, p, V, n, what), "%s: the first token's distribution is not the target's", what);
     if (cut)
         CHECK_MSG(st.drafted == 0 && st.refused >= n, "%s: %lld proposed, %lld refused by the grammar in %d steps",
                   what, (long long)st.drafted, (long long)st.refused, n);

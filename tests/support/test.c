@@ -112,3 +112,23 @@ void test_greedy(const gm_model *m, gm_backend_kind kind, const int32_t *ids, in
     CHECK_EQ_INT(got, n);
     gm_generator_free(g);
 }
+
+/* Chi-square of counts against n * p, tokens with an expected count below 5 pooled into one bin;
+ * true when below the critical value at significance 1e-3 (z = 3.09, Wilson-Hilferty). */
+bool test_chi_square_ok(const int *count, const double *p, int V, int n, const char *what) {
+    double chi = 0, pool_e = 0, pool_o = 0;
+    int df = -1;
+    for (int v = 0; v < V; v++) {
+        const double e = n * p[v];
+        if (e < 5) {
+            pool_e += e, pool_o += count[v];
+            continue;
+        }
+        chi += (count[v] - e) * (count[v] - e) / e;
+        df++;
+    }
+    if (pool_e > 0) chi += (pool_o - pool_e) * (pool_o - pool_e) / (pool_e > 5 ? pool_e : 5), df++;
+    const double h = 2.0 / (9.0 * df), crit = df * pow(1 - h + 3.09 * sqrt(h), 3);
+    fprintf(stderr, "  %s: chi-square %.1f, %d degrees of freedom, critical %.1f\n", what, chi, df, crit);
+    return df > 0 && chi < crit;
+}

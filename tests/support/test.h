@@ -81,6 +81,9 @@ void test_check_layer_kinds(const char *path, const char *kinds, const char *wha
 double test_kl(const float *a, const float *b, int V);
 /* The index of the largest of x[0..V) (the first of equals). */
 int test_argmax(const float *x, int V);
+/* Chi-square of counts (n draws over V tokens) against n * p, tokens with an expected count below 5 pooled into one
+ * bin; true when below the critical value at significance 1e-3. Prints the statistic under `what`. */
+bool test_chi_square_ok(const int *count, const double *p, int V, int n, const char *what);
 /* n token ids for a model: <bos> then a fixed spread over the vocabulary (no special ids below 4). */
 void test_ids_for(const gm_model *m, int32_t *ids, int n);
 /* n greedy tokens after ids[0..n_ids) on a generator of backend kind (2 threads; Vulkan with its validation
