@@ -440,17 +440,38 @@ static gm_status check_step(gm_spec *const *sps, int n, const gm_sampling *s, gm
 }
 
 /* A history with more than its last token uncomputed (a prompt), or fully computed without logits,
- * is evaluated first: all such sequences in shared forward calls, with the prefix index. */
+ * is evaluated first: all such sequences in shared forward calls, with the prefix index. The assistant's
+ * sequences leave a prompt's last token to the step's pass, which keeps its hidden state: the step after
+ * drafts. */
 static gm_status prepare(gm_spec *const *sps, int n, gm_error *err) {
     gm_seq *one[16], **list = n <= 16 ? one : malloc((size_t)n * sizeof *list);
-    if (!list) return gm_fail(err, GM_ERR_NOMEM, "speculative step: out of memory");
-    int m = 0;
-    for (int i = 0; i < n; i++) {
-        gm_seq *q = sps[i]->s;
-        if (q->n_tok - q->n_kv > 1 || (q->n_kv == q->n_tok && !q->logits_valid)) list[m++] = q;
+    int32_t held[16], *last = n <= 16 ? held : malloc((size_t)n * sizeof *last);
+    if (!list || !last) {
+        if (list != one) free(list);
+        if (last != held) free(last);
+        return gm_fail(err, GM_ERR_NOMEM, "speculative step: out of memory");
     }
-    gm_status st = m ? gm_engine_eval(sps[0]->s->e, list, m, err) : GM_OK;
+    int m = 0;
+    gm_status st = GM_OK;
+    for (int i = 0; i < n && !st; i++) {
+        gm_seq *q = sps[i]->s;
+        last[i] = -1;
+        if (sps[i]->o.kind == GM_SPEC_MTP && q->n_tok - q->n_kv > 1) {
+            last[i] = q->tok[q->n_tok - 1];
+            st = gm_seq_truncate(q, q->n_tok - 1, err);
+            if (!st && q->n_tok - q->n_kv > 0) list[m++] = q;
+        } else if (q->n_tok - q->n_kv > 1 || (q->n_kv == q->n_tok && !q->logits_valid)) {
+            list[m++] = q;
+        }
+    }
+    if (!st && m) st = gm_engine_eval(sps[0]->s->e, list, m, err);
+    for (int i = 0; i < n; i++) /* the held tokens go back, also after a failure */
+        if (last[i] >= 0) {
+            gm_status a = gm_seq_append(sps[i]->s, &last[i], 1, err);
+            st = st ? st : a;
+        }
     if (list != one) free(list);
+    if (last != held) free(last);
     for (int i = 0; i < n && !st; i++) {
         sps[i]->base = sps[i]->s->n_tok;
         sps[i]->have_base = sps[i]->s->n_kv == sps[i]->s->n_tok;

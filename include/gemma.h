@@ -583,8 +583,8 @@ GEMMA_API gm_status gm_seq_sample(gm_seq *s, const gm_sampling *opt, int32_t *to
  *    the same settings, q kept for the rejection test).
  *  GM_SPEC_MTP: Gemma 4's assistant (gm_mtp) drafts from the target's own cache and its final-normed hidden
  *    state at the last computed position, which the verify pass records: no second cache, no prefill. Its
- *    guesses are its argmax (as llama.cpp's draft-mtp), a point mass q for the rejection test. A step right
- *    after a prompt has no hidden state yet and is a plain decode.
+ *    guesses are its argmax (as llama.cpp's draft-mtp), a point mass q for the rejection test. The step
+ *    right after a prompt (evaluated without its last token) is a plain decode that keeps that state.
  * k adapts per sequence: it doubles after a pass that accepted every guess and drops to one more
  * than the accepted count after a rejection (never above k_max). A gate stops proposing while the
  * running rate at which a step's first guess is accepted is below 1/2 (an extra verify row is far
