@@ -376,6 +376,19 @@ static gm_status read_alignment(gguf_file *f, gm_error *err) {
     return GM_OK;
 }
 
+/* Bytes per element of the plain data types a file may hold beside its weights (I8..F64: an EAGLE-3 head's d2t
+ * map is I64); 0 for the others. They have no type traits: nothing reads them as weights. */
+static size_t data_elem_bytes(int type) {
+    switch (type) {
+    case GM_TYPE_I8: return 1;
+    case GM_TYPE_I16: return 2;
+    case GM_TYPE_I32: return 4;
+    case GM_TYPE_I64: return 8;
+    case GM_TYPE_F64: return 8;
+    default: return 0;
+    }
+}
+
 /* Shape checks and byte size: 1..4 dims, each > 0, no overflow, ne[0] a whole number of blocks. */
 static gm_status tensor_shape(cursor *c, gguf_tensor *t, const uint64_t *dims) {
     for (int d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
@@ -389,6 +402,13 @@ static gm_status tensor_shape(cursor *c, gguf_tensor *t, const uint64_t *dims) {
                            c->name, t->name);
         total *= dims[d];
         t->ne[d] = (int64_t)dims[d];
+    }
+    const size_t eb = data_elem_bytes(t->type);
+    if (eb) {
+        if (total > UINT64_MAX / eb)
+            return gm_fail(c->err, GM_ERR_FORMAT, "%s: tensor '%s' byte size overflows", c->name, t->name);
+        t->nbytes = total * eb;
+        return GM_OK;
     }
     const gm_type_traits *tr = gm_type_traits_of(t->type);
     if (!tr) {

@@ -92,6 +92,11 @@ typedef enum gm_type {
     GM_TYPE_Q5_K = 13,
     GM_TYPE_Q6_K = 14,
     GM_TYPE_Q8_K = 15,
+    GM_TYPE_I8 = 24,  /* integer and double tensors: read as data (EAGLE-3's d2t map is I64), never as weights */
+    GM_TYPE_I16 = 25,
+    GM_TYPE_I32 = 26,
+    GM_TYPE_I64 = 27,
+    GM_TYPE_F64 = 28,
     GM_TYPE_BF16 = 30,
 } gm_type;
 

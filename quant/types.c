@@ -59,6 +59,11 @@ const char *gm_type_name(int type) {
     case GM_TYPE_Q6_K: return "Q6_K";
     case GM_TYPE_Q8_K: return "Q8_K";
     case GM_TYPE_BF16: return "BF16";
+    case GM_TYPE_I8: return "I8";
+    case GM_TYPE_I16: return "I16";
+    case GM_TYPE_I32: return "I32";
+    case GM_TYPE_I64: return "I64";
+    case GM_TYPE_F64: return "F64";
     default: return NULL;
     }
 }

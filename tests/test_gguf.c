@@ -325,6 +325,45 @@ TEST(mtp_tensors_hidden_unless_requested) {
     remove(path);
 }
 
+/* Integer and double tensors (EAGLE-3's d2t map is I64) are data: sized from their element width, with no type
+ * traits (nothing reads them as weights). gw_add_tensor_raw checks its sizes with the reader's traits, so this
+ * file is written with a float placeholder and the type id patched afterwards. */
+TEST(data_tensors_accepted) {
+    const int types[] = {GM_TYPE_I8, GM_TYPE_I16, GM_TYPE_I32, GM_TYPE_I64, GM_TYPE_F64};
+    const int widths[] = {1, 2, 4, 8, 8};
+    for (int k = 0; k < 5; k++) {
+        gw_writer *w = gw_new();
+        gw_add_str(w, "general.architecture", "eagle3");
+        const int64_t ne[1] = {8 / widths[k] * 4}; /* 32 bytes */
+        float v[8] = {0};
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        const int64_t ne_f[1] = {8};
+        CHECK(gw_add_tensor_f32(w, "d2t", GM_TYPE_F32, 1, ne_f, v) && gw_to_memory(w, &buf, &len));
+        gw_free(w);
+        if (!buf) continue;
+        /* the tensor info ends with: u32 type, u64 offset; its dims before: one u64 = 8 */
+        uint8_t *p = NULL;
+        for (size_t i = 0; i + 3 < len; i++)
+            if (!memcmp(buf + i, "d2t", 3)) {
+                p = buf + i + 3;
+                break;
+            }
+        CHECK(p != NULL);
+        if (p) {
+            memcpy(p + 4, &(uint64_t){(uint64_t)ne[0]}, 8); /* n_dims (u32) then dim 0 */
+            memcpy(p + 12, &(uint32_t){(uint32_t)types[k]}, 4);
+            gm_error err = {0};
+            gguf_file *f = open_buf(buf, len, NULL, &err);
+            CHECK_MSG(f != NULL, "%s: %s", gm_type_name(types[k]), err.msg);
+            const gguf_tensor *t = f ? gguf_find_tensor(f, "d2t") : NULL;
+            CHECK(t && t->type == types[k] && t->nbytes == 32 && gm_type_traits_of(t->type) == NULL);
+            gguf_close(f);
+        }
+        free(buf);
+    }
+}
+
 TEST(open_errors_name_the_file) {
     gm_error err = {0};
     gguf_file *f = NULL;
@@ -372,6 +411,7 @@ int main(void) {
     RUN(versions);
     RUN(every_truncation_fails);
     RUN(mtp_tensors_hidden_unless_requested);
+    RUN(data_tensors_accepted);
     RUN(open_errors_name_the_file);
     RUN(default_model);
     return test_summary();
