@@ -110,7 +110,7 @@ gm_status gm_engine_create(const gm_model *m, const gm_engine_options *opt, gm_e
     if (!m) return gm_fail(err, GM_ERR_ARG, "engine: model is NULL");
     if (m->cfg.is_drafter)
         return gm_fail(err, GM_ERR_UNSUPPORTED, "%s is a drafter (%s): it reads a target model's cache and cannot run "
-                       "alone; use it with its target (`--mtp FILE`, gm_mtp_new)", gm_source_path(m->src), m->cfg.arch);
+                       "alone; use it with its target (`--mtp FILE`, gm_mtp_new, for a gemma4-assistant)", gm_source_path(m->src), m->cfg.arch);
     const gm_engine_options o = opt ? *opt : (gm_engine_options){0};
     const gm_config *c = &m->cfg;
     gm_isa isa;

@@ -849,11 +849,12 @@ gm_status gm_config_load(const gm_source *s, gm_config *out, gm_error *err) {
     gm_status st = gm_source_is_gguf(s) ? config_from_gguf(s, &c, err) : config_from_hf(s, &c, err);
     if (st) return st;
     const gm_tensor *embd = gm_source_tensor(s, "token_embd.weight");
-    if (!embd)
+    const bool own = c.family->rules.own_weights;
+    if (!embd && !own)
         return gm_fail(err, GM_ERR_NOT_FOUND, "%s: tensor token_embd.weight (the embedding) is missing", gm_source_path(s));
-    if (embd->ne[1] <= 0 || embd->ne[1] > INT32_MAX)
+    if (embd && (embd->ne[1] <= 0 || embd->ne[1] > INT32_MAX))
         return gm_fail(err, GM_ERR_FORMAT, "%s: token_embd.weight has %lld rows", gm_source_path(s), (long long)embd->ne[1]);
-    c.n_vocab = (int)embd->ne[1];
+    if (embd) c.n_vocab = (int)embd->ne[1];
     c.embed_scale = sqrtf((float)c.d_model);
     const gm_family_rules *r = &c.family->rules;
     c.has_post_norms = r->post_norms;
@@ -862,7 +863,7 @@ gm_status gm_config_load(const gm_source *s, gm_config *out, gm_error *err) {
     if (r->attn_softcap <= 0.0f) c.attn_softcap = 0.0f; /* a key of a family without one is dropped */
     if (!r->final_softcap) c.final_softcap = 0.0f;
     c.tied_embeddings = gm_source_tensor(s, "output.weight") == NULL;
-    if ((st = gm_config_check(gm_source_path(s), &c, err)) || (st = check_tensors(s, &c, err)) ||
+    if ((st = gm_config_check(gm_source_path(s), &c, err)) || (!own && (st = check_tensors(s, &c, err))) ||
         (st = check_dense(s, &c, err)) || (st = check_ids(gm_source_path(s), &c, err)))
         return st;
     *out = c;

@@ -394,7 +394,8 @@ static void describe_text(const gm_source *s, const gm_config *c, bool have_cfg,
     char fmt[4200];
     fprintf(out, "file: %s\nformat: %s\n", gm_source_path(s), format_text(s, fmt, sizeof fmt));
     if (have_cfg) {
-        fprintf(out, "architecture: %s (Gemma %d)\n", c->arch, c->generation);
+        if (c->generation) fprintf(out, "architecture: %s (Gemma %d)\n", c->arch, c->generation);
+        else fprintf(out, "architecture: %s (a draft head)\n", c->arch);
         config_text(c, out);
         fprintf(out, "layers:\n");
         layer_runs(s, c, layer_line, out);

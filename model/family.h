@@ -47,6 +47,9 @@ typedef struct gm_family_rules {
     bool embedding;             /* an encoder: the <arch>.pooling_type / dense_* keys, pooled vectors */
     bool q_only;                /* a drafter: layers have queries only (no attn_k / attn_v / attn_k_norm) and read a
                                    target's cache (Gemma 4's assistant) */
+    bool own_weights;           /* not a Gemma block: the family's load hook reads every tensor and checks it (EAGLE-3:
+                                   attention over 2 d inputs, SwiGLU, no token_embd of its own when it uses the
+                                   target's); n_vocab is the family's when the file has no token_embd */
     bool hf_bidirectional_embedding; /* HF: use_bidirectional_attention makes it EmbeddingGemma (Gemma 3) */
 } gm_family_rules;
 

@@ -183,6 +183,7 @@ static gm_status load_weights(gm_model *m, gm_error *err) {
     gm_status st;
     for (int il = 0; il < c->n_layers; il++)
         if ((st = layer_facts(m, il, err))) return st;
+    if (c->family->rules.own_weights) return c->family->load(m, err); /* every tensor the family's */
     /* per layer: 4 norms of d, q/k norms and RoPE frequencies of at most the largest head_dim each */
     const size_t hd = (size_t)gm_model_layer_max(m).head_dim;
     const size_t per_layer = 4 * (size_t)c->d_model + 2 * hd + hd / 2;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "model/families/eagle3.h"
 #include "model/families/gemma3n.h"
 #include "model/families/gemma4.h"
 #include "model/model.h"
@@ -29,6 +30,11 @@ static void g4_unload(gm_model *m) {
 
 static void g4a_unload(gm_model *m) {
     gm_4a_free(m->family_weights);
+    m->family_weights = NULL;
+}
+
+static void e3_unload(gm_model *m) {
+    gm_e3_free(m->family_weights);
     m->family_weights = NULL;
 }
 
@@ -91,6 +97,9 @@ static const gm_family k_families[] = {
                .query_scale_one = true, .per_layer_shapes = true, .kv_tensors_optional = true, .q_only = true},
      .config_gguf = gm_4_config_gguf, .layer_config = gm_4_layer_config, .rope_factors = gm_4_rope_factors,
      .load = gm_4a_load, .unload = g4a_unload, .layer_extras = gm_4_layer_extras_of},
+    /* an EAGLE-3 draft head: one Llama-style layer over the target's taps; its tensors are its own (eagle3.h) */
+    {.arch = "eagle3", .generation = 0, .gguf_archs = NAMES("eagle3"), .hf_types = NONE,
+     .rules = {.own_weights = true}, .config_gguf_keys = gm_e3_config_keys, .load = gm_e3_load, .unload = e3_unload},
 };
 
 #undef GEMMA3_RULES
