@@ -69,6 +69,13 @@ gm_status gm_eagle3_new(gm_engine *e, const gm_model *h, int max_rows, gm_eagle3
                            key, &d->pool, err);
     }
     if (!st) st = gm_e3_fwd_new(e->m, h, &d->lay, d->be, d->max_rows, e->n_ctx, &d->fwd, err);
+    if (!st) { /* the taps it reads below the final state */
+        const int *taps = ((const gm_e3_weights *)h->family_weights)->taps;
+        int layers[3], n = 0;
+        for (int i = 0; i < 3; i++)
+            if (taps[i] < e->c->n_layers) layers[n++] = taps[i];
+        st = gm_engine_set_taps(e, layers, n, err);
+    }
     if (st) {
         gm_eagle3_free(d);
         return st;
@@ -76,6 +83,9 @@ gm_status gm_eagle3_new(gm_engine *e, const gm_model *h, int max_rows, gm_eagle3
     *out = d;
     return GM_OK;
 }
+
+const gm_model *gm_eagle3_head(const gm_eagle3 *d) { return d ? d->h : NULL; }
+const gm_engine *gm_eagle3_target(const gm_eagle3 *d) { return d ? d->e : NULL; }
 
 const int *gm_eagle3_taps(const gm_eagle3 *d) {
     return d ? ((const gm_e3_weights *)d->h->family_weights)->taps : NULL;

@@ -1,4 +1,4 @@
-/* engine/eagle3.h — internal (not yet in gemma.h): an EAGLE-3 head beside a target engine. It has a cache of its
+/* engine/eagle3.h — internal: the parts of an EAGLE-3 head (gemma.h, "drafters") that speculation and the tests use. It has a cache of its
  * own (a pool of one layer's blocks, a table per head sequence), runs on a backend of the target's kind over the
  * head's weights, and takes the target's states as taps (gm_engine_set_taps; the tap id equal to the target's
  * layer count is its final-normed state, gm_row.hidden). The math: runtime/eagle3.c. */
@@ -7,12 +7,11 @@
 
 #include "gemma.h"
 
-typedef struct gm_eagle3 gm_eagle3;
 typedef struct gm_e3_seq gm_e3_seq;
 
-/* max_rows: rows per call before chunks (0: 64). */
-gm_status gm_eagle3_new(gm_engine *target, const gm_model *head, int max_rows, gm_eagle3 **out, gm_error *err);
-void gm_eagle3_free(gm_eagle3 *d);
+/* gm_eagle3_new / gm_eagle3_free: gemma.h (max_rows: rows per call before chunks, 0: 64). */
+const gm_model *gm_eagle3_head(const gm_eagle3 *d);
+const gm_engine *gm_eagle3_target(const gm_eagle3 *d);
 /* The three target layer ids the head reads (== the target's layer count: its final-normed state). */
 const int *gm_eagle3_taps(const gm_eagle3 *d);
 /* n rows of the three taps concatenated (3 x target width) -> n rows of the head's width: g. */

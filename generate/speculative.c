@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "gemma_grammar.h"
+#include "engine/eagle3.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "generate/speculative.h"
@@ -53,8 +54,16 @@ struct gm_spec {
     float *hid;            /* assistant: (k_max + 1) x d, the verify rows' hidden states */
     float *h, *h_next;     /* assistant: the hidden state its next draft step reads, and the one it writes */
     int h_pos;             /* assistant: the position whose hidden state h is after a step (-1: none) */
-    float *mtp_logits;     /* assistant: V, one draft step's logits */
+    float *mtp_logits;     /* assistant, EAGLE-3 head: V, one draft step's logits */
     int n_rows;            /* rows of this step's verify pass */
+    /* EAGLE-3: the head's cache holds a pair (token p + 1, g_p) for every position p < e3_pos; the pending one,
+     * (the token after e3_pos, e3_pg), is written when that token is known; g comes from the target's taps */
+    gm_e3_seq *e3s;
+    int e3_pos;            /* -1: none yet */
+    bool e3_broken;        /* the history was computed without taps: no more drafts for this sequence */
+    int e3_rows;           /* rows the tap buffers hold */
+    float *e3_taps, *e3_hid, *e3_in, *e3_g; /* e3_rows x (aux x d_t), x d_t, x 3 d_t, x d_head */
+    float *e3_pg, *e3_gcur, *e3_gnext;      /* d_head each */
     bool q_dense;          /* q[j * V ..] is the draft's distribution for draft[j]; else point masses */
     float *q;              /* k_max x V, allocated when a sampled draft first needs it */
     float *logits;         /* (k_max + 1) x V */
@@ -273,7 +282,7 @@ static gm_status mtp_pick(gm_spec *sp, gm_error *err) {
     if (st) return st;
     sp->g_steps += m != NULL;
     sp->draft[sp->n_draft++] = best;
-    float *t = sp->h;
+    float *t = sp->h; /* the assistant's state (the EAGLE-3 head swaps its own) */
     sp->h = sp->h_next, sp->h_next = t;
     if (m && ended(m)) sp->k_want = sp->n_draft;
     return GM_OK;
@@ -309,6 +318,131 @@ static gm_status mtp_rounds(gm_spec *const *sps, int n, gm_error *err) {
     return st ? gm_fail_prefix(err, "speculative: assistant: ") : GM_OK;
 }
 
+/* ---- EAGLE-3 */
+
+static int e3_dt(const gm_spec *sp) { return sp->s->e->c->d_model; }
+static int e3_dh(const gm_spec *sp) { return gm_model_config(gm_eagle3_head(sp->o.eagle3))->d_model; }
+static int e3_aux(const gm_spec *sp) { return sp->s->e->n_taps; }
+
+/* Row i of a pass asks the engine for what the head reads: the tapped layers' inputs and the final state. */
+static void e3_ask(gm_spec *sp, gm_row *row, int i) {
+    row->taps = sp->e3_taps + (size_t)i * (size_t)e3_aux(sp) * (size_t)e3_dt(sp);
+    row->hidden = sp->e3_hid + (size_t)i * (size_t)e3_dt(sp);
+}
+
+/* Rows 0..n-1 of the tap buffers -> g (the head's encoder over the three states in the head's order). */
+static gm_status e3_encode(gm_spec *sp, int n, gm_error *err) {
+    const int dt = e3_dt(sp), L = sp->s->e->c->n_layers, aux = e3_aux(sp), *ids = gm_eagle3_taps(sp->o.eagle3);
+    for (int i = 0; i < n; i++)
+        for (int t = 0, a = 0; t < 3; t++) {
+            const float *src = ids[t] < L ? sp->e3_taps + ((size_t)i * aux + (size_t)a++) * dt : sp->e3_hid + (size_t)i * dt;
+            memcpy(sp->e3_in + ((size_t)i * 3 + (size_t)t) * dt, src, (size_t)dt * sizeof(float));
+        }
+    return gm_eagle3_encode(sp->o.eagle3, sp->e3_in, n, sp->e3_g, err);
+}
+
+/* The target computed positions first .. first + n - 1 with taps in rows 0..n-1; the last of them gave the
+ * position after it (rows past n were rejected). Brings the head's pairs up to first + n - 1, which becomes the
+ * pending position: the pending pair of before (its token is now known) first, then one per row but the last. A
+ * head that cannot follow (a gap: positions computed without taps) stops drafting for the sequence. */
+static gm_status e3_absorb(gm_spec *sp, int first, int n, gm_error *err) {
+    const gm_seq *q = sp->s;
+    gm_e3_seq *hs = sp->e3s;
+    if (sp->e3_broken || n <= 0) return GM_OK;
+    const int have = gm_e3_seq_length(hs);
+    if (sp->e3_pos >= 0 && have > sp->e3_pos + 1) gm_e3_seq_truncate(hs, sp->e3_pos + 1); /* drafts past the pair */
+    gm_status st = GM_OK;
+    if (sp->e3_pos >= 0 && gm_e3_seq_length(hs) == sp->e3_pos) { /* the pending pair: its token is in the history */
+        const gm_eagle3_row r = {.seq = hs, .pos = sp->e3_pos, .token = q->tok[sp->e3_pos + 1], .g = sp->e3_pg};
+        st = gm_eagle3_decode(sp->o.eagle3, &r, 1, err);
+    }
+    if (st) return st;
+    if (gm_e3_seq_length(hs) != first) { /* positions the head never saw */
+        sp->e3_broken = true, sp->e3_pos = -1;
+        return GM_OK;
+    }
+    if ((st = e3_encode(sp, n, err))) return st;
+    const int dh = e3_dh(sp);
+    gm_eagle3_row rows[GM_SPEC_MAX_K + 1];
+    for (int i0 = 0; i0 < n - 1 && !st; i0 += GM_SPEC_MAX_K + 1) {
+        const int m = n - 1 - i0 < GM_SPEC_MAX_K + 1 ? n - 1 - i0 : GM_SPEC_MAX_K + 1;
+        for (int i = 0; i < m; i++)
+            rows[i] = (gm_eagle3_row){.seq = hs, .pos = first + i0 + i, .token = q->tok[first + i0 + i + 1],
+                                      .g = sp->e3_g + (size_t)(i0 + i) * dh};
+        st = gm_eagle3_decode(sp->o.eagle3, rows, m, err);
+    }
+    if (st) return st;
+    sp->e3_pos = first + n - 1;
+    memcpy(sp->e3_pg, sp->e3_g + (size_t)(n - 1) * dh, (size_t)dh * sizeof *sp->e3_pg);
+    return GM_OK;
+}
+
+/* A prompt: positions [n_kv, n_tok - 1) computed with taps, in chunks of the buffers' rows (the last token is
+ * left to the step's pass, as the assistant's are). The prefix index is not used: the head needs every state. */
+static gm_status e3_prompt(gm_spec *sp, gm_error *err) {
+    gm_seq *q = sp->s;
+    gm_row rows[64];
+    gm_status st = GM_OK;
+    const int chunk = sp->e3_rows < 64 ? sp->e3_rows : 64;
+    while (!st && q->n_kv < q->n_tok - 1) {
+        const int first = q->n_kv, n = q->n_tok - 1 - first < chunk ? q->n_tok - 1 - first : chunk;
+        for (int i = 0; i < n; i++) {
+            rows[i] = (gm_row){.seq = q, .token = q->tok[first + i], .pos = first + i};
+            e3_ask(sp, &rows[i], i);
+        }
+        st = gm_engine_forward(q->e, rows, n, NULL, err);
+        if (!st) st = e3_absorb(sp, first, n, err);
+    }
+    return st;
+}
+
+/* The head drafts when the last token is the only one uncomputed and its pair is pending. */
+static gm_status e3_begin(gm_spec *sp, int k) {
+    const gm_seq *q = sp->s;
+    if (sp->e3_broken || sp->e3_pos < 0 || sp->e3_pos != q->n_kv - 1 || q->n_kv != q->n_tok - 1 ||
+        (q->grammar && ended(q->grammar)))
+        return GM_OK;
+    gm_e3_seq_truncate(sp->e3s, sp->e3_pos); /* drafts of the last step past the pairs */
+    if (gm_e3_seq_length(sp->e3s) != sp->e3_pos) return GM_OK;
+    sp->k_want = k;
+    return GM_OK;
+}
+
+/* The head's guesses, one token per round for every sequence (batched per head): round j writes (the last token or
+ * guess j - 1, the pending g or the previous output) at the pending position + j. */
+static gm_status e3_rounds(gm_spec *const *sps, int n, gm_error *err) {
+    gm_eagle3_row one[16], *rows = n <= 16 ? one : malloc((size_t)n * sizeof *rows);
+    int *idx = malloc((size_t)n * sizeof *idx);
+    gm_status st = rows && idx ? GM_OK : gm_fail(err, GM_ERR_NOMEM, "speculative: out of memory");
+    while (!st) {
+        gm_eagle3 *d = NULL;
+        int m = 0;
+        for (int i = 0; i < n; i++) {
+            gm_spec *sp = sps[i];
+            if (sp->o.kind != GM_SPEC_EAGLE3 || sp->n_draft >= sp->k_want || (d && sp->o.eagle3 != d)) continue;
+            d = sp->o.eagle3;
+            const int j = sp->n_draft;
+            idx[m] = i;
+            rows[m++] = (gm_eagle3_row){.seq = sp->e3s, .pos = sp->e3_pos + j,
+                                        .token = j ? sp->draft[j - 1] : sp->s->tok[sp->s->n_tok - 1],
+                                        .g = j ? sp->e3_gcur : sp->e3_pg, .g_next = sp->e3_gnext,
+                                        .logits = sp->mtp_logits};
+        }
+        if (!m) break;
+        st = gm_eagle3_decode(d, rows, m, err);
+        for (int j = 0; j < m && !st; j++) {
+            gm_spec *sp = sps[idx[j]];
+            sp->st.draft_evals++;
+            float *t = sp->e3_gcur;
+            sp->e3_gcur = sp->e3_gnext, sp->e3_gnext = t;
+            st = mtp_pick(sp, err);
+        }
+    }
+    if (rows != one) free(rows);
+    free(idx);
+    return st ? gm_fail_prefix(err, "speculative: EAGLE-3 head: ") : GM_OK;
+}
+
 static bool gate_open(const gm_spec *sp) { return sp->o.fixed_k || sp->rate >= GATE_OPEN; }
 
 /* At most k_cur proposals, fewer near the context's end or max_new (the target's token is one more);
@@ -330,15 +464,16 @@ static gm_status propose(gm_spec *sp, const gm_sampling *o, int max_new, gm_erro
     }
     if (!open && !probe) return GM_OK;
     sp->shut_steps = 0;
-    return sp->o.kind == GM_SPEC_MTP ? mtp_begin(sp, k) : draft_begin(sp, o, k, err);
+    return sp->o.kind == GM_SPEC_MTP ? mtp_begin(sp, k) : sp->o.kind == GM_SPEC_EAGLE3 ? e3_begin(sp, k)
+                                                                                      : draft_begin(sp, o, k, err);
 }
 
 /* ---------------------------------------------------------------- new / free */
 
 static gm_status check_options(const gm_seq *s, gm_spec_options *o, gm_error *err) {
-    if (o->kind != GM_SPEC_LOOKUP && o->kind != GM_SPEC_DRAFT && o->kind != GM_SPEC_MTP)
-        return gm_fail(err, GM_ERR_ARG, "speculative: unknown proposer kind %d (GM_SPEC_LOOKUP, GM_SPEC_DRAFT or "
-                       "GM_SPEC_MTP)", (int)o->kind);
+    if (o->kind < GM_SPEC_LOOKUP || o->kind > GM_SPEC_EAGLE3)
+        return gm_fail(err, GM_ERR_ARG, "speculative: unknown proposer kind %d (GM_SPEC_LOOKUP, GM_SPEC_DRAFT, "
+                       "GM_SPEC_MTP or GM_SPEC_EAGLE3)", (int)o->kind);
     if (o->k_max == 0) o->k_max = 8;
     if (o->k_max < 1 || o->k_max > GM_SPEC_MAX_K)
         return gm_fail(err, GM_ERR_ARG, "speculative: k_max %d must be in [1, %d] (0 = 8)", o->k_max, GM_SPEC_MAX_K);
@@ -353,6 +488,12 @@ static gm_status check_options(const gm_seq *s, gm_spec_options *o, gm_error *er
         if (gm_mtp_target(o->mtp) != s->e)
             return gm_fail(err, GM_ERR_ARG, "speculative: the assistant drafts for another engine's sequences");
         return gm_spec_check_vocab(s->e->m, gm_mtp_assistant(o->mtp), err);
+    }
+    if (o->kind == GM_SPEC_EAGLE3) {
+        if (!o->eagle3) return gm_fail(err, GM_ERR_ARG, "speculative: GM_SPEC_EAGLE3 needs a head (gm_eagle3_new)");
+        if (gm_eagle3_target(o->eagle3) != s->e)
+            return gm_fail(err, GM_ERR_ARG, "speculative: the EAGLE-3 head drafts for another engine's sequences");
+        return gm_spec_check_vocab(s->e->m, gm_eagle3_head(o->eagle3), err);
     }
     if (!o->draft) return gm_fail(err, GM_ERR_ARG, "speculative: GM_SPEC_DRAFT needs a draft engine");
     if (o->draft == s->e)
@@ -377,7 +518,24 @@ gm_status gm_spec_new(gm_seq *s, const gm_spec_options *opt, gm_spec **out, gm_e
     sp->logits = malloc((size_t)(o.k_max + 1) * sp->V * sizeof *sp->logits);
     if (!sp->logits) st = gm_fail(err, GM_ERR_NOMEM, "speculative: out of memory for %d rows of logits", o.k_max + 1);
     if (!st && o.kind == GM_SPEC_DRAFT) st = gm_seq_new(o.draft, &sp->ds, err);
-    sp->h_pos = -1;
+    sp->h_pos = -1, sp->e3_pos = -1;
+    if (!st && o.kind == GM_SPEC_EAGLE3) {
+        const size_t dt = (size_t)s->e->c->d_model, dh = (size_t)gm_model_config(gm_eagle3_head(o.eagle3))->d_model;
+        const size_t R = (size_t)(o.k_max + 1 > 64 ? o.k_max + 1 : 64), aux = (size_t)s->e->n_taps;
+        sp->e3_rows = (int)R;
+        sp->e3_taps = malloc(R * (aux ? aux : 1) * dt * sizeof(float));
+        sp->e3_hid = malloc(R * dt * sizeof(float));
+        sp->e3_in = malloc(R * 3 * dt * sizeof(float));
+        sp->e3_g = malloc(R * dh * sizeof(float));
+        sp->e3_pg = malloc(dh * sizeof(float));
+        sp->e3_gcur = malloc(dh * sizeof(float));
+        sp->e3_gnext = malloc(dh * sizeof(float));
+        sp->mtp_logits = malloc((size_t)sp->V * sizeof *sp->mtp_logits);
+        if (!sp->e3_taps || !sp->e3_hid || !sp->e3_in || !sp->e3_g || !sp->e3_pg || !sp->e3_gcur || !sp->e3_gnext ||
+            !sp->mtp_logits)
+            st = gm_fail(err, GM_ERR_NOMEM, "speculative: out of memory for the EAGLE-3 head's states");
+        if (!st) st = gm_e3_seq_new(o.eagle3, &sp->e3s, err);
+    }
     if (!st && o.kind == GM_SPEC_MTP) {
         const size_t d = (size_t)s->e->c->d_model;
         sp->hid = malloc((size_t)(o.k_max + 1) * d * sizeof *sp->hid);
@@ -402,6 +560,14 @@ void gm_spec_free(gm_spec *sp) {
     free(sp->h);
     free(sp->h_next);
     free(sp->mtp_logits);
+    gm_e3_seq_free(sp->e3s);
+    free(sp->e3_taps);
+    free(sp->e3_hid);
+    free(sp->e3_in);
+    free(sp->e3_g);
+    free(sp->e3_pg);
+    free(sp->e3_gcur);
+    free(sp->e3_gnext);
     free(sp->q);
     free(sp->logits);
     free(sp);
@@ -456,7 +622,9 @@ static gm_status prepare(gm_spec *const *sps, int n, gm_error *err) {
     for (int i = 0; i < n && !st; i++) {
         gm_seq *q = sps[i]->s;
         last[i] = -1;
-        if (sps[i]->o.kind == GM_SPEC_MTP && q->n_tok - q->n_kv > 1) {
+        if (sps[i]->o.kind == GM_SPEC_EAGLE3 && q->n_tok - q->n_kv > 1) {
+            st = e3_prompt(sps[i], err); /* leaves the last token to the step's pass */
+        } else if (sps[i]->o.kind == GM_SPEC_MTP && q->n_tok - q->n_kv > 1) {
             last[i] = q->tok[q->n_tok - 1];
             st = gm_seq_truncate(q, q->n_tok - 1, err);
             if (!st && q->n_tok - q->n_kv > 0) list[m++] = q;
@@ -488,6 +656,8 @@ static int spec_rows(gm_spec *sp, gm_row *rows) {
     for (int j = 0; j < sp->n_draft; j++) rows[r++] = (gm_row){.seq = q, .token = sp->draft[j], .pos = q->n_tok + j, .logits = true};
     if (sp->o.kind == GM_SPEC_MTP) /* the assistant's next draft reads one of these */
         for (int i = 0; i < r; i++) rows[i].hidden = sp->hid + (size_t)i * (size_t)q->e->c->d_model;
+    if (sp->o.kind == GM_SPEC_EAGLE3)
+        for (int i = 0; i < r; i++) e3_ask(sp, &rows[i], i);
     sp->n_rows = r;
     sp->st.passes += r > 0;
     sp->st.verify_passes += sp->n_draft > 0;
@@ -578,6 +748,11 @@ static gm_status accept(gm_spec *sp, const gm_sampling *o, gm_error *err) {
     if (a < 0) return st;
     if ((st = gm_seq_truncate(sp->s, sp->base + a, err)) || (st = gm_seq_append(sp->s, &t, 1, err))) return st;
     sp->g_steps = 0; /* the matcher has taken exactly the step's tokens: kept */
+    if (sp->o.kind == GM_SPEC_EAGLE3) { /* the kept rows: up to the one that gave t */
+        const int first = sp->have_base ? sp->base : sp->base - 1, n = sp->base + a - first;
+        if (n > 0 && n <= sp->n_rows && (st = e3_absorb(sp, first, n, err))) return st;
+        if (n <= 0) sp->e3_broken = true, sp->e3_pos = -1; /* t came from logits computed without taps */
+    }
     if (sp->o.kind == GM_SPEC_MTP) { /* the state of the row that gave t, the position before it */
         const int first = sp->have_base ? sp->base : sp->base - 1, i = sp->base + a - 1 - first;
         const size_t d = (size_t)sp->s->e->c->d_model;
@@ -611,6 +786,7 @@ gm_status gm_spec_step_many(gm_spec *const *sps, int n, const gm_sampling *s, co
     for (int i = 0; i < n && !st; i++) st = propose(sps[i], &s[i], max_new ? max_new[i] : 0, err);
     if (!st) st = draft_rounds(sps, n, s, err);
     if (!st) st = mtp_rounds(sps, n, err);
+    if (!st) st = e3_rounds(sps, n, err);
     for (int i = 0; i < n && !st; i++) st = rewind_grammar(sps[i], err); /* drafting's steps: judge retakes them */
     if (!st) st = verify(sps, n, err);
     for (int i = 0; i < n && !st; i++) st = accept(sps[i], &s[i], err);

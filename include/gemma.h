@@ -590,6 +590,10 @@ GEMMA_API gm_status gm_seq_sample(gm_seq *s, const gm_sampling *opt, int32_t *to
  *    state at the last computed position, which the verify pass records: no second cache, no prefill. Its
  *    guesses are its argmax (as llama.cpp's draft-mtp), a point mass q for the rejection test. The step
  *    right after a prompt (evaluated without its last token) is a plain decode that keeps that state.
+ *  GM_SPEC_EAGLE3: an EAGLE-3 head (gm_eagle3) drafts from three of the target's states per position, which the
+ *    prompt's evaluation and every verify pass record (gm_engine_set_taps: the head sets them on the engine),
+ *    into a small cache of its own. Guesses: its argmax, a point mass q. A sequence whose history was computed
+ *    without the taps (by another path) is not drafted for; the output is the same either way.
  * k adapts per sequence: it doubles after a pass that accepted every guess and drops to one more
  * than the accepted count after a rejection (never above k_max). A gate stops proposing while the
  * running rate at which a step's first guess is accepted is below 1/2 (an extra verify row is far
@@ -613,9 +617,11 @@ typedef enum gm_spec_kind {
     GM_SPEC_LOOKUP = 1,
     GM_SPEC_DRAFT = 2,
     GM_SPEC_MTP = 3,
+    GM_SPEC_EAGLE3 = 4,
 } gm_spec_kind;
 
-typedef struct gm_mtp gm_mtp; /* Gemma 4's MTP assistant: see "drafters" below */
+typedef struct gm_mtp gm_mtp;       /* Gemma 4's MTP assistant: see "drafters" below */
+typedef struct gm_eagle3 gm_eagle3; /* an EAGLE-3 head: see "drafters" below */
 
 enum { GM_SPEC_MAX_K = 32 }; /* the largest k_max */
 
@@ -629,6 +635,7 @@ typedef struct gm_spec_options {
                           the gm_spec; several gm_spec may share it) */
     gm_mtp *mtp;       /* GM_SPEC_MTP: the assistant over the target's engine (kept by the caller, freed after the
                           gm_spec; several gm_spec may share it) */
+    gm_eagle3 *eagle3; /* GM_SPEC_EAGLE3: the head over the target's engine (as mtp) */
 } gm_spec_options;
 
 /* Counters since gm_spec_new. Acceptance rate = accepted / drafted; tokens per pass = tokens / passes. */
@@ -692,6 +699,15 @@ typedef struct gm_mtp_row {
 } gm_mtp_row;
 /* One draft step for each row (rows of distinct or equal sequences, in one batched pass). */
 GEMMA_API gm_status gm_mtp_draft(gm_mtp *d, const gm_mtp_row *rows, int n, gm_error *err);
+
+/* An EAGLE-3 head (an eagle3 GGUF, as llama.cpp's converter writes SpecForge / vLLM / RedHat speculators) beside a
+ * target engine: it reads three of the target's per-position states (eagle3.target_layers: layer inputs, or the
+ * final-normed state for the layer count) and keeps a one-layer cache of its own per sequence. gm_eagle3_new sets
+ * the engine's taps (gm_engine_set_taps) to the layers it reads. Runs beside a CPU or reference backend. Bad pairs
+ * (another vocabulary or width, a layer the target lacks) -> GM_ERR_ARG. target and head must outlive it. */
+GEMMA_API gm_status gm_eagle3_new(gm_engine *target, const gm_model *head, int max_rows, gm_eagle3 **out,
+                                  gm_error *err);
+GEMMA_API void gm_eagle3_free(gm_eagle3 *d);
 
 #ifdef __cplusplus
 }

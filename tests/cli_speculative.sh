@@ -20,7 +20,7 @@ expect() {
 
 for cmd in run chat; do
   "$GEMMA" $cmd --help >"$TMP/help" 2>&1
-  for flag in --lookup --draft-model --mtp --draft-max; do
+  for flag in --lookup --draft-model --mtp --eagle3 --draft-max; do
     grep -q -- "$flag" "$TMP/help" && ok "$cmd --help lists $flag" || bad "$cmd --help lacks $flag"
   done
 done
@@ -95,6 +95,20 @@ grep -q "mtp assistant: [1-9][0-9]* forward calls" "$TMP/err" && ok "--mtp -v co
 expect "--mtp with another target" 1 "hidden states of 32" -- "$GEMMA" run -m "$TINY" -p "the" --mtp "$MTP"
 expect "--mtp with a target file" 1 "not a drafter" -- "$GEMMA" run -m "$G4" -p "the" --mtp "$G4"
 expect "an assistant alone" 1 "cannot run alone" -- "$GEMMA" run -m "$MTP" -p "the"
+
+# EAGLE-3 heads (tests/data/eagle3): the same greedy text, the counters, the refusals
+for h in eagle3-gemma4 eagle3-gemma4-d2t; do
+  expect "g4 --eagle3 $h" 0 "speculative (eagle3 head)" -- "$GEMMA" run -m "$G4" -p "the cat" -n 30 --ignore-eos -t 2 \
+    --eagle3 "$SRC/tests/data/eagle3/$h.gguf" --draft-max 3 -v
+  cmp -s "$TMP/out" "$TMP/g4plain" && ok "--eagle3 $h: same text" || bad "--eagle3 $h changed the greedy text"
+  grep -q "eagle3 head: [1-9][0-9]* forward calls" "$TMP/err" && ok "--eagle3 -v counts the head's calls" \
+    || bad "--eagle3 -v: $(tail -2 "$TMP/err")"
+done
+expect "--eagle3 with --mtp" 2 "give one" -- "$GEMMA" run -m "$G4" -p "the" --mtp "$MTP" --eagle3 "$MTP"
+expect "--eagle3 with another target" 1 "states of 32" -- "$GEMMA" run -m "$TINY" -p "the" \
+  --eagle3 "$SRC/tests/data/eagle3/eagle3-gemma4.gguf"
+expect "--eagle3 with an assistant file" 1 "not an EAGLE-3 head" -- "$GEMMA" run -m "$G4" -p "the" --eagle3 "$MTP"
+expect "serve --eagle3" 2 "not served yet" -- "$GEMMA" serve -m "$G4" --eagle3 "$SRC/tests/data/eagle3/eagle3-gemma4.gguf"
 
 serve_g4() { # $1: extra options; the port into $TMP/port
   "$GEMMA" serve -m "$G4" --port 0 -t 2 -c 128 $1 >"$TMP/srv.out" 2>"$TMP/srv.err" &

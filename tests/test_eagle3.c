@@ -16,9 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/eagle3.h"
+#include "formats/gguf.h"
 #include "gemma.h"
+#include "gemma_generator.h"
 #include "support/test.h"
 
 #define NTOK 40
@@ -214,6 +217,179 @@ done:
     free(fx);
 }
 
+/* n tokens after the first np of the target fixture, greedy or as s says, with the head at path drafting k (k 0:
+ * no speculation). */
+static int generate(const char *head, const gm_sampling *s, int np, int n, int k, bool fixed, int32_t *out,
+                    gm_spec_stats *st) {
+    gm_error err = {0};
+    char hpath[512];
+    snprintf(hpath, sizeof hpath, "%s", head); /* test_data_path's buffer is reused */
+    fixture *fx = malloc(sizeof *fx);
+    gm_model *t = NULL, *h = NULL;
+    gm_generator *g = NULL;
+    gm_eagle3 *d = NULL;
+    int got = 0;
+    if (!fx || !load("eagle3/eagle3-gemma4.draft.txt", fx)) goto done;
+    CHECK_OK(gm_model_open(test_data_path("gemma4/gemma4-dense.gguf"), NULL, &t, &err), &err);
+    CHECK_OK(gm_model_open(hpath, NULL, &h, &err), &err);
+    const gm_generator_options go = {.n_threads = 2, .n_ctx = 128, .ignore_stop = true};
+    if (t && h) CHECK_OK(gm_generator_new(t, &go, &g, &err), &err);
+    if (g && k) {
+        CHECK_OK(gm_eagle3_new(gm_generator_engine(g), h, 0, &d, &err), &err);
+        const gm_spec_options so = {.kind = GM_SPEC_EAGLE3, .k_max = k, .fixed_k = fixed, .eagle3 = d};
+        if (d) CHECK_OK(gm_generator_set_speculative(g, &so, &err), &err);
+    }
+    if (g) CHECK_OK(gm_generator_prefill(g, fx->tok, np, &err), &err);
+    if (g) CHECK_OK(gm_generator_generate_cached(g, n, s, out, &got, &err), &err);
+    if (g && st) gm_spec_get_stats(gm_generator_speculative(g), st);
+done:
+    gm_generator_free(g);
+    gm_eagle3_free(d);
+    gm_model_free(h);
+    gm_model_free(t);
+    free(fx);
+    return got;
+}
+
+/* Greedy output with a head drafting equals the output without (both heads, k 1 / 3 / 8, fixed and adaptive). */
+TEST(greedy_exact) {
+    enum { N = 40 };
+    const char *heads[] = {"eagle3/eagle3-gemma4.gguf", "eagle3/eagle3-gemma4-d2t.gguf"};
+    const gm_sampling s = gm_sampling_default();
+    for (int np = 3; np <= 20; np += 17) {
+        int32_t ref[N], got[N];
+        CHECK_EQ_INT(generate(test_data_path(heads[0]), &s, np, N, 0, false, ref, NULL), N);
+        for (int hi = 0; hi < 2; hi++)
+            for (int k = 1; k <= 8; k = k == 1 ? 3 : 8 + (k == 8) * 8)
+                for (int fixed = 0; fixed < 2; fixed++) {
+                    gm_spec_stats st = {0};
+                    CHECK_EQ_INT(generate(test_data_path(heads[hi]), &s, np, N, k, fixed, got, &st), N);
+                    CHECK_MSG(!memcmp(ref, got, sizeof ref), "%s, prompt %d, k %d%s: greedy output differs", heads[hi],
+                              np, k, fixed ? " fixed" : "");
+                    CHECK_MSG(st.drafted > 0 && st.draft_evals > 0, "%s k %d: %lld drafted", heads[hi], k,
+                              (long long)st.drafted);
+                    if (fixed) /* every step drafts but the last k (max_new clamps them) */
+                        CHECK_MSG(st.verify_passes >= st.steps - k, "%s k %d: %lld of %lld steps drafted", heads[hi], k,
+                                  (long long)st.verify_passes, (long long)st.steps);
+                }
+    }
+}
+
+/* A copy of a head with a tensor zeroed (into path). */
+static bool zeroed_copy(const char *rel, const char *tensor, char *path) {
+    gm_error err = {0};
+    gguf_file *f = NULL;
+    char src[512];
+    snprintf(src, sizeof src, "%s", test_data_path(rel));
+    const int fd = mkstemp(path);
+    bool made = false;
+    if (fd >= 0 && gguf_open(src, NULL, &f, &err) == GM_OK) {
+        size_t len;
+        unsigned char *bytes = test_read_file(src, &len);
+        const gguf_tensor *t = gguf_find_tensor(f, tensor);
+        if (bytes && t) {
+            memset(bytes + f->data_offset + t->offset, 0, (size_t)t->nbytes);
+            made = write(fd, bytes, len) == (ssize_t)len;
+        }
+        free(bytes);
+    }
+    if (fd >= 0) close(fd);
+    gguf_close(f);
+    return made;
+}
+
+/* Accepted drafts: the head with its output norm zeroed guesses token 0 always, the target is biased to it. */
+TEST(greedy_accepted) {
+    char path[] = "/tmp/gm_e3_zeroXXXXXX";
+    CHECK(zeroed_copy("eagle3/eagle3-gemma4.gguf", "output_norm.weight", path));
+    enum { N = 40 };
+    int32_t ref[N], got[N];
+    const gm_logit_bias bias = {.token = 0, .bias = 1000.0f};
+    gm_sampling s = gm_sampling_default();
+    s.logit_bias = &bias, s.n_logit_bias = 1;
+    CHECK_EQ_INT(generate(path, &s, 6, N, 0, false, ref, NULL), N);
+    for (int k = 1; k <= 4; k += 3) {
+        gm_spec_stats st = {0};
+        CHECK_EQ_INT(generate(path, &s, 6, N, k, true, got, &st), N);
+        CHECK_MSG(!memcmp(ref, got, sizeof ref), "k %d: greedy output differs", k);
+        CHECK_MSG(st.drafted >= N / (k + 1) - 1 && st.accepted == st.drafted, "k %d: %lld of %lld accepted", k,
+                  (long long)st.accepted, (long long)st.drafted);
+    }
+    unlink(path);
+}
+
+/* Sampling: the step's first token follows the target's distribution while the head drafts (its guess a point mass:
+ * accepted with probability p(guess), else a draw from p without it). 20000 trials, each a fork of the prompt
+ * (computed with taps by the step) and one sampled step. */
+TEST(sampling_distribution) {
+    fixture *fx = malloc(sizeof *fx);
+    gm_error err = {0};
+    gm_model *t = NULL, *h = NULL;
+    gm_engine *e = NULL;
+    gm_eagle3 *d = NULL;
+    gm_seq *base = NULL;
+    enum { NP = 8 };
+    const float T = 1.2f;
+    CHECK(fx && load("eagle3/eagle3-gemma4.draft.txt", fx));
+    CHECK_OK(gm_model_open(test_data_path("gemma4/gemma4-dense.gguf"), NULL, &t, &err), &err);
+    CHECK_OK(gm_model_open(test_data_path("eagle3/eagle3-gemma4.gguf"), NULL, &h, &err), &err);
+    const gm_engine_options eo = {.n_threads = 2, .n_ctx = 64, .kv_type = GM_KV_DTYPE_F32, .kv_mem = 4 << 20};
+    if (t && h) CHECK_OK(gm_engine_new(t, &eo, &e, &err), &err);
+    if (e) CHECK_OK(gm_eagle3_new(e, h, 0, &d, &err), &err);
+    if (d) CHECK_OK(gm_seq_new(e, &base, &err), &err);
+    if (!base) goto done;
+    /* the target's distribution after the prompt */
+    gm_seq *q = NULL;
+    CHECK_OK(gm_seq_fork(base, &q, &err), &err);
+    CHECK_OK(gm_seq_append(q, fx->tok, NP, &err), &err);
+    CHECK_OK(gm_engine_eval(e, &q, 1, &err), &err);
+    double p[V], z = 0, mx = -INFINITY;
+    const float *l = gm_seq_logits(q);
+    for (int v = 0; v < V; v++) mx = l[v] / T > mx ? l[v] / T : mx;
+    for (int v = 0; v < V; v++) z += p[v] = exp(l[v] / T - mx);
+    for (int v = 0; v < V; v++) p[v] /= z;
+    gm_seq_free(q);
+    CHECK_OK(gm_seq_append(base, fx->tok, NP, &err), &err);
+    gm_sampling smp = gm_sampling_default();
+    smp.temperature = T;
+    const int n = getenv("GM_SANITIZER_BUILD") ? 2000 : 20000;
+    int *count = calloc(V, sizeof *count), taken = 0;
+    int64_t drafted = 0, accepted = 0;
+    for (int i = 0; i < n && count; i++) {
+        gm_seq *s = NULL;
+        gm_spec *sp = NULL;
+        const gm_spec_options so = {.kind = GM_SPEC_EAGLE3, .k_max = 2, .fixed_k = true, .eagle3 = d};
+        const int32_t *toks;
+        int nt = 0;
+        smp.seed = 9000 + (uint64_t)i;
+        if (gm_seq_fork(base, &s, &err) || gm_spec_new(s, &so, &sp, &err) || gm_spec_step(sp, &smp, 0, &toks, &nt, &err) ||
+            nt < 1) {
+            CHECK_MSG(false, "trial %d: %s", i, err.msg);
+            gm_spec_free(sp);
+            gm_seq_free(s);
+            break;
+        }
+        count[toks[0]]++, taken++;
+        gm_spec_stats st;
+        gm_spec_get_stats(sp, &st);
+        drafted += st.drafted, accepted += st.accepted;
+        gm_spec_free(sp);
+        gm_seq_free(s);
+    }
+    CHECK_EQ_INT(taken, n);
+    CHECK_MSG(drafted == 2ll * n, "%lld drafted in %d one-step trials of k 2", (long long)drafted, n);
+    fprintf(stderr, "  EAGLE-3 sampling: %lld of %lld guesses accepted\n", (long long)accepted, (long long)drafted);
+    CHECK_MSG(test_chi_square_ok(count, p, V, n, "EAGLE-3 head, T 1.2"), "the first token's distribution is not the target's");
+    free(count);
+done:
+    gm_seq_free(base);
+    gm_eagle3_free(d);
+    gm_engine_free(e);
+    gm_model_free(h);
+    gm_model_free(t);
+    free(fx);
+}
+
 TEST(eagle3_gemma4) {
     check_head("eagle3-gemma4", GM_BACKEND_CPU);
     check_head("eagle3-gemma4", GM_BACKEND_REFERENCE);
@@ -226,5 +402,8 @@ TEST(eagle3_gemma4_d2t) {
 int main(void) {
     RUN(eagle3_gemma4);
     RUN(eagle3_gemma4_d2t);
+    RUN(greedy_exact);
+    RUN(greedy_accepted);
+    RUN(sampling_distribution);
     return test_summary();
 }

@@ -162,6 +162,9 @@ static const cli_opt OPTS[] = {
     {"--mtp", NULL, STR("PATH", mtp_path, 0, 0), SPEC,
      "speculative decoding with Gemma 4's MTP assistant (a gemma4-assistant GGUF of\n"
      "the model): it drafts from the model's own cache and hidden state", NULL},
+    {"--eagle3", NULL, STR("PATH", eagle3_path, 0, 0), SPEC,
+     "speculative decoding with an EAGLE-3 head of the model (an eagle3 GGUF): it drafts\n"
+     "from three of the model's hidden states (run and chat; serve: not yet)", NULL},
     {"--draft-max", NULL, INT("K", draft_max, 1, GM_SPEC_MAX_K), SPEC,
      "most tokens proposed per pass, 1..{spec_k} (default 8; k adapts below it)", NULL},
     {"--mmproj", NULL, STR("PATH", mmproj, 0, 0), SPEC,

@@ -56,7 +56,7 @@ typedef struct cli_args {
     bool json;                /* run: constrain the output to a JSON object; bench, embed, inspect: JSON out */
     bool no_bos;              /* run, tokenize */
     /* run and chat (lookup, draft_model, draft_max, mmproj: serve too) */
-    const char *prompt, *system, *draft_model, *mtp_path, *mmproj, *grammar_file, *schema_file;
+    const char *prompt, *system, *draft_model, *mtp_path, *eagle3_path, *mmproj, *grammar_file, *schema_file;
     int n_predict, draft_max;
     gm_sampling s;
     bool naive, chat, truncate, ignore_eos, verbose, lookup;

@@ -29,15 +29,15 @@ static const char *bad_combination(const run_args *a) {
         return "-c 1 leaves no room for a prompt and a generated token; use 0 (the model's context) or at least 2";
     if (!!a->grammar_file + !!a->schema_file + a->json > 1)
         return "--grammar-file, --json-schema and --json are three constraints: give one";
-    if (!!a->lookup + !!a->draft_model + !!a->mtp_path > 1)
-        return "--lookup, --draft-model and --mtp are ways to propose tokens: give one";
-    if (a->naive && (a->lookup || a->draft_model || a->mtp_path))
+    const bool drafter = a->lookup || a->draft_model || a->mtp_path || a->eagle3_path;
+    if (!!a->lookup + !!a->draft_model + !!a->mtp_path + !!a->eagle3_path > 1)
+        return "--lookup, --draft-model, --mtp and --eagle3 are ways to propose tokens: give one";
+    if (a->naive && drafter)
         return "--naive recomputes every token; it does not combine with speculation";
     if (n_images && !a->mmproj) return "--image needs the model's vision encoder: --mmproj PATH";
     if (n_images && (a->naive || a->truncate || a->no_bos))
         return "--image does not combine with --naive, --truncate or --no-bos";
-    if (a->draft_max && !a->lookup && !a->draft_model && !a->mtp_path)
-        return "--draft-max needs --lookup, --draft-model or --mtp";
+    if (a->draft_max && !drafter) return "--draft-max needs --lookup, --draft-model, --mtp or --eagle3";
     return NULL;
 }
 
@@ -66,6 +66,8 @@ typedef struct session {
     gm_engine *de;
     gm_model *am;          /* am, mtp: the assistant and its drafter over the generator's engine (--mtp) */
     gm_mtp *mtp;
+    gm_model *hm;          /* hm, e3: the EAGLE-3 head and its drafter over the generator's engine (--eagle3) */
+    gm_eagle3 *e3;
     gm_generator *g;
     const gm_tokenizer *tok;
     double load_s;
@@ -81,9 +83,17 @@ static void close_session(session *s);
 /* --lookup / --draft-model: the generator's speculative decoding; the draft model gets its own engine
  * with the same threads and context (capped at its own). */
 static gm_status open_speculation(const run_args *a, session *s, gm_error *err) {
-    if (!a->lookup && !a->draft_model && !a->mtp_path) return GM_OK;
-    gm_spec_options so = {.kind = a->lookup ? GM_SPEC_LOOKUP : a->mtp_path ? GM_SPEC_MTP : GM_SPEC_DRAFT,
+    if (!a->lookup && !a->draft_model && !a->mtp_path && !a->eagle3_path) return GM_OK;
+    gm_spec_options so = {.kind = a->lookup ? GM_SPEC_LOOKUP : a->mtp_path ? GM_SPEC_MTP
+                                  : a->eagle3_path ? GM_SPEC_EAGLE3 : GM_SPEC_DRAFT,
                           .k_max = a->draft_max};
+    if (a->eagle3_path) {
+        const gm_model_options mo = gm_cli_model_options();
+        gm_status st = gm_model_open(a->eagle3_path, &mo, &s->hm, err);
+        if (!st) st = gm_eagle3_new(gm_generator_engine(s->g), s->hm, 0, &s->e3, err);
+        if (st) return st;
+        so.eagle3 = s->e3;
+    }
     if (a->mtp_path) {
         const gm_model_options mo = gm_cli_model_options();
         gm_status st = gm_model_open(a->mtp_path, &mo, &s->am, err);
@@ -150,6 +160,7 @@ static int open_session(const run_args *a, const char *cmd, session *s) {
     gm_status st = open_generator(a, s, &err);
     if (!st && (st = open_speculation(a, s, &err)) && a->draft_model && !s->de) what = "draft model: ";
     else if (st && a->mtp_path && !s->am) what = "--mtp: ";
+    else if (st && a->eagle3_path && !s->hm) what = "--eagle3: ";
     if (!st) st = open_grammar(a, s, &err);
     if (st) {
         fprintf(stderr, "gemma %s: %s%s\n", cmd, what, err.msg);
@@ -178,6 +189,8 @@ static void close_session(session *s) {
     gm_model_free(s->dm);
     gm_mtp_free(s->mtp); /* after the generator, whose speculation drafted with it */
     gm_model_free(s->am);
+    gm_eagle3_free(s->e3);
+    gm_model_free(s->hm);
     gm_model_free(s->m);
     gm_threadpool_free(s->pool); /* after everything that ran on it */
 }
@@ -188,7 +201,8 @@ static void print_spec_stats(const session *s, const run_args *a, const char *cm
     gm_spec_get_stats(gm_generator_speculative(s->g), &ss);
     if (!gm_generator_speculative(s->g)) return;
     fprintf(stderr, "gemma %s: speculative (%s): %lld passes (%lld verifying proposals), %lld proposed, %lld accepted "
-                    "(%.1f%%), %.2f tokens per pass\n", cmd, a->lookup ? "lookup" : a->mtp_path ? "mtp assistant" : "draft model",
+                    "(%.1f%%), %.2f tokens per pass\n", cmd,
+            a->lookup ? "lookup" : a->mtp_path ? "mtp assistant" : a->eagle3_path ? "eagle3 head" : "draft model",
             (long long)ss.passes,
             (long long)ss.verify_passes, (long long)ss.drafted, (long long)ss.accepted,
             ss.drafted ? 100.0 * (double)ss.accepted / (double)ss.drafted : 0.0,
@@ -196,9 +210,9 @@ static void print_spec_stats(const session *s, const run_args *a, const char *cm
     if (ss.refused) /* under a grammar: lookup tokens the grammar refused, cut before the verify pass */
         fprintf(stderr, "gemma %s: grammar: %lld proposed tokens refused before verification\n", cmd,
                 (long long)ss.refused);
-    if (a->draft_model || a->mtp_path)
-        fprintf(stderr, "gemma %s: %s: %lld forward calls\n", cmd, a->mtp_path ? "mtp assistant" : "draft model",
-                (long long)ss.draft_evals);
+    if (a->draft_model || a->mtp_path || a->eagle3_path)
+        fprintf(stderr, "gemma %s: %s: %lld forward calls\n", cmd,
+                a->mtp_path ? "mtp assistant" : a->eagle3_path ? "eagle3 head" : "draft model", (long long)ss.draft_evals);
 }
 
 /* Streams each token's text to stdout as it is generated. */

@@ -73,9 +73,12 @@ static int gather_keys(const cli_args *a, srv_options *o, key_list *kl) {
 }
 
 /* The combinations of options that do not go together. Returns CLI_GO or 2. */
-static int check_combinations(const srv_options *o) {
+static int check_combinations(const srv_options *o, bool eagle3) {
     const char *why = NULL;
-    if (!!o->lookup + !!o->draft_model_path + !!o->mtp_path > 1)
+    if (eagle3)
+        why = "--eagle3 is not served yet (the server computes prompts without the states the head reads): use --mtp, "
+              "--draft-model or --lookup";
+    else if (!!o->lookup + !!o->draft_model_path + !!o->mtp_path > 1)
         why = "--lookup, --draft-model and --mtp are ways to propose tokens: give one";
     else if (o->draft_max && !o->lookup && !o->draft_model_path && !o->mtp_path)
         why = "--draft-max needs --lookup, --draft-model or --mtp";
@@ -110,7 +113,7 @@ static int server_options(const cli_args *a, srv_options *o, key_list *kl) {
     if (o->max_prompt < 0) o->max_prompt = o->n_ctx - 1;
     if (o->max_tokens < 0) o->max_tokens = o->n_ctx;
     const int rc = gather_keys(a, o, kl);
-    return rc == CLI_GO ? check_combinations(o) : rc;
+    return rc == CLI_GO ? check_combinations(o, a->eagle3_path != NULL) : rc;
 }
 
 int cmd_serve(int argc, char **argv) {
