@@ -44,13 +44,13 @@ gen_gemma4_mtp_fixtures.py, with a different SEED per variant).
 import os, sys
 import numpy as np
 import gguf
+from synth_gguf import copy_tokenizer, field_value, values
 
 TARGET = "gemma4-dense.gguf"
 TARGET_LOGITS = "gemma4-dense.logits.txt"
 D_TGT, L_TGT, V = 32, 7, 300
 HD = 8
 N_DRAFT = 64
-M64 = (1 << 64) - 1
 
 VARIANTS = {
     "eagle3-gemma4": dict(seed=0x453347, d=32, h=4, hkv=2, ff=40, eps=1e-6, base=1e4, layers=[1, 3, 7],
@@ -58,24 +58,6 @@ VARIANTS = {
     "eagle3-gemma4-d2t": dict(seed=0x453348, d=24, h=4, hkv=1, ff=36, eps=1e-5, base=5e5, layers=[2, 3, 4],
                               nbr=True, nbfc=True, own_embd=True, d2t=True),
 }
-
-
-def fnv1a(s):
-    h = 0xcbf29ce484222325
-    for c in s.encode():
-        h = ((h ^ c) * 0x100000001b3) & M64
-    return h
-
-
-def values(seed, name, n, a, mean):
-    s = np.uint64((seed ^ fnv1a(name)) & M64)
-    with np.errstate(over="ignore"):
-        z = s + np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0x9e3779b97f4a7c15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xbf58476d1ce4e5b9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94d049bb133111eb)
-        z = z ^ (z >> np.uint64(31))
-    u = (z >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
-    return ((2.0 * u - 1.0) * a + mean).astype(np.float32)
 
 
 def tensors(v):
@@ -99,13 +81,6 @@ def tensors(v):
             (p + "ffn_up.weight", (v["ff"], d), fan(d), 0.0),
             (p + "ffn_down.weight", (d, v["ff"]), fan(v["ff"]), 0.0)]
     return out
-
-
-def field_value(f):
-    """A scalar, string or array GGUF field as Python values."""
-    if f.types[0] == gguf.GGUFValueType.ARRAY:
-        return [f.contents(i) for i in range(len(f.data))]
-    return f.contents()
 
 
 def target_info(path):
@@ -134,18 +109,6 @@ def d2t_ids(seed, toks):
     ids = sorted(ids + rest[:N_DRAFT - len(ids)])
     assert len(ids) == N_DRAFT
     return np.array(ids, dtype=np.int64)
-
-
-def copy_tokenizer(w, r):
-    """Every tokenizer.* key of the target, with its original type."""
-    for k, f in r.fields.items():
-        if not k.startswith("tokenizer."):
-            continue
-        v = field_value(f)
-        if f.types[0] == gguf.GGUFValueType.ARRAY:
-            w.add_key_value(k, v, gguf.GGUFValueType.ARRAY, sub_type=f.types[1])
-        else:
-            w.add_key_value(k, v, f.types[0])
 
 
 def write(path, v, r, kv, toks):

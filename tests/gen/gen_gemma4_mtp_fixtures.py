@@ -31,6 +31,7 @@ gen_gemma4_fixtures.py, with a different SEED).
 import os, sys
 import numpy as np
 import gguf
+from synth_gguf import copy_tokenizer, field_value, values as seeded_values
 
 TARGET = "gemma4-dense.gguf"
 D, D_BB, L, H, V, W = 16, 32, 4, 4, 300, 6
@@ -41,25 +42,10 @@ FF = 24
 OUT_SCALE = [0.9, 1.1, 0.8, 1.2]
 SOFTCAP = 30.0
 SEED = 0x4D5450
-M64 = (1 << 64) - 1
 
 
-def fnv1a(s):
-    h = 0xcbf29ce484222325
-    for c in s.encode():
-        h = ((h ^ c) * 0x100000001b3) & M64
-    return h
-
-
-def values(name, n, a, mean):
-    s = np.uint64((SEED ^ fnv1a(name)) & M64)
-    with np.errstate(over="ignore"):
-        z = s + np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0x9e3779b97f4a7c15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xbf58476d1ce4e5b9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94d049bb133111eb)
-        z = z ^ (z >> np.uint64(31))
-    u = (z >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
-    return ((2.0 * u - 1.0) * a + mean).astype(np.float32)
+def seeded(name, n, a, mean):
+    return seeded_values(SEED, name, n, a, mean)
 
 
 def tensors():
@@ -85,13 +71,6 @@ def tensors():
     return out
 
 
-def field_value(f):
-    """A scalar, string or array GGUF field as Python values."""
-    if f.types[0] == gguf.GGUFValueType.ARRAY:
-        return [f.contents(i) for i in range(len(f.data))]
-    return f.contents()
-
-
 def target_info(path):
     r = gguf.GGUFReader(path)
     kv = {k: field_value(f) for k, f in r.fields.items()}
@@ -106,18 +85,6 @@ def target_info(path):
     assert swa_t[n_t - 2] and not swa_t[n_t - 1]  # llama.cpp's sliding -> n-2, full -> n-1 mapping
     assert len(kv["tokenizer.ggml.tokens"]) == V
     return r, kv, freqs
-
-
-def copy_tokenizer(w, r):
-    """Every tokenizer.* key of the target, with its original type."""
-    for k, f in r.fields.items():
-        if not k.startswith("tokenizer."):
-            continue
-        v = field_value(f)
-        if f.types[0] == gguf.GGUFValueType.ARRAY:
-            w.add_key_value(k, v, gguf.GGUFValueType.ARRAY, sub_type=f.types[1])
-        else:
-            w.add_key_value(k, v, f.types[0])
 
 
 def write(path, target):
@@ -147,7 +114,7 @@ def write(path, target):
     copy_tokenizer(w, r)
     w.add_tensor("rope_freqs.weight", freqs)
     for name, shape, a, mean in tensors():
-        w.add_tensor(name, values(name, int(np.prod(shape)), a, mean).reshape(shape))
+        w.add_tensor(name, seeded(name, int(np.prod(shape)), a, mean).reshape(shape))
     for i, s in enumerate(OUT_SCALE):
         w.add_tensor(f"blk.{i}.layer_output_scale.weight", np.array([s], dtype=np.float32))
     w.write_header_to_file()
