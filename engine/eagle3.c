@@ -43,9 +43,6 @@ gm_status gm_eagle3_new(gm_engine *e, const gm_model *h, int max_rows, gm_eagle3
     if (!out) return gm_fail(err, GM_ERR_ARG, "eagle3: out is NULL");
     *out = NULL;
     if (!e || !h || max_rows < 0) return gm_fail(err, GM_ERR_ARG, "eagle3: no target engine or head");
-    if (e->kind != GM_BACKEND_CPU && e->kind != GM_BACKEND_REFERENCE)
-        return gm_fail(err, GM_ERR_UNSUPPORTED, "eagle3: the head runs beside a CPU or reference backend (the "
-                       "target's is %s)", e->backend_name);
     if (!h->cfg.family || !h->cfg.family->rules.own_weights)
         return gm_fail(err, GM_ERR_ARG, "eagle3: %s is not an EAGLE-3 head (arch %s)", gm_source_path(h->src), h->cfg.arch);
     gm_eagle3 *d = calloc(1, sizeof *d);
@@ -56,10 +53,7 @@ gm_status gm_eagle3_new(gm_engine *e, const gm_model *h, int max_rows, gm_eagle3
     gm_status st = d->rows ? GM_OK : gm_fail(err, GM_ERR_NOMEM, "eagle3: out of memory");
     if (!st) st = gm_kv_layout_init(&d->lay, h, GM_KV_DTYPE_F32, err);
     d->lay_made = !st;
-    gm_backend_options bo = e->bo;
-    bo.max_batch = d->max_rows;
-    bo.isa = h->isa;
-    if (!st) st = (e->kind == GM_BACKEND_REFERENCE ? gm_backend_ref_new : gm_backend_cpu_new)(h, &d->lay, &bo, &d->be, err);
+    if (!st) st = gm_engine_side_backend(e, h, &d->lay, d->max_rows, "eagle3: the head", &d->be, err);
     if (!st) {
         /* one context of the head per target sequence the target's pool can hold at full length */
         const size_t blocks = (size_t)(e->n_ctx + GM_KV_BLOCK - 1) / GM_KV_BLOCK + 1;

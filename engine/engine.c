@@ -88,6 +88,18 @@ static gm_status create_backend(gm_engine *e, const gm_engine_options *o, const 
     return open_backend(e, GM_BACKEND_CPU, bo, err);
 }
 
+gm_status gm_engine_side_backend(const gm_engine *e, const gm_model *m, const gm_kv_layout *lay, int max_rows,
+                                 const char *who, gm_backend **out, gm_error *err) {
+    *out = NULL;
+    if (e->kind != GM_BACKEND_CPU && e->kind != GM_BACKEND_REFERENCE)
+        return gm_fail(err, GM_ERR_UNSUPPORTED, "%s runs beside a CPU or reference backend (the target's is %s)", who,
+                       e->backend_name);
+    gm_backend_options bo = e->bo;
+    bo.max_batch = max_rows;
+    bo.isa = m->isa;
+    return (e->kind == GM_BACKEND_REFERENCE ? gm_backend_ref_new : gm_backend_cpu_new)(m, lay, &bo, out, err);
+}
+
 const char *gm_engine_backend_name(const gm_engine *e) { return e ? e->backend_name : ""; }
 
 void gm_engine_backend_stats(const gm_engine *e, gm_backend_stats *out) {

@@ -120,6 +120,11 @@ gm_status gm_grammar_mask(gm_matcher *m, uint32_t *mask, int n_vocab, gm_error *
 /* Drops every block of s: the next evaluation computes (or adopts) from position 0. */
 void gm_seq_forget(gm_seq *s);
 
+/* A backend beside e's for a drafter's model m (its weights; lay: the cache layout its attention reads): of e's kind,
+ * on e's threads (its pool when the caller gave one), max_rows rows per call. Host backends only (CPU, reference):
+ * GM_ERR_UNSUPPORTED naming `who` otherwise. */
+gm_status gm_engine_side_backend(const gm_engine *e, const gm_model *m, const gm_kv_layout *lay, int max_rows,
+                                 const char *who, gm_backend **out, gm_error *err);
 /* The assistant a gm_mtp drafts with, and the engine whose sequences it drafts for (engine/mtp.c). */
 const gm_model *gm_mtp_assistant(const gm_mtp *d);
 const gm_engine *gm_mtp_target(const gm_mtp *d);

@@ -31,23 +31,17 @@ gm_status gm_mtp_new(gm_engine *e, const gm_model *a, const gm_mtp_options *opt,
     if (!out) return gm_fail(err, GM_ERR_ARG, "mtp: out is NULL");
     *out = NULL;
     if (!e || !a) return gm_fail(err, GM_ERR_ARG, "mtp: no target engine or assistant");
-    if (e->kind != GM_BACKEND_CPU && e->kind != GM_BACKEND_REFERENCE)
-        return gm_fail(err, GM_ERR_UNSUPPORTED, "mtp: the assistant runs beside a CPU or reference backend (the "
-                       "target's is %s)", e->backend_name);
     const gm_mtp_options o = opt ? *opt : (gm_mtp_options){0};
     if (o.max_rows < 0) return gm_fail(err, GM_ERR_ARG, "mtp: max_rows %d", o.max_rows);
     gm_mtp *d = calloc(1, sizeof *d);
     if (!d) return gm_fail(err, GM_ERR_NOMEM, "mtp: out of memory");
     d->e = e, d->a = a;
     d->max_rows = o.max_rows ? o.max_rows : 64;
-    gm_backend_options bo = e->bo; /* the target's threads (its pool when the caller gave one), ISA and context */
-    bo.max_batch = d->max_rows;
-    bo.isa = a->isa;
     d->rows = malloc((size_t)d->max_rows * sizeof *d->rows);
     gm_status st = d->rows ? GM_OK : gm_fail(err, GM_ERR_NOMEM, "mtp: out of memory");
     if (!st && !a->cfg.is_drafter)
         st = gm_fail(err, GM_ERR_ARG, "mtp: %s is not a drafter (arch %s)", gm_source_path(a->src), a->cfg.arch);
-    if (!st) st = (e->kind == GM_BACKEND_REFERENCE ? gm_backend_ref_new : gm_backend_cpu_new)(a, &e->lay, &bo, &d->be, err);
+    if (!st) st = gm_engine_side_backend(e, a, &e->lay, d->max_rows, "mtp: the assistant", &d->be, err);
     if (!st) st = gm_mtp_fwd_new(e->m, &e->lay, a, d->be, d->max_rows, e->n_ctx, &d->fwd, err);
     if (st) {
         gm_mtp_free(d);
