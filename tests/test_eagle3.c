@@ -19,7 +19,6 @@
 #include <unistd.h>
 
 #include "engine/eagle3.h"
-#include "formats/gguf.h"
 #include "gemma.h"
 #include "gemma_generator.h"
 #include "support/test.h"
@@ -41,15 +40,6 @@ typedef struct {
         float logits[STEPS][V], g[STEPS][MAXW];
     } c[MAXCASES];
 } fixture;
-
-static int floats(char *p, float *out, int max) {
-    int n = 0;
-    for (char *end; n < max; n++, p = end) {
-        out[n] = strtof(p, &end);
-        if (end == p) break;
-    }
-    return n;
-}
 
 static bool load(const char *rel, fixture *fx) {
     size_t len;
@@ -73,11 +63,11 @@ static bool load(const char *rel, fixture *fx) {
             for (int i = 0; ok && i < fx->n_d2t; i++) fx->d2t[i] = (int)strtol(p, &p, 10);
         } else if (!strncmp(line, "taps ", 5)) {
             const int pos = (int)strtol(p + 5, &p, 10);
-            ok = pos >= 0 && pos < NTOK && floats(p, fx->taps[pos], 3 * BB) == 3 * BB;
+            ok = pos >= 0 && pos < NTOK && test_parse_floats(p, fx->taps[pos], 3 * BB) == 3 * BB;
         } else if (!strncmp(line, "g0 ", 3)) {
             const int pos = (int)strtol(p + 3, &p, 10);
             ok = pos >= 0 && pos < NTOK;
-            if (ok) fx->width = floats(p, fx->g0[pos], MAXW);
+            if (ok) fx->width = test_parse_floats(p, fx->g0[pos], MAXW);
         } else if (!strncmp(line, "case ", 5)) {
             ok = ++ci < MAXCASES;
             if (ok) fx->c[ci].pos = (int)strtol(p + 5, &p, 10), fx->n_cases = ci + 1;
@@ -86,29 +76,13 @@ static bool load(const char *rel, fixture *fx) {
             ok = step >= 0 && step < STEPS;
             if (ok) fx->c[ci].tok[step] = (int32_t)strtol(p, &p, 10);
         } else if (ci >= 0 && step >= 0 && !strncmp(line, "logits ", 7)) {
-            fx->c[ci].n_logits = floats(p + 7, fx->c[ci].logits[step], V);
+            fx->c[ci].n_logits = test_parse_floats(p + 7, fx->c[ci].logits[step], V);
         } else if (ci >= 0 && step >= 0 && !strncmp(line, "g ", 2)) {
-            ok = floats(p + 2, fx->c[ci].g[step], MAXW) == fx->width;
+            ok = test_parse_floats(p + 2, fx->c[ci].g[step], MAXW) == fx->width;
         }
     }
     free(text);
     return ok && fx->n_tok == NTOK && fx->n_cases > 0 && fx->width > 0;
-}
-
-static float rel_err(const float *a, const float *b, int n) {
-    float m = 0, e = 0;
-    for (int i = 0; i < n; i++) {
-        m = fabsf(b[i]) > m ? fabsf(b[i]) : m;
-        e = fabsf(a[i] - b[i]) > e ? fabsf(a[i] - b[i]) : e;
-    }
-    return m > 0 ? e / m : e;
-}
-
-static int argmax(const float *v, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b]) b = i;
-    return b;
 }
 
 static void check_head(const char *stem, gm_backend_kind kind) {
@@ -155,7 +129,7 @@ static void check_head(const char *stem, gm_backend_kind kind) {
             const float *src = ids[i] < L ? tap + (size_t)p * 3 * BB + (size_t)(a++) * BB : hid + (size_t)p * BB;
             memcpy(mine + (size_t)p * 3 * BB + (size_t)i * BB, src, BB * sizeof(float));
         }
-        const float r = rel_err(mine + (size_t)p * 3 * BB, fx->taps[p], 3 * BB);
+        const float r = test_rel_err(mine + (size_t)p * 3 * BB, fx->taps[p], 3 * BB);
         worst = r > worst ? r : worst;
     }
     fprintf(stderr, "  %s: target taps rel err %.2g\n", name, worst);
@@ -166,7 +140,7 @@ static void check_head(const char *stem, gm_backend_kind kind) {
     CHECK_OK(gm_eagle3_encode(d, &fx->taps[0][0], NTOK, g0, &err), &err);
     worst = 0;
     for (int p = 0; p < NTOK; p++) {
-        const float r = rel_err(g0 + (size_t)p * W, fx->g0[p], W);
+        const float r = test_rel_err(g0 + (size_t)p * W, fx->g0[p], W);
         worst = r > worst ? r : worst;
     }
     fprintf(stderr, "  %s: encoder rel err %.2g\n", name, worst);
@@ -192,9 +166,9 @@ static void check_head(const char *stem, gm_backend_kind kind) {
             float draft[V];
             const int nd = fx->n_d2t ? fx->n_d2t : V;
             for (int i = 0; i < nd; i++) draft[i] = logits[fx->n_d2t ? fx->d2t[i] : i];
-            const float el = rel_err(draft, fx->c[ci].logits[k], nd), eg = rel_err(gn, fx->c[ci].g[k], W);
+            const float el = test_rel_err(draft, fx->c[ci].logits[k], nd), eg = test_rel_err(gn, fx->c[ci].g[k], W);
             wl = el > wl ? el : wl, wg = eg > wg ? eg : wg;
-            agree += argmax(draft, nd) == argmax(fx->c[ci].logits[k], nd);
+            agree += test_argmax(draft, nd) == test_argmax(fx->c[ci].logits[k], nd);
             steps++;
             memcpy(g, gn, sizeof g);
         }
@@ -275,33 +249,12 @@ TEST(greedy_exact) {
     }
 }
 
-/* A copy of a head with a tensor zeroed (into path). */
-static bool zeroed_copy(const char *rel, const char *tensor, char *path) {
-    gm_error err = {0};
-    gguf_file *f = NULL;
-    char src[512];
-    snprintf(src, sizeof src, "%s", test_data_path(rel));
-    const int fd = mkstemp(path);
-    bool made = false;
-    if (fd >= 0 && gguf_open(src, NULL, &f, &err) == GM_OK) {
-        size_t len;
-        unsigned char *bytes = test_read_file(src, &len);
-        const gguf_tensor *t = gguf_find_tensor(f, tensor);
-        if (bytes && t) {
-            memset(bytes + f->data_offset + t->offset, 0, (size_t)t->nbytes);
-            made = write(fd, bytes, len) == (ssize_t)len;
-        }
-        free(bytes);
-    }
-    if (fd >= 0) close(fd);
-    gguf_close(f);
-    return made;
-}
-
 /* Accepted drafts: the head with its output norm zeroed guesses token 0 always, the target is biased to it. */
 TEST(greedy_accepted) {
     char path[] = "/tmp/gm_e3_zeroXXXXXX";
-    CHECK(zeroed_copy("eagle3/eagle3-gemma4.gguf", "output_norm.weight", path));
+    char src[512];
+    snprintf(src, sizeof src, "%s", test_data_path("eagle3/eagle3-gemma4.gguf"));
+    CHECK(test_zeroed_copy(src, "output_norm.weight", path));
     enum { N = 40 };
     int32_t ref[N], got[N];
     const gm_logit_bias bias = {.token = 0, .bias = 1000.0f};

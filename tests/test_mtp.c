@@ -22,7 +22,6 @@
 
 #include "gemma.h"
 #include "gemma_generator.h"
-#include "formats/gguf.h"
 #include "support/test.h"
 
 #define MAX_TOK 64
@@ -44,15 +43,6 @@ typedef struct {
     int32_t tok[MAX_TOK];
     draft_case c[MAX_CASES];
 } fixture;
-
-static int read_floats(char *p, float *out, int max) {
-    int n = 0;
-    for (char *end; n < max; n++, p = end) {
-        out[n] = strtof(p, &end);
-        if (end == p) break;
-    }
-    return n;
-}
 
 static bool load_fixture(const char *path, fixture *fx) {
     size_t len;
@@ -77,38 +67,19 @@ static bool load_fixture(const char *path, fixture *fx) {
             ok = c->n_steps > 0 && c->n_steps <= MAX_STEPS;
             step = -1;
         } else if (c && !strncmp(line, "h0 ", 3)) {
-            ok = read_floats(p + 3, c->h0, BB) == BB;
+            ok = test_parse_floats(p + 3, c->h0, BB) == BB;
         } else if (c && !strncmp(line, "step ", 5)) {
             step = (int)strtol(p + 5, &p, 10);
             ok = step >= 0 && step < c->n_steps;
             if (ok) c->tok[step] = (int32_t)strtol(p, &p, 10);
         } else if (c && step >= 0 && !strncmp(line, "logits ", 7)) {
-            ok = read_floats(p + 7, c->logits[step], V) == V;
+            ok = test_parse_floats(p + 7, c->logits[step], V) == V;
         } else if (c && step >= 0 && !strncmp(line, "h ", 2)) {
-            ok = read_floats(p + 2, c->h[step], BB) == BB;
+            ok = test_parse_floats(p + 2, c->h[step], BB) == BB;
         }
     }
     free(text);
     return ok && fx->n_cases > 0 && fx->n_tok > 0;
-}
-
-static float max_abs(const float *v, int n) {
-    float m = 0.0f;
-    for (int i = 0; i < n; i++) m = fabsf(v[i]) > m ? fabsf(v[i]) : m;
-    return m;
-}
-
-static float max_diff(const float *a, const float *b, int n) {
-    float m = 0.0f;
-    for (int i = 0; i < n; i++) m = fabsf(a[i] - b[i]) > m ? fabsf(a[i] - b[i]) : m;
-    return m;
-}
-
-static int argmax(const float *v, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b]) b = i;
-    return b;
 }
 
 typedef struct {
@@ -171,17 +142,17 @@ static void parity(gm_backend_kind kind, const char *name) {
         float h[BB], h_next[BB], logits[V];
         gm_seq *s = prefill(&r, fx, c->pos, h);
         if (!s) continue;
-        const float e0 = max_diff(h, c->h0, BB) / max_abs(c->h0, BB);
+        const float e0 = test_rel_err(h, c->h0, BB);
         worst_h0 = e0 > worst_h0 ? e0 : worst_h0;
         for (int k = 0; k < c->n_steps; k++) {
             gm_error err = {0};
             const gm_mtp_row row = {.seq = s, .token = c->tok[k], .h = h, .logits = logits, .h_next = h_next};
             CHECK_OK(gm_mtp_draft(r.d, &row, 1, &err), &err);
-            const float el = max_diff(logits, c->logits[k], V) / max_abs(c->logits[k], V);
-            const float eh = max_diff(h_next, c->h[k], BB) / max_abs(c->h[k], BB);
+            const float el = test_rel_err(logits, c->logits[k], V);
+            const float eh = test_rel_err(h_next, c->h[k], BB);
             worst_l = el > worst_l ? el : worst_l;
             worst_h = eh > worst_h ? eh : worst_h;
-            agree += argmax(logits, V) == argmax(c->logits[k], V);
+            agree += test_argmax(logits, V) == test_argmax(c->logits[k], V);
             steps++;
             memcpy(h, h_next, sizeof h);
         }
@@ -214,10 +185,10 @@ TEST(sensitivity) {
     gm_error err = {0};
     gm_mtp_row row = {.seq = s, .token = c->tok[0], .h = zero, .logits = logits, .h_next = h_next};
     CHECK_OK(gm_mtp_draft(r.d, &row, 1, &err), &err);
-    const float ez = max_diff(logits, c->logits[0], V) / max_abs(c->logits[0], V);
+    const float ez = test_rel_err(logits, c->logits[0], V);
     row.h = h, row.token = (c->tok[0] + 1) % V;
     CHECK_OK(gm_mtp_draft(r.d, &row, 1, &err), &err);
-    const float et = max_diff(logits, c->logits[0], V) / max_abs(c->logits[0], V);
+    const float et = test_rel_err(logits, c->logits[0], V);
     fprintf(stderr, "  h zeroed: rel err %.2g; another token: %.2g\n", ez, et);
     CHECK(ez > 50 * REL_TOL);
     CHECK(et > 50 * REL_TOL);
@@ -298,24 +269,10 @@ TEST(greedy_exact) {
  * nothing and take the state of the last verify row; the output is the one without speculation. */
 TEST(greedy_accepted) {
     fixture *fx = malloc(sizeof *fx);
-    gm_error err = {0};
-    gguf_file *f = NULL;
-    char path[] = "/tmp/gm_mtp_zeroXXXXXX";
-    const int fd = mkstemp(path);
-    bool made = false;
-    if (fx && load_fixture(test_data_path("gemma4/gemma4-mtp.draft.txt"), fx) && fd >= 0 &&
-        gguf_open(test_data_path("gemma4/gemma4-mtp.gguf"), NULL, &f, &err) == GM_OK) {
-        size_t len;
-        unsigned char *bytes = test_read_file(test_data_path("gemma4/gemma4-mtp.gguf"), &len);
-        const gguf_tensor *t = gguf_find_tensor(f, "output_norm.weight");
-        if (bytes && t) {
-            memset(bytes + f->data_offset + t->offset, 0, (size_t)t->nbytes);
-            made = write(fd, bytes, len) == (ssize_t)len;
-        }
-        free(bytes);
-    }
-    if (fd >= 0) close(fd);
-    gguf_close(f);
+    char path[] = "/tmp/gm_mtp_zeroXXXXXX", src[512];
+    snprintf(src, sizeof src, "%s", test_data_path("gemma4/gemma4-mtp.gguf"));
+    const bool made = fx && load_fixture(test_data_path("gemma4/gemma4-mtp.draft.txt"), fx) &&
+                      test_zeroed_copy(src, "output_norm.weight", path);
     CHECK_MSG(made, "cannot write the zeroed assistant");
     if (made) {
         enum { N = 40 };
@@ -359,10 +316,10 @@ TEST(sampling_distribution) {
     gm_row last = {.seq = q, .token = fx->tok[NP - 1], .pos = NP - 1, .logits = true, .hidden = h};
     CHECK_OK(gm_seq_truncate(q, NP - 1, &err), &err);
     CHECK_OK(gm_engine_forward(r.e, &last, 1, l, &err), &err);
-    const int32_t x = (int32_t)argmax(l, V);
+    const int32_t x = (int32_t)test_argmax(l, V);
     const gm_mtp_row dr = {.seq = q, .token = x, .h = h, .logits = dl, .h_next = hn};
     CHECK_OK(gm_mtp_draft(r.d, &dr, 1, &err), &err);
-    const int32_t d = (int32_t)argmax(dl, V);
+    const int32_t d = (int32_t)test_argmax(dl, V);
     gm_row next = {.seq = q, .token = x, .pos = NP, .logits = true};
     CHECK_OK(gm_engine_forward(r.e, &next, 1, l, &err), &err);
     gm_seq_free(q);

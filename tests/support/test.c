@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "formats/gguf.h"
 #include "gemma.h"
 #include "gemma_generator.h"
 
@@ -131,4 +132,42 @@ bool test_chi_square_ok(const int *count, const double *p, int V, int n, const c
     const double h = 2.0 / (9.0 * df), crit = df * pow(1 - h + 3.09 * sqrt(h), 3);
     fprintf(stderr, "  %s: chi-square %.1f, %d degrees of freedom, critical %.1f\n", what, chi, df, crit);
     return df > 0 && chi < crit;
+}
+
+int test_parse_floats(char *p, float *out, int max) {
+    int n = 0;
+    for (char *end; n < max; n++, p = end) {
+        out[n] = strtof(p, &end);
+        if (end == p) break;
+    }
+    return n;
+}
+
+float test_rel_err(const float *a, const float *b, int n) {
+    float m = 0, e = 0;
+    for (int i = 0; i < n; i++) {
+        m = fabsf(b[i]) > m ? fabsf(b[i]) : m;
+        e = fabsf(a[i] - b[i]) > e ? fabsf(a[i] - b[i]) : e;
+    }
+    return m > 0 ? e / m : e;
+}
+
+bool test_zeroed_copy(const char *src, const char *tensor, char *path) {
+    gm_error err = {0};
+    gguf_file *f = NULL;
+    const int fd = mkstemp(path);
+    bool made = false;
+    if (fd >= 0 && gguf_open(src, NULL, &f, &err) == GM_OK) {
+        size_t len;
+        unsigned char *bytes = test_read_file(src, &len);
+        const gguf_tensor *t = gguf_find_tensor(f, tensor);
+        if (bytes && t) {
+            memset(bytes + f->data_offset + t->offset, 0, (size_t)t->nbytes);
+            made = write(fd, bytes, len) == (ssize_t)len;
+        }
+        free(bytes);
+    }
+    if (fd >= 0) close(fd);
+    gguf_close(f);
+    return made;
 }

@@ -84,6 +84,12 @@ int test_argmax(const float *x, int V);
 /* Chi-square of counts (n draws over V tokens) against n * p, tokens with an expected count below 5 pooled into one
  * bin; true when below the critical value at significance 1e-3. Prints the statistic under `what`. */
 bool test_chi_square_ok(const int *count, const double *p, int V, int n, const char *what);
+/* Up to max floats parsed from text p (spaces between); returns how many. */
+int test_parse_floats(char *p, float *out, int max);
+/* max |a - b| / max |b| over n (the error relative to the reference row b's largest value). */
+float test_rel_err(const float *a, const float *b, int n);
+/* A copy of the GGUF at src with tensor's bytes zeroed, written to a new file from the mkstemp template path. */
+bool test_zeroed_copy(const char *src, const char *tensor, char *path);
 /* n token ids for a model: <bos> then a fixed spread over the vocabulary (no special ids below 4). */
 void test_ids_for(const gm_model *m, int32_t *ids, int n);
 /* n greedy tokens after ids[0..n_ids) on a generator of backend kind (2 threads; Vulkan with its validation
