@@ -38,16 +38,8 @@ static gm_status alloc_rows(gm_e3_fwd *f, gm_error *err) {
     const size_t sizes[] = {R * 3 * bb, R * d, R * d, R * d, R * 2 * d, R * qd, R * kvd, R * kvd, R * qd, R * d, R * d,
                             R * ff, R * ff};
     float **dst[] = {&f->taps, &f->x, &f->e, &f->g, &f->in, &f->q, &f->k, &f->v, &f->att, &f->o, &f->xn, &f->gate, &f->up};
-    const size_t np = sizeof sizes / sizeof sizes[0];
-    size_t total = 0;
-    for (size_t i = 0; i < np; i++) total += (sizes[i] + 15) & ~(size_t)15;
-    if (!(f->buf = f->ops->alloc(f->be, total)))
-        return gm_fail(err, GM_ERR_NOMEM, "eagle3: cannot allocate %zu bytes of scratch", total * sizeof(float));
-    float *p = f->buf;
-    for (size_t i = 0; i < np; i++) {
-        *dst[i] = p;
-        p += (sizes[i] + 15) & ~(size_t)15;
-    }
+    if (!(f->buf = gm_be_alloc_parts(f->be, sizes, dst, (int)(sizeof sizes / sizeof sizes[0]))))
+        return gm_fail(err, GM_ERR_NOMEM, "eagle3: cannot allocate the scratch rows");
     f->tmp = malloc((size_t)f->h->cfg.head_dim * sizeof *f->tmp);
     f->draft = malloc((size_t)f->w->n_draft * sizeof *f->draft);
     f->rows = calloc(R, sizeof *f->rows);

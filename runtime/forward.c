@@ -99,20 +99,8 @@ static gm_status alloc_rows(gm_forward *f, gm_error *err) {
     const size_t qo = qd > d ? qd : d;
     const size_t sizes[] = {B * d, B * d, B * qd, B * kvd, B * kvd, B * qd, B * qo, B * ff, B * ff};
     float **dst[] = {&f->x, &f->xn, &f->q, &f->k, &f->v, &f->att, &f->o, &f->gate, &f->up};
-    const int n_parts = (int)(sizeof sizes / sizeof sizes[0]);
-    /* every part a multiple of 16 floats, so each starts 64-byte aligned as the buffer does: a large malloc
-     * sits 16 bytes past a page, which made every other 32-byte activation load of the AVX2 kernels (and
-     * every 64-byte one of AVX-512) split two cache lines (AVX2 F16 tiles: 45 vs 61 GFLOP/s) */
-    size_t total = 0;
-    for (int i = 0; i < n_parts; i++) total += (sizes[i] + 15) & ~(size_t)15;
-    f->buf = f->ops->alloc(f->be, total);
-    if (!f->buf) return gm_fail(err, GM_ERR_NOMEM, "forward: cannot allocate %zu bytes of scratch", total * sizeof(float));
-    float *p = f->buf;
-    for (int i = 0; i < n_parts; i++) {
-        *dst[i] = p;
-        p += (sizes[i] + 15) & ~(size_t)15;
-    }
-    return GM_OK;
+    f->buf = gm_be_alloc_parts(f->be, sizes, dst, (int)(sizeof sizes / sizeof sizes[0]));
+    return f->buf ? GM_OK : gm_fail(err, GM_ERR_NOMEM, "forward: cannot allocate the scratch rows");
 }
 
 gm_status gm_forward_new(const gm_model *m, const gm_kv_layout *lay, gm_backend *be, int max_batch, int max_ctx,

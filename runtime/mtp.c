@@ -82,15 +82,8 @@ static gm_status alloc_rows(gm_mtp_fwd *f, gm_error *err) {
     const size_t qd = (size_t)mx.q_dim, ff = (size_t)mx.d_ff;
     const size_t sizes[] = {R * 2 * bb, R * d, R * d, R * qd, R * qd, R * (qd > d ? qd : d), R * ff, R * ff, R * bb};
     float **dst[] = {&f->in, &f->x, &f->xn, &f->q, &f->att, &f->o, &f->gate, &f->up, &f->y};
-    size_t total = 0;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += (sizes[i] + 15) & ~(size_t)15;
-    if (!(f->buf = f->ops->alloc(f->be, total)))
-        return gm_fail(err, GM_ERR_NOMEM, "mtp: cannot allocate %zu bytes of scratch", total * sizeof(float));
-    float *p = f->buf;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        *dst[i] = p;
-        p += (sizes[i] + 15) & ~(size_t)15;
-    }
+    if (!(f->buf = gm_be_alloc_parts(f->be, sizes, dst, (int)(sizeof sizes / sizeof sizes[0]))))
+        return gm_fail(err, GM_ERR_NOMEM, "mtp: cannot allocate the scratch rows");
     f->embd_row = malloc(bb * sizeof *f->embd_row);
     f->rope_rows = calloc(R, sizeof *f->rope_rows);
     f->attn_rows = calloc(R, sizeof *f->attn_rows);
