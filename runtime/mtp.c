@@ -8,6 +8,9 @@
 #include "core/error.h"
 #include "model/families/gemma4.h"
 
+/* The LM head runs over this many rows at once: its weights (the largest matrix) are read once for them. */
+enum { HEAD_ROWS = 16 };
+
 typedef struct mtp_layer {
     gm_layer_config lc; /* the attention's view: the drafter's heads, the target layer's KV heads, window - 1 */
     int target_layer;   /* whose cache it reads (the layout resolves the target's own sharing) */
@@ -27,6 +30,7 @@ struct gm_mtp_fwd {
     float *in, *x, *xn, *q, *att, *o, *gate, *up, *y; /* max_rows rows each, backend memory */
     float *buf;
     float *embd_row;        /* one target embedding row, host */
+    float *lbuf;            /* HEAD_ROWS x n_vocab logits, host: rows of several sequences share one head pass */
     gm_fwd_row *rope_rows;  /* positions for RoPE (pos) */
     gm_fwd_row *attn_rows;  /* positions for attention (pos - 1: keys up to it) */
 };
@@ -85,9 +89,10 @@ static gm_status alloc_rows(gm_mtp_fwd *f, gm_error *err) {
     if (!(f->buf = gm_be_alloc_parts(f->be, sizes, dst, (int)(sizeof sizes / sizeof sizes[0]))))
         return gm_fail(err, GM_ERR_NOMEM, "mtp: cannot allocate the scratch rows");
     f->embd_row = malloc(bb * sizeof *f->embd_row);
+    f->lbuf = malloc((size_t)(R < HEAD_ROWS ? R : HEAD_ROWS) * (size_t)f->d->cfg.n_vocab * sizeof *f->lbuf);
     f->rope_rows = calloc(R, sizeof *f->rope_rows);
     f->attn_rows = calloc(R, sizeof *f->attn_rows);
-    return f->embd_row && f->rope_rows && f->attn_rows ? GM_OK : gm_fail(err, GM_ERR_NOMEM, "mtp: out of memory");
+    return f->embd_row && f->lbuf && f->rope_rows && f->attn_rows ? GM_OK : gm_fail(err, GM_ERR_NOMEM, "mtp: out of memory");
 }
 
 void gm_mtp_fwd_free(gm_mtp_fwd *f) {
@@ -95,6 +100,7 @@ void gm_mtp_fwd_free(gm_mtp_fwd *f) {
     if (f->buf) f->ops->release(f->be, f->buf);
     free(f->layers);
     free(f->embd_row);
+    free(f->lbuf);
     free(f->rope_rows);
     free(f->attn_rows);
     free(f);
@@ -173,6 +179,20 @@ static gm_status layer(gm_mtp_fwd *f, int il, int n) {
     return GM_OK;
 }
 
+/* logits = E_assistant y for the rows, HEAD_ROWS per head pass (one row: straight into its buffer) */
+static gm_status head_rows(gm_mtp_fwd *f, const gm_mtp_fwd_row *rows, int n) {
+    const int d = f->d->cfg.d_model;
+    const size_t V = (size_t)f->d->cfg.n_vocab;
+    for (int r0 = 0; r0 < n; r0 += HEAD_ROWS) {
+        const int nr = n - r0 < HEAD_ROWS ? n - r0 : HEAD_ROWS;
+        float *out = nr == 1 ? rows[r0].logits : f->lbuf;
+        gm_status st = f->ops->head(f->be, &f->d->output, f->xn + (size_t)r0 * d, nr, out, 0.0f);
+        if (st) return st;
+        for (int i = 0; nr > 1 && i < nr; i++) memcpy(rows[r0 + i].logits, f->lbuf + (size_t)i * V, V * sizeof(float));
+    }
+    return GM_OK;
+}
+
 static gm_status chunk(gm_mtp_fwd *f, const gm_mtp_fwd_row *rows, int n) {
     const gm_config *c = &f->d->cfg;
     const int d = c->d_model;
@@ -188,11 +208,8 @@ static gm_status chunk(gm_mtp_fwd *f, const gm_mtp_fwd_row *rows, int n) {
         if ((st = layer(f, il, n))) return st;
     f->ops->rmsnorm(f->be, f->xn, f->x, f->d->output_norm, n, d, c->norm_eps, NULL);
     if ((st = gm_be_matmul(f->be, &f->w->post_proj, f->xn, n, f->y))) return st;
-    for (int i = 0; i < n; i++) {
-        if ((st = f->ops->head(f->be, &f->d->output, f->xn + (size_t)i * d, 1, rows[i].logits, 0.0f))) return st;
-        f->ops->read(f->be, rows[i].h_next, f->y + (size_t)i * f->bb, (size_t)f->bb);
-    }
-    return GM_OK;
+    for (int i = 0; i < n; i++) f->ops->read(f->be, rows[i].h_next, f->y + (size_t)i * f->bb, (size_t)f->bb);
+    return head_rows(f, rows, n);
 }
 
 gm_status gm_mtp_fwd_run(gm_mtp_fwd *f, const gm_mtp_fwd_row *rows, int n, gm_error *err) {

@@ -374,6 +374,33 @@ TEST(sampling_distribution) {
     free(fx);
 }
 
+/* Rows of several sequences in one gm_mtp_draft call (one LM head pass) give the bits of each row alone. */
+TEST(batched_rows) {
+    fixture *fx = malloc(sizeof *fx);
+    rig r;
+    if (!fx || !load_fixture(test_data_path("gemma4/gemma4-mtp.draft.txt"), fx) || !rig_open(&r, GM_BACKEND_CPU)) {
+        CHECK_MSG(false, "cannot set up");
+        free(fx);
+        return;
+    }
+    enum { N = 3 };
+    static float h[N][BB], hn[N][BB], l1[N][V], ln[N][V], hn1[N][BB];
+    gm_seq *s[N];
+    gm_mtp_row rows[N];
+    gm_error err = {0};
+    for (int i = 0; i < N; i++) {
+        s[i] = prefill(&r, fx, fx->c[i + 1].pos, h[i]);
+        rows[i] = (gm_mtp_row){.seq = s[i], .token = fx->c[i + 1].tok[0], .h = h[i], .logits = l1[i], .h_next = hn1[i]};
+        CHECK_OK(gm_mtp_draft(r.d, &rows[i], 1, &err), &err);
+        rows[i].logits = ln[i], rows[i].h_next = hn[i];
+    }
+    CHECK_OK(gm_mtp_draft(r.d, rows, N, &err), &err);
+    CHECK_MSG(!memcmp(l1, ln, sizeof l1) && !memcmp(hn1, hn, sizeof hn), "a batched row differs from the row alone");
+    for (int i = 0; i < N; i++) gm_seq_free(s[i]);
+    rig_close(&r);
+    free(fx);
+}
+
 TEST(parity_cpu) { parity(GM_BACKEND_CPU, "cpu"); }
 TEST(parity_reference) { parity(GM_BACKEND_REFERENCE, "reference"); }
 
@@ -381,6 +408,7 @@ int main(void) {
     RUN(parity_cpu);
     RUN(parity_reference);
     RUN(sensitivity);
+    RUN(batched_rows);
     RUN(greedy_exact);
     RUN(greedy_accepted);
     RUN(sampling_distribution);
